@@ -1,0 +1,216 @@
+/*
+ * cli.c - mgrun's command line: run an experiment, or inspect plugins and
+ * the effective configuration. Exit codes: 0 success, 1 the run failed,
+ * 2 bad usage or configuration (nothing run).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/core_schema.h"
+#include "engine/trainer.h"
+
+MG_EXPORT int mg_main(int argc, char **argv);
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: mgrun -c FILE [--set SECTION.KEY=VALUE]... [--resume]\n"
+		"       mgrun -c FILE --print-config\n"
+		"       mgrun --list-plugins\n"
+		"       mgrun --help-plugin NAME\n"
+		"       mgrun --help-config\n"
+		"\n"
+		"  -c, --config FILE     experiment INI file\n"
+		"  --set S.K=V           override a key (repeatable)\n"
+		"  --resume              continue from the run directory's "
+		"checkpoint\n"
+		"  --plugin-path DIRS    colon-separated plugin folders, "
+		"searched first\n"
+		"  --print-config        print the effective configuration "
+		"and exit\n"
+		"  --list-plugins        list the plugins found on the plugin "
+		"path\n"
+		"  --help-plugin NAME    a plugin's options\n"
+		"  --help-config         the [run] and [optimizer] options\n"
+		"  --version             print the version and plugin ABI\n");
+}
+
+static void list_one(const struct mg_loaded_plugin *p, void *arg)
+{
+	(void)arg;
+	printf("  %-9s %-14s %-6s %s\n      %s\n",
+	       mg_plugin_kind_name(p->desc->kind), p->desc->name,
+	       p->desc->version, p->desc->description ? p->desc->description
+						     : "",
+	       p->path);
+}
+
+struct help_arg {
+	const char *name;
+	int found;
+};
+
+static void help_one(const struct mg_loaded_plugin *p, void *arg)
+{
+	struct help_arg *h = arg;
+	if (h->found || strcmp(p->desc->name, h->name))
+		return;
+	h->found = 1;
+	printf("%s plugin '%s' %s (%s)\n%s\n\n[%s]\n",
+	       mg_plugin_kind_name(p->desc->kind), p->desc->name,
+	       p->desc->version, p->path,
+	       p->desc->description ? p->desc->description : "",
+	       p->desc->kind == MG_PLUGIN_MODEL     ? "model"
+	       : p->desc->kind == MG_PLUGIN_DATASET ? "dataset"
+						    : "strategy");
+	/* One table: the core's name/path keys, then the plugin's own. */
+	size_t n = 0, k = 0;
+	for (const struct mg_option *o = mg_plugin_section_schema; o->name; o++)
+		n++;
+	for (const struct mg_option *o = p->desc->options; o && o->name; o++)
+		n++;
+	struct mg_option *all = calloc(n + 1, sizeof *all);
+	if (!all)
+		return;
+	for (const struct mg_option *o = mg_plugin_section_schema; o->name; o++)
+		all[k++] = *o;
+	for (const struct mg_option *o = p->desc->options; o && o->name; o++)
+		all[k++] = *o;
+	mg_schema_print_help(stdout, all);
+	free(all);
+}
+
+int mg_main(int argc, char **argv)
+{
+	enum {
+		OPT_SET = 256,
+		OPT_RESUME,
+		OPT_PATH,
+		OPT_PRINT,
+		OPT_LIST,
+		OPT_HELP_PLUGIN,
+		OPT_HELP_CONFIG,
+		OPT_VERSION,
+	};
+	static const struct option longopts[] = {
+		{"config", required_argument, 0, 'c'},
+		{"set", required_argument, 0, OPT_SET},
+		{"resume", no_argument, 0, OPT_RESUME},
+		{"plugin-path", required_argument, 0, OPT_PATH},
+		{"print-config", no_argument, 0, OPT_PRINT},
+		{"list-plugins", no_argument, 0, OPT_LIST},
+		{"help-plugin", required_argument, 0, OPT_HELP_PLUGIN},
+		{"help-config", no_argument, 0, OPT_HELP_CONFIG},
+		{"version", no_argument, 0, OPT_VERSION},
+		{"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
+	};
+	const char *ini = NULL, *plugin_path = NULL, *help_plugin = NULL;
+	const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+	int nsets = 0, resume = 0, print = 0, list = 0, help_config = 0, c;
+	if (!sets)
+		return 1;
+	while ((c = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			ini = optarg;
+			break;
+		case OPT_SET:
+			sets[nsets++] = optarg;
+			break;
+		case OPT_RESUME:
+			resume = 1;
+			break;
+		case OPT_PATH:
+			plugin_path = optarg;
+			break;
+		case OPT_PRINT:
+			print = 1;
+			break;
+		case OPT_LIST:
+			list = 1;
+			break;
+		case OPT_HELP_PLUGIN:
+			help_plugin = optarg;
+			break;
+		case OPT_HELP_CONFIG:
+			help_config = 1;
+			break;
+		case OPT_VERSION:
+			printf("mgrun %s (plugin ABI %d.%d)\n", MG_VERSION,
+			       MG_ABI_MAJOR, MG_ABI_MINOR);
+			free(sets);
+			return 0;
+		case 'h':
+			usage(stdout);
+			free(sets);
+			return 0;
+		default:
+			usage(stderr);
+			free(sets);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "mgrun: unexpected argument '%s'\n",
+			argv[optind]);
+		usage(stderr);
+		free(sets);
+		return 2;
+	}
+	int rc = 0;
+	if (list || help_plugin) {
+		struct mg_search_path sp;
+		mg_search_path_init(&sp, plugin_path);
+		if (list) {
+			printf("plugins (search path:");
+			for (int i = 0; i < sp.n; i++)
+				printf(" %s", sp.dirs[i]);
+			printf(")\n");
+			mg_plugin_foreach(&sp, list_one, NULL);
+		} else {
+			struct help_arg h = {help_plugin, 0};
+			mg_plugin_foreach(&sp, help_one, &h);
+			if (!h.found) {
+				fprintf(stderr,
+					"mgrun: no plugin '%s' on the plugin "
+					"path (see mgrun --list-plugins)\n",
+					help_plugin);
+				rc = 2;
+			}
+		}
+		mg_search_path_free(&sp);
+		free(sets);
+		return rc;
+	}
+	if (help_config) {
+		printf("[run]\n");
+		mg_schema_print_help(stdout, mg_run_schema);
+		printf("\n[optimizer]\n");
+		mg_schema_print_help(stdout, mg_optimizer_schema);
+		free(sets);
+		return 0;
+	}
+	if (!ini) {
+		fprintf(stderr, "mgrun: no experiment file (-c FILE)\n");
+		usage(stderr);
+		free(sets);
+		return 2;
+	}
+	struct mg_session s;
+	rc = mg_session_open(&s, ini, sets, nsets, plugin_path);
+	if (rc == 0) {
+		if (print)
+			mg_session_print(&s, stdout);
+		else
+			rc = mg_train(&s, resume);
+	} else if (rc < 0) {
+		fprintf(stderr, "mgrun: %s\n", mg_last_error());
+		rc = 1;
+	}
+	mg_session_close(&s);
+	free(sets);
+	return rc;
+}

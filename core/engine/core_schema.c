@@ -1,0 +1,69 @@
+/*
+ * core_schema.c - declared options of the core's own sections. Validated
+ * like plugin options, so typos get the same file:line messages.
+ */
+#include "engine/core_schema.h"
+
+const struct mg_option mg_run_schema[] = {
+	MG_OPT_E("device", "cpu", "cpu", "where to compute"),
+	MG_OPT_E("precision", "fp32", "fp32|fp64",
+		 "float type of parameters, activations and gradients"),
+	MG_OPT_I("epochs", "1", 1, 100000, "training epochs"),
+	MG_OPT_I("max_steps", "0", 0, 1e12,
+		 "stop after this many optimizer steps in total (0: run all "
+		 "epochs)"),
+	MG_OPT_I("batch_size", "64", 1, 1 << 20,
+		 "samples per rank per step (the global batch is this times "
+		 "the ranks that compute different samples)"),
+	MG_OPT_I("eval_batch_size", "256", 1, 1 << 20,
+		 "samples per evaluation batch"),
+	MG_OPT_B("eval", "true", "evaluate on the test split after each epoch"),
+	MG_OPT_I("seed", "42", 0, 9.2e18,
+		 "seed for initialisation, shuffling and dropout; equal seeds "
+		 "give equal runs"),
+	MG_OPT_I("threads", "0", 0, 1024,
+		 "CPU threads for ops (0: all cores)"),
+	MG_OPT_I("log_every", "50", 1, 1e9,
+		 "print a progress line every this many steps when not on a "
+		 "terminal"),
+	MG_OPT_I("checkpoint_every", "0", 0, 1e12,
+		 "also checkpoint every this many steps (0: at the end of each "
+		 "epoch and of the run only)"),
+	MG_OPT_B("checkpoint", "true", "write checkpoints"),
+	MG_OPT_P("out_dir", "runs", "folder that holds run directories"),
+	MG_OPT_S("name", "",
+		 "run directory name under out_dir (default: the INI file's "
+		 "name)"),
+	MG_OPT_END,
+};
+
+const struct mg_option mg_optimizer_schema[] = {
+	MG_OPT_E("name", "sgd", "sgd|adamw", "optimizer"),
+	MG_OPT_F("lr", "0.05", 0, 100, "peak learning rate"),
+	MG_OPT_F("momentum", "0.9", 0, 1, "SGD momentum"),
+	MG_OPT_F("dampening", "0", 0, 1, "SGD dampening"),
+	MG_OPT_B("nesterov", "false", "SGD Nesterov momentum"),
+	MG_OPT_F("weight_decay", "0", 0, 10,
+		 "SGD: L2 penalty; AdamW: decoupled decay"),
+	MG_OPT_B("decay_norm_and_bias", "false",
+		 "apply weight decay to norm weights and biases too"),
+	MG_OPT_F("beta1", "0.9", 0, 0.999999, "AdamW beta1"),
+	MG_OPT_F("beta2", "0.999", 0, 0.99999999, "AdamW beta2"),
+	MG_OPT_F("eps", "1e-8", 0, 1, "AdamW epsilon"),
+	MG_OPT_F("max_grad_norm", "0", 0, 1e9,
+		 "clip the global gradient L2 norm to this (0: no clipping)"),
+	MG_OPT_E("schedule", "cosine", "constant|cosine",
+		 "learning-rate schedule after warmup"),
+	MG_OPT_I("warmup_steps", "0", 0, 1e12,
+		 "linear warmup from 0 to lr over this many steps"),
+	MG_OPT_F("min_lr", "0", 0, 100, "final learning rate of the cosine"),
+	MG_OPT_END,
+};
+
+const struct mg_option mg_plugin_section_schema[] = {
+	MG_OPT_S("name", "", "plugin name (found along the plugin path)"),
+	MG_OPT_S("path", "",
+		 "explicit plugin file, relative to the INI file (instead of "
+		 "name)"),
+	MG_OPT_END,
+};

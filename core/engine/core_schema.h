@@ -1,0 +1,17 @@
+/*
+ * core_schema.h - the keys the core itself understands: [run], [optimizer],
+ * and the name/path keys of plugin sections.
+ */
+#ifndef MG_CORE_SCHEMA_H
+#define MG_CORE_SCHEMA_H
+
+#include "mg/mg.h"
+
+extern const struct mg_option mg_run_schema[];
+extern const struct mg_option mg_optimizer_schema[];
+extern const struct mg_option mg_plugin_section_schema[];
+
+/* Index of run.precision / run.device choices. */
+enum { MG_PREC_FP32 = 0, MG_PREC_FP64 = 1 };
+
+#endif

@@ -1,0 +1,232 @@
+/*
+ * plugin_loader.c - dlopen()s plugins and refuses malformed or
+ * incompatible ones with a message naming the file and both ABI versions.
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/plugin_loader.h"
+
+static const char prefix[] = "libmg_";
+static const char suffix[] = ".so";
+
+const char *mg_plugin_kind_name(enum mg_plugin_kind k)
+{
+	switch (k) {
+	case MG_PLUGIN_STRATEGY:
+		return "strategy";
+	case MG_PLUGIN_MODEL:
+		return "model";
+	case MG_PLUGIN_DATASET:
+		return "dataset";
+	}
+	return "unknown-kind";
+}
+
+static void sp_add(struct mg_search_path *sp, const char *dir,
+		   const char *origin)
+{
+	if (!dir || !*dir || sp->n >= (int)(sizeof sp->dirs / sizeof *sp->dirs))
+		return;
+	sp->dirs[sp->n] = strdup(dir);
+	sp->origin[sp->n] = origin;
+	sp->n++;
+}
+
+static void sp_add_list(struct mg_search_path *sp, const char *list,
+			const char *origin)
+{
+	if (!list)
+		return;
+	char *copy = strdup(list), *save = NULL;
+	for (char *d = strtok_r(copy, ":", &save); d;
+	     d = strtok_r(NULL, ":", &save))
+		sp_add(sp, d, origin);
+	free(copy);
+}
+
+void mg_search_path_init(struct mg_search_path *sp, const char *cli_dirs)
+{
+	memset(sp, 0, sizeof *sp);
+	sp_add_list(sp, cli_dirs, "--plugin-path");
+	sp_add_list(sp, getenv("MG_PLUGIN_PATH"), "MG_PLUGIN_PATH");
+	sp_add(sp, MG_BUILD_PLUGIN_DIR, "build tree");
+	sp_add(sp, MG_INSTALL_PLUGIN_DIR, "install prefix");
+}
+
+void mg_search_path_free(struct mg_search_path *sp)
+{
+	for (int i = 0; i < sp->n; i++)
+		free(sp->dirs[i]);
+	sp->n = 0;
+}
+
+static int check_ops(const struct mg_plugin *d, const char *path)
+{
+	const char *missing = NULL;
+	if (!d->ops)
+		missing = "ops";
+	else if (d->kind == MG_PLUGIN_MODEL) {
+		const struct mg_model_ops *o = d->ops;
+		if (!o->declare || !o->init_unit || !o->forward ||
+		    !o->backward)
+			missing = "model ops (declare/init_unit/forward/backward)";
+	} else if (d->kind == MG_PLUGIN_DATASET) {
+		const struct mg_dataset_ops *o = d->ops;
+		if (!o->count || !o->layout || !o->read || !o->transform)
+			missing = "dataset ops (count/layout/read/transform)";
+	} else if (d->kind == MG_PLUGIN_STRATEGY) {
+		const struct mg_strategy_ops *o = d->ops;
+		if (!o->setup || !o->steps_per_epoch || !o->plan ||
+		    !o->begin_step || !o->acquire || !o->release ||
+		    !o->grads_ready || !o->step || !o->save || !o->load)
+			missing = "strategy ops";
+	}
+	if (missing)
+		return mg_error("plugin '%s' (%s) is malformed: no %s", d->name,
+				path, missing);
+	return 0;
+}
+
+int mg_plugin_open(const char *path, enum mg_plugin_kind want_kind,
+		   const char *want_name, struct mg_loaded_plugin *out)
+{
+	memset(out, 0, sizeof *out);
+	const char *label = want_name ? want_name : path;
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return mg_error("plugin '%s': %s does not exist", label, path);
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return mg_error("plugin '%s': cannot load %s: %s", label, path,
+				dlerror());
+	mg_plugin_entry_fn entry;
+	*(void **)&entry = dlsym(h, MG_PLUGIN_ENTRY_SYMBOL);
+	if (!entry) {
+		dlclose(h);
+		return mg_error("plugin '%s': %s has no %s() entry point (not "
+				"an mgrun plugin?)",
+				label, path, MG_PLUGIN_ENTRY_SYMBOL);
+	}
+	const struct mg_plugin *d = entry();
+	int rc = 0;
+	if (!d)
+		rc = mg_error("plugin '%s': %s returned no descriptor", label,
+			      path);
+	else if (d->abi_major != MG_ABI_MAJOR || d->abi_minor > MG_ABI_MINOR)
+		rc = mg_error("plugin '%s': %s was built for mgrun plugin ABI "
+			      "%u.%u, this mgrun has ABI %d.%d%s",
+			      label, path, d->abi_major, d->abi_minor,
+			      MG_ABI_MAJOR, MG_ABI_MINOR,
+			      d->abi_major == MG_ABI_MAJOR
+				      ? " (rebuild the plugin or upgrade mgrun)"
+				      : " (rebuild the plugin against this "
+					"mgrun's headers)");
+	else if (d->struct_size < sizeof(struct mg_plugin))
+		rc = mg_error("plugin '%s': %s is malformed: descriptor is %u "
+			      "bytes, ABI %d.%d needs %zu",
+			      label, path, d->struct_size, MG_ABI_MAJOR,
+			      MG_ABI_MINOR, sizeof(struct mg_plugin));
+	else if (!d->name || !d->create || !d->destroy)
+		rc = mg_error("plugin '%s': %s is malformed: descriptor lacks "
+			      "name, create or destroy",
+			      label, path);
+	else if (want_kind && d->kind != want_kind)
+		rc = mg_error("plugin '%s' (%s) is a %s plugin, expected a %s "
+			      "plugin",
+			      d->name, path, mg_plugin_kind_name(d->kind),
+			      mg_plugin_kind_name(want_kind));
+	else if (want_name && strcmp(d->name, want_name) != 0)
+		rc = mg_error("plugin file %s calls itself '%s', expected '%s'",
+			      path, d->name, want_name);
+	else
+		rc = check_ops(d, path);
+	if (rc) {
+		dlclose(h);
+		return rc;
+	}
+	out->handle = h;
+	out->desc = d;
+	if (!realpath(path, out->path))
+		snprintf(out->path, sizeof out->path, "%s", path);
+	return 0;
+}
+
+int mg_plugin_find(const struct mg_search_path *sp,
+		   enum mg_plugin_kind want_kind, const char *name,
+		   struct mg_loaded_plugin *out)
+{
+	char path[PATH_MAX];
+	for (int i = 0; i < sp->n; i++) {
+		snprintf(path, sizeof path, "%s/%s%s%s", sp->dirs[i], prefix,
+			 name, suffix);
+		struct stat st;
+		if (stat(path, &st) == 0)
+			return mg_plugin_open(path, want_kind, name, out);
+	}
+	char searched[4096] = "";
+	size_t len = 0;
+	for (int i = 0; i < sp->n && len < sizeof searched; i++)
+		len += (size_t)snprintf(searched + len, sizeof searched - len,
+					"%s%s (%s)", i ? ", " : "",
+					sp->dirs[i], sp->origin[i]);
+	return mg_error("%s plugin '%s' not found: no %s%s%s in %s (see "
+			"mgrun --list-plugins)",
+			mg_plugin_kind_name(want_kind), name, prefix, name,
+			suffix, sp->n ? searched : "an empty search path");
+}
+
+void mg_plugin_close(struct mg_loaded_plugin *p)
+{
+	if (p->handle)
+		dlclose(p->handle);
+	memset(p, 0, sizeof *p);
+}
+
+void mg_plugin_foreach(const struct mg_search_path *sp,
+		       void (*fn)(const struct mg_loaded_plugin *, void *),
+		       void *arg)
+{
+	char seen[256][64];
+	int nseen = 0;
+	for (int i = 0; i < sp->n; i++) {
+		DIR *dir = opendir(sp->dirs[i]);
+		if (!dir)
+			continue;
+		struct dirent *e;
+		while ((e = readdir(dir))) {
+			size_t len = strlen(e->d_name);
+			if (len <= strlen(prefix) + strlen(suffix) ||
+			    strncmp(e->d_name, prefix, strlen(prefix)) ||
+			    strcmp(e->d_name + len - strlen(suffix), suffix))
+				continue;
+			char name[64];
+			size_t nlen = len - strlen(prefix) - strlen(suffix);
+			if (nlen >= sizeof name)
+				continue;
+			memcpy(name, e->d_name + strlen(prefix), nlen);
+			name[nlen] = 0;
+			int dup = 0;
+			for (int k = 0; k < nseen; k++)
+				dup |= !strcmp(seen[k], name);
+			if (dup || nseen >= 256)
+				continue;
+			char path[PATH_MAX];
+			snprintf(path, sizeof path, "%s/%s", sp->dirs[i],
+				 e->d_name);
+			struct mg_loaded_plugin p;
+			if (mg_plugin_open(path, 0, NULL, &p) == 0) {
+				strcpy(seen[nseen++], name);
+				fn(&p, arg);
+				mg_plugin_close(&p);
+			} else {
+				mg_warn("%s", mg_last_error());
+			}
+		}
+		closedir(dir);
+	}
+}

@@ -1,0 +1,49 @@
+/*
+ * plugin_loader.h - finding, opening and validating plugin shared objects.
+ */
+#ifndef MG_PLUGIN_LOADER_H
+#define MG_PLUGIN_LOADER_H
+
+#include <limits.h>
+
+#include "mg/mg.h"
+
+struct mg_loaded_plugin {
+	void *handle;
+	const struct mg_plugin *desc;
+	char path[PATH_MAX];
+};
+
+/* Directories searched for plugins named in an INI, in order. */
+struct mg_search_path {
+	int n;
+	char *dirs[32];
+	const char *origin[32]; /* "--plugin-path", "MG_PLUGIN_PATH", ... */
+};
+
+/* Build the search path: --plugin-path entries (colon-separated, may be
+ * NULL), then MG_PLUGIN_PATH, then the build tree, then the install dir.
+ * The current directory is never searched implicitly. */
+void mg_search_path_init(struct mg_search_path *sp, const char *cli_dirs);
+void mg_search_path_free(struct mg_search_path *sp);
+
+const char *mg_plugin_kind_name(enum mg_plugin_kind k);
+
+/* Open path and validate its descriptor. want_kind 0 accepts any kind;
+ * want_name NULL accepts any name. On error the message names the plugin,
+ * the file and what is wrong (ABI versions, missing symbol, kind). */
+int mg_plugin_open(const char *path, enum mg_plugin_kind want_kind,
+		   const char *want_name, struct mg_loaded_plugin *out);
+/* Find libmg_<name>.so along sp and open it. */
+int mg_plugin_find(const struct mg_search_path *sp,
+		   enum mg_plugin_kind want_kind, const char *name,
+		   struct mg_loaded_plugin *out);
+void mg_plugin_close(struct mg_loaded_plugin *p);
+
+/* Call fn for every valid plugin found along sp (first one of each name
+ * wins, as for loading). Invalid files are reported through warn. */
+void mg_plugin_foreach(const struct mg_search_path *sp,
+		       void (*fn)(const struct mg_loaded_plugin *, void *),
+		       void *arg);
+
+#endif

@@ -1,0 +1,40 @@
+/*
+ * progress.c - a progress line: rewritten in place on a terminal, plain
+ * lines every run.log_every steps otherwise (logs, CI).
+ */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "engine/trainer.h"
+
+void mg_progress_step(struct mg_trainer *t, int64_t step, double loss,
+		      double acc, double lr, double rate)
+{
+	if (t->ctx.rank != 0)
+		return;
+	int64_t spe = t->steps_per_epoch;
+	int64_t done = step + 1 - t->start_step;
+	double elapsed = mg_now() - t->t_begin;
+	double eta = done > 0 ? elapsed / (double)done *
+					(double)(t->total_steps - step - 1)
+			      : 0;
+	bool tty = isatty(STDOUT_FILENO);
+	int64_t every = mg_opt_int(t->s->run, "log_every");
+	if (!tty && (step + 1) % every != 0 && step + 1 != t->total_steps)
+		return;
+	printf("%sepoch %lld/%lld step %lld/%lld loss %.4f acc %5.1f%% "
+	       "lr %.3g %.0f samples/s eta %.0fs%s",
+	       tty ? "\r\033[K" : "", (long long)(step / spe + 1),
+	       (long long)((t->total_steps + spe - 1) / spe),
+	       (long long)(step % spe + 1), (long long)spe, loss, 100 * acc,
+	       lr, rate, eta, tty ? "" : "\n");
+	fflush(stdout);
+}
+
+void mg_progress_end(struct mg_trainer *t)
+{
+	if (t->ctx.rank == 0 && isatty(STDOUT_FILENO)) {
+		putchar('\n');
+		fflush(stdout);
+	}
+}

@@ -1,0 +1,261 @@
+/*
+ * report.c - the run directory's steps.csv (one row per optimizer step)
+ * and report.json (versioned schema, rewritten atomically at each epoch
+ * end), plus the readable summary printed at the end of a run.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/trainer.h"
+
+#define REPORT_SCHEMA "mgrun-report-1"
+
+static const char *const timer_names[MG_T_COUNT] = {
+	"data", "h2d", "forward", "backward", "comm", "optimizer"};
+static const char *const counter_names[MG_C_COUNT] = {
+	"samples_read", "samples_computed", "h2d_bytes",
+	"d2h_bytes",	"comm_bytes",	    "comm_calls"};
+
+static const char csv_header[] =
+	"step,epoch,loss,accuracy,lr,grad_norm,skipped,step_s,data_s,h2d_s,"
+	"forward_s,backward_s,comm_s,optimizer_s,mem_bytes\n";
+
+/* On resume keep the rows of steps before the checkpoint, drop the rest
+ * (a run may have died after its last checkpoint). */
+static int trim_csv(const char *path, int64_t keep_below)
+{
+	FILE *in = fopen(path, "r");
+	if (!in)
+		return 0;
+	char tmp[PATH_MAX + 8];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *out = fopen(tmp, "w");
+	if (!out) {
+		fclose(in);
+		return mg_error("%s: cannot write", tmp);
+	}
+	char line[1024];
+	bool first = true;
+	while (fgets(line, sizeof line, in)) {
+		if (first || atoll(line) < keep_below)
+			fputs(line, out);
+		first = false;
+	}
+	fclose(in);
+	fclose(out);
+	return rename(tmp, path) ? mg_error("rename %s", tmp) : 0;
+}
+
+int mg_report_open(struct mg_trainer *t, bool resume)
+{
+	if (t->ctx.rank != 0)
+		return 0;
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof path, "%s/steps.csv", t->run_dir);
+	if (resume) {
+		if (trim_csv(path, t->start_step))
+			return -1;
+		t->csv = fopen(path, "a");
+	} else {
+		t->csv = fopen(path, "w");
+		if (t->csv)
+			fputs(csv_header, t->csv);
+	}
+	if (!t->csv)
+		return mg_error("%s: cannot open for writing", path);
+	return 0;
+}
+
+void mg_report_step(struct mg_trainer *t, int64_t step, double loss,
+		    double acc, double lr, double seconds,
+		    const struct mg_step_report *sr)
+{
+	if (!t->csv)
+		return;
+	const double *ts = t->stats.t_step;
+	fprintf(t->csv,
+		"%lld,%lld,%.9g,%.6g,%.9g,%.6g,%d,%.6f,%.6f,%.6f,%.6f,%.6f,"
+		"%.6f,%.6f,%lld\n",
+		(long long)step, (long long)(step / t->steps_per_epoch), loss,
+		acc, lr, sr->grad_norm, sr->skipped ? 1 : 0, seconds,
+		ts[MG_T_DATA], ts[MG_T_H2D], ts[MG_T_FORWARD],
+		ts[MG_T_BACKWARD], ts[MG_T_COMM], ts[MG_T_OPTIM],
+		(long long)t->stats.mem_total_cur);
+}
+
+void mg_report_close(struct mg_trainer *t)
+{
+	if (t->csv)
+		fclose(t->csv);
+	t->csv = NULL;
+}
+
+static cJSON *config_json(const struct mg_session *s)
+{
+	/* The effective configuration, as mgrun --print-config shows it. */
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return cJSON_CreateNull();
+	mg_session_print(s, f);
+	fclose(f);
+	cJSON *j = cJSON_CreateString(buf);
+	free(buf);
+	return j;
+}
+
+static cJSON *plugins_json(const struct mg_session *s)
+{
+	cJSON *o = cJSON_CreateObject();
+	for (int i = 0; i < MG_SEC_PLUGIN_COUNT; i++) {
+		const struct mg_loaded_plugin *p = &s->plugin[i];
+		cJSON *e = cJSON_AddObjectToObject(o, mg_section_names[i]);
+		cJSON_AddStringToObject(e, "name", p->desc->name);
+		cJSON_AddStringToObject(e, "version", p->desc->version);
+		cJSON_AddStringToObject(e, "path", p->path);
+	}
+	return o;
+}
+
+static cJSON *rank_json(const struct mg_trainer *t)
+{
+	const struct mg_stats *st = &t->stats;
+	cJSON *r = cJSON_CreateObject();
+	cJSON_AddNumberToObject(r, "rank", t->ctx.rank);
+	cJSON *tm = cJSON_AddObjectToObject(r, "time_s");
+	for (int i = 0; i < MG_T_COUNT; i++)
+		cJSON_AddNumberToObject(tm, timer_names[i], st->t_total[i]);
+	cJSON *c = cJSON_AddObjectToObject(r, "counters");
+	for (int i = 0; i < MG_C_COUNT; i++)
+		cJSON_AddNumberToObject(c, counter_names[i],
+					(double)st->counters[i]);
+	cJSON *m = cJSON_AddObjectToObject(r, "memory_peak_bytes");
+	for (int i = 0; i < MG_MEM_CAT_COUNT; i++)
+		cJSON_AddNumberToObject(m, mg_mem_cat_name(i),
+					(double)st->mem_peak[i]);
+	cJSON_AddNumberToObject(m, "total", (double)st->mem_total_peak);
+	cJSON_AddNumberToObject(m, "host_pinned",
+				(double)st->host_pinned_peak);
+	return r;
+}
+
+int mg_report_write(struct mg_trainer *t, bool final)
+{
+	if (t->ctx.rank != 0)
+		return 0;
+	if (t->csv)
+		fflush(t->csv);
+	cJSON *root = cJSON_CreateObject();
+	cJSON_AddStringToObject(root, "schema", REPORT_SCHEMA);
+	cJSON_AddStringToObject(root, "mgrun_version", MG_VERSION);
+	cJSON_AddStringToObject(root, "status", final ? "finished" : "running");
+	cJSON_AddStringToObject(root, "ini", t->s->ini_path);
+	cJSON_AddItemToObject(root, "config", config_json(t->s));
+	cJSON_AddItemToObject(root, "plugins", plugins_json(t->s));
+	cJSON *run = cJSON_AddObjectToObject(root, "run");
+	cJSON_AddNumberToObject(run, "world", t->ctx.world);
+	cJSON_AddStringToObject(run, "device", "cpu");
+	cJSON_AddStringToObject(run, "precision",
+				mg_dtype_name(t->ctx.compute_dtype));
+	cJSON_AddNumberToObject(run, "batch_size", (double)t->batch);
+	cJSON_AddNumberToObject(run, "steps_per_epoch",
+				(double)t->steps_per_epoch);
+	cJSON_AddNumberToObject(run, "total_steps", (double)t->total_steps);
+	cJSON_AddNumberToObject(run, "resumed_at_step", (double)t->start_step);
+	cJSON_AddNumberToObject(run, "skipped_steps", (double)t->skipped_steps);
+	cJSON_AddNumberToObject(run, "trainable_parameters",
+				(double)mg_spec_numel(&t->spec, MG_P_TRAIN));
+	cJSON_AddNumberToObject(run, "wall_s", mg_now() - t->t_begin);
+	cJSON *eps = cJSON_AddArrayToObject(root, "epochs");
+	for (int i = 0; i < t->nep; i++) {
+		const struct mg_epoch_stats *e = &t->ep[i];
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddNumberToObject(o, "epoch", (double)e->epoch);
+		cJSON_AddNumberToObject(o, "steps", (double)e->steps);
+		cJSON_AddNumberToObject(o, "samples", (double)e->samples);
+		cJSON_AddNumberToObject(o, "train_loss", e->train_loss);
+		cJSON_AddNumberToObject(o, "train_accuracy", e->train_acc);
+		if (e->has_test) {
+			cJSON_AddNumberToObject(o, "test_loss", e->test_loss);
+			cJSON_AddNumberToObject(o, "test_accuracy",
+						e->test_acc);
+		}
+		cJSON_AddNumberToObject(o, "seconds", e->seconds);
+		cJSON_AddNumberToObject(o, "samples_per_s",
+					e->seconds > 0 ? (double)e->samples /
+								 e->seconds
+						       : 0);
+		cJSON_AddItemToArray(eps, o);
+	}
+	cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
+	cJSON_AddItemToArray(ranks, rank_json(t));
+	char *text = cJSON_Print(root);
+	cJSON_Delete(root);
+	char path[PATH_MAX + 16], tmp[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/report.json", t->run_dir);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	int rc = 0;
+	if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
+		rc = mg_error("%s: cannot write", tmp);
+	if (f && fclose(f) && !rc)
+		rc = mg_error("%s: write failed", tmp);
+	if (!rc && rename(tmp, path))
+		rc = mg_error("rename %s", tmp);
+	free(text);
+	return rc;
+}
+
+static void human_bytes(char *out, size_t n, double b)
+{
+	const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int i = 0;
+	while (b >= 1024 && i < 4) {
+		b /= 1024;
+		i++;
+	}
+	snprintf(out, n, "%.1f %s", b, u[i]);
+}
+
+void mg_report_summary(struct mg_trainer *t, FILE *f)
+{
+	const struct mg_stats *st = &t->stats;
+	double busy = 0;
+	for (int i = 0; i < MG_T_COUNT; i++)
+		busy += st->t_total[i];
+	fprintf(f, "\n== summary (%s) ==\n", t->run_dir);
+	if (t->nep) {
+		const struct mg_epoch_stats *e = &t->ep[t->nep - 1];
+		if (e->has_test)
+			fprintf(f, "test accuracy   %.2f%%  (loss %.4f)\n",
+				100 * e->test_acc, e->test_loss);
+		fprintf(f, "train loss      %.4f  (last epoch)\n",
+			e->train_loss);
+	}
+	int64_t computed = st->counters[MG_C_SAMPLES_COMPUTED];
+	double wall = mg_now() - t->t_begin;
+	fprintf(f, "throughput      %.1f samples/s over %.1f s of training\n",
+		busy > 0 ? (double)computed / busy : 0, busy);
+	fprintf(f, "phase           seconds   share\n");
+	for (int i = 0; i < MG_T_COUNT; i++)
+		fprintf(f, "  %-12s %9.3f  %5.1f%%\n", timer_names[i],
+			st->t_total[i],
+			busy > 0 ? 100 * st->t_total[i] / busy : 0);
+	fprintf(f, "memory peak by category\n");
+	for (int i = 0; i < MG_MEM_CAT_COUNT; i++) {
+		char b[32];
+		human_bytes(b, sizeof b, (double)st->mem_peak[i]);
+		fprintf(f, "  %-12s %12s\n", mg_mem_cat_name(i), b);
+	}
+	char b[32];
+	human_bytes(b, sizeof b, (double)st->mem_total_peak);
+	fprintf(f, "  %-12s %12s\n", "total", b);
+	human_bytes(b, sizeof b, (double)st->counters[MG_C_H2D_BYTES]);
+	fprintf(f, "host->device    %s\n", b);
+	fprintf(f, "wall time       %.1f s; report %s/report.json\n", wall,
+		t->run_dir);
+}

@@ -1,0 +1,486 @@
+/*
+ * trainer.c - one rank's training run: build the context and plugin
+ * instances, let the strategy place the model's parameters, then loop
+ * plan -> read -> copy -> transform -> forward -> backward -> step, with
+ * evaluation, checkpoints and reports.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/ckpt.h"
+#include "engine/core_schema.h"
+#include "engine/trainer.h"
+
+#define CKPT_FILE "checkpoint.safetensors"
+#define CKPT_FORMAT "mgrun-checkpoint-1"
+
+int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s, int unit,
+		 struct mg_tensor *params_host)
+{
+	if (unit < 0 || unit >= s->nunits)
+		return mg_error("init: unit %d out of range", unit);
+	int rc = ctx->model_ops->init_unit(ctx->model, unit, params_host,
+					   mg_rng_key(ctx->seed, (uint64_t)unit));
+	if (rc)
+		return mg_error_prefix("model init of unit '%s'",
+				       s->units[unit].name);
+	return 0;
+}
+
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof buf, "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, 0755) && errno != EEXIST)
+			return mg_error("mkdir %s: %s", buf, strerror(errno));
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) && errno != EEXIST)
+		return mg_error("mkdir %s: %s", buf, strerror(errno));
+	return 0;
+}
+
+static int setup_run_dir(struct mg_trainer *t)
+{
+	const char *name = mg_opt_str(t->s->run, "name");
+	char stem[PATH_MAX];
+	if (!name[0]) {
+		char tmp[PATH_MAX];
+		snprintf(tmp, sizeof tmp, "%s", t->s->ini_path);
+		snprintf(stem, sizeof stem, "%s", basename(tmp));
+		char *dot = strrchr(stem, '.');
+		if (dot && dot != stem)
+			*dot = 0;
+		name = stem;
+	}
+	snprintf(t->run_dir, sizeof t->run_dir, "%s/%s",
+		 mg_opt_str(t->s->run, "out_dir"), name);
+	return mkdir_p(t->run_dir);
+}
+
+static int create_instances(struct mg_trainer *t)
+{
+	/* Dataset and model first: the strategy may size itself on them. */
+	static const int order[] = {MG_SEC_DATASET, MG_SEC_MODEL,
+				    MG_SEC_STRATEGY};
+	for (int k = 0; k < 3; k++) {
+		int i = order[k];
+		const struct mg_plugin *p = t->s->plugin[i].desc;
+		if (p->create(t->s->opts[i], &t->ctx, &t->inst[i]))
+			return mg_error_prefix("%s plugin '%s' (%s)",
+					       mg_section_names[i], p->name,
+					       t->s->plugin[i].path);
+	}
+	t->model = t->s->plugin[MG_SEC_MODEL].desc->ops;
+	t->data = t->s->plugin[MG_SEC_DATASET].desc->ops;
+	t->strat = t->s->plugin[MG_SEC_STRATEGY].desc->ops;
+	t->ctx.model = t->inst[MG_SEC_MODEL];
+	t->ctx.model_ops = t->model;
+	t->ctx.strategy = t->inst[MG_SEC_STRATEGY];
+	t->ctx.strategy_ops = t->strat;
+	return 0;
+}
+
+static int setup(struct mg_trainer *t)
+{
+	const struct mg_opts *run = t->s->run;
+	struct mg_ctx *ctx = &t->ctx;
+	t->dev.kind = MG_DEV_CPU;
+	t->dev.threads = (int)mg_opt_int(run, "threads");
+	if (t->dev.threads > 0) {
+		omp_set_num_threads(t->dev.threads);
+		openblas_set_num_threads(t->dev.threads);
+	}
+	t->comm = mg_comm_self();
+	if (!t->comm)
+		return mg_error("out of memory");
+	ctx->struct_size = sizeof *ctx;
+	ctx->rank = t->comm->rank;
+	ctx->world = t->comm->world;
+	ctx->dev = &t->dev;
+	ctx->comm = t->comm;
+	ctx->compute_dtype = ctx->master_dtype =
+		mg_opt_enum(run, "precision") == MG_PREC_FP64 ? MG_F64 : MG_F32;
+	ctx->seed = (uint64_t)mg_opt_int(run, "seed");
+	ctx->stats = &t->stats;
+	mg_optim_from_opts(&t->hp, t->s->optim);
+	ctx->optim = &t->hp;
+	t->batch = mg_opt_int(run, "batch_size");
+	t->epochs = mg_opt_int(run, "epochs");
+	if (create_instances(t))
+		return -1;
+	if (t->model->declare(t->inst[MG_SEC_MODEL], &t->spec))
+		return mg_error_prefix("model declare");
+	if (t->strat->setup(t->inst[MG_SEC_STRATEGY], &t->spec))
+		return mg_error_prefix("strategy '%s' setup",
+				       t->s->plugin[MG_SEC_STRATEGY].desc->name);
+	int64_t cap = t->batch;
+	int64_t eb = mg_opt_int(run, "eval_batch_size");
+	if (eb > cap)
+		cap = eb;
+	if (mg_input_init(t, cap))
+		return -1;
+	int64_t one = 1, nm = MG_METRIC_N;
+	if (mg_buf_alloc(ctx, &t->metrics, MG_METRIC_N * sizeof(float),
+			 MG_MEM_OTHER) ||
+	    mg_buf_alloc(ctx, &t->grad_scale, sizeof(float), MG_MEM_OTHER))
+		return -1;
+	ctx->grad_scale = mg_tensor_make(t->grad_scale.ptr, MG_F32,
+					 ctx->dev->kind, 1, &one);
+	(void)nm;
+	int64_t ntrain = t->data->count(t->inst[MG_SEC_DATASET],
+					MG_SPLIT_TRAIN);
+	t->steps_per_epoch = t->strat->steps_per_epoch(
+		t->inst[MG_SEC_STRATEGY], ntrain, t->batch);
+	if (t->steps_per_epoch <= 0)
+		return mg_error("the training set has %lld samples, fewer than "
+				"one batch of %lld",
+				(long long)ntrain, (long long)t->batch);
+	t->total_steps = t->steps_per_epoch * t->epochs;
+	int64_t max_steps = mg_opt_int(run, "max_steps");
+	if (max_steps > 0 && max_steps < t->total_steps)
+		t->total_steps = max_steps;
+	return setup_run_dir(t);
+}
+
+/* Read the F32 metrics the model wrote. */
+static int read_metrics(struct mg_trainer *t, double m[MG_METRIC_N])
+{
+	float f[MG_METRIC_N];
+	if (mg_copy_d2h(&t->ctx, f, t->metrics.ptr, sizeof f))
+		return -1;
+	for (int i = 0; i < MG_METRIC_N; i++)
+		m[i] = f[i];
+	return 0;
+}
+
+static int evaluate(struct mg_trainer *t, double *loss, double *acc)
+{
+	struct mg_ctx *ctx = &t->ctx;
+	void *data = t->inst[MG_SEC_DATASET];
+	int64_t n = t->data->count(data, MG_SPLIT_TEST);
+	int64_t eb = mg_opt_int(t->s->run, "eval_batch_size");
+	struct mg_tensor metrics = mg_tensor_make(
+		t->metrics.ptr, MG_F32, ctx->dev->kind, 1,
+		(const int64_t[]){MG_METRIC_N});
+	double tot[MG_METRIC_N] = {0};
+	ctx->training = false;
+	/* Each rank evaluates every world-th batch; sums are reduced. */
+	for (int64_t b = (int64_t)ctx->rank * eb; b < n;
+	     b += eb * ctx->world) {
+		int64_t cnt = n - b < eb ? n - b : eb;
+		for (int64_t i = 0; i < cnt; i++)
+			t->in.idx[i] = b + i;
+		struct mg_batch batch;
+		double m[MG_METRIC_N];
+		if (mg_input_load(t, MG_SPLIT_TEST, t->in.idx, cnt, 0, cnt,
+				  &batch) ||
+		    t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
+				      &metrics) ||
+		    read_metrics(t, m))
+			return mg_error_prefix("evaluation");
+		for (int i = 0; i < MG_METRIC_N; i++)
+			tot[i] += m[i];
+	}
+	if (t->comm->all_reduce(t->comm, tot, MG_METRIC_N, MG_F64,
+				MG_REDUCE_SUM))
+		return -1;
+	*loss = tot[MG_METRIC_COUNT] > 0 ? tot[MG_METRIC_LOSS_SUM] /
+						   tot[MG_METRIC_COUNT]
+					 : NAN;
+	*acc = tot[MG_METRIC_COUNT] > 0
+		       ? tot[MG_METRIC_CORRECT] / tot[MG_METRIC_COUNT]
+		       : NAN;
+	return 0;
+}
+
+static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
+{
+	struct mg_ckpt ck;
+	mg_ckpt_begin_write(&ck, &t->ctx);
+	int rc = t->strat->save(t->inst[MG_SEC_STRATEGY], &ck);
+	if (!rc && t->ctx.rank == 0) {
+		char v[64], path[PATH_MAX + 32];
+		mg_st_writer_meta(&ck.w, "format", CKPT_FORMAT);
+		snprintf(v, sizeof v, "%lld", (long long)next_step);
+		mg_st_writer_meta(&ck.w, "next_step", v);
+		snprintf(v, sizeof v, "%lld", (long long)t->hp.step);
+		mg_st_writer_meta(&ck.w, "optimizer_step", v);
+		snprintf(v, sizeof v, "%llu", (unsigned long long)t->ctx.seed);
+		mg_st_writer_meta(&ck.w, "seed", v);
+		snprintf(v, sizeof v, "%lld", (long long)t->skipped_steps);
+		mg_st_writer_meta(&ck.w, "skipped_steps", v);
+		mg_st_writer_meta(&ck.w, "model",
+				  t->s->plugin[MG_SEC_MODEL].desc->name);
+		mg_st_writer_meta(&ck.w, "strategy",
+				  t->s->plugin[MG_SEC_STRATEGY].desc->name);
+		snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
+		rc = mg_st_writer_save(&ck.w, path);
+	}
+	mg_ckpt_free(&ck);
+	return rc ? mg_error_prefix("checkpoint at step %lld",
+				    (long long)next_step)
+		  : 0;
+}
+
+static int64_t meta_int(const struct mg_st_file *f, const char *key, int *bad)
+{
+	const char *v = mg_st_meta(f, key);
+	char *end;
+	if (!v) {
+		*bad = 1;
+		return 0;
+	}
+	long long x = strtoll(v, &end, 10);
+	if (*end)
+		*bad = 1;
+	return x;
+}
+
+static int load_checkpoint(struct mg_trainer *t)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
+	struct mg_ckpt ck;
+	if (mg_ckpt_open_read(&ck, &t->ctx, path)) {
+		mg_ckpt_free(&ck);
+		return mg_error_prefix("--resume");
+	}
+	int bad = 0, rc = 0;
+	const char *fmt = mg_st_meta(&ck.f, "format");
+	const char *model = mg_st_meta(&ck.f, "model");
+	t->start_step = meta_int(&ck.f, "next_step", &bad);
+	t->hp.step = meta_int(&ck.f, "optimizer_step", &bad);
+	t->skipped_steps = meta_int(&ck.f, "skipped_steps", &bad);
+	int64_t seed = meta_int(&ck.f, "seed", &bad);
+	if (bad || !fmt || strcmp(fmt, CKPT_FORMAT))
+		rc = mg_error("%s is not an mgrun checkpoint (metadata "
+			      "missing or malformed)",
+			      path);
+	else if (!model ||
+		 strcmp(model, t->s->plugin[MG_SEC_MODEL].desc->name))
+		rc = mg_error("%s holds model '%s', this run is '%s'", path,
+			      model ? model : "?",
+			      t->s->plugin[MG_SEC_MODEL].desc->name);
+	else if ((uint64_t)seed != t->ctx.seed)
+		rc = mg_error("%s was written with seed %lld, this run has "
+			      "seed %llu (resuming would change the data "
+			      "order)",
+			      path, (long long)seed,
+			      (unsigned long long)t->ctx.seed);
+	else
+		rc = t->strat->load(t->inst[MG_SEC_STRATEGY], &ck);
+	mg_ckpt_free(&ck);
+	if (rc)
+		return mg_error_prefix("--resume");
+	mg_info("resumed from %s at step %lld", path,
+		(long long)t->start_step);
+	return 0;
+}
+
+/* One optimizer step on the step-th batch of the run. */
+static int train_step(struct mg_trainer *t, int64_t step, double *m,
+		      struct mg_step_report *sr)
+{
+	struct mg_ctx *ctx = &t->ctx;
+	void *strat = t->inst[MG_SEC_STRATEGY];
+	int64_t ntrain = t->data->count(t->inst[MG_SEC_DATASET],
+					MG_SPLIT_TRAIN);
+	int64_t epoch = step / t->steps_per_epoch;
+	struct mg_plan plan = {.read_idx = t->in.idx, .read_cap = t->in.cap};
+	if (t->strat->plan(strat, ntrain, t->batch, epoch,
+			   step % t->steps_per_epoch, &plan))
+		return mg_error_prefix("strategy plan");
+	struct mg_batch batch;
+	if (mg_input_load(t, MG_SPLIT_TRAIN, plan.read_idx, plan.n_read,
+			  plan.compute_begin, plan.compute_count, &batch))
+		return -1;
+	batch.global_offset = plan.global_offset;
+	mg_count(ctx, MG_C_SAMPLES_COMPUTED, plan.compute_count);
+	float gs = (float)(1.0 / (double)plan.global_count);
+	if (mg_copy_h2d(ctx, t->grad_scale.ptr, &gs, sizeof gs))
+		return -1;
+	ctx->epoch = epoch;
+	ctx->step = step;
+	ctx->training = true;
+	struct mg_tensor metrics = mg_tensor_make(
+		t->metrics.ptr, MG_F32, ctx->dev->kind, 1,
+		(const int64_t[]){MG_METRIC_N});
+	if (t->strat->begin_step(strat))
+		return mg_error_prefix("strategy begin_step");
+	mg_timer_start(ctx, MG_T_FORWARD);
+	int rc = t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
+				   &metrics);
+	mg_timer_stop(ctx, MG_T_FORWARD);
+	if (rc)
+		return mg_error_prefix("forward at step %lld", (long long)step);
+	mg_timer_start(ctx, MG_T_BACKWARD);
+	rc = t->model->backward(t->inst[MG_SEC_MODEL], ctx);
+	mg_timer_stop(ctx, MG_T_BACKWARD);
+	if (rc)
+		return mg_error_prefix("backward at step %lld",
+				       (long long)step);
+	t->hp.lr = mg_schedule_lr(t, step);
+	t->hp.step++;
+	mg_timer_start(ctx, MG_T_OPTIM);
+	rc = t->strat->step(strat, &t->hp, sr);
+	mg_timer_stop(ctx, MG_T_OPTIM);
+	if (rc)
+		return mg_error_prefix("optimizer step %lld", (long long)step);
+	if (sr->skipped) {
+		t->hp.step--;
+		t->skipped_steps++;
+	}
+	return read_metrics(t, m);
+}
+
+static int run_loop(struct mg_trainer *t)
+{
+	const struct mg_opts *run = t->s->run;
+	int64_t ck_every = mg_opt_int(run, "checkpoint_every");
+	bool ck_on = mg_opt_bool(run, "checkpoint");
+	bool eval_on = mg_opt_bool(run, "eval");
+	double ep_m[MG_METRIC_N] = {0}, ep_t0 = mg_now();
+	int64_t ep_steps = 0;
+	for (int64_t step = t->start_step; step < t->total_steps; step++) {
+		double m[MG_METRIC_N] = {0}, t0 = mg_now();
+		struct mg_step_report sr = {0};
+		mg_stats_step_begin(&t->stats);
+		if (train_step(t, step, m, &sr))
+			return -1;
+		double dt = mg_now() - t0;
+		double loss = m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
+		double acc = m[MG_METRIC_CORRECT] / m[MG_METRIC_COUNT];
+		if (!isfinite(loss))
+			return mg_error("loss is %g at step %lld: training "
+					"diverged (lower optimizer.lr?)",
+					loss, (long long)step);
+		for (int i = 0; i < MG_METRIC_N; i++)
+			ep_m[i] += m[i];
+		ep_steps++;
+		mg_report_step(t, step, loss, acc, t->hp.lr, dt, &sr);
+		mg_progress_step(t, step, loss, acc, t->hp.lr,
+				 m[MG_METRIC_COUNT] / dt);
+		bool epoch_end = (step + 1) % t->steps_per_epoch == 0 ||
+				 step + 1 == t->total_steps;
+		if (epoch_end) {
+			mg_progress_end(t);
+			struct mg_epoch_stats e = {
+				.epoch = step / t->steps_per_epoch,
+				.steps = ep_steps,
+				.samples = (int64_t)ep_m[MG_METRIC_COUNT],
+				.train_loss = ep_m[0] / ep_m[MG_METRIC_COUNT],
+				.train_acc = ep_m[1] / ep_m[MG_METRIC_COUNT],
+				.seconds = mg_now() - ep_t0,
+			};
+			if (eval_on) {
+				if (evaluate(t, &e.test_loss, &e.test_acc))
+					return -1;
+				e.has_test = 1;
+			}
+			void *p = realloc(t->ep, (size_t)(t->nep + 1) *
+							 sizeof *t->ep);
+			if (!p)
+				return mg_error("out of memory");
+			t->ep = p;
+			t->ep[t->nep++] = e;
+			if (t->ctx.rank == 0) {
+				if (e.has_test)
+					mg_info("epoch %lld: train loss %.4f "
+						"acc %.2f%%, test loss %.4f "
+						"acc %.2f%%, %.1f s, %.0f "
+						"samples/s",
+						(long long)e.epoch + 1,
+						e.train_loss,
+						100 * e.train_acc, e.test_loss,
+						100 * e.test_acc, e.seconds,
+						(double)e.samples / e.seconds);
+				else
+					mg_info("epoch %lld: train loss %.4f "
+						"acc %.2f%%, %.1f s",
+						(long long)e.epoch + 1,
+						e.train_loss,
+						100 * e.train_acc, e.seconds);
+			}
+			memset(ep_m, 0, sizeof ep_m);
+			ep_steps = 0;
+			ep_t0 = mg_now();
+		}
+		bool ck_now = ck_on && (epoch_end || (ck_every > 0 &&
+						      (step + 1) % ck_every == 0));
+		if (ck_now && save_checkpoint(t, step + 1))
+			return -1;
+		if (epoch_end && mg_report_write(t, false))
+			return -1;
+	}
+	return 0;
+}
+
+static void teardown(struct mg_trainer *t)
+{
+	struct mg_ctx *ctx = &t->ctx;
+	mg_input_free(t);
+	if (ctx->dev) {
+		mg_buf_free(ctx, &t->metrics);
+		mg_buf_free(ctx, &t->grad_scale);
+	}
+	static const int order[] = {MG_SEC_STRATEGY, MG_SEC_MODEL,
+				    MG_SEC_DATASET};
+	for (int k = 0; k < 3; k++) {
+		int i = order[k];
+		if (t->inst[i])
+			t->s->plugin[i].desc->destroy(t->inst[i]);
+	}
+	mg_spec_free(&t->spec);
+	if (t->comm)
+		t->comm->destroy(t->comm);
+	mg_report_close(t);
+	free(t->ep);
+}
+
+int mg_train(struct mg_session *s, bool resume)
+{
+	struct mg_trainer t;
+	memset(&t, 0, sizeof t);
+	t.s = s;
+	t.t_begin = mg_now();
+	int rc = setup(&t);
+	if (!rc && resume)
+		rc = load_checkpoint(&t);
+	if (!rc) {
+		mg_log_configure(MG_LOG_INFO, t.ctx.world > 1 ? t.ctx.rank : -1);
+		mg_info("mgrun: %s: model %s (%lld parameters, %d units), "
+			"dataset %s, strategy %s, %s on %s, %lld steps of "
+			"%lld, run dir %s",
+			s->ini_path, s->plugin[MG_SEC_MODEL].desc->name,
+			(long long)mg_spec_numel(&t.spec, MG_P_TRAIN),
+			t.spec.nunits, s->plugin[MG_SEC_DATASET].desc->name,
+			s->plugin[MG_SEC_STRATEGY].desc->name,
+			mg_dtype_name(t.ctx.compute_dtype), "cpu",
+			(long long)t.total_steps, (long long)t.batch,
+			t.run_dir);
+		rc = mg_report_open(&t, resume);
+	}
+	if (!rc)
+		rc = run_loop(&t);
+	if (!rc)
+		rc = mg_report_write(&t, true);
+	if (!rc && t.ctx.rank == 0)
+		mg_report_summary(&t, stdout);
+	if (rc)
+		mg_log(MG_LOG_ERROR, "%s", mg_last_error());
+	teardown(&t);
+	return rc ? 1 : 0;
+}

@@ -1,0 +1,91 @@
+/*
+ * trainer.h - one rank's training run: the context, plugin instances,
+ * input buffers, schedule and report state shared by the engine's files.
+ */
+#ifndef MG_TRAINER_H
+#define MG_TRAINER_H
+
+#include <limits.h>
+#include <stdio.h>
+
+#include "engine/session.h"
+#include "runtime/runtime.h"
+
+/* Host staging and device buffers for one batch. */
+struct mg_input {
+	struct mg_sample_layout lay;
+	int64_t cap;	       /* samples the buffers hold */
+	size_t raw_sample;     /* bytes of one raw sample */
+	struct mg_buf raw_host, labels_host; /* host staging */
+	struct mg_buf raw_dev, labels_dev, input_dev;
+	int64_t *idx;	       /* plan indices, cap of them */
+};
+
+/* Per-epoch numbers for the report. */
+struct mg_epoch_stats {
+	int64_t epoch, steps, samples;
+	double train_loss, train_acc;
+	double test_loss, test_acc;
+	double seconds;
+	int has_test;
+};
+
+struct mg_trainer {
+	struct mg_session *s;
+	struct mg_ctx ctx;
+	struct mg_device dev;
+	struct mg_stats stats;
+	struct mg_comm *comm;
+	void *inst[MG_SEC_PLUGIN_COUNT];
+	const struct mg_model_ops *model;
+	const struct mg_dataset_ops *data;
+	const struct mg_strategy_ops *strat;
+	struct mg_model_spec spec;
+	struct mg_optim_hparams hp;
+	struct mg_input in;
+	struct mg_buf metrics, grad_scale;
+
+	int64_t batch, epochs, steps_per_epoch, total_steps;
+	int64_t start_step; /* first step this process runs (resume) */
+	char run_dir[PATH_MAX];
+	FILE *csv;
+	struct mg_epoch_stats *ep; /* epochs done, for report.json */
+	int nep;
+	double t_begin;
+	int64_t skipped_steps;
+};
+
+/* input.c */
+int mg_input_init(struct mg_trainer *t, int64_t cap);
+void mg_input_free(struct mg_trainer *t);
+/* Read samples idx[0..n) of split, copy to the device and transform;
+ * batch describes samples [begin, begin+count) of them. */
+int mg_input_load(struct mg_trainer *t, enum mg_split split,
+		  const int64_t *idx, int64_t n, int64_t begin, int64_t count,
+		  struct mg_batch *batch);
+
+/* schedule.c */
+double mg_schedule_lr(const struct mg_trainer *t, int64_t step);
+void mg_optim_from_opts(struct mg_optim_hparams *h, const struct mg_opts *o);
+
+/* report.c */
+int mg_report_open(struct mg_trainer *t, bool resume);
+void mg_report_step(struct mg_trainer *t, int64_t step, double loss,
+		    double acc, double lr, double seconds,
+		    const struct mg_step_report *sr);
+int mg_report_write(struct mg_trainer *t, bool final);
+void mg_report_close(struct mg_trainer *t);
+void mg_report_summary(struct mg_trainer *t, FILE *f);
+
+/* progress.c */
+void mg_progress_step(struct mg_trainer *t, int64_t step, double loss,
+		      double acc, double lr, double rate);
+void mg_progress_end(struct mg_trainer *t);
+
+/* comm_self.c */
+struct mg_comm *mg_comm_self(void);
+
+/* trainer.c */
+int mg_train(struct mg_session *s, bool resume);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * runtime.h - core-private declarations shared by the runtime services
+ * (logging set-up, memory accounting hooks, the stats object).
+ */
+#ifndef MG_RUNTIME_H
+#define MG_RUNTIME_H
+
+#include <stdio.h>
+
+#include "mg/mg.h"
+
+/* Logging: minimum level and this process's rank (-1: no prefix). */
+void mg_log_configure(enum mg_log_level lvl, int rank);
+
+/* Per-rank counters, phase timers and memory accounting. */
+struct mg_stats {
+	/* Phase time: this step (reset by mg_stats_step_begin) and total. */
+	double t_start[MG_T_COUNT];
+	double t_step[MG_T_COUNT];
+	double t_total[MG_T_COUNT];
+	int64_t counters[MG_C_COUNT];
+	/* Memory by category: current and peak bytes, device and host. */
+	int64_t mem_cur[MG_MEM_CAT_COUNT], mem_peak[MG_MEM_CAT_COUNT];
+	int64_t mem_total_cur, mem_total_peak;
+	int64_t host_pinned_cur, host_pinned_peak;
+};
+
+void mg_stats_step_begin(struct mg_stats *s);
+void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
+		  int pinned_host);
+
+#endif

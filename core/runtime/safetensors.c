@@ -1,0 +1,334 @@
+/*
+ * safetensors.c - validated safetensors reader (mmap) and atomic writer.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/runtime.h"
+#include "runtime/safetensors.h"
+
+static int parse_dtype(const char *s, enum mg_dtype *dt)
+{
+	static const struct {
+		const char *name;
+		enum mg_dtype dt;
+	} map[] = {{"F32", MG_F32},   {"F64", MG_F64}, {"F16", MG_F16},
+		   {"BF16", MG_BF16}, {"U8", MG_U8},   {"I32", MG_I32},
+		   {"I64", MG_I64}};
+	for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+		if (!strcmp(s, map[i].name)) {
+			*dt = map[i].dt;
+			return 0;
+		}
+	return -1;
+}
+
+static int cmp_entry_offset(const void *a, const void *b)
+{
+	const struct mg_st_entry *x = a, *y = b;
+	const char *px = x->data, *py = y->data;
+	return px < py ? -1 : px > py;
+}
+
+static int parse_entry(struct mg_st_file *f, const cJSON *item,
+		       struct mg_st_entry *e, const char *base, size_t dlen)
+{
+	const char *name = item->string;
+	const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+	const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
+	const cJSON *off =
+		cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+	if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off) ||
+	    cJSON_GetArraySize(off) != 2)
+		return mg_error("%s: tensor '%s': header entry lacks dtype, "
+				"shape or data_offsets",
+				f->path, name);
+	e->name = strdup(name);
+	if (parse_dtype(dt->valuestring, &e->dtype))
+		return mg_error("%s: tensor '%s': unsupported dtype '%s'",
+				f->path, name, dt->valuestring);
+	e->ndim = cJSON_GetArraySize(sh);
+	if (e->ndim > MG_MAX_DIMS)
+		return mg_error("%s: tensor '%s': %d dimensions (max %d)",
+				f->path, name, e->ndim, MG_MAX_DIMS);
+	size_t numel = 1;
+	for (int i = 0; i < e->ndim; i++) {
+		const cJSON *d = cJSON_GetArrayItem(sh, i);
+		if (!cJSON_IsNumber(d) || d->valuedouble < 0)
+			return mg_error("%s: tensor '%s': bad shape", f->path,
+					name);
+		e->shape[i] = (int64_t)d->valuedouble;
+		numel *= (size_t)e->shape[i];
+	}
+	double b = cJSON_GetArrayItem(off, 0)->valuedouble;
+	double en = cJSON_GetArrayItem(off, 1)->valuedouble;
+	if (b < 0 || en < b || en > (double)dlen)
+		return mg_error("%s: tensor '%s': data_offsets [%.0f, %.0f] "
+				"outside the %zu data bytes (file truncated?)",
+				f->path, name, b, en, dlen);
+	e->bytes = (size_t)(en - b);
+	if (e->bytes != numel * mg_dtype_size(e->dtype))
+		return mg_error("%s: tensor '%s': %zu bytes at offset %.0f but "
+				"shape and dtype need %zu",
+				f->path, name, e->bytes, b,
+				numel * mg_dtype_size(e->dtype));
+	e->data = base + (size_t)b;
+	return 0;
+}
+
+static int parse_header(struct mg_st_file *f, const char *json, size_t hlen)
+{
+	cJSON *root = cJSON_ParseWithLength(json, hlen);
+	if (!root || !cJSON_IsObject(root)) {
+		cJSON_Delete(root);
+		return mg_error("%s: header (bytes 8..%zu) is not a JSON object",
+				f->path, 8 + hlen);
+	}
+	const char *base = json + hlen;
+	size_t dlen = f->size - 8 - hlen;
+	int n = cJSON_GetArraySize(root), rc = 0;
+	f->entries = calloc((size_t)n + 1, sizeof *f->entries);
+	f->meta_keys = calloc((size_t)n + 1, sizeof(char *));
+	f->meta_vals = calloc((size_t)n + 1, sizeof(char *));
+	for (const cJSON *it = root->child; it && !rc; it = it->next) {
+		if (!strcmp(it->string, "__metadata__")) {
+			for (const cJSON *m = it->child; m; m = m->next) {
+				if (!cJSON_IsString(m) || f->nmeta >= n)
+					continue;
+				f->meta_keys[f->nmeta] = strdup(m->string);
+				f->meta_vals[f->nmeta++] =
+					strdup(m->valuestring);
+			}
+			continue;
+		}
+		rc = parse_entry(f, it, &f->entries[f->nentries++], base, dlen);
+	}
+	cJSON_Delete(root);
+	if (rc)
+		return rc;
+	/* Entries must not overlap: sort a copy by offset and walk it. */
+	struct mg_st_entry *s = malloc(((size_t)f->nentries + 1) * sizeof *s);
+	memcpy(s, f->entries, (size_t)f->nentries * sizeof *s);
+	qsort(s, (size_t)f->nentries, sizeof *s, cmp_entry_offset);
+	for (int i = 1; i < f->nentries && !rc; i++)
+		if ((const char *)s[i - 1].data + s[i - 1].bytes >
+		    (const char *)s[i].data)
+			rc = mg_error("%s: tensors '%s' and '%s' overlap",
+				      f->path, s[i - 1].name, s[i].name);
+	free(s);
+	return rc;
+}
+
+int mg_st_open(struct mg_st_file *f, const char *path)
+{
+	memset(f, 0, sizeof *f);
+	f->path = strdup(path);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return mg_error("%s: %s", path, strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) != 0 || st.st_size < 8) {
+		close(fd);
+		return mg_error("%s: %lld bytes, too short for a safetensors "
+				"header",
+				path, (long long)st.st_size);
+	}
+	f->size = (size_t)st.st_size;
+	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
+		return mg_error("%s: mmap: %s", path, strerror(errno));
+	}
+	uint64_t hlen = 0;
+	const unsigned char *p = f->map;
+	for (int i = 7; i >= 0; i--)
+		hlen = hlen << 8 | p[i];
+	if (hlen > f->size - 8)
+		return mg_error("%s: header length %llu at offset 0 exceeds the "
+				"file size %zu (truncated or not safetensors)",
+				path, (unsigned long long)hlen, f->size);
+	return parse_header(f, (const char *)p + 8, (size_t)hlen);
+}
+
+const struct mg_st_entry *mg_st_find(const struct mg_st_file *f,
+				     const char *name)
+{
+	for (int i = 0; i < f->nentries; i++)
+		if (!strcmp(f->entries[i].name, name))
+			return &f->entries[i];
+	return NULL;
+}
+
+const char *mg_st_meta(const struct mg_st_file *f, const char *key)
+{
+	for (int i = 0; i < f->nmeta; i++)
+		if (!strcmp(f->meta_keys[i], key))
+			return f->meta_vals[i];
+	return NULL;
+}
+
+void mg_st_close(struct mg_st_file *f)
+{
+	if (f->map)
+		munmap(f->map, f->size);
+	for (int i = 0; i < f->nentries; i++)
+		free((char *)f->entries[i].name);
+	for (int i = 0; i < f->nmeta; i++) {
+		free(f->meta_keys[i]);
+		free(f->meta_vals[i]);
+	}
+	free(f->entries);
+	free(f->meta_keys);
+	free(f->meta_vals);
+	free(f->path);
+	memset(f, 0, sizeof *f);
+}
+
+void mg_st_writer_init(struct mg_st_writer *w)
+{
+	memset(w, 0, sizeof *w);
+}
+
+int mg_st_writer_add(struct mg_st_writer *w, const char *name,
+		     enum mg_dtype dt, int ndim, const int64_t *shape,
+		     const void *data)
+{
+	if (w->n == w->cap) {
+		int ncap = w->cap ? 2 * w->cap : 64;
+		void *q = realloc(w->entries, (size_t)ncap * sizeof *w->entries);
+		if (!q)
+			return mg_error("out of memory");
+		w->entries = q;
+		w->cap = ncap;
+	}
+	struct mg_st_entry *e = &w->entries[w->n];
+	memset(e, 0, sizeof *e);
+	e->dtype = dt;
+	e->ndim = ndim;
+	size_t numel = 1;
+	for (int i = 0; i < ndim; i++) {
+		e->shape[i] = shape[i];
+		numel *= (size_t)shape[i];
+	}
+	e->bytes = numel * mg_dtype_size(dt);
+	void *copy = malloc(e->bytes ? e->bytes : 1);
+	if (!copy)
+		return mg_error("out of memory copying tensor '%s'", name);
+	memcpy(copy, data, e->bytes);
+	e->data = copy;
+	e->name = strdup(name);
+	w->n++;
+	return 0;
+}
+
+int mg_st_writer_meta(struct mg_st_writer *w, const char *key,
+		      const char *value)
+{
+	if (w->nmeta == w->capmeta) {
+		int ncap = w->capmeta ? 2 * w->capmeta : 16;
+		w->meta_keys = realloc(w->meta_keys, (size_t)ncap * sizeof(char *));
+		w->meta_vals = realloc(w->meta_vals, (size_t)ncap * sizeof(char *));
+		w->capmeta = ncap;
+	}
+	w->meta_keys[w->nmeta] = strdup(key);
+	w->meta_vals[w->nmeta++] = strdup(value);
+	return 0;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+	while (n) {
+		ssize_t k = write(fd, c, n);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		c += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+int mg_st_writer_save(const struct mg_st_writer *w, const char *path)
+{
+	cJSON *root = cJSON_CreateObject();
+	if (w->nmeta) {
+		cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+		for (int i = 0; i < w->nmeta; i++)
+			cJSON_AddStringToObject(meta, w->meta_keys[i],
+						w->meta_vals[i]);
+	}
+	size_t off = 0;
+	for (int i = 0; i < w->n; i++) {
+		const struct mg_st_entry *e = &w->entries[i];
+		cJSON *t = cJSON_AddObjectToObject(root, e->name);
+		cJSON_AddStringToObject(t, "dtype", mg_dtype_name(e->dtype));
+		cJSON *sh = cJSON_AddArrayToObject(t, "shape");
+		for (int d = 0; d < e->ndim; d++)
+			cJSON_AddItemToArray(
+				sh, cJSON_CreateNumber((double)e->shape[d]));
+		cJSON *o = cJSON_AddArrayToObject(t, "data_offsets");
+		cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+		cJSON_AddItemToArray(o,
+				     cJSON_CreateNumber((double)(off + e->bytes)));
+		off += e->bytes;
+	}
+	char *json = cJSON_PrintUnformatted(root);
+	cJSON_Delete(root);
+	size_t jlen = strlen(json), padded = (jlen + 7) & ~(size_t)7;
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0) {
+		free(json);
+		return mg_error("%s: %s", tmp, strerror(errno));
+	}
+	unsigned char hdr[8];
+	for (int i = 0; i < 8; i++)
+		hdr[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+	int rc = write_all(fd, hdr, 8) || write_all(fd, json, jlen);
+	for (size_t i = jlen; i < padded && !rc; i++)
+		rc = write_all(fd, " ", 1);
+	for (int i = 0; i < w->n && !rc; i++)
+		rc = write_all(fd, w->entries[i].data, w->entries[i].bytes);
+	free(json);
+	if (rc || fsync(fd) != 0) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		return mg_error("%s: write failed: %s", tmp, strerror(e));
+	}
+	close(fd);
+	if (rename(tmp, path) != 0) {
+		int e = errno;
+		unlink(tmp);
+		return mg_error("rename %s -> %s: %s", tmp, path, strerror(e));
+	}
+	return 0;
+}
+
+void mg_st_writer_free(struct mg_st_writer *w)
+{
+	for (int i = 0; i < w->n; i++) {
+		free((void *)w->entries[i].data);
+		free((char *)w->entries[i].name);
+	}
+	for (int i = 0; i < w->nmeta; i++) {
+		free(w->meta_keys[i]);
+		free(w->meta_vals[i]);
+	}
+	free(w->entries);
+	free(w->meta_keys);
+	free(w->meta_vals);
+	memset(w, 0, sizeof *w);
+}

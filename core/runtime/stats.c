@@ -1,0 +1,58 @@
+/*
+ * stats.c - phase timers, counters and memory accounting per rank.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "runtime/runtime.h"
+
+double mg_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void mg_stats_step_begin(struct mg_stats *s)
+{
+	memset(s->t_step, 0, sizeof s->t_step);
+}
+
+void mg_timer_start(struct mg_ctx *ctx, enum mg_timer t)
+{
+	if (ctx->stats)
+		ctx->stats->t_start[t] = mg_now();
+}
+
+void mg_timer_stop(struct mg_ctx *ctx, enum mg_timer t)
+{
+	struct mg_stats *s = ctx->stats;
+	if (!s)
+		return;
+	double dt = mg_now() - s->t_start[t];
+	s->t_step[t] += dt;
+	s->t_total[t] += dt;
+}
+
+void mg_count(struct mg_ctx *ctx, enum mg_counter c, int64_t v)
+{
+	if (ctx->stats)
+		ctx->stats->counters[c] += v;
+}
+
+void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
+		  int pinned_host)
+{
+	if (pinned_host) {
+		s->host_pinned_cur += delta;
+		if (s->host_pinned_cur > s->host_pinned_peak)
+			s->host_pinned_peak = s->host_pinned_cur;
+		return;
+	}
+	s->mem_cur[c] += delta;
+	if (s->mem_cur[c] > s->mem_peak[c])
+		s->mem_peak[c] = s->mem_cur[c];
+	s->mem_total_cur += delta;
+	if (s->mem_total_cur > s->mem_total_peak)
+		s->mem_total_peak = s->mem_total_cur;
+}

@@ -1,0 +1,120 @@
+/*
+ * model.h - what a model plugin declares and implements.
+ *
+ * A model never owns parameter storage. It declares its parameters as
+ * units (FSDP wrap units: a block, a transformer layer, the embedding),
+ * each a list of named tensors with shape, dtype and flags. The strategy
+ * allocates and places them (replicated, sharded, offloaded) and lends a
+ * unit's full tensors to the model between mg_acquire() and mg_release().
+ */
+#ifndef MG_MODEL_H
+#define MG_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MG_NAME_MAX 96
+
+/* Parameter flags. */
+enum {
+	MG_P_TRAIN = 1 << 0,  /* trained: has a gradient and optimizer state */
+	MG_P_BUFFER = 1 << 1, /* state updated by forward (BN running stats):
+				   no gradient, never sharded, broadcast from rank 0 */
+	MG_P_NO_DECAY = 1 << 2, /* excluded from weight decay (norms, biases) */
+};
+
+struct mg_param_decl {
+	char name[MG_NAME_MAX]; /* within the unit, e.g. "conv.weight" */
+	enum mg_dtype dtype;	/* MG_DTYPE_AUTO or explicit storage (MG_NF4) */
+	int flags;		/* MG_P_* */
+	int ndim;
+	int64_t shape[MG_MAX_DIMS];
+	int64_t numel;
+};
+
+struct mg_unit_decl {
+	char name[MG_NAME_MAX]; /* e.g. "features.3" */
+	int first_param;	/* index into spec->params */
+	int nparams;
+};
+
+/* Filled by the model's declare(); read by strategies. */
+struct mg_model_spec {
+	int nunits;
+	struct mg_unit_decl *units;
+	int nparams;
+	struct mg_param_decl *params;
+	int cap_units, cap_params; /* internal */
+};
+
+/* Start a new unit; the params added next belong to it. Returns its index
+ * or -1. */
+MG_EXPORT int mg_spec_add_unit(struct mg_model_spec *s, const char *name);
+/* Add a parameter to the last unit. Returns its index within the unit. */
+MG_EXPORT int mg_spec_add_param(struct mg_model_spec *s, const char *name,
+				enum mg_dtype dtype, int flags, int ndim,
+				const int64_t *shape);
+MG_EXPORT void mg_spec_free(struct mg_model_spec *s);
+/* Totals over the spec (elements). */
+MG_EXPORT int64_t mg_spec_numel(const struct mg_model_spec *s, int flag_mask);
+
+/* One step's inputs on the context's device, after the dataset's
+ * transform. */
+struct mg_batch {
+	struct mg_tensor input;	 /* images [n, C, H, W] or tokens [n, T] */
+	struct mg_tensor labels; /* I32 [n] (classes) or [n, T] (tokens) */
+	int64_t n;		 /* samples */
+	/* Position of sample 0 in the step's global batch: random per-sample
+	 * choices (dropout) key on it, so N ranks draw what 1 rank would. */
+	int64_t global_offset;
+};
+
+/* Metrics a forward pass writes (F32 on the device, not accumulated). */
+enum {
+	MG_METRIC_LOSS_SUM = 0, /* sum of per-sample (or per-token) losses */
+	MG_METRIC_CORRECT,	/* correct predictions */
+	MG_METRIC_COUNT,	/* samples or tokens the loss is over */
+	MG_METRIC_N,
+};
+
+struct mg_ctx;
+
+struct mg_model_ops {
+	/* Declare units and parameters. Called once, before the strategy's
+	 * setup. */
+	int (*declare)(void *self, struct mg_model_spec *spec);
+	/*
+	 * Fill a unit's initial values: params[i] is a host tensor for the
+	 * unit's i-th parameter, in its storage dtype (master dtype for
+	 * MG_DTYPE_AUTO). seed is the run seed mixed with the unit index, so
+	 * values do not depend on rank count or strategy.
+	 */
+	int (*init_unit)(void *self, int unit, struct mg_tensor *params,
+			 uint64_t seed);
+	/*
+	 * Forward pass over batch b. When ctx->training, keep what backward
+	 * needs and update buffers (BN running statistics). Writes
+	 * metrics[MG_METRIC_N] (F32, device). Calls mg_acquire/mg_release
+	 * around each unit.
+	 */
+	int (*forward)(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
+		       struct mg_tensor *metrics);
+	/*
+	 * Backward from the loss of the last forward, scaled by
+	 * ctx->grad_scale. Accumulates (+=) into the gradient tensors that
+	 * mg_acquire(MG_PHASE_BACKWARD) returns and calls mg_grads_ready()
+	 * when a unit's gradients are complete.
+	 */
+	int (*backward)(void *self, struct mg_ctx *ctx);
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif
