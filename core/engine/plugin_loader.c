@@ -4,6 +4,7 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +55,21 @@ void mg_search_path_init(struct mg_search_path *sp, const char *cli_dirs)
 	memset(sp, 0, sizeof *sp);
 	sp_add_list(sp, cli_dirs, "--plugin-path");
 	sp_add_list(sp, getenv("MG_PLUGIN_PATH"), "MG_PLUGIN_PATH");
-	sp_add(sp, MG_BUILD_PLUGIN_DIR, "build tree");
-	sp_add(sp, MG_INSTALL_PLUGIN_DIR, "install prefix");
+	/* A libmg running from the build tree uses the build tree's
+	 * plugins; an installed one <its libdir>/mgrun/plugins, so an
+	 * installation can be moved. */
+	Dl_info info;
+	char lib[PATH_MAX], dir[PATH_MAX + 32];
+	if (!dladdr((void *)mg_search_path_init, &info) || !info.dli_fname ||
+	    !realpath(info.dli_fname, lib))
+		return;
+	char *libdir = dirname(lib);
+	if (!strcmp(libdir, MG_BUILD_LIB_DIR)) {
+		sp_add(sp, MG_BUILD_PLUGIN_DIR, "build tree");
+		return;
+	}
+	snprintf(dir, sizeof dir, "%s/mgrun/plugins", libdir);
+	sp_add(sp, dir, "install prefix");
 }
 
 void mg_search_path_free(struct mg_search_path *sp)

@@ -30,9 +30,18 @@ static void load_section_plugin(struct mg_session *s, int i,
 	const struct mg_config_section *cs = mg_config_section(s->cfg, sec);
 	int rc;
 	if (name && path) {
-		mg_diag_add(d, &path->loc, sec, "path",
-			    "give either name or path, not both");
-		return;
+		/* An override on the command line replaces the file's choice
+		 * (A/B: --set strategy.path=./mine.so); both in the file is
+		 * ambiguous. */
+		if (path->loc.set && !name->loc.set)
+			name = NULL;
+		else if (name->loc.set && !path->loc.set)
+			path = NULL;
+		else {
+			mg_diag_add(d, &path->loc, sec, "path",
+				    "give either name or path, not both");
+			return;
+		}
 	}
 	if (path && path->value[0]) {
 		char *p = mg_config_resolve_path(s->cfg, path);
