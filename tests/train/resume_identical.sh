@@ -1,0 +1,24 @@
+#!/bin/sh
+# resume_identical.sh MGRUN INI WORK [--set ...]
+# Train 2N steps in one go; train N steps, stop, and --resume to 2N. The
+# resumed run must continue exactly: same per-step losses, accuracies,
+# learning rates and gradient norms, and a byte-identical final checkpoint.
+set -eu
+mgrun=$1 ini=$2 work=$3
+shift 3
+rm -rf "$work"
+n=20
+"$mgrun" -c "$ini" "$@" --set run.out_dir="$work" --set run.name=full \
+	--set run.max_steps=$((2 * n)) >/dev/null
+"$mgrun" -c "$ini" "$@" --set run.out_dir="$work" --set run.name=split \
+	--set run.max_steps=$n >/dev/null
+"$mgrun" -c "$ini" "$@" --set run.out_dir="$work" --set run.name=split \
+	--set run.max_steps=$((2 * n)) --resume >"$work/resume.log"
+grep -q "resumed from .* at step $n" "$work/resume.log"
+# Columns 1-7: step, epoch, loss, accuracy, lr, grad_norm, skipped.
+cut -d, -f1-7 "$work/full/steps.csv" >"$work/full.csv"
+cut -d, -f1-7 "$work/split/steps.csv" >"$work/split.csv"
+test "$(wc -l <"$work/full.csv")" -eq $((2 * n + 1))
+diff "$work/full.csv" "$work/split.csv"
+cmp "$work/full/checkpoint.safetensors" "$work/split/checkpoint.safetensors"
+echo "resume: $((2 * n)) steps identical"
