@@ -62,7 +62,7 @@ const struct mg_option mg_optimizer_schema[] = {
 
 const struct mg_option mg_plugin_section_schema[] = {
 	MG_OPT_S("name", "", "plugin name (found along the plugin path)"),
-	MG_OPT_S("path", "",
+	MG_OPT_P("path", "",
 		 "explicit plugin file, relative to the INI file (instead of "
 		 "name)"),
 	MG_OPT_END,
