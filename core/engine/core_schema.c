@@ -5,7 +5,8 @@
 #include "engine/core_schema.h"
 
 const struct mg_option mg_run_schema[] = {
-	MG_OPT_E("device", "cpu", "cpu", "where to compute"),
+	MG_OPT_E("device", "cpu", "cpu|cuda",
+		 "where to compute: cpu, or cuda (one GPU per rank)"),
 	MG_OPT_E("precision", "fp32", "fp32|fp64",
 		 "float type of parameters, activations and gradients"),
 	MG_OPT_I("epochs", "1", 1, 100000, "training epochs"),

@@ -13,5 +13,6 @@ extern const struct mg_option mg_plugin_section_schema[];
 
 /* Index of run.precision / run.device choices. */
 enum { MG_PREC_FP32 = 0, MG_PREC_FP64 = 1 };
+enum { MG_DEVICE_CPU = 0, MG_DEVICE_CUDA = 1 };
 
 #endif

@@ -158,7 +158,7 @@ int mg_report_write(struct mg_trainer *t, bool final)
 	cJSON_AddItemToObject(root, "plugins", plugins_json(t->s));
 	cJSON *run = cJSON_AddObjectToObject(root, "run");
 	cJSON_AddNumberToObject(run, "world", t->ctx.world);
-	cJSON_AddStringToObject(run, "device", "cpu");
+	cJSON_AddStringToObject(run, "device", mg_device_desc(t));
 	cJSON_AddStringToObject(run, "precision",
 				mg_dtype_name(t->ctx.compute_dtype));
 	cJSON_AddNumberToObject(run, "batch_size", (double)t->batch);

@@ -18,6 +18,9 @@
 #include "engine/ckpt.h"
 #include "engine/core_schema.h"
 #include "engine/trainer.h"
+#ifdef MG_HAVE_CUDA
+#include "runtime/cuda/cuda_device.h"
+#endif
 
 #define CKPT_FILE "checkpoint.safetensors"
 #define CKPT_FORMAT "mgrun-checkpoint-1"
@@ -106,6 +109,16 @@ static int setup(struct mg_trainer *t)
 	t->comm = mg_comm_self();
 	if (!t->comm)
 		return mg_error("out of memory");
+	if (mg_opt_enum(run, "device") == MG_DEVICE_CUDA) {
+#ifdef MG_HAVE_CUDA
+		/* One GPU per rank: the rank's local index on its node. */
+		if (mg_cuda_device_init(&t->dev, ctx->local_rank))
+			return -1;
+#else
+		return mg_error("run.device = cuda, but this mgrun was built "
+				"without CUDA (no CUDA toolkit at build time)");
+#endif
+	}
 	ctx->struct_size = sizeof *ctx;
 	ctx->rank = t->comm->rank;
 	ctx->world = t->comm->world;
@@ -155,6 +168,16 @@ static int setup(struct mg_trainer *t)
 	return setup_run_dir(t);
 }
 
+const char *mg_device_desc(const struct mg_trainer *t)
+{
+#ifdef MG_HAVE_CUDA
+	if (t->dev.kind == MG_DEV_CUDA)
+		return mg_cuda_device_name(&t->dev);
+#endif
+	(void)t;
+	return "cpu";
+}
+
 /* Read the F32 metrics the model wrote. */
 static int read_metrics(struct mg_trainer *t, double m[MG_METRIC_N])
 {
@@ -177,6 +200,7 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 		(const int64_t[]){MG_METRIC_N});
 	double tot[MG_METRIC_N] = {0};
 	ctx->training = false;
+	t->stats.paused = true; /* the report times training steps */
 	/* Each rank evaluates every world-th batch; sums are reduced. */
 	for (int64_t b = (int64_t)ctx->rank * eb; b < n;
 	     b += eb * ctx->world) {
@@ -194,6 +218,7 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 		for (int i = 0; i < MG_METRIC_N; i++)
 			tot[i] += m[i];
 	}
+	t->stats.paused = false;
 	if (t->comm->all_reduce(t->comm, tot, MG_METRIC_N, MG_F64,
 				MG_REDUCE_SUM))
 		return -1;
@@ -343,7 +368,9 @@ static int train_step(struct mg_trainer *t, int64_t step, double *m,
 		t->hp.step--;
 		t->skipped_steps++;
 	}
-	return read_metrics(t, m);
+	rc = read_metrics(t, m);
+	mg_stats_step_end(ctx);
+	return rc;
 }
 
 static int run_loop(struct mg_trainer *t)
@@ -444,6 +471,9 @@ static void teardown(struct mg_trainer *t)
 			t->s->plugin[i].desc->destroy(t->inst[i]);
 	}
 	mg_spec_free(&t->spec);
+#ifdef MG_HAVE_CUDA
+	mg_cuda_device_free(&t->dev);
+#endif
 	if (t->comm)
 		t->comm->destroy(t->comm);
 	mg_report_close(t);
@@ -468,7 +498,7 @@ int mg_train(struct mg_session *s, bool resume)
 			(long long)mg_spec_numel(&t.spec, MG_P_TRAIN),
 			t.spec.nunits, s->plugin[MG_SEC_DATASET].desc->name,
 			s->plugin[MG_SEC_STRATEGY].desc->name,
-			mg_dtype_name(t.ctx.compute_dtype), "cpu",
+			mg_dtype_name(t.ctx.compute_dtype), mg_device_desc(&t),
 			(long long)t.total_steps, (long long)t.batch,
 			t.run_dir);
 		rc = mg_report_open(&t, resume);

@@ -86,6 +86,7 @@ void mg_progress_end(struct mg_trainer *t);
 struct mg_comm *mg_comm_self(void);
 
 /* trainer.c */
+const char *mg_device_desc(const struct mg_trainer *t);
 int mg_train(struct mg_session *s, bool resume);
 
 #endif

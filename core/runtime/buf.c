@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "runtime/runtime.h"
+#ifdef MG_HAVE_CUDA
+#include "runtime/cuda/cuda_device.h"
+#endif
 
 static void account(struct mg_ctx *ctx, const struct mg_buf *b, int sign)
 {
@@ -27,6 +30,16 @@ int mg_buf_alloc(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 {
 	memset(b, 0, sizeof *b);
 	b->device = ctx->dev->kind;
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA) {
+		if (mg_cuda_malloc(&b->ptr, bytes))
+			return mg_error_prefix("%s", mg_mem_cat_name(cat));
+		b->bytes = bytes;
+		b->cat = cat;
+		account(ctx, b, 1);
+		return 0;
+	}
+#endif
 	if (ctx->dev->kind != MG_DEV_CPU)
 		return mg_error("device kind %d has no allocator in this build",
 				ctx->dev->kind);
@@ -45,15 +58,26 @@ int mg_buf_alloc_host(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 {
 	memset(b, 0, sizeof *b);
 	b->device = MG_DEV_CPU;
+	b->bytes = bytes;
+	b->cat = cat;
+#ifdef MG_HAVE_CUDA
+	/* Page-locked memory lets copies run asynchronously at full speed;
+	 * on the CPU device there is no transfer, so it stays pageable. */
+	if (pinned && ctx->dev->kind == MG_DEV_CUDA) {
+		if (mg_cuda_host_alloc(&b->ptr, bytes))
+			return mg_error_prefix("pinned host memory for %s",
+					       mg_mem_cat_name(cat));
+		b->pinned_host = true;
+		account(ctx, b, 1);
+		return 0;
+	}
+#else
+	(void)pinned;
+#endif
 	b->ptr = host_alloc(bytes);
 	if (!b->ptr)
 		return mg_error("out of host memory allocating %zu bytes for %s",
 				bytes, mg_mem_cat_name(cat));
-	b->bytes = bytes;
-	b->cat = cat;
-	/* Page-locking needs a GPU driver; on the CPU device there is no
-	 * transfer to speed up, so the buffer stays pageable. */
-	b->pinned_host = pinned && ctx->dev->kind != MG_DEV_CPU;
 	if (ctx->dev->kind == MG_DEV_CPU)
 		account(ctx, b, 1); /* host memory is the device's memory */
 	return 0;
@@ -72,14 +96,32 @@ void mg_buf_free(struct mg_ctx *ctx, struct mg_buf *b)
 {
 	if (!b->ptr)
 		return;
-	if (b->device == ctx->dev->kind)
+	if (b->device == ctx->dev->kind || b->pinned_host)
 		account(ctx, b, -1);
+#ifdef MG_HAVE_CUDA
+	if (b->device == MG_DEV_CUDA)
+		mg_cuda_free(b->ptr);
+	else if (b->pinned_host)
+		mg_cuda_host_free(b->ptr);
+	else
+		free(b->ptr);
+#else
 	free(b->ptr);
+#endif
 	memset(b, 0, sizeof *b);
 }
 
+/* Copies are ordered on the compute stream. Host-to-device returns once
+ * the source may be reused (CUDA stages pageable memory; pinned sources
+ * are read asynchronously, so callers must not touch them until the
+ * stream passed the copy); device-to-host returns with the data there. */
 int mg_copy_h2d(struct mg_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_copy(ctx->dev, dst, src, bytes,
+				    cudaMemcpyHostToDevice, 0);
+#endif
 	(void)ctx;
 	memcpy(dst, src, bytes);
 	return 0;
@@ -87,6 +129,11 @@ int mg_copy_h2d(struct mg_ctx *ctx, void *dst, const void *src, size_t bytes)
 
 int mg_copy_d2h(struct mg_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_copy(ctx->dev, dst, src, bytes,
+				    cudaMemcpyDeviceToHost, 1);
+#endif
 	(void)ctx;
 	memcpy(dst, src, bytes);
 	return 0;
@@ -94,6 +141,11 @@ int mg_copy_d2h(struct mg_ctx *ctx, void *dst, const void *src, size_t bytes)
 
 int mg_copy_d2d(struct mg_ctx *ctx, void *dst, const void *src, size_t bytes)
 {
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_copy(ctx->dev, dst, src, bytes,
+				    cudaMemcpyDeviceToDevice, 0);
+#endif
 	(void)ctx;
 	memmove(dst, src, bytes);
 	return 0;
@@ -101,6 +153,10 @@ int mg_copy_d2d(struct mg_ctx *ctx, void *dst, const void *src, size_t bytes)
 
 int mg_memset_dev(struct mg_ctx *ctx, void *dst, int value, size_t bytes)
 {
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_memset(ctx->dev, dst, value, bytes);
+#endif
 	(void)ctx;
 	memset(dst, value, bytes);
 	return 0;
@@ -108,6 +164,10 @@ int mg_memset_dev(struct mg_ctx *ctx, void *dst, int value, size_t bytes)
 
 int mg_device_sync(struct mg_ctx *ctx)
 {
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_sync(ctx->dev);
+#endif
 	(void)ctx;
 	return 0;
 }

@@ -23,9 +23,13 @@ struct mg_stats {
 	int64_t mem_cur[MG_MEM_CAT_COUNT], mem_peak[MG_MEM_CAT_COUNT];
 	int64_t mem_total_cur, mem_total_peak;
 	int64_t host_pinned_cur, host_pinned_peak;
+	bool paused; /* timers off (evaluation) */
 };
 
 void mg_stats_step_begin(struct mg_stats *s);
+/* Fold the step's device-side timers into the totals (after the step's
+ * work has been waited for). */
+void mg_stats_step_end(struct mg_ctx *ctx);
 void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
 		  int pinned_host);
 

@@ -5,6 +5,16 @@
 #include <time.h>
 
 #include "runtime/runtime.h"
+#ifdef MG_HAVE_CUDA
+#include "runtime/cuda/cuda_device.h"
+#endif
+
+/* Device phases on a GPU are timed with events on the compute stream (the
+ * host only queues work); reading data is host work, timed on the host. */
+static bool on_gpu(const struct mg_ctx *ctx, enum mg_timer t)
+{
+	return t != MG_T_DATA && ctx->dev && ctx->dev->kind == MG_DEV_CUDA;
+}
 
 double mg_now(void)
 {
@@ -20,18 +30,48 @@ void mg_stats_step_begin(struct mg_stats *s)
 
 void mg_timer_start(struct mg_ctx *ctx, enum mg_timer t)
 {
-	if (ctx->stats)
-		ctx->stats->t_start[t] = mg_now();
+	if (!ctx->stats || ctx->stats->paused)
+		return;
+#ifdef MG_HAVE_CUDA
+	if (on_gpu(ctx, t)) {
+		mg_cuda_timer_start(ctx->dev, t);
+		return;
+	}
+#endif
+	ctx->stats->t_start[t] = mg_now();
 }
 
 void mg_timer_stop(struct mg_ctx *ctx, enum mg_timer t)
 {
 	struct mg_stats *s = ctx->stats;
-	if (!s)
+	if (!s || s->paused)
 		return;
+#ifdef MG_HAVE_CUDA
+	if (on_gpu(ctx, t)) {
+		mg_cuda_timer_stop(ctx->dev, t);
+		return;
+	}
+#endif
 	double dt = mg_now() - s->t_start[t];
 	s->t_step[t] += dt;
 	s->t_total[t] += dt;
+}
+
+void mg_stats_step_end(struct mg_ctx *ctx)
+{
+#ifdef MG_HAVE_CUDA
+	struct mg_stats *s = ctx->stats;
+	if (s && ctx->dev && ctx->dev->kind == MG_DEV_CUDA) {
+		double dt[MG_T_COUNT];
+		mg_cuda_timers_collect(ctx->dev, dt);
+		for (int t = 0; t < MG_T_COUNT; t++) {
+			s->t_step[t] += dt[t];
+			s->t_total[t] += dt[t];
+		}
+	}
+#else
+	(void)ctx;
+#endif
 }
 
 void mg_count(struct mg_ctx *ctx, enum mg_counter c, int64_t v)

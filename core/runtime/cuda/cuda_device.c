@@ -1,0 +1,186 @@
+/*
+ * cuda_device.c - CUDA device contexts: one compute stream that every op
+ * and library handle shares (so work is ordered without host syncs and a
+ * whole step can be captured as a graph), a copy stream for input, and
+ * event-based phase timers that never stall the host.
+ */
+#include <cublas_v2.h>
+#include <cudnn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda/cuda_device.h"
+
+int mg_cuda_fail(cudaError_t e, const char *what, const char *file, int line)
+{
+	return mg_error("CUDA error %s (%s) in %s at %s:%d",
+			cudaGetErrorName(e), cudaGetErrorString(e), what, file,
+			line);
+}
+
+int mg_cuda_device_init(struct mg_device *dev, int ordinal)
+{
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || count == 0)
+		return mg_error("run.device = cuda, but no CUDA device is "
+				"usable here (%s)",
+				e != cudaSuccess ? cudaGetErrorString(e)
+						 : "no GPU found");
+	if (ordinal >= count)
+		return mg_error("GPU %d requested, this machine has %d", ordinal,
+				count);
+	struct mg_cuda_device *cd = calloc(1, sizeof *cd);
+	if (!cd)
+		return mg_error("out of memory");
+	dev->kind = MG_DEV_CUDA;
+	dev->ordinal = ordinal;
+	dev->impl = cd;
+	MG_CUDA_CHECK(cudaSetDevice(ordinal));
+	MG_CUDA_CHECK(cudaGetDeviceProperties(&cd->prop, ordinal));
+	MG_CUDA_CHECK(
+		cudaStreamCreateWithFlags(&cd->compute, cudaStreamNonBlocking));
+	MG_CUDA_CHECK(cudaStreamCreateWithFlags(&cd->copy, cudaStreamNonBlocking));
+	dev->stream = cd->compute;
+	for (int i = 0; i < MG_T_COUNT; i++) {
+		MG_CUDA_CHECK(cudaEventCreate(&cd->timer_start[i]));
+		MG_CUDA_CHECK(cudaEventCreate(&cd->timer_stop[i]));
+	}
+	cublasHandle_t blas;
+	if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS)
+		return mg_error("cublasCreate failed on GPU %d", ordinal);
+	dev->cublas = blas;
+	cublasSetStream(blas, cd->compute);
+	/* A fixed cuBLAS workspace keeps GEMMs capturable in CUDA graphs. */
+	cd->blas_workspace_bytes = 32u << 20;
+	MG_CUDA_CHECK(cudaMalloc(&cd->blas_workspace, cd->blas_workspace_bytes));
+	cublasSetWorkspace(blas, cd->blas_workspace, cd->blas_workspace_bytes);
+	cudnnHandle_t dnn;
+	cudnnStatus_t ds = cudnnCreate(&dnn);
+	if (ds != CUDNN_STATUS_SUCCESS)
+		return mg_error("cudnnCreate failed on GPU %d: %s", ordinal,
+				cudnnGetErrorString(ds));
+	dev->cudnn = dnn;
+	cudnnSetStream(dnn, cd->compute);
+	return 0;
+}
+
+void mg_cuda_device_free(struct mg_device *dev)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	if (!cd)
+		return;
+	cudaDeviceSynchronize();
+	if (dev->cudnn)
+		cudnnDestroy(dev->cudnn);
+	if (dev->cublas)
+		cublasDestroy(dev->cublas);
+	cudaFree(cd->blas_workspace);
+	for (int i = 0; i < MG_T_COUNT; i++) {
+		cudaEventDestroy(cd->timer_start[i]);
+		cudaEventDestroy(cd->timer_stop[i]);
+	}
+	cudaStreamDestroy(cd->copy);
+	cudaStreamDestroy(cd->compute);
+	free(cd);
+	dev->impl = NULL;
+	dev->cublas = dev->cudnn = dev->stream = NULL;
+}
+
+const char *mg_cuda_device_name(const struct mg_device *dev)
+{
+	const struct mg_cuda_device *cd = dev->impl;
+	return cd ? cd->prop.name : "?";
+}
+
+int mg_cuda_malloc(void **p, size_t bytes)
+{
+	cudaError_t e = cudaMalloc(p, bytes ? bytes : 256);
+	if (e != cudaSuccess) {
+		size_t free_b = 0, total = 0;
+		cudaMemGetInfo(&free_b, &total);
+		return mg_error("out of GPU memory allocating %zu bytes (%zu of "
+				"%zu free): %s",
+				bytes, free_b, total, cudaGetErrorString(e));
+	}
+	return 0;
+}
+
+void mg_cuda_free(void *p)
+{
+	cudaFree(p);
+}
+
+int mg_cuda_host_alloc(void **p, size_t bytes)
+{
+	MG_CUDA_CHECK(cudaHostAlloc(p, bytes ? bytes : 64, cudaHostAllocDefault));
+	return 0;
+}
+
+void mg_cuda_host_free(void *p)
+{
+	cudaFreeHost(p);
+}
+
+int mg_cuda_copy(struct mg_device *dev, void *dst, const void *src,
+		 size_t bytes, int kind, int sync)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, (enum cudaMemcpyKind)kind,
+				      cd->compute));
+	if (sync)
+		MG_CUDA_CHECK(cudaStreamSynchronize(cd->compute));
+	return 0;
+}
+
+int mg_cuda_memset(struct mg_device *dev, void *dst, int v, size_t bytes)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaMemsetAsync(dst, v, bytes, cd->compute));
+	return 0;
+}
+
+int mg_cuda_sync(struct mg_device *dev)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaStreamSynchronize(cd->compute));
+	MG_CUDA_CHECK(cudaGetLastError());
+	return 0;
+}
+
+int64_t mg_cuda_used_bytes(void)
+{
+	size_t free_b = 0, total = 0;
+	if (cudaMemGetInfo(&free_b, &total) != cudaSuccess)
+		return -1;
+	return (int64_t)(total - free_b);
+}
+
+void mg_cuda_timer_start(struct mg_device *dev, enum mg_timer t)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	cudaEventRecord(cd->timer_start[t], cd->compute);
+}
+
+void mg_cuda_timer_stop(struct mg_device *dev, enum mg_timer t)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	cudaEventRecord(cd->timer_stop[t], cd->compute);
+	cd->timer_pending[t] = 1;
+}
+
+void mg_cuda_timers_collect(struct mg_device *dev, double *out)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	for (int t = 0; t < MG_T_COUNT; t++) {
+		out[t] = 0;
+		if (!cd->timer_pending[t])
+			continue;
+		float ms = 0;
+		if (cudaEventSynchronize(cd->timer_stop[t]) == cudaSuccess &&
+		    cudaEventElapsedTime(&ms, cd->timer_start[t],
+					 cd->timer_stop[t]) == cudaSuccess)
+			out[t] = ms * 1e-3;
+		cd->timer_pending[t] = 0;
+	}
+}

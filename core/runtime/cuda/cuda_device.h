@@ -1,0 +1,55 @@
+/*
+ * cuda_device.h - the CUDA side of a device context: streams, library
+ * handles, allocation and copies. Compiled only with MG_HAVE_CUDA.
+ */
+#ifndef MG_CUDA_DEVICE_H
+#define MG_CUDA_DEVICE_H
+
+#include <cuda_runtime_api.h>
+
+#include "runtime/runtime.h"
+
+/* Backend-private state behind struct mg_device.impl. */
+struct mg_cuda_device {
+	cudaStream_t compute; /* == dev->stream */
+	cudaStream_t copy;    /* host-to-device input copies */
+	cudaEvent_t timer_start[MG_T_COUNT], timer_stop[MG_T_COUNT];
+	int timer_pending[MG_T_COUNT];
+	void *blas_workspace;
+	size_t blas_workspace_bytes;
+	struct cudaDeviceProp prop;
+};
+
+/* Select GPU ordinal, create streams, cuBLAS and cuDNN handles. */
+int mg_cuda_device_init(struct mg_device *dev, int ordinal);
+void mg_cuda_device_free(struct mg_device *dev);
+const char *mg_cuda_device_name(const struct mg_device *dev);
+
+int mg_cuda_malloc(void **p, size_t bytes);
+void mg_cuda_free(void *p);
+int mg_cuda_host_alloc(void **p, size_t bytes);
+void mg_cuda_host_free(void *p);
+int mg_cuda_copy(struct mg_device *dev, void *dst, const void *src,
+		 size_t bytes, int kind, int sync);
+int mg_cuda_memset(struct mg_device *dev, void *dst, int v, size_t bytes);
+int mg_cuda_sync(struct mg_device *dev);
+/* Bytes in use on the device as the driver sees it (cudaMemGetInfo). */
+int64_t mg_cuda_used_bytes(void);
+
+/* Phase timers as events on the compute stream, read back lazily. */
+void mg_cuda_timer_start(struct mg_device *dev, enum mg_timer t);
+void mg_cuda_timer_stop(struct mg_device *dev, enum mg_timer t);
+/* Seconds of each stopped timer since the last collect (syncs events). */
+void mg_cuda_timers_collect(struct mg_device *dev, double *out);
+
+/* Report a CUDA error with the call and location; returns -1. */
+int mg_cuda_fail(cudaError_t e, const char *what, const char *file,
+		 int line);
+#define MG_CUDA_CHECK(call)                                                  \
+	do {                                                                 \
+		cudaError_t mg_e_ = (call);                                  \
+		if (mg_e_ != cudaSuccess)                                    \
+			return mg_cuda_fail(mg_e_, #call, __FILE__, __LINE__); \
+	} while (0)
+
+#endif

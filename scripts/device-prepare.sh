@@ -1,0 +1,15 @@
+#!/bin/sh
+# device-prepare.sh - run HERE before a GPU-machine call: builds mgrun
+# (CUDA on, sm_90) into build-gpu/ and gathers what the GPU machine lacks
+# into .deps/ (runtime .debs of inih, cJSON, OpenBLAS; the Fashion-MNIST
+# files). Both are git-ignored; pass them as `carry`.
+set -eu
+cd "$(dirname "$0")/.."
+mkdir -p .deps/debs .deps/fashion-mnist
+(cd .deps/debs && [ -n "$(ls 2>/dev/null)" ] ||
+	apt-get download libinih1 libcjson1 libopenblas0-pthread \
+		libgfortran5 libgomp1 >/dev/null)
+cp -u /usr/share/datasets/fashion-mnist/*.gz .deps/fashion-mnist/
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON >/dev/null
+cmake --build build-gpu -j"$(nproc)"
+du -sh .deps build-gpu
