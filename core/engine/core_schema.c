@@ -7,12 +7,19 @@
 const struct mg_option mg_run_schema[] = {
 	MG_OPT_E("device", "cpu", "cpu|cuda",
 		 "where to compute: cpu, or cuda (one GPU per rank)"),
-	MG_OPT_E("precision", "fp32", "fp32|fp64",
-		 "float type of parameters, activations and gradients"),
+	MG_OPT_E("precision", "fp32", "fp32|fp64|fp16|bf16",
+		 "fp32, fp64: parameters, activations and gradients in that "
+		 "type; fp16, bf16 (cuda): activations and gradients in half "
+		 "precision, fp32 master weights and optimizer state, dynamic "
+		 "loss scaling for fp16"),
 	MG_OPT_I("epochs", "1", 1, 100000, "training epochs"),
 	MG_OPT_I("max_steps", "0", 0, 1e12,
 		 "stop after this many optimizer steps in total (0: run all "
 		 "epochs)"),
+	MG_OPT_I("stop_after", "0", 0, 1e12,
+		 "stop this process (with a checkpoint) after this many steps, "
+		 "leaving the schedule as it is: for time-limited allocations; "
+		 "continue with --resume (0: run to the end)"),
 	MG_OPT_I("batch_size", "64", 1, 1 << 20,
 		 "samples per rank per step (the global batch is this times "
 		 "the ranks that compute different samples)"),

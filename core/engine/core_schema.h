@@ -12,7 +12,7 @@ extern const struct mg_option mg_optimizer_schema[];
 extern const struct mg_option mg_plugin_section_schema[];
 
 /* Index of run.precision / run.device choices. */
-enum { MG_PREC_FP32 = 0, MG_PREC_FP64 = 1 };
+enum { MG_PREC_FP32 = 0, MG_PREC_FP64, MG_PREC_FP16, MG_PREC_BF16 };
 enum { MG_DEVICE_CPU = 0, MG_DEVICE_CUDA = 1 };
 
 #endif

@@ -70,8 +70,8 @@ int mg_report_open(struct mg_trainer *t, bool resume)
 }
 
 void mg_report_step(struct mg_trainer *t, int64_t step, double loss,
-		    double acc, double lr, double seconds,
-		    const struct mg_step_report *sr)
+		    double acc, double lr, double grad_norm, int skipped,
+		    double seconds)
 {
 	if (!t->csv)
 		return;
@@ -80,7 +80,7 @@ void mg_report_step(struct mg_trainer *t, int64_t step, double loss,
 		"%lld,%lld,%.9g,%.6g,%.9g,%.6g,%d,%.6f,%.6f,%.6f,%.6f,%.6f,"
 		"%.6f,%.6f,%lld\n",
 		(long long)step, (long long)(step / t->steps_per_epoch), loss,
-		acc, lr, sr->grad_norm, sr->skipped ? 1 : 0, seconds,
+		acc, lr, grad_norm, skipped, seconds,
 		ts[MG_T_DATA], ts[MG_T_H2D], ts[MG_T_FORWARD],
 		ts[MG_T_BACKWARD], ts[MG_T_COMM], ts[MG_T_OPTIM],
 		(long long)t->stats.mem_total_cur);

@@ -19,8 +19,6 @@ void mg_optim_from_opts(struct mg_optim_hparams *h, const struct mg_opts *o)
 	h->beta2 = mg_opt_float(o, "beta2");
 	h->eps = mg_opt_float(o, "eps");
 	h->max_grad_norm = mg_opt_float(o, "max_grad_norm");
-	h->grad_mul = 1.0;
-	h->step = 0;
 }
 
 double mg_schedule_lr(const struct mg_trainer *t, int64_t step)

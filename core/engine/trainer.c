@@ -124,8 +124,30 @@ static int setup(struct mg_trainer *t)
 	ctx->world = t->comm->world;
 	ctx->dev = &t->dev;
 	ctx->comm = t->comm;
-	ctx->compute_dtype = ctx->master_dtype =
-		mg_opt_enum(run, "precision") == MG_PREC_FP64 ? MG_F64 : MG_F32;
+	switch (mg_opt_enum(run, "precision")) {
+	case MG_PREC_FP64:
+		ctx->compute_dtype = ctx->master_dtype = MG_F64;
+		break;
+	case MG_PREC_FP16:
+	case MG_PREC_BF16:
+		if (t->dev.kind != MG_DEV_CUDA)
+			return mg_error("run.precision = %s needs run.device = "
+					"cuda (the CPU computes in fp32 or "
+					"fp64)",
+					mg_opt_str(run, "precision"));
+		ctx->master_dtype = MG_F32;
+		ctx->compute_dtype = mg_opt_enum(run, "precision") ==
+						     MG_PREC_FP16
+					     ? MG_F16
+					     : MG_BF16;
+		break;
+	default:
+		ctx->compute_dtype = ctx->master_dtype = MG_F32;
+	}
+	/* fp16's narrow range needs loss scaling (PyTorch GradScaler's
+	 * defaults); bf16 has fp32's range. */
+	t->dynamic_scale = ctx->compute_dtype == MG_F16;
+	t->loss_scale = t->dynamic_scale ? 65536.0 : 1.0;
 	ctx->seed = (uint64_t)mg_opt_int(run, "seed");
 	ctx->stats = &t->stats;
 	mg_optim_from_opts(&t->hp, t->s->optim);
@@ -148,8 +170,13 @@ static int setup(struct mg_trainer *t)
 	int64_t one = 1, nm = MG_METRIC_N;
 	if (mg_buf_alloc(ctx, &t->metrics, MG_METRIC_N * sizeof(float),
 			 MG_MEM_OTHER) ||
-	    mg_buf_alloc(ctx, &t->grad_scale, sizeof(float), MG_MEM_OTHER))
+	    mg_buf_alloc(ctx, &t->grad_scale, sizeof(float), MG_MEM_OTHER) ||
+	    mg_buf_alloc(ctx, &t->vals_dev, sizeof(struct mg_optim_vals),
+			 MG_MEM_OTHER) ||
+	    mg_buf_alloc_host(ctx, &t->vals_host, sizeof(struct mg_optim_vals),
+			      MG_MEM_OTHER, true))
 		return -1;
+	ctx->optim_vals = t->vals_dev.ptr;
 	ctx->grad_scale = mg_tensor_make(t->grad_scale.ptr, MG_F32,
 					 ctx->dev->kind, 1, &one);
 	(void)nm;
@@ -241,8 +268,12 @@ static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		mg_st_writer_meta(&ck.w, "format", CKPT_FORMAT);
 		snprintf(v, sizeof v, "%lld", (long long)next_step);
 		mg_st_writer_meta(&ck.w, "next_step", v);
-		snprintf(v, sizeof v, "%lld", (long long)t->hp.step);
+		snprintf(v, sizeof v, "%lld", (long long)t->opt_step);
 		mg_st_writer_meta(&ck.w, "optimizer_step", v);
+		snprintf(v, sizeof v, "%.17g", t->loss_scale);
+		mg_st_writer_meta(&ck.w, "loss_scale", v);
+		snprintf(v, sizeof v, "%lld", (long long)t->good_steps);
+		mg_st_writer_meta(&ck.w, "good_steps", v);
 		snprintf(v, sizeof v, "%llu", (unsigned long long)t->ctx.seed);
 		mg_st_writer_meta(&ck.w, "seed", v);
 		snprintf(v, sizeof v, "%lld", (long long)t->skipped_steps);
@@ -287,7 +318,13 @@ static int load_checkpoint(struct mg_trainer *t)
 	const char *fmt = mg_st_meta(&ck.f, "format");
 	const char *model = mg_st_meta(&ck.f, "model");
 	t->start_step = meta_int(&ck.f, "next_step", &bad);
-	t->hp.step = meta_int(&ck.f, "optimizer_step", &bad);
+	t->opt_step = meta_int(&ck.f, "optimizer_step", &bad);
+	t->good_steps = meta_int(&ck.f, "good_steps", &bad);
+	const char *ls = mg_st_meta(&ck.f, "loss_scale");
+	if (ls)
+		t->loss_scale = strtod(ls, NULL);
+	else
+		bad = 1;
 	t->skipped_steps = meta_int(&ck.f, "skipped_steps", &bad);
 	int64_t seed = meta_int(&ck.f, "seed", &bad);
 	if (bad || !fmt || strcmp(fmt, CKPT_FORMAT))
@@ -317,7 +354,8 @@ static int load_checkpoint(struct mg_trainer *t)
 
 /* One optimizer step on the step-th batch of the run. */
 static int train_step(struct mg_trainer *t, int64_t step, double *m,
-		      struct mg_step_report *sr)
+		      struct mg_step_report *sr, double *lr, double *grad_norm,
+		      int *skipped)
 {
 	struct mg_ctx *ctx = &t->ctx;
 	void *strat = t->inst[MG_SEC_STRATEGY];
@@ -334,8 +372,19 @@ static int train_step(struct mg_trainer *t, int64_t step, double *m,
 		return -1;
 	batch.global_offset = plan.global_offset;
 	mg_count(ctx, MG_C_SAMPLES_COMPUTED, plan.compute_count);
-	float gs = (float)(1.0 / (double)plan.global_count);
-	if (mg_copy_h2d(ctx, t->grad_scale.ptr, &gs, sizeof gs))
+	/* This step's values, read on the device by the loss and the
+	 * optimizer (so a captured step needs no new kernel arguments). */
+	float gs = (float)(t->loss_scale / (double)plan.global_count);
+	struct mg_optim_vals *v = t->vals_host.ptr;
+	int64_t k = t->opt_step + 1;
+	memset(v, 0, sizeof *v);
+	v->lr = (float)mg_schedule_lr(t, step);
+	v->grad_mul = (float)(1.0 / t->loss_scale);
+	v->bias1 = (float)(1.0 - pow(t->hp.beta1, (double)k));
+	v->bias2 = (float)(1.0 - pow(t->hp.beta2, (double)k));
+	v->first = t->opt_step == 0;
+	if (mg_copy_h2d(ctx, t->grad_scale.ptr, &gs, sizeof gs) ||
+	    mg_copy_h2d(ctx, t->vals_dev.ptr, v, sizeof *v))
 		return -1;
 	ctx->epoch = epoch;
 	ctx->step = step;
@@ -357,20 +406,36 @@ static int train_step(struct mg_trainer *t, int64_t step, double *m,
 	if (rc)
 		return mg_error_prefix("backward at step %lld",
 				       (long long)step);
-	t->hp.lr = mg_schedule_lr(t, step);
-	t->hp.step++;
 	mg_timer_start(ctx, MG_T_OPTIM);
 	rc = t->strat->step(strat, &t->hp, sr);
 	mg_timer_stop(ctx, MG_T_OPTIM);
 	if (rc)
 		return mg_error_prefix("optimizer step %lld", (long long)step);
-	if (sr->skipped) {
-		t->hp.step--;
-		t->skipped_steps++;
-	}
 	rc = read_metrics(t, m);
+	if (!rc)
+		rc = mg_copy_d2h(ctx, v, t->vals_dev.ptr, sizeof *v);
 	mg_stats_step_end(ctx);
-	return rc;
+	if (rc)
+		return rc;
+	*lr = v->lr;
+	*grad_norm = v->grad_norm;
+	*skipped = v->skip;
+	if (v->skip) {
+		/* Overflow: the update was not applied; retry smaller. */
+		t->skipped_steps++;
+		t->good_steps = 0;
+		if (t->dynamic_scale)
+			t->loss_scale = t->loss_scale / 2 < 1
+						? 1
+						: t->loss_scale / 2;
+	} else {
+		t->opt_step++;
+		if (t->dynamic_scale && ++t->good_steps == 2000) {
+			t->loss_scale *= 2;
+			t->good_steps = 0;
+		}
+	}
+	return 0;
 }
 
 static int run_loop(struct mg_trainer *t)
@@ -379,26 +444,32 @@ static int run_loop(struct mg_trainer *t)
 	int64_t ck_every = mg_opt_int(run, "checkpoint_every");
 	bool ck_on = mg_opt_bool(run, "checkpoint");
 	bool eval_on = mg_opt_bool(run, "eval");
+	int64_t stop_after = mg_opt_int(run, "stop_after");
+	int64_t end = t->total_steps;
+	if (stop_after > 0 && t->start_step + stop_after < end)
+		end = t->start_step + stop_after;
 	double ep_m[MG_METRIC_N] = {0}, ep_t0 = mg_now();
 	int64_t ep_steps = 0;
-	for (int64_t step = t->start_step; step < t->total_steps; step++) {
+	for (int64_t step = t->start_step; step < end; step++) {
 		double m[MG_METRIC_N] = {0}, t0 = mg_now();
 		struct mg_step_report sr = {0};
+		double lr = 0, gnorm = 0;
+		int skipped = 0;
 		mg_stats_step_begin(&t->stats);
-		if (train_step(t, step, m, &sr))
+		if (train_step(t, step, m, &sr, &lr, &gnorm, &skipped))
 			return -1;
 		double dt = mg_now() - t0;
 		double loss = m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
 		double acc = m[MG_METRIC_CORRECT] / m[MG_METRIC_COUNT];
-		if (!isfinite(loss))
+		if (!isfinite(loss) && !t->dynamic_scale)
 			return mg_error("loss is %g at step %lld: training "
 					"diverged (lower optimizer.lr?)",
 					loss, (long long)step);
 		for (int i = 0; i < MG_METRIC_N; i++)
 			ep_m[i] += m[i];
 		ep_steps++;
-		mg_report_step(t, step, loss, acc, t->hp.lr, dt, &sr);
-		mg_progress_step(t, step, loss, acc, t->hp.lr,
+		mg_report_step(t, step, loss, acc, lr, gnorm, skipped, dt);
+		mg_progress_step(t, step, loss, acc, lr,
 				 m[MG_METRIC_COUNT] / dt);
 		bool epoch_end = (step + 1) % t->steps_per_epoch == 0 ||
 				 step + 1 == t->total_steps;
@@ -445,13 +516,18 @@ static int run_loop(struct mg_trainer *t)
 			ep_steps = 0;
 			ep_t0 = mg_now();
 		}
-		bool ck_now = ck_on && (epoch_end || (ck_every > 0 &&
-						      (step + 1) % ck_every == 0));
+		bool ck_now = ck_on && (epoch_end || step + 1 == end ||
+					(ck_every > 0 &&
+					 (step + 1) % ck_every == 0));
 		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
 		if (epoch_end && mg_report_write(t, false))
 			return -1;
 	}
+	if (end < t->total_steps && t->ctx.rank == 0)
+		mg_info("stopped after step %lld of %lld (run.stop_after); "
+			"continue with --resume",
+			(long long)end, (long long)t->total_steps);
 	return 0;
 }
 
@@ -462,6 +538,8 @@ static void teardown(struct mg_trainer *t)
 	if (ctx->dev) {
 		mg_buf_free(ctx, &t->metrics);
 		mg_buf_free(ctx, &t->grad_scale);
+		mg_buf_free(ctx, &t->vals_dev);
+		mg_buf_free(ctx, &t->vals_host);
 	}
 	static const int order[] = {MG_SEC_STRATEGY, MG_SEC_MODEL,
 				    MG_SEC_DATASET};

@@ -44,6 +44,11 @@ struct mg_trainer {
 	struct mg_optim_hparams hp;
 	struct mg_input in;
 	struct mg_buf metrics, grad_scale;
+	struct mg_buf vals_dev, vals_host; /* struct mg_optim_vals */
+	int64_t opt_step;	/* optimizer steps applied so far */
+	double loss_scale;	/* fp16: dynamic; otherwise 1 */
+	int64_t good_steps;	/* fp16: steps since the scale last changed */
+	bool dynamic_scale;
 
 	int64_t batch, epochs, steps_per_epoch, total_steps;
 	int64_t start_step; /* first step this process runs (resume) */
@@ -71,8 +76,8 @@ void mg_optim_from_opts(struct mg_optim_hparams *h, const struct mg_opts *o);
 /* report.c */
 int mg_report_open(struct mg_trainer *t, bool resume);
 void mg_report_step(struct mg_trainer *t, int64_t step, double loss,
-		    double acc, double lr, double seconds,
-		    const struct mg_step_report *sr);
+		    double acc, double lr, double grad_norm, int skipped,
+		    double seconds);
 int mg_report_write(struct mg_trainer *t, bool final);
 void mg_report_close(struct mg_trainer *t);
 void mg_report_summary(struct mg_trainer *t, FILE *f);

@@ -183,24 +183,37 @@ static int la_step(void *self, const struct mg_optim_hparams *h,
 {
 	struct local_avg *s = self;
 	struct mg_ctx *ctx = s->ctx;
-	for (int i = 0; i < s->spec->nparams; i++) {
-		const struct mg_param_decl *p = &s->spec->params[i];
+	const struct mg_model_spec *sp = s->spec;
+	r->comm_seconds = 0;
+	/* Local gradient norm, clipping and overflow check, on the device. */
+	for (int i = 0; i < sp->nparams; i++)
+		if (s->grad[i].ptr &&
+		    mg_optim_sumsq(ctx, ctx->optim_vals, ctx->master_dtype,
+				   s->grad[i].ptr, sp->params[i].numel))
+			return -1;
+	if (mg_optim_finalize(ctx, h, ctx->optim_vals))
+		return -1;
+	for (int i = 0; i < sp->nparams; i++) {
+		const struct mg_param_decl *p = &sp->params[i];
 		if (!(p->flags & MG_P_TRAIN))
 			continue;
-		void *state[2] = {s->state[0][i].ptr, s->state[1][i].ptr};
-		bool decay = h->decay_all || !(p->flags & MG_P_NO_DECAY);
-		if (mg_optim_update(ctx, h, ctx->master_dtype, s->param[i].ptr,
-				    s->grad[i].ptr, state, p->numel, decay,
-				    false))
+		struct mg_optim_slice sl = {
+			.dtype = ctx->master_dtype,
+			.param = s->param[i].ptr,
+			.grad = s->grad[i].ptr,
+			.grad_dtype = ctx->master_dtype,
+			.state = {s->state[0][i].ptr, s->state[1][i].ptr},
+			.n = p->numel,
+			.decay = h->decay_all || !(p->flags & MG_P_NO_DECAY),
+		};
+		if (mg_optim_update(ctx, h, ctx->optim_vals, &sl))
 			return -1;
 	}
-	r->skipped = false;
-	r->grad_norm = 0;
 	if (++s->steps % s->period || ctx->world == 1)
 		return 0;
 	/* Model averaging: sum over ranks, then divide. */
-	for (int i = 0; i < s->spec->nparams; i++) {
-		const struct mg_param_decl *p = &s->spec->params[i];
+	for (int i = 0; i < sp->nparams; i++) {
+		const struct mg_param_decl *p = &sp->params[i];
 		if (ctx->comm->all_reduce(ctx->comm, s->param[i].ptr, p->numel,
 					  ctx->master_dtype, MG_REDUCE_SUM))
 			return -1;

@@ -67,9 +67,11 @@ struct mg_ctx {
 	/* F32 scalar on the device: d(loss)/d(loss_sum) multiplier the model
 	 * applies when seeding backward (loss scale / global batch). */
 	struct mg_tensor grad_scale;
-	/* The run's optimizer settings (lr before scheduling), so strategies
-	 * know at setup which state to allocate. */
+	/* The run's optimizer settings, so strategies know at setup which
+	 * state to allocate, and this step's values on the device (written
+	 * by the trainer before each step; see optim.h). */
 	const struct mg_optim_hparams *optim;
+	struct mg_optim_vals *optim_vals;
 
 	/* Binding set by the core; use the inline calls below. */
 	void *strategy;

@@ -27,6 +27,10 @@ enum {
 	MG_P_BUFFER = 1 << 1, /* state updated by forward (BN running stats):
 				   no gradient, never sharded, broadcast from rank 0 */
 	MG_P_NO_DECAY = 1 << 2, /* excluded from weight decay (norms, biases) */
+	MG_P_FP32 = 1 << 3,	/* lent (and its gradient kept) in the master
+				   dtype even when the compute dtype is lower:
+				   norm weights, as mixed-precision training
+				   keeps them */
 };
 
 struct mg_param_decl {

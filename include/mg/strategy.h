@@ -76,7 +76,10 @@ struct mg_strategy_ops {
 	void (*release)(void *self, int unit, enum mg_phase ph);
 	/* A unit's gradients are complete: reduction may start. */
 	int (*grads_ready)(void *self, int unit);
-	/* Finish reductions, run the optimizer with h. */
+	/* Finish reductions, then the optimizer: mg_optim_sumsq over the
+	 * gradients (summed across ranks), mg_optim_finalize, and
+	 * mg_optim_update on what this rank owns, all with ctx->optim_vals,
+	 * without host synchronisation (the step may be a CUDA graph). */
 	int (*step)(void *self, const struct mg_optim_hparams *h,
 		    struct mg_step_report *r);
 	int (*save)(void *self, struct mg_ckpt *ck);

@@ -108,6 +108,16 @@ MG_EXPORT int mg_copy_d2d(struct mg_ctx *ctx, void *dst, const void *src,
 MG_EXPORT int mg_memset_dev(struct mg_ctx *ctx, void *dst, int value,
 			    size_t bytes);
 
+/* Convert n elements between float dtypes (F32, F64, F16, BF16) on ctx's
+ * device, rounding to nearest even. dst and src must not overlap. */
+MG_EXPORT int mg_op_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
+			    const void *src, enum mg_dtype st, int64_t n);
+/* Host scalar conversions used by CPU twins and tests. */
+MG_EXPORT float mg_half_to_float(uint16_t h);
+MG_EXPORT uint16_t mg_float_to_half(float f);
+MG_EXPORT float mg_bf16_to_float(uint16_t b);
+MG_EXPORT uint16_t mg_float_to_bf16(float f);
+
 #ifdef __cplusplus
 }
 #endif

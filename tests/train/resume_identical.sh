@@ -1,6 +1,7 @@
 #!/bin/sh
 # resume_identical.sh MGRUN INI WORK [--set ...]
-# Train 2N steps in one go; train N steps, stop, and --resume to 2N. The
+# Train 2N steps in one go; train N steps, stop (run.stop_after), and
+# --resume to 2N. The
 # resumed run must continue exactly: same per-step losses, accuracies,
 # learning rates and gradient norms, and a byte-identical final checkpoint.
 set -eu
@@ -11,7 +12,7 @@ n=20
 "$mgrun" -c "$ini" "$@" --set run.out_dir="$work" --set run.name=full \
 	--set run.max_steps=$((2 * n)) >/dev/null
 "$mgrun" -c "$ini" "$@" --set run.out_dir="$work" --set run.name=split \
-	--set run.max_steps=$n >/dev/null
+	--set run.max_steps=$((2 * n)) --set run.stop_after=$n >/dev/null
 "$mgrun" -c "$ini" "$@" --set run.out_dir="$work" --set run.name=split \
 	--set run.max_steps=$((2 * n)) --resume >"$work/resume.log"
 grep -q "resumed from .* at step $n" "$work/resume.log"

@@ -1,5 +1,6 @@
 /*
- * replica.c - full parameter, gradient and optimizer storage on one rank.
+ * replica.c - full parameter, gradient and optimizer storage on one rank,
+ * with optional mixed precision (F32 master, F16/BF16 compute copy).
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,49 +14,109 @@ static bool is_buffer(const struct mg_param_decl *p)
 	return p->flags & MG_P_BUFFER;
 }
 
-static int check_dtypes(struct mg_replica *r)
+/* Optimizer group of a trained parameter (see replica.h), -1 if frozen. */
+static int group_of(const struct mg_replica *r, const struct mg_param_decl *p)
 {
-	const struct mg_ctx *ctx = r->ctx;
-	if (ctx->compute_dtype != ctx->master_dtype)
-		return mg_error("compute dtype %s differs from master dtype %s: "
-				"this strategy keeps one copy and needs them "
-				"equal",
-				mg_dtype_name(ctx->compute_dtype),
-				mg_dtype_name(ctx->master_dtype));
+	if (!(p->flags & MG_P_TRAIN))
+		return -1;
+	int keep32 = r->mixed && (p->flags & MG_P_FP32);
+	return 2 * keep32 + !!(p->flags & MG_P_NO_DECAY);
+}
+
+/* Is the lent copy the low-precision one? */
+static bool lent_lp(const struct mg_replica *r, const struct mg_param_decl *p)
+{
+	return r->mixed && !is_buffer(p) && !(p->flags & MG_P_FP32);
+}
+
+static int check(struct mg_replica *r)
+{
 	for (int i = 0; i < r->spec->nparams; i++)
 		if (r->spec->params[i].dtype != MG_DTYPE_AUTO)
 			return mg_error("parameter '%s' has explicit dtype %s; "
-					"this strategy stores only the run's "
-					"float type",
+					"replicated storage holds only the "
+					"run's float types",
 					r->spec->params[i].name,
 					mg_dtype_name(r->spec->params[i].dtype));
+	if (r->mixed && r->master != MG_F32)
+		return mg_error("mixed precision needs an F32 master copy");
 	return 0;
 }
 
-/* Lay out tensors inside the flat buffers. */
-static void layout(struct mg_replica *r)
+/* Element offsets: trained parameters by group, then frozen; buffers
+ * apart. lp copies reuse the master offsets of groups 0, 1 and frozen
+ * shifted down past groups 2, 3. */
+static void place(struct mg_replica *r)
 {
 	const struct mg_model_spec *s = r->spec;
-	size_t es = mg_dtype_size(r->dtype);
-	int64_t po = 0, bo = 0, go = 0;
+	int64_t count[MG_REPLICA_GROUPS + 1] = {0};
 	for (int i = 0; i < s->nparams; i++) {
 		const struct mg_param_decl *p = &s->params[i];
-		char *base = is_buffer(p) ? r->buffers.ptr : r->params.ptr;
-		int64_t *off = is_buffer(p) ? &bo : &po;
-		r->ptensor[i] = mg_tensor_make(base + (size_t)*off * es,
-					       r->dtype, r->ctx->dev->kind,
-					       p->ndim, p->shape);
-		*off += p->numel;
-		r->gtensor[i] = mg_tensor_make(NULL, r->dtype,
-					       r->ctx->dev->kind, p->ndim,
-					       p->shape);
-		r->goff[i] = -1;
-		if (p->flags & MG_P_TRAIN) {
-			r->goff[i] = go;
-			r->gtensor[i].data =
-				(char *)r->grads.ptr + (size_t)go * es;
-			go += p->numel;
+		if (is_buffer(p))
+			r->n_buffers += p->numel;
+		else {
+			int g = group_of(r, p);
+			count[g < 0 ? MG_REPLICA_GROUPS : g] += p->numel;
 		}
+	}
+	r->group_off[0] = 0;
+	for (int g = 0; g < MG_REPLICA_GROUPS; g++)
+		r->group_off[g + 1] = r->group_off[g] + count[g];
+	r->n_train = r->group_off[MG_REPLICA_GROUPS];
+	r->n_params = r->n_train + count[MG_REPLICA_GROUPS];
+	int64_t next[MG_REPLICA_GROUPS + 1], boff = 0;
+	for (int g = 0; g <= MG_REPLICA_GROUPS; g++)
+		next[g] = r->group_off[g];
+	for (int i = 0; i < s->nparams; i++) {
+		const struct mg_param_decl *p = &s->params[i];
+		if (is_buffer(p)) {
+			r->off[i] = boff;
+			boff += p->numel;
+			continue;
+		}
+		int g = group_of(r, p);
+		g = g < 0 ? MG_REPLICA_GROUPS : g;
+		r->off[i] = next[g];
+		next[g] += p->numel;
+	}
+}
+
+/* Offset of parameter i inside params_lp (groups 2, 3 are not there). */
+static int64_t lp_off(const struct mg_replica *r, int64_t off)
+{
+	int64_t g2 = r->group_off[2], g4 = r->group_off[4];
+	return off >= g4 ? off - (g4 - g2) : off;
+}
+
+static void *at(const struct mg_buf *b, int64_t off, enum mg_dtype dt)
+{
+	return (char *)b->ptr + (size_t)off * mg_dtype_size(dt);
+}
+
+static void make_views(struct mg_replica *r)
+{
+	const struct mg_model_spec *s = r->spec;
+	enum mg_device_kind dev = r->ctx->dev->kind;
+	for (int i = 0; i < s->nparams; i++) {
+		const struct mg_param_decl *p = &s->params[i];
+		void *data;
+		enum mg_dtype dt = r->master;
+		if (is_buffer(p))
+			data = at(&r->buffers, r->off[i], dt);
+		else if (lent_lp(r, p)) {
+			dt = r->compute;
+			data = at(&r->params_lp, lp_off(r, r->off[i]), dt);
+		} else
+			data = at(&r->params, r->off[i], dt);
+		r->ptensor[i] = mg_tensor_make(data, dt, dev, p->ndim, p->shape);
+		r->gtensor[i] = r->ptensor[i];
+		r->gtensor[i].data = NULL;
+		int g = group_of(r, p);
+		if (g >= 2)
+			r->gtensor[i].data = at(&r->grads32,
+						r->off[i] - r->group_off[2], dt);
+		else if (g >= 0)
+			r->gtensor[i].data = at(&r->grads, r->off[i], dt);
 	}
 	for (int u = 0; u < s->nunits; u++) {
 		r->views[u].nparams = s->units[u].nparams;
@@ -64,90 +125,116 @@ static void layout(struct mg_replica *r)
 	}
 }
 
+/* Fill master values unit by unit from the model (host staging). */
+static int init_values(struct mg_replica *r)
+{
+	struct mg_ctx *ctx = r->ctx;
+	const struct mg_model_spec *s = r->spec;
+	size_t es = mg_dtype_size(r->master);
+	for (int u = 0; u < s->nunits; u++) {
+		const struct mg_unit_decl *ud = &s->units[u];
+		int n = ud->nparams;
+		struct mg_tensor host[n > 0 ? n : 1];
+		for (int k = 0; k < n; k++) {
+			int i = ud->first_param + k;
+			const struct mg_param_decl *p = &s->params[i];
+			host[k] = mg_tensor_make(NULL, r->master, MG_DEV_CPU,
+						 p->ndim, p->shape);
+			host[k].data = malloc((size_t)p->numel * es);
+			if (!host[k].data)
+				return mg_error("out of memory");
+		}
+		int rc = mg_init_unit(ctx, s, u, host);
+		for (int k = 0; k < n && !rc; k++) {
+			int i = ud->first_param + k;
+			const struct mg_param_decl *p = &s->params[i];
+			void *dst = is_buffer(p)
+					    ? at(&r->buffers, r->off[i], r->master)
+					    : at(&r->params, r->off[i], r->master);
+			rc = mg_copy_h2d(ctx, dst, host[k].data,
+					 (size_t)p->numel * es);
+		}
+		/* Copies from pageable memory are complete on return. */
+		for (int k = 0; k < n; k++)
+			free(host[k].data);
+		if (rc)
+			return rc;
+	}
+	return mg_replica_refresh_lp(r);
+}
+
+int mg_replica_refresh_lp(struct mg_replica *r)
+{
+	if (!r->mixed)
+		return 0;
+	/* Groups 0, 1 and frozen are contiguous in both buffers apart from
+	 * the 2, 3 hole in the master. */
+	int64_t a = r->group_off[2], b = r->group_off[4];
+	if (mg_op_convert(r->ctx, r->params_lp.ptr, r->compute, r->params.ptr,
+			  r->master, a))
+		return -1;
+	return mg_op_convert(r->ctx, at(&r->params_lp, a, r->compute),
+			     r->compute, at(&r->params, b, r->master),
+			     r->master, r->n_params - b);
+}
+
 int mg_replica_init(struct mg_replica *r, struct mg_ctx *ctx,
 		    const struct mg_model_spec *spec)
 {
 	memset(r, 0, sizeof *r);
 	r->ctx = ctx;
 	r->spec = spec;
-	r->dtype = ctx->master_dtype;
-	if (check_dtypes(r))
+	r->master = ctx->master_dtype;
+	r->compute = ctx->compute_dtype;
+	r->mixed = r->master != r->compute;
+	if (check(r))
 		return -1;
-	for (int i = 0; i < spec->nparams; i++) {
-		const struct mg_param_decl *p = &spec->params[i];
-		if (is_buffer(p))
-			r->n_buffers += p->numel;
-		else
-			r->n_params += p->numel;
-		if (p->flags & MG_P_TRAIN)
-			r->n_grads += p->numel;
-	}
-	size_t es = mg_dtype_size(r->dtype);
+	size_t n = (size_t)spec->nparams + 1;
+	r->off = calloc(n, sizeof *r->off);
+	r->ptensor = calloc(n, sizeof *r->ptensor);
+	r->gtensor = calloc(n, sizeof *r->gtensor);
+	r->views = calloc((size_t)spec->nunits + 1, sizeof *r->views);
+	if (!r->off || !r->ptensor || !r->gtensor || !r->views)
+		return mg_error("out of memory for parameter tables");
+	place(r);
+	size_t ms = mg_dtype_size(r->master), cs = mg_dtype_size(r->compute);
+	int64_t n_lp_grad = r->group_off[2];
+	int64_t n_32_grad = r->n_train - r->group_off[2];
+	int64_t n_lp = r->mixed ? r->n_params - n_32_grad : 0;
 	r->nslots = ctx->optim ? mg_optim_state_slots(ctx->optim) : 0;
-	if (mg_buf_alloc(ctx, &r->params, (size_t)r->n_params * es,
+	if (mg_buf_alloc(ctx, &r->params, (size_t)r->n_params * ms,
 			 MG_MEM_PARAMS) ||
-	    mg_buf_alloc(ctx, &r->buffers, (size_t)r->n_buffers * es,
+	    mg_buf_alloc(ctx, &r->params_lp, (size_t)n_lp * cs,
 			 MG_MEM_PARAMS) ||
-	    mg_buf_alloc(ctx, &r->grads, (size_t)r->n_grads * es,
+	    mg_buf_alloc(ctx, &r->buffers, (size_t)r->n_buffers * ms,
+			 MG_MEM_PARAMS) ||
+	    mg_buf_alloc(ctx, &r->grads, (size_t)n_lp_grad * cs,
+			 MG_MEM_GRADS) ||
+	    mg_buf_alloc(ctx, &r->grads32, (size_t)n_32_grad * ms,
 			 MG_MEM_GRADS))
 		return -1;
-	for (int k = 0; k < r->nslots; k++) {
-		if (mg_buf_alloc(ctx, &r->state[k], (size_t)r->n_grads * es,
+	for (int k = 0; k < r->nslots; k++)
+		if (mg_buf_alloc(ctx, &r->state[k], (size_t)r->n_train * ms,
 				 MG_MEM_OPTIM) ||
 		    mg_memset_dev(ctx, r->state[k].ptr, 0, r->state[k].bytes))
 			return -1;
-	}
-	r->ptensor = calloc((size_t)spec->nparams + 1, sizeof *r->ptensor);
-	r->gtensor = calloc((size_t)spec->nparams + 1, sizeof *r->gtensor);
-	r->goff = calloc((size_t)spec->nparams + 1, sizeof *r->goff);
-	r->views = calloc((size_t)spec->nunits + 1, sizeof *r->views);
-	if (!r->ptensor || !r->gtensor || !r->goff || !r->views)
-		return mg_error("out of memory for parameter tables");
-	layout(r);
-	/* Initial values come from the model, unit by unit, on the host. */
-	for (int u = 0; u < spec->nunits; u++) {
-		const struct mg_unit_decl *ud = &spec->units[u];
-		struct mg_tensor *host = r->views[u].params;
-		struct mg_tensor tmp[ud->nparams > 0 ? ud->nparams : 1];
-		if (ctx->dev->kind != MG_DEV_CPU) {
-			/* Device storage: stage through host memory. */
-			for (int i = 0; i < ud->nparams; i++) {
-				tmp[i] = host[i];
-				tmp[i].device = MG_DEV_CPU;
-				tmp[i].data = malloc(mg_tensor_bytes(&host[i]));
-				if (!tmp[i].data)
-					return mg_error("out of memory");
-			}
-			host = tmp;
-		}
-		if (mg_init_unit(ctx, spec, u, host))
-			return -1;
-		if (ctx->dev->kind != MG_DEV_CPU) {
-			for (int i = 0; i < ud->nparams; i++) {
-				struct mg_tensor *d = &r->views[u].params[i];
-				int rc = mg_copy_h2d(ctx, d->data, tmp[i].data,
-						     mg_tensor_bytes(d));
-				free(tmp[i].data);
-				if (rc)
-					return rc;
-			}
-		}
-	}
-	return 0;
+	make_views(r);
+	return init_values(r);
 }
 
 void mg_replica_free(struct mg_replica *r)
 {
 	if (!r->ctx)
 		return;
-	mg_buf_free(r->ctx, &r->params);
-	mg_buf_free(r->ctx, &r->buffers);
-	mg_buf_free(r->ctx, &r->grads);
+	struct mg_buf *bufs[] = {&r->params, &r->params_lp, &r->buffers,
+				 &r->grads, &r->grads32};
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		mg_buf_free(r->ctx, bufs[i]);
 	for (int k = 0; k < MG_REPLICA_MAX_SLOTS; k++)
 		mg_buf_free(r->ctx, &r->state[k]);
+	free(r->off);
 	free(r->ptensor);
 	free(r->gtensor);
-	free(r->goff);
 	free(r->views);
 	memset(r, 0, sizeof *r);
 }
@@ -166,52 +253,54 @@ struct mg_unit_view *mg_replica_view(struct mg_replica *r, int unit,
 
 int mg_replica_zero_grads(struct mg_replica *r)
 {
-	return mg_memset_dev(r->ctx, r->grads.ptr, 0, r->grads.bytes);
+	return mg_memset_dev(r->ctx, r->grads.ptr, 0, r->grads.bytes) ||
+	       mg_memset_dev(r->ctx, r->grads32.ptr, 0, r->grads32.bytes);
 }
 
-double mg_replica_grad_norm(struct mg_replica *r, double grad_mul)
+int mg_replica_sumsq(struct mg_replica *r)
 {
-	double s = 0;
-	if (r->dtype == MG_F64) {
-		const double *g = r->grads.ptr;
-		for (int64_t i = 0; i < r->n_grads; i++)
-			s += g[i] * g[i];
-	} else {
-		const float *g = r->grads.ptr;
-		for (int64_t i = 0; i < r->n_grads; i++)
-			s += (double)g[i] * g[i];
-	}
-	return sqrt(s) * fabs(grad_mul);
+	struct mg_ctx *ctx = r->ctx;
+	return mg_optim_sumsq(ctx, ctx->optim_vals, r->compute, r->grads.ptr,
+			      r->group_off[2]) ||
+	       mg_optim_sumsq(ctx, ctx->optim_vals, r->master, r->grads32.ptr,
+			      r->n_train - r->group_off[2]);
 }
 
-int mg_replica_step(struct mg_replica *r, const struct mg_optim_hparams *h,
-		    struct mg_step_report *rep)
+int mg_replica_update(struct mg_replica *r, const struct mg_optim_hparams *h)
 {
-	struct mg_optim_hparams hh = *h;
-	rep->grad_norm = mg_replica_grad_norm(r, h->grad_mul);
-	if (!isfinite(rep->grad_norm)) {
-		rep->skipped = true;
-		return 0;
-	}
-	if (h->max_grad_norm > 0 && rep->grad_norm > h->max_grad_norm)
-		hh.grad_mul *= h->max_grad_norm / (rep->grad_norm + 1e-6);
-	size_t es = mg_dtype_size(r->dtype);
-	const struct mg_model_spec *s = r->spec;
-	for (int i = 0; i < s->nparams; i++) {
-		const struct mg_param_decl *p = &s->params[i];
-		if (!(p->flags & MG_P_TRAIN))
+	for (int g = 0; g < MG_REPLICA_GROUPS; g++) {
+		int64_t off = r->group_off[g], n = r->group_off[g + 1] - off;
+		if (n == 0)
 			continue;
-		void *state[MG_REPLICA_MAX_SLOTS] = {0};
+		bool lp = g < 2;
+		struct mg_optim_slice s = {
+			.dtype = r->master,
+			.param = at(&r->params, off, r->master),
+			.grad = lp ? at(&r->grads, off, r->compute)
+				   : at(&r->grads32, off - r->group_off[2],
+					r->master),
+			.grad_dtype = lp ? r->compute : r->master,
+			.param_lp = lp && r->mixed
+					    ? at(&r->params_lp, off, r->compute)
+					    : NULL,
+			.lp_dtype = r->compute,
+			.n = n,
+			.decay = h->decay_all || !(g & 1),
+		};
 		for (int k = 0; k < r->nslots; k++)
-			state[k] = (char *)r->state[k].ptr +
-				   (size_t)r->goff[i] * es;
-		bool decay = hh.decay_all || !(p->flags & MG_P_NO_DECAY);
-		if (mg_optim_update(r->ctx, &hh, r->dtype, r->ptensor[i].data,
-				    r->gtensor[i].data, state, p->numel, decay,
-				    false))
+			s.state[k] = at(&r->state[k], off, r->master);
+		if (mg_optim_update(r->ctx, h, r->ctx->optim_vals, &s))
 			return -1;
 	}
 	return 0;
+}
+
+int mg_replica_step(struct mg_replica *r, const struct mg_optim_hparams *h)
+{
+	if (mg_replica_sumsq(r) ||
+	    mg_optim_finalize(r->ctx, h, r->ctx->optim_vals))
+		return -1;
+	return mg_replica_update(r, h);
 }
 
 static void full_name(char *out, size_t n, const char *kind,
@@ -221,31 +310,34 @@ static void full_name(char *out, size_t n, const char *kind,
 		 s->params[s->units[unit].first_param + i].name);
 }
 
-/* Visit every (name, tensor) the replica saves: parameters, buffers and
- * optimizer slots of trained parameters. */
+/* Visit every (name, tensor) the replica saves: master parameters,
+ * buffers, and optimizer slots of trained parameters. */
 static int visit(struct mg_replica *r, struct mg_ckpt *ck, bool save)
 {
 	const struct mg_model_spec *s = r->spec;
-	size_t es = mg_dtype_size(r->dtype);
 	char name[3 * MG_NAME_MAX];
 	for (int u = 0; u < s->nunits; u++) {
-		for (int i = 0; i < s->units[u].nparams; i++) {
-			int pi = s->units[u].first_param + i;
-			full_name(name, sizeof name, "param", s, u, i);
-			struct mg_tensor *t = &r->ptensor[pi];
-			if (save ? mg_ckpt_put(ck, name, t)
-				 : mg_ckpt_get(ck, name, t))
+		for (int k = 0; k < s->units[u].nparams; k++) {
+			int i = s->units[u].first_param + k;
+			const struct mg_param_decl *p = &s->params[i];
+			struct mg_tensor t = mg_tensor_make(
+				at(is_buffer(p) ? &r->buffers : &r->params,
+				   r->off[i], r->master),
+				r->master, r->ctx->dev->kind, p->ndim,
+				p->shape);
+			full_name(name, sizeof name, "param", s, u, k);
+			if (save ? mg_ckpt_put(ck, name, &t)
+				 : mg_ckpt_get(ck, name, &t))
 				return -1;
-			if (r->goff[pi] < 0)
+			if (group_of(r, p) < 0)
 				continue;
-			for (int k = 0; k < r->nslots; k++) {
+			for (int j = 0; j < r->nslots; j++) {
 				char kind[64];
 				snprintf(kind, sizeof kind, "optim/%s",
-					 mg_optim_slot_name(r->ctx->optim, k));
-				full_name(name, sizeof name, kind, s, u, i);
-				struct mg_tensor st = *t;
-				st.data = (char *)r->state[k].ptr +
-					  (size_t)r->goff[pi] * es;
+					 mg_optim_slot_name(r->ctx->optim, j));
+				full_name(name, sizeof name, kind, s, u, k);
+				struct mg_tensor st = t;
+				st.data = at(&r->state[j], r->off[i], r->master);
 				if (save ? mg_ckpt_put(ck, name, &st)
 					 : mg_ckpt_get(ck, name, &st))
 					return -1;
@@ -262,5 +354,5 @@ int mg_replica_save(struct mg_replica *r, struct mg_ckpt *ck)
 
 int mg_replica_load(struct mg_replica *r, struct mg_ckpt *ck)
 {
-	return visit(r, ck, false);
+	return visit(r, ck, false) || mg_replica_refresh_lp(r);
 }

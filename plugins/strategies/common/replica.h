@@ -1,8 +1,15 @@
 /*
  * replica.h - a full, unsharded copy of a model's parameters, gradients and
  * optimizer state on one rank: the storage of single-rank and DDP-family
- * strategies. Flat buffers (one per kind) so a whole-model all-reduce or
- * broadcast is one call, with per-parameter tensors pointing into them.
+ * strategies.
+ *
+ * Flat buffers, so a whole-model all-reduce or broadcast is one call and
+ * the optimizer is a handful of launches. Trained parameters are ordered
+ * in four groups - {compute dtype, kept in master dtype (MG_P_FP32)} x
+ * {weight decay, no decay} - then frozen ones, so each group is one
+ * contiguous optimizer slice. With mixed precision (compute dtype F16 or
+ * BF16) the master copy is F32 and a low-precision copy is what the model
+ * borrows; the optimizer refreshes it in the same pass.
  */
 #ifndef MG_REPLICA_H
 #define MG_REPLICA_H
@@ -10,20 +17,25 @@
 #include "mg/mg.h"
 
 #define MG_REPLICA_MAX_SLOTS 2
+#define MG_REPLICA_GROUPS 4 /* lp-decay, lp-nodecay, f32-decay, f32-nodecay */
 
 struct mg_replica {
 	struct mg_ctx *ctx;
 	const struct mg_model_spec *spec;
-	enum mg_dtype dtype; /* master == compute dtype */
-	struct mg_buf params;	/* trained + frozen parameters */
-	struct mg_buf buffers;	/* MG_P_BUFFER tensors */
-	struct mg_buf grads;	/* trained parameters only */
-	struct mg_buf state[MG_REPLICA_MAX_SLOTS];
+	enum mg_dtype master, compute;
+	bool mixed;		/* compute != master */
+	struct mg_buf params;	/* master: groups 0..3, then frozen */
+	struct mg_buf params_lp; /* mixed: compute copy of groups 0, 1, frozen */
+	struct mg_buf buffers;	/* MG_P_BUFFER tensors (master dtype) */
+	struct mg_buf grads;	/* groups 0, 1 (compute dtype) */
+	struct mg_buf grads32;	/* groups 2, 3 (master dtype) */
+	struct mg_buf state[MG_REPLICA_MAX_SLOTS]; /* trained, master dtype */
 	int nslots;
-	int64_t n_params, n_buffers, n_grads; /* elements */
-	struct mg_tensor *ptensor; /* per parameter (params or buffers) */
+	int64_t n_params, n_buffers, n_train;
+	int64_t group_off[MG_REPLICA_GROUPS + 1]; /* element offsets */
+	int64_t *off;		/* per parameter: offset in its buffer */
+	struct mg_tensor *ptensor; /* per parameter, as lent */
 	struct mg_tensor *gtensor; /* per parameter (data NULL if none) */
-	int64_t *goff;		   /* per parameter offset into grads, -1 */
 	struct mg_unit_view *views;
 };
 
@@ -35,13 +47,16 @@ void mg_replica_free(struct mg_replica *r);
 struct mg_unit_view *mg_replica_view(struct mg_replica *r, int unit,
 				     enum mg_phase ph);
 int mg_replica_zero_grads(struct mg_replica *r);
-/* L2 norm of grads * grad_mul (host double). */
-double mg_replica_grad_norm(struct mg_replica *r, double grad_mul);
-/* Clip (per h->max_grad_norm) and apply the optimizer to every trained
- * parameter; fills rep->grad_norm. */
-int mg_replica_step(struct mg_replica *r, const struct mg_optim_hparams *h,
-		    struct mg_step_report *rep);
+/* Add the local gradients' sum of squares to ctx->optim_vals->sumsq. */
+int mg_replica_sumsq(struct mg_replica *r);
+/* Apply the optimizer (ctx->optim_vals already finalised). */
+int mg_replica_update(struct mg_replica *r, const struct mg_optim_hparams *h);
+/* sumsq + finalize + update for a replica no other rank shares. */
+int mg_replica_step(struct mg_replica *r, const struct mg_optim_hparams *h);
 int mg_replica_save(struct mg_replica *r, struct mg_ckpt *ck);
 int mg_replica_load(struct mg_replica *r, struct mg_ckpt *ck);
+/* After master params changed outside the optimizer (load): refresh the
+ * low-precision copy. */
+int mg_replica_refresh_lp(struct mg_replica *r);
 
 #endif

@@ -1,0 +1,312 @@
+/*
+ * cuda_optim.cu - optimizer kernels on the GPU. Every per-step value comes
+ * from struct mg_optim_vals in device memory, so these launches can be
+ * captured in a CUDA graph and replayed with new learning rates. The sum
+ * of squares is a fixed-shape two-pass reduction (deterministic).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "ops/cuda/cuda_optim.h"
+
+#define SUMSQ_BLOCKS 256
+#define SUMSQ_THREADS 512
+
+/* Per-device scratch for the reduction's partial sums. */
+static float *partials;
+static int partials_device = -1;
+
+template <typename T> __device__ __forceinline__ float to_f(T x)
+{
+	return (float)x;
+}
+template <> __device__ __forceinline__ float to_f(__half x)
+{
+	return __half2float(x);
+}
+template <> __device__ __forceinline__ float to_f(__nv_bfloat16 x)
+{
+	return __bfloat162float(x);
+}
+
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ __half from_f(float x)
+{
+	return __float2half_rn(x);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_f(float x)
+{
+	return __float2bfloat16_rn(x);
+}
+
+static cudaStream_t stream_of(struct mg_ctx *ctx)
+{
+	return (cudaStream_t)ctx->dev->stream;
+}
+
+static int check_launch(const char *what)
+{
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return mg_error("CUDA %s: %s", what, cudaGetErrorString(e));
+	return 0;
+}
+
+template <typename T>
+__global__ void sumsq_partial(const T *g, int64_t n, float *out)
+{
+	__shared__ float sh[SUMSQ_THREADS];
+	double acc = 0; /* per thread: fixed strided order */
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x) {
+		float v = to_f(g[i]);
+		acc += (double)v * v;
+	}
+	sh[threadIdx.x] = (float)acc;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s)
+			sh[threadIdx.x] += sh[threadIdx.x + s];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		out[blockIdx.x] = sh[0];
+}
+
+__global__ void sumsq_final(const float *part, int nb, float *sumsq)
+{
+	__shared__ float sh[SUMSQ_BLOCKS];
+	sh[threadIdx.x] = threadIdx.x < nb ? part[threadIdx.x] : 0.f;
+	__syncthreads();
+	for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+		if (threadIdx.x < s)
+			sh[threadIdx.x] += sh[threadIdx.x + s];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		*sumsq += sh[0];
+}
+
+extern "C" int mg_cuda_optim_sumsq(struct mg_ctx *ctx,
+				   struct mg_optim_vals *vals,
+				   enum mg_dtype dt, const void *grad,
+				   int64_t n)
+{
+	if (!partials || partials_device != ctx->dev->ordinal) {
+		/* One-time scratch; allocated outside any graph capture by
+		 * the first (eager) step. */
+		if (cudaMalloc(&partials, SUMSQ_BLOCKS * sizeof(float)) !=
+		    cudaSuccess)
+			return mg_error("optimizer: out of GPU memory");
+		partials_device = ctx->dev->ordinal;
+	}
+	if (n <= 0)
+		return 0;
+	cudaStream_t st = stream_of(ctx);
+	switch (dt) {
+	case MG_F32:
+		sumsq_partial<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, st>>>(
+			(const float *)grad, n, partials);
+		break;
+	case MG_F64:
+		sumsq_partial<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, st>>>(
+			(const double *)grad, n, partials);
+		break;
+	case MG_F16:
+		sumsq_partial<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, st>>>(
+			(const __half *)grad, n, partials);
+		break;
+	case MG_BF16:
+		sumsq_partial<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, st>>>(
+			(const __nv_bfloat16 *)grad, n, partials);
+		break;
+	default:
+		return mg_error("optimizer: gradient dtype %s",
+				mg_dtype_name(dt));
+	}
+	sumsq_final<<<1, SUMSQ_BLOCKS, 0, st>>>(partials, SUMSQ_BLOCKS,
+						&vals->sumsq);
+	return check_launch("gradient sum of squares");
+}
+
+__global__ void finalize_kernel(struct mg_optim_vals *v, float max_norm)
+{
+	float norm = sqrtf(v->sumsq) * fabsf(v->grad_mul);
+	v->grad_norm = norm;
+	v->skip = !isfinite(norm);
+	if (!v->skip && max_norm > 0 && norm > max_norm)
+		v->grad_mul *= max_norm / (norm + 1e-6f);
+}
+
+extern "C" int mg_cuda_optim_finalize(struct mg_ctx *ctx,
+				      const struct mg_optim_hparams *h,
+				      struct mg_optim_vals *vals)
+{
+	finalize_kernel<<<1, 1, 0, stream_of(ctx)>>>(vals,
+						     (float)h->max_grad_norm);
+	return check_launch("optimizer finalize");
+}
+
+struct hp {
+	float momentum, damp, wd, beta1, beta2, eps;
+	int nesterov, has_momentum, adamw;
+};
+
+/* M: master/state type; G: gradient type; L: low-precision copy type. */
+template <typename M, typename G, typename L>
+__global__ void update_kernel(struct hp h, const struct mg_optim_vals *v,
+			      M *p, const G *g, L *lp, M *s0, M *s1, int64_t n)
+{
+	if (v->skip)
+		return;
+	const M mul = (M)v->grad_mul, lr = (M)v->lr;
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x) {
+		M gi = (M)to_f(g[i]) * mul;
+		M pi = p[i];
+		if (h.adamw) {
+			M mi = (M)h.beta1 * s0[i] + (M)(1 - h.beta1) * gi;
+			M qi = (M)h.beta2 * s1[i] + (M)(1 - h.beta2) * gi * gi;
+			s0[i] = mi;
+			s1[i] = qi;
+			M step_size = lr / (M)v->bias1;
+			M rbc2 = (M)1 / sqrt((M)v->bias2);
+			pi = pi * ((M)1 - lr * (M)h.wd) -
+			     step_size * mi / (sqrt(qi) * rbc2 + (M)h.eps);
+		} else {
+			M d = gi + (M)h.wd * pi;
+			if (h.has_momentum) {
+				M b = v->first ? d
+					       : (M)h.momentum * s0[i] +
+							 (M)h.damp * d;
+				s0[i] = b;
+				d = h.nesterov ? d + (M)h.momentum * b : b;
+			}
+			pi -= lr * d;
+		}
+		p[i] = pi;
+		if (lp)
+			lp[i] = from_f<L>((float)pi);
+	}
+}
+
+template <typename M, typename G, typename L>
+static void launch(cudaStream_t st, struct hp h, const struct mg_optim_vals *v,
+		   const struct mg_optim_slice *s)
+{
+	int threads = 256;
+	int64_t blocks = (s->n + threads - 1) / threads;
+	if (blocks > 4096)
+		blocks = 4096;
+	update_kernel<M, G, L><<<(unsigned)blocks, threads, 0, st>>>(
+		h, v, (M *)s->param, (const G *)s->grad, (L *)s->param_lp,
+		(M *)s->state[0], (M *)s->state[1], s->n);
+}
+
+extern "C" int mg_cuda_optim_update(struct mg_ctx *ctx,
+				    const struct mg_optim_hparams *h,
+				    const struct mg_optim_vals *vals,
+				    const struct mg_optim_slice *s)
+{
+	if (s->n <= 0)
+		return 0;
+	struct hp k;
+	k.momentum = (float)h->momentum;
+	k.damp = (float)(1 - h->dampening);
+	k.wd = s->decay ? (float)h->weight_decay : 0.f;
+	k.beta1 = (float)h->beta1;
+	k.beta2 = (float)h->beta2;
+	k.eps = (float)h->eps;
+	k.nesterov = h->nesterov;
+	k.has_momentum = h->momentum != 0.0;
+	k.adamw = h->kind == MG_OPTIM_ADAMW;
+	cudaStream_t st = stream_of(ctx);
+	bool lp = s->param_lp != NULL;
+	if (s->dtype == MG_F64 && s->grad_dtype == MG_F64 && !lp)
+		launch<double, double, __half>(st, k, vals, s);
+	else if (s->dtype == MG_F32 && s->grad_dtype == MG_F32 && !lp)
+		launch<float, float, __half>(st, k, vals, s);
+	else if (s->dtype == MG_F32 && s->grad_dtype == MG_F16 &&
+		 (!lp || s->lp_dtype == MG_F16))
+		launch<float, __half, __half>(st, k, vals, s);
+	else if (s->dtype == MG_F32 && s->grad_dtype == MG_BF16 &&
+		 (!lp || s->lp_dtype == MG_BF16))
+		launch<float, __nv_bfloat16, __nv_bfloat16>(st, k, vals, s);
+	else if (s->dtype == MG_F32 && s->grad_dtype == MG_F32 && lp &&
+		 s->lp_dtype == MG_F16)
+		launch<float, float, __half>(st, k, vals, s);
+	else if (s->dtype == MG_F32 && s->grad_dtype == MG_F32 && lp &&
+		 s->lp_dtype == MG_BF16)
+		launch<float, float, __nv_bfloat16>(st, k, vals, s);
+	else
+		return mg_error("optimizer: no kernel for master %s, gradient "
+				"%s, copy %s",
+				mg_dtype_name(s->dtype),
+				mg_dtype_name(s->grad_dtype),
+				lp ? mg_dtype_name(s->lp_dtype) : "none");
+	return check_launch("optimizer update");
+}
+
+template <typename D, typename S>
+__global__ void convert_kernel(D *d, const S *s, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		d[i] = (D)to_f(s[i]);
+}
+
+template <typename S>
+__global__ void convert_lp_kernel_h(__half *d, const S *s, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		d[i] = __float2half_rn(to_f(s[i]));
+}
+
+template <typename S>
+__global__ void convert_lp_kernel_b(__nv_bfloat16 *d, const S *s, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (int64_t)gridDim.x * blockDim.x)
+		d[i] = __float2bfloat16_rn(to_f(s[i]));
+}
+
+extern "C" int mg_cuda_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
+			       const void *src, enum mg_dtype st, int64_t n)
+{
+	if (n <= 0)
+		return 0;
+	cudaStream_t s = stream_of(ctx);
+	unsigned blocks = (unsigned)((n + 255) / 256 > 4096 ? 4096
+							      : (n + 255) / 256);
+	if (dt == st)
+		return cudaMemcpyAsync(dst, src, (size_t)n * mg_dtype_size(dt),
+				       cudaMemcpyDeviceToDevice, s) ==
+				       cudaSuccess
+			       ? 0
+			       : mg_error("convert: copy failed");
+	if (dt == MG_F16 && st == MG_F32)
+		convert_lp_kernel_h<<<blocks, 256, 0, s>>>(
+			(__half *)dst, (const float *)src, n);
+	else if (dt == MG_BF16 && st == MG_F32)
+		convert_lp_kernel_b<<<blocks, 256, 0, s>>>(
+			(__nv_bfloat16 *)dst, (const float *)src, n);
+	else if (dt == MG_F32 && st == MG_F16)
+		convert_kernel<<<blocks, 256, 0, s>>>(
+			(float *)dst, (const __half *)src, n);
+	else if (dt == MG_F32 && st == MG_BF16)
+		convert_kernel<<<blocks, 256, 0, s>>>(
+			(float *)dst, (const __nv_bfloat16 *)src, n);
+	else if (dt == MG_F32 && st == MG_F64)
+		convert_kernel<<<blocks, 256, 0, s>>>(
+			(float *)dst, (const double *)src, n);
+	else if (dt == MG_F64 && st == MG_F32)
+		convert_kernel<<<blocks, 256, 0, s>>>(
+			(double *)dst, (const float *)src, n);
+	else
+		return mg_error("convert: %s -> %s unsupported",
+				mg_dtype_name(st), mg_dtype_name(dt));
+	return check_launch("convert");
+}
