@@ -20,6 +20,13 @@ const struct mg_option mg_run_schema[] = {
 		 "stop this process (with a checkpoint) after this many steps, "
 		 "leaving the schedule as it is: for time-limited allocations; "
 		 "continue with --resume (0: run to the end)"),
+	MG_OPT_B("pin_memory", "true",
+		 "page-locked host staging buffers, so input copies run "
+		 "asynchronously (cuda)"),
+	MG_OPT_B("cuda_graph", "true",
+		 "capture the training step (transform, forward, backward, "
+		 "optimizer) as a CUDA graph after two eager steps and replay "
+		 "it: removes per-kernel launch overhead (cuda)"),
 	MG_OPT_I("batch_size", "64", 1, 1 << 20,
 		 "samples per rank per step (the global batch is this times "
 		 "the ranks that compute different samples)"),

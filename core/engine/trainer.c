@@ -174,8 +174,12 @@ static int setup(struct mg_trainer *t)
 	    mg_buf_alloc(ctx, &t->vals_dev, sizeof(struct mg_optim_vals),
 			 MG_MEM_OTHER) ||
 	    mg_buf_alloc_host(ctx, &t->vals_host, sizeof(struct mg_optim_vals),
-			      MG_MEM_OTHER, true))
+			      MG_MEM_OTHER, true) ||
+	    mg_buf_alloc_host(ctx, &t->scale_host, sizeof(float), MG_MEM_OTHER,
+			      true))
 		return -1;
+	t->use_graph = t->dev.kind == MG_DEV_CUDA &&
+		       mg_opt_bool(run, "cuda_graph");
 	ctx->optim_vals = t->vals_dev.ptr;
 	ctx->grad_scale = mg_tensor_make(t->grad_scale.ptr, MG_F32,
 					 ctx->dev->kind, 1, &one);
@@ -352,29 +356,115 @@ static int load_checkpoint(struct mg_trainer *t)
 	return 0;
 }
 
-/* One optimizer step on the step-th batch of the run. */
-static int train_step(struct mg_trainer *t, int64_t step, double *m,
-		      struct mg_step_report *sr, double *lr, double *grad_norm,
-		      int *skipped)
+/* Plan step `step` and fetch its batch (host read, queued copy). */
+static int fetch_step(struct mg_trainer *t, int64_t step, struct mg_plan *p)
+{
+	int64_t ntrain = t->data->count(t->inst[MG_SEC_DATASET],
+					MG_SPLIT_TRAIN);
+	memset(p, 0, sizeof *p);
+	p->read_idx = t->in.idx;
+	p->read_cap = t->in.cap;
+	if (t->strat->plan(t->inst[MG_SEC_STRATEGY], ntrain, t->batch,
+			   step / t->steps_per_epoch,
+			   step % t->steps_per_epoch, p))
+		return mg_error_prefix("strategy plan");
+	return mg_input_fetch(t, MG_SPLIT_TRAIN, p->read_idx, p->n_read);
+}
+
+/*
+ * The device work of one step: transform, zero gradients, forward,
+ * backward, reductions and optimizer. No host synchronisation happens in
+ * here (every per-step value is read from device memory), so it can be
+ * captured once as a CUDA graph and replayed.
+ */
+static int step_compute(struct mg_trainer *t, const struct mg_plan *p,
+			struct mg_step_report *sr)
 {
 	struct mg_ctx *ctx = &t->ctx;
 	void *strat = t->inst[MG_SEC_STRATEGY];
-	int64_t ntrain = t->data->count(t->inst[MG_SEC_DATASET],
-					MG_SPLIT_TRAIN);
-	int64_t epoch = step / t->steps_per_epoch;
-	struct mg_plan plan = {.read_idx = t->in.idx, .read_cap = t->in.cap};
-	if (t->strat->plan(strat, ntrain, t->batch, epoch,
-			   step % t->steps_per_epoch, &plan))
-		return mg_error_prefix("strategy plan");
 	struct mg_batch batch;
-	if (mg_input_load(t, MG_SPLIT_TRAIN, plan.read_idx, plan.n_read,
-			  plan.compute_begin, plan.compute_count, &batch))
+	mg_timer_start(ctx, MG_T_FORWARD);
+	if (mg_input_transform(t, p->compute_begin, p->compute_count, &batch))
 		return -1;
-	batch.global_offset = plan.global_offset;
-	mg_count(ctx, MG_C_SAMPLES_COMPUTED, plan.compute_count);
-	/* This step's values, read on the device by the loss and the
-	 * optimizer (so a captured step needs no new kernel arguments). */
-	float gs = (float)(t->loss_scale / (double)plan.global_count);
+	batch.global_offset = p->global_offset;
+	struct mg_tensor metrics = mg_tensor_make(
+		t->metrics.ptr, MG_F32, ctx->dev->kind, 1,
+		(const int64_t[]){MG_METRIC_N});
+	if (t->strat->begin_step(strat))
+		return mg_error_prefix("strategy begin_step");
+	int rc = t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
+				   &metrics);
+	mg_timer_stop(ctx, MG_T_FORWARD);
+	if (rc)
+		return mg_error_prefix("forward at step %lld",
+				       (long long)ctx->step);
+	mg_timer_start(ctx, MG_T_BACKWARD);
+	rc = t->model->backward(t->inst[MG_SEC_MODEL], ctx);
+	mg_timer_stop(ctx, MG_T_BACKWARD);
+	if (rc)
+		return mg_error_prefix("backward at step %lld",
+				       (long long)ctx->step);
+	mg_timer_start(ctx, MG_T_OPTIM);
+	rc = t->strat->step(strat, &t->hp, sr);
+	mg_timer_stop(ctx, MG_T_OPTIM);
+	if (rc)
+		return mg_error_prefix("optimizer step %lld",
+				       (long long)ctx->step);
+	return 0;
+}
+
+/* Run step_compute eagerly, or as a CUDA graph once the first steps have
+ * reserved every buffer and chosen every algorithm. */
+static int launch_compute(struct mg_trainer *t, int64_t step,
+			  const struct mg_plan *p, struct mg_step_report *sr)
+{
+#ifdef MG_HAVE_CUDA
+	struct mg_device *dev = t->ctx.dev;
+	bool same = t->graph && t->graph_begin == p->compute_begin &&
+		    t->graph_count == p->compute_count;
+	if (t->use_graph && !same && step >= t->start_step + 2) {
+		mg_cuda_graph_free(t->graph);
+		t->graph = NULL;
+		if (mg_cuda_graph_begin(dev))
+			return -1;
+		int rc = step_compute(t, p, sr);
+		void *g = NULL;
+		int rc2 = mg_cuda_graph_end(dev, &g);
+		if (rc || rc2) {
+			/* Something in the step cannot be captured: say
+			 * what, and go on without graphs. */
+			mg_warn("run.cuda_graph: the step could not be "
+				"captured (%s); running without CUDA graphs",
+				mg_last_error());
+			mg_cuda_graph_free(g);
+			t->use_graph = false;
+			return step_compute(t, p, sr);
+		}
+		mg_cuda_timers_mark_captured(dev);
+		t->graph = g;
+		t->graph_begin = p->compute_begin;
+		t->graph_count = p->compute_count;
+		mg_info("run.cuda_graph: step captured at step %lld; replaying",
+			(long long)step);
+		same = true;
+	}
+	if (t->use_graph && same) {
+		mg_cuda_timers_arm(dev);
+		return mg_cuda_graph_launch(dev, t->graph);
+	}
+#else
+	(void)step;
+#endif
+	return step_compute(t, p, sr);
+}
+
+/* Upload this step's values, read on the device by the loss and the
+ * optimizer (so a captured step needs no new kernel arguments). */
+static int upload_step_values(struct mg_trainer *t, int64_t step,
+			      const struct mg_plan *p)
+{
+	struct mg_ctx *ctx = &t->ctx;
+	float gs = (float)(t->loss_scale / (double)p->global_count);
 	struct mg_optim_vals *v = t->vals_host.ptr;
 	int64_t k = t->opt_step + 1;
 	memset(v, 0, sizeof *v);
@@ -383,35 +473,20 @@ static int train_step(struct mg_trainer *t, int64_t step, double *m,
 	v->bias1 = (float)(1.0 - pow(t->hp.beta1, (double)k));
 	v->bias2 = (float)(1.0 - pow(t->hp.beta2, (double)k));
 	v->first = t->opt_step == 0;
-	if (mg_copy_h2d(ctx, t->grad_scale.ptr, &gs, sizeof gs) ||
-	    mg_copy_h2d(ctx, t->vals_dev.ptr, v, sizeof *v))
-		return -1;
-	ctx->epoch = epoch;
-	ctx->step = step;
-	ctx->training = true;
-	struct mg_tensor metrics = mg_tensor_make(
-		t->metrics.ptr, MG_F32, ctx->dev->kind, 1,
-		(const int64_t[]){MG_METRIC_N});
-	if (t->strat->begin_step(strat))
-		return mg_error_prefix("strategy begin_step");
-	mg_timer_start(ctx, MG_T_FORWARD);
-	int rc = t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
-				   &metrics);
-	mg_timer_stop(ctx, MG_T_FORWARD);
-	if (rc)
-		return mg_error_prefix("forward at step %lld", (long long)step);
-	mg_timer_start(ctx, MG_T_BACKWARD);
-	rc = t->model->backward(t->inst[MG_SEC_MODEL], ctx);
-	mg_timer_stop(ctx, MG_T_BACKWARD);
-	if (rc)
-		return mg_error_prefix("backward at step %lld",
-				       (long long)step);
-	mg_timer_start(ctx, MG_T_OPTIM);
-	rc = t->strat->step(strat, &t->hp, sr);
-	mg_timer_stop(ctx, MG_T_OPTIM);
-	if (rc)
-		return mg_error_prefix("optimizer step %lld", (long long)step);
-	rc = read_metrics(t, m);
+	v->step = step;
+	*(float *)t->scale_host.ptr = gs;
+	return mg_copy_h2d(ctx, t->grad_scale.ptr, t->scale_host.ptr,
+			   sizeof gs) ||
+	       mg_copy_h2d(ctx, t->vals_dev.ptr, v, sizeof *v);
+}
+
+/* After the step: read its metrics and values, adjust the loss scale. */
+static int finish_step(struct mg_trainer *t, double *m, double *lr,
+		       double *grad_norm, int *skipped)
+{
+	struct mg_ctx *ctx = &t->ctx;
+	struct mg_optim_vals *v = t->vals_host.ptr;
+	int rc = read_metrics(t, m);
 	if (!rc)
 		rc = mg_copy_d2h(ctx, v, t->vals_dev.ptr, sizeof *v);
 	mg_stats_step_end(ctx);
@@ -438,8 +513,46 @@ static int train_step(struct mg_trainer *t, int64_t step, double *m,
 	return 0;
 }
 
+static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
+			int64_t ep_steps, double ep_t0, bool eval_on)
+{
+	mg_progress_end(t);
+	struct mg_epoch_stats e = {
+		.epoch = step / t->steps_per_epoch,
+		.steps = ep_steps,
+		.samples = (int64_t)ep_m[MG_METRIC_COUNT],
+		.train_loss = ep_m[0] / ep_m[MG_METRIC_COUNT],
+		.train_acc = ep_m[1] / ep_m[MG_METRIC_COUNT],
+		.seconds = mg_now() - ep_t0,
+	};
+	if (eval_on) {
+		if (evaluate(t, &e.test_loss, &e.test_acc))
+			return -1;
+		e.has_test = 1;
+	}
+	void *p = realloc(t->ep, (size_t)(t->nep + 1) * sizeof *t->ep);
+	if (!p)
+		return mg_error("out of memory");
+	t->ep = p;
+	t->ep[t->nep++] = e;
+	if (t->ctx.rank != 0)
+		return 0;
+	if (e.has_test)
+		mg_info("epoch %lld: train loss %.4f acc %.2f%%, test loss "
+			"%.4f acc %.2f%%, %.1f s, %.0f samples/s",
+			(long long)e.epoch + 1, e.train_loss,
+			100 * e.train_acc, e.test_loss, 100 * e.test_acc,
+			e.seconds, (double)e.samples / e.seconds);
+	else
+		mg_info("epoch %lld: train loss %.4f acc %.2f%%, %.1f s",
+			(long long)e.epoch + 1, e.train_loss,
+			100 * e.train_acc, e.seconds);
+	return 0;
+}
+
 static int run_loop(struct mg_trainer *t)
 {
+	struct mg_ctx *ctx = &t->ctx;
 	const struct mg_opts *run = t->s->run;
 	int64_t ck_every = mg_opt_int(run, "checkpoint_every");
 	bool ck_on = mg_opt_bool(run, "checkpoint");
@@ -450,14 +563,36 @@ static int run_loop(struct mg_trainer *t)
 		end = t->start_step + stop_after;
 	double ep_m[MG_METRIC_N] = {0}, ep_t0 = mg_now();
 	int64_t ep_steps = 0;
+	struct mg_plan plan, next;
+	bool fetched = false;
 	for (int64_t step = t->start_step; step < end; step++) {
-		double m[MG_METRIC_N] = {0}, t0 = mg_now();
+		double m[MG_METRIC_N] = {0}, t0 = mg_now(), lr = 0, gnorm = 0;
 		struct mg_step_report sr = {0};
-		double lr = 0, gnorm = 0;
 		int skipped = 0;
+		bool epoch_end = (step + 1) % t->steps_per_epoch == 0 ||
+				 step + 1 == t->total_steps;
 		mg_stats_step_begin(&t->stats);
-		if (train_step(t, step, m, &sr, &lr, &gnorm, &skipped))
+		if (!fetched && fetch_step(t, step, &plan))
 			return -1;
+		ctx->epoch = step / t->steps_per_epoch;
+		ctx->step = step;
+		ctx->training = true;
+		mg_count(ctx, MG_C_SAMPLES_COMPUTED, plan.compute_count);
+		if (upload_step_values(t, step, &plan) ||
+		    launch_compute(t, step, &plan, &sr))
+			return -1;
+		/* Read the next batch while the device computes this one
+		 * (not across an epoch end: evaluation uses the buffers). */
+		fetched = false;
+		if (!epoch_end && step + 1 < end) {
+			if (fetch_step(t, step + 1, &next))
+				return -1;
+			fetched = true;
+		}
+		if (finish_step(t, m, &lr, &gnorm, &skipped))
+			return -1;
+		if (fetched)
+			plan = next;
 		double dt = mg_now() - t0;
 		double loss = m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
 		double acc = m[MG_METRIC_CORRECT] / m[MG_METRIC_COUNT];
@@ -471,47 +606,10 @@ static int run_loop(struct mg_trainer *t)
 		mg_report_step(t, step, loss, acc, lr, gnorm, skipped, dt);
 		mg_progress_step(t, step, loss, acc, lr,
 				 m[MG_METRIC_COUNT] / dt);
-		bool epoch_end = (step + 1) % t->steps_per_epoch == 0 ||
-				 step + 1 == t->total_steps;
 		if (epoch_end) {
-			mg_progress_end(t);
-			struct mg_epoch_stats e = {
-				.epoch = step / t->steps_per_epoch,
-				.steps = ep_steps,
-				.samples = (int64_t)ep_m[MG_METRIC_COUNT],
-				.train_loss = ep_m[0] / ep_m[MG_METRIC_COUNT],
-				.train_acc = ep_m[1] / ep_m[MG_METRIC_COUNT],
-				.seconds = mg_now() - ep_t0,
-			};
-			if (eval_on) {
-				if (evaluate(t, &e.test_loss, &e.test_acc))
-					return -1;
-				e.has_test = 1;
-			}
-			void *p = realloc(t->ep, (size_t)(t->nep + 1) *
-							 sizeof *t->ep);
-			if (!p)
-				return mg_error("out of memory");
-			t->ep = p;
-			t->ep[t->nep++] = e;
-			if (t->ctx.rank == 0) {
-				if (e.has_test)
-					mg_info("epoch %lld: train loss %.4f "
-						"acc %.2f%%, test loss %.4f "
-						"acc %.2f%%, %.1f s, %.0f "
-						"samples/s",
-						(long long)e.epoch + 1,
-						e.train_loss,
-						100 * e.train_acc, e.test_loss,
-						100 * e.test_acc, e.seconds,
-						(double)e.samples / e.seconds);
-				else
-					mg_info("epoch %lld: train loss %.4f "
-						"acc %.2f%%, %.1f s",
-						(long long)e.epoch + 1,
-						e.train_loss,
-						100 * e.train_acc, e.seconds);
-			}
+			if (end_of_epoch(t, step, ep_m, ep_steps, ep_t0,
+					 eval_on))
+				return -1;
 			memset(ep_m, 0, sizeof ep_m);
 			ep_steps = 0;
 			ep_t0 = mg_now();
@@ -535,7 +633,12 @@ static void teardown(struct mg_trainer *t)
 {
 	struct mg_ctx *ctx = &t->ctx;
 	mg_input_free(t);
+#ifdef MG_HAVE_CUDA
+	mg_cuda_graph_free(t->graph);
+	t->graph = NULL;
+#endif
 	if (ctx->dev) {
+		mg_buf_free(ctx, &t->scale_host);
 		mg_buf_free(ctx, &t->metrics);
 		mg_buf_free(ctx, &t->grad_scale);
 		mg_buf_free(ctx, &t->vals_dev);

@@ -19,6 +19,9 @@ struct mg_input {
 	struct mg_buf raw_host, labels_host; /* host staging */
 	struct mg_buf raw_dev, labels_dev, input_dev;
 	int64_t *idx;	       /* plan indices, cap of them */
+	int64_t fetched;       /* samples in the device buffers */
+	void *copied;	       /* CUDA event: staging buffer copied out */
+	bool copy_pending;
 };
 
 /* Per-epoch numbers for the report. */
@@ -45,10 +48,14 @@ struct mg_trainer {
 	struct mg_input in;
 	struct mg_buf metrics, grad_scale;
 	struct mg_buf vals_dev, vals_host; /* struct mg_optim_vals */
+	struct mg_buf scale_host;	   /* pinned source of grad_scale */
 	int64_t opt_step;	/* optimizer steps applied so far */
 	double loss_scale;	/* fp16: dynamic; otherwise 1 */
 	int64_t good_steps;	/* fp16: steps since the scale last changed */
 	bool dynamic_scale;
+	void *graph;		/* CUDA graph of the step's compute */
+	int64_t graph_begin, graph_count; /* the batch slice it was built for */
+	bool use_graph;
 
 	int64_t batch, epochs, steps_per_epoch, total_steps;
 	int64_t start_step; /* first step this process runs (resume) */
@@ -63,8 +70,15 @@ struct mg_trainer {
 /* input.c */
 int mg_input_init(struct mg_trainer *t, int64_t cap);
 void mg_input_free(struct mg_trainer *t);
-/* Read samples idx[0..n) of split, copy to the device and transform;
- * batch describes samples [begin, begin+count) of them. */
+/* Read samples idx[0..n) of split on the host and queue their copy to
+ * the device (the staging buffer is reused once the last copy is done). */
+int mg_input_fetch(struct mg_trainer *t, enum mg_split split,
+		   const int64_t *idx, int64_t n);
+/* Transform samples [begin, begin+count) of the fetched batch on the
+ * device into the model's input (capturable: no host synchronisation). */
+int mg_input_transform(struct mg_trainer *t, int64_t begin, int64_t count,
+		       struct mg_batch *batch);
+/* fetch + transform. */
 int mg_input_load(struct mg_trainer *t, enum mg_split split,
 		  const int64_t *idx, int64_t n, int64_t begin, int64_t count,
 		  struct mg_batch *batch);

@@ -49,6 +49,9 @@ struct mg_optim_vals {
 	int32_t skip;	  /* written by mg_optim_finalize: non-finite grads */
 	float sumsq;	  /* sum of squared (scaled) gradients, accumulated by
 			     mg_optim_sumsq and reduced across ranks */
+	int64_t step;	  /* the run's global step (== ctx->step): device
+			     kernels key per-step random streams (dropout) on
+			     it, so a replayed graph draws new masks */
 };
 
 /* Number of state tensors (each as large as the parameter) kind needs. */

@@ -159,14 +159,73 @@ int64_t mg_cuda_used_bytes(void)
 void mg_cuda_timer_start(struct mg_device *dev, enum mg_timer t)
 {
 	struct mg_cuda_device *cd = dev->impl;
-	cudaEventRecord(cd->timer_start[t], cd->compute);
+	/* External: inside a stream capture the record becomes a graph node,
+	 * so phases stay timed when the step is replayed as a graph. */
+	cudaEventRecordWithFlags(cd->timer_start[t], cd->compute,
+				 cudaEventRecordExternal);
 }
 
 void mg_cuda_timer_stop(struct mg_device *dev, enum mg_timer t)
 {
 	struct mg_cuda_device *cd = dev->impl;
-	cudaEventRecord(cd->timer_stop[t], cd->compute);
+	cudaEventRecordWithFlags(cd->timer_stop[t], cd->compute,
+				 cudaEventRecordExternal);
 	cd->timer_pending[t] = 1;
+}
+
+void mg_cuda_timers_arm(struct mg_device *dev)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	for (int t = 0; t < MG_T_COUNT; t++)
+		cd->timer_pending[t] = cd->timer_in_graph[t];
+}
+
+void mg_cuda_timers_mark_captured(struct mg_device *dev)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	for (int t = 0; t < MG_T_COUNT; t++)
+		cd->timer_in_graph[t] = cd->timer_pending[t];
+}
+
+int mg_cuda_graph_begin(struct mg_device *dev)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaStreamBeginCapture(cd->compute,
+					     cudaStreamCaptureModeThreadLocal));
+	return 0;
+}
+
+int mg_cuda_graph_end(struct mg_device *dev, void **exec)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	cudaGraph_t g = NULL;
+	cudaError_t e = cudaStreamEndCapture(cd->compute, &g);
+	if (e != cudaSuccess) {
+		cudaGetLastError(); /* clear the sticky capture error */
+		return mg_cuda_fail(e, "cudaStreamEndCapture", __FILE__,
+				    __LINE__);
+	}
+	cudaGraphExec_t x = NULL;
+	e = cudaGraphInstantiate(&x, g, 0);
+	cudaGraphDestroy(g);
+	if (e != cudaSuccess)
+		return mg_cuda_fail(e, "cudaGraphInstantiate", __FILE__,
+				    __LINE__);
+	*exec = x;
+	return 0;
+}
+
+int mg_cuda_graph_launch(struct mg_device *dev, void *exec)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, cd->compute));
+	return 0;
+}
+
+void mg_cuda_graph_free(void *exec)
+{
+	if (exec)
+		cudaGraphExecDestroy((cudaGraphExec_t)exec);
 }
 
 void mg_cuda_timers_collect(struct mg_device *dev, double *out)
@@ -183,4 +242,31 @@ void mg_cuda_timers_collect(struct mg_device *dev, double *out)
 			out[t] = ms * 1e-3;
 		cd->timer_pending[t] = 0;
 	}
+}
+
+int mg_cuda_event_create(void **ev)
+{
+	cudaEvent_t e;
+	MG_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+	*ev = e;
+	return 0;
+}
+
+int mg_cuda_event_record(struct mg_device *dev, void *ev)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev, cd->compute));
+	return 0;
+}
+
+int mg_cuda_event_sync(void *ev)
+{
+	MG_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)ev));
+	return 0;
+}
+
+void mg_cuda_event_destroy(void *ev)
+{
+	if (ev)
+		cudaEventDestroy((cudaEvent_t)ev);
 }
