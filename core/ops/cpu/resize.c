@@ -16,6 +16,9 @@
 #include "mg/log.h"
 #include "mg/ops_image.h"
 #include "mg/tensor.h"
+#ifdef MG_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 
 #define OP "mg_op_resize_normalize_u8"
 
@@ -188,6 +191,10 @@ int mg_op_resize_normalize_u8(struct mg_ctx *ctx, const struct mg_tensor *src,
 	switch (ctx->dev->kind) {
 	case MG_DEV_CPU:
 		return resize_cpu(ctx, src, dst, mean, std);
+#ifdef MG_HAVE_CUDA
+	case MG_DEV_CUDA:
+		return mg_cuda_resize_normalize_u8(ctx, src, dst, mean, std);
+#endif
 	default:
 		return mg_error(OP ": no implementation for device kind %d in "
 				   "this build",
