@@ -33,6 +33,8 @@ def run_mgrun(size, prec, steps=60, warm=15, extra=()):
            "--set", "run.checkpoint=false", "--set", "run.batch_size=64",
            "--set", f"run.out_dir={out}", "--set", f"run.name={name}",
            "--set", "optimizer.warmup_steps=0", *extra]
+    if os.environ.get("MG_FASHION_DIR"):
+        cmd += ["--set", "dataset.dir=" + os.environ["MG_FASHION_DIR"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stdout + p.stderr)[-600:]}
@@ -78,3 +80,12 @@ for size, prec, m, t in rows:
     ratio = f"{m['img_s'] / ti:6.2f}" if ti else "     -"
     print(f"{size:>5} {prec:>5} {m['img_s']:12.0f} {ti if ti else '-':>12} {ratio} "
           f"{m['ms_step']:9.2f} {m['peak_mb']:10.0f} {t.get('peak_mb', '-'):>10}")
+
+# The launch-overhead effect: the same step without CUDA graphs.
+print("\nCUDA graph effect (mgrun, batch 64):")
+for size, prec in ((28, "fp32"), (224, "bf16")):
+    off = run_mgrun(size, prec, extra=("--set", "run.cuda_graph=false"))
+    on = next((m for s_, p_, m, _ in rows if s_ == size and p_ == prec), None)
+    if on and "error" not in on and "error" not in off:
+        print(f"{size:>5} {prec:>5} graph {on['ms_step']:.2f} ms/step, "
+              f"eager {off['ms_step']:.2f} ms/step ({off['ms_step'] / on['ms_step']:.2f}x)")

@@ -10,6 +10,9 @@ mkdir -p .deps/debs .deps/fashion-mnist
 	apt-get download libinih1 libcjson1 libopenblas0-pthread \
 		libgfortran5 libgomp1 >/dev/null)
 cp -u /usr/share/datasets/fashion-mnist/*.gz .deps/fashion-mnist/
+# The PyTorch baseline the benchmarks compare against (project shared/).
+mkdir -p .deps/baselines
+cp -u ../shared/baselines/*.py .deps/baselines/ 2>/dev/null || true
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON >/dev/null
 cmake --build build-gpu -j"$(nproc)"
 du -sh .deps build-gpu

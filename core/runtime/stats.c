@@ -9,12 +9,14 @@
 #include "runtime/cuda/cuda_device.h"
 #endif
 
+#ifdef MG_HAVE_CUDA
 /* Device phases on a GPU are timed with events on the compute stream (the
  * host only queues work); reading data is host work, timed on the host. */
 static bool on_gpu(const struct mg_ctx *ctx, enum mg_timer t)
 {
 	return t != MG_T_DATA && ctx->dev && ctx->dev->kind == MG_DEV_CUDA;
 }
+#endif
 
 double mg_now(void)
 {

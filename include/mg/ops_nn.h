@@ -179,11 +179,14 @@ MG_EXPORT int mg_op_linear_backward(struct mg_ctx *ctx,
 /* Dropout with a counter-based mask.                                   */
 
 /*
- * y = x * keep / (1 - p), keep = mg_rng_uniform(key, offset + i) >= p for
- * element i of x (row-major). The mask is a pure function of (key, global
- * element index), so the caller passes offset = index of x's first element
- * in the global batch, and a split of the batch over ranks draws what one
- * rank would. p in [0, 1]; p == 1 gives zeros. y may alias x.
+ * y = x * keep / (1 - p), keep = mg_rng_uniform(k, offset + i) >= p for
+ * element i of x (row-major), k = mg_rng_key(key, step). The mask is a pure
+ * function of (key, step, global element index): the caller passes a key
+ * fixed for the run and offset = index of x's first element in the global
+ * batch, so a split of the batch over ranks draws what one rank would.
+ * step is ctx->step; the CUDA twin reads it from ctx->optim_vals->step
+ * when set, so a training step captured as a CUDA graph draws a new mask
+ * at every replay. p in [0, 1]; p == 1 gives zeros. y may alias x.
  */
 MG_EXPORT int mg_op_dropout(struct mg_ctx *ctx, const struct mg_tensor *x,
 			    struct mg_tensor *y, double p, uint64_t key,

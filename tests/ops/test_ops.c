@@ -1038,6 +1038,12 @@ static void test_dropout(void)
 	CHECK_OK(mg_op_dropout(&ctx, &h2, &o2, p, key, 1000 + n / 2));
 	expect_close("dropout split at offsets", D(&y2), D(&y), n, 0);
 	/* Another key gives another mask; p = 0 copies; p = 1 zeroes. */
+	/* The next step draws another mask with the same key. */
+	ctx.step++;
+	CHECK_OK(mg_op_dropout(&ctx, &x, &y2, p, key, 1000));
+	if (!memcmp(y2.data, y.data, (size_t)n * sizeof(double)))
+		fail("dropout: same mask at the next step");
+	ctx.step--;
 	CHECK_OK(mg_op_dropout(&ctx, &x, &y2, p, key + 1, 1000));
 	int64_t same = 0;
 	for (int64_t i = 0; i < n; i++)

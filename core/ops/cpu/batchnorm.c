@@ -78,6 +78,13 @@ static int bn_check_args(const char *op, const struct mg_bn_args *a)
 	return 0;
 }
 
+/* dtype of per-channel tensors (gamma, beta, saved statistics and their
+ * gradients): x's, or F32 when x is F16/BF16 (mixed precision). */
+static int bn_param_dtype(const struct mg_tensor *x)
+{
+	return x->dtype == MG_F16 || x->dtype == MG_BF16 ? MG_F32 : x->dtype;
+}
+
 /* A per-channel vector argument: dtype dt (< 0: F32 or F64), shape [C]. */
 static int bn_vec(const char *op, const char *name, struct mg_ctx *ctx,
 		  const struct mg_tensor *t, int dt, int64_t C, bool optional)
@@ -104,12 +111,12 @@ int mg_op_batchnorm2d(struct mg_ctx *ctx, const struct mg_bn_args *a,
 		return -1;
 	const int64_t N = x->shape[0], C = x->shape[1],
 		      HW = x->shape[2] * x->shape[3];
-	if (bn_vec(op, "gamma", ctx, gamma, x->dtype, C, false) ||
-	    bn_vec(op, "beta", ctx, beta, x->dtype, C, false) ||
+	if (bn_vec(op, "gamma", ctx, gamma, bn_param_dtype(x), C, false) ||
+	    bn_vec(op, "beta", ctx, beta, bn_param_dtype(x), C, false) ||
 	    bn_vec(op, "running_mean", ctx, running_mean, -1, C, a->training) ||
 	    bn_vec(op, "running_var", ctx, running_var, -1, C, a->training) ||
-	    bn_vec(op, "save_mean", ctx, save_mean, x->dtype, C, true) ||
-	    bn_vec(op, "save_invstd", ctx, save_invstd, x->dtype, C, true))
+	    bn_vec(op, "save_mean", ctx, save_mean, bn_param_dtype(x), C, true) ||
+	    bn_vec(op, "save_invstd", ctx, save_invstd, bn_param_dtype(x), C, true))
 		return -1;
 	if (a->training && N * HW < 2) {
 		char s[96];
@@ -158,11 +165,11 @@ int mg_op_batchnorm2d_backward(
 		return -1;
 	const int64_t N = x->shape[0], C = x->shape[1],
 		      HW = x->shape[2] * x->shape[3];
-	if (bn_vec(op, "gamma", ctx, gamma, x->dtype, C, false) ||
-	    bn_vec(op, "save_mean", ctx, save_mean, x->dtype, C, false) ||
-	    bn_vec(op, "save_invstd", ctx, save_invstd, x->dtype, C, false) ||
-	    bn_vec(op, "dgamma", ctx, dgamma, x->dtype, C, true) ||
-	    bn_vec(op, "dbeta", ctx, dbeta, x->dtype, C, true))
+	if (bn_vec(op, "gamma", ctx, gamma, bn_param_dtype(x), C, false) ||
+	    bn_vec(op, "save_mean", ctx, save_mean, bn_param_dtype(x), C, false) ||
+	    bn_vec(op, "save_invstd", ctx, save_invstd, bn_param_dtype(x), C, false) ||
+	    bn_vec(op, "dgamma", ctx, dgamma, bn_param_dtype(x), C, true) ||
+	    bn_vec(op, "dbeta", ctx, dbeta, bn_param_dtype(x), C, true))
 		return -1;
 	MGO_CUDA(ctx, mg_cuda_batchnorm2d_backward(ctx, a, x, y, dy, gamma,
 						   save_mean, save_invstd, dx,

@@ -1,6 +1,6 @@
 /*
- * dropout.c - dropout whose mask is a pure function of (key, global element
- * index) through the counter-based generator of rng.h: nothing is stored
+ * dropout.c - dropout whose mask is a pure function of (key, step, global
+ * element index) through the counter-based generator of rng.h: nothing is stored
  * between forward and backward (the backward regenerates the mask), and
  * splitting a batch over ranks draws the same mask one rank would.
  */
@@ -36,6 +36,9 @@ static int dropout_run(bool bwd, struct mg_ctx *ctx, const struct mg_tensor *in,
 	if (ctx->dev->kind != MG_DEV_CPU)
 		return mgo_no_device(op, ctx);
 	const int64_t n = mg_tensor_numel(in);
+	/* A fresh mask every step (the CUDA twin reads the step from device
+	 * memory: see ops_nn.h). */
+	key = mg_rng_key(key, (uint64_t)ctx->step);
 	/* Hashing costs about ten element-wise ops per element. */
 	const int nt = mgo_threads_for(ctx, n * 10);
 	if (in->dtype == MG_F32)

@@ -128,6 +128,7 @@ int mg_optim_update(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
 	if (ctx->dev->kind == MG_DEV_CUDA)
 		return mg_cuda_optim_update(ctx, h, vals, s);
 #endif
+	(void)ctx;
 	if (s->dtype != MG_F32 && s->dtype != MG_F64)
 		return mg_error("optimizer: master dtype %s unsupported",
 				mg_dtype_name(s->dtype));

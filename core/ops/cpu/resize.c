@@ -5,6 +5,7 @@
  * dispatches on the context's device; the CPU path is the reference.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,9 +159,12 @@ int mg_op_resize_normalize_u8(struct mg_ctx *ctx, const struct mg_tensor *src,
 	if (src->dtype != MG_U8)
 		return mg_error(OP ": src dtype is %s, expected u8",
 				mg_dtype_name(src->dtype));
-	if (dst->dtype != MG_F32 && dst->dtype != MG_F64)
-		return mg_error(OP ": dst dtype is %s, expected f32 or f64",
-				mg_dtype_name(dst->dtype));
+	bool half = dst->dtype == MG_F16 || dst->dtype == MG_BF16;
+	if (dst->dtype != MG_F32 && dst->dtype != MG_F64 &&
+	    !(half && ctx->dev->kind == MG_DEV_CUDA))
+		return mg_error(OP ": dst dtype is %s, expected f32 or f64%s",
+				mg_dtype_name(dst->dtype),
+				half ? " (f16/bf16 on CUDA)" : "");
 	if (check_shape(src, "src") || check_shape(dst, "dst"))
 		return -1;
 	if (src->shape[0] != dst->shape[0] || src->shape[1] != dst->shape[1])

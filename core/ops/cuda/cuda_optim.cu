@@ -31,6 +31,22 @@ template <> __device__ __forceinline__ float to_f(__nv_bfloat16 x)
 	return __bfloat162float(x);
 }
 
+/* A value of G in the master type M: half types through float, others
+ * directly (an F64 gradient must not pass through float). */
+template <typename M, typename G> __device__ __forceinline__ M to_m(G x)
+{
+	return (M)x;
+}
+template <> __device__ __forceinline__ float to_m<float, __half>(__half x)
+{
+	return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float to_m<float, __nv_bfloat16>(__nv_bfloat16 x)
+{
+	return __bfloat162float(x);
+}
+
 template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ __half from_f(float x)
 {
@@ -149,8 +165,10 @@ extern "C" int mg_cuda_optim_finalize(struct mg_ctx *ctx,
 	return check_launch("optimizer finalize");
 }
 
+/* Hyper-parameters in double, cast to the master type in the kernel, so
+ * F64 training keeps F64 arithmetic throughout. */
 struct hp {
-	float momentum, damp, wd, beta1, beta2, eps;
+	double momentum, damp, wd, beta1, beta2, eps;
 	int nesterov, has_momentum, adamw;
 };
 
@@ -161,10 +179,12 @@ __global__ void update_kernel(struct hp h, const struct mg_optim_vals *v,
 {
 	if (v->skip)
 		return;
+	/* lr and grad_mul are F32 device values: exact for the schedule's
+	 * needs; the update itself runs in M. */
 	const M mul = (M)v->grad_mul, lr = (M)v->lr;
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * blockDim.x) {
-		M gi = (M)to_f(g[i]) * mul;
+		M gi = to_m<M, G>(g[i]) * mul;
 		M pi = p[i];
 		if (h.adamw) {
 			M mi = (M)h.beta1 * s0[i] + (M)(1 - h.beta1) * gi;
@@ -213,12 +233,12 @@ extern "C" int mg_cuda_optim_update(struct mg_ctx *ctx,
 	if (s->n <= 0)
 		return 0;
 	struct hp k;
-	k.momentum = (float)h->momentum;
-	k.damp = (float)(1 - h->dampening);
-	k.wd = s->decay ? (float)h->weight_decay : 0.f;
-	k.beta1 = (float)h->beta1;
-	k.beta2 = (float)h->beta2;
-	k.eps = (float)h->eps;
+	k.momentum = h->momentum;
+	k.damp = 1 - h->dampening;
+	k.wd = s->decay ? h->weight_decay : 0.0;
+	k.beta1 = h->beta1;
+	k.beta2 = h->beta2;
+	k.eps = h->eps;
 	k.nesterov = h->nesterov;
 	k.has_momentum = h->momentum != 0.0;
 	k.adamw = h->kind == MG_OPTIM_ADAMW;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cuda/cuda_ops.h"
 #include "runtime/cuda/cuda_device.h"
 
 int mg_cuda_fail(cudaError_t e, const char *what, const char *file, int line)
@@ -71,6 +72,7 @@ void mg_cuda_device_free(struct mg_device *dev)
 	if (!cd)
 		return;
 	cudaDeviceSynchronize();
+	mg_cuda_ops_free(dev); /* plan cache, scratch (needs the handles) */
 	if (dev->cudnn)
 		cudnnDestroy(dev->cudnn);
 	if (dev->cublas)
@@ -156,20 +158,34 @@ int64_t mg_cuda_used_bytes(void)
 	return (int64_t)(total - free_b);
 }
 
+/*
+ * Record a timer event. Inside a stream capture it must be an external
+ * event record, so it becomes a graph node and phases stay timed when the
+ * step is replayed; outside a capture that flag is an error
+ * (cudaErrorIllegalState, which the next op's error check would report
+ * as its own), so plain records are used there.
+ */
+static void timer_record(struct mg_cuda_device *cd, cudaEvent_t ev)
+{
+	enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+	cudaStreamIsCapturing(cd->compute, &cs);
+	if (cs == cudaStreamCaptureStatusActive)
+		cudaEventRecordWithFlags(ev, cd->compute,
+					 cudaEventRecordExternal);
+	else
+		cudaEventRecord(ev, cd->compute);
+}
+
 void mg_cuda_timer_start(struct mg_device *dev, enum mg_timer t)
 {
 	struct mg_cuda_device *cd = dev->impl;
-	/* External: inside a stream capture the record becomes a graph node,
-	 * so phases stay timed when the step is replayed as a graph. */
-	cudaEventRecordWithFlags(cd->timer_start[t], cd->compute,
-				 cudaEventRecordExternal);
+	timer_record(cd, cd->timer_start[t]);
 }
 
 void mg_cuda_timer_stop(struct mg_device *dev, enum mg_timer t)
 {
 	struct mg_cuda_device *cd = dev->impl;
-	cudaEventRecordWithFlags(cd->timer_stop[t], cd->compute,
-				 cudaEventRecordExternal);
+	timer_record(cd, cd->timer_stop[t]);
 	cd->timer_pending[t] = 1;
 }
 

@@ -15,9 +15,11 @@ struct mg_cuda_device {
 	cudaStream_t copy;    /* host-to-device input copies */
 	cudaEvent_t timer_start[MG_T_COUNT], timer_stop[MG_T_COUNT];
 	int timer_pending[MG_T_COUNT];
+	int timer_in_graph[MG_T_COUNT]; /* recorded by the captured step */
 	void *blas_workspace;
 	size_t blas_workspace_bytes;
 	struct cudaDeviceProp prop;
+	void *ops_state; /* core/ops/cuda: algorithm cache, scratch */
 };
 
 /* Select GPU ordinal, create streams, cuBLAS and cuDNN handles. */
@@ -41,6 +43,24 @@ void mg_cuda_timer_start(struct mg_device *dev, enum mg_timer t);
 void mg_cuda_timer_stop(struct mg_device *dev, enum mg_timer t);
 /* Seconds of each stopped timer since the last collect (syncs events). */
 void mg_cuda_timers_collect(struct mg_device *dev, double *out);
+/* After capturing a step: remember which timers its graph records; before
+ * each replay: expect those timers again. */
+void mg_cuda_timers_mark_captured(struct mg_device *dev);
+void mg_cuda_timers_arm(struct mg_device *dev);
+
+/* A training step as a CUDA graph: capture the compute stream's work
+ * (no host synchronisation or allocation may happen inside), instantiate,
+ * replay. */
+int mg_cuda_graph_begin(struct mg_device *dev);
+int mg_cuda_graph_end(struct mg_device *dev, void **exec);
+int mg_cuda_graph_launch(struct mg_device *dev, void *exec);
+void mg_cuda_graph_free(void *exec);
+
+/* Events on the compute stream the host can wait for. */
+int mg_cuda_event_create(void **ev);
+int mg_cuda_event_record(struct mg_device *dev, void *ev);
+int mg_cuda_event_sync(void *ev);
+void mg_cuda_event_destroy(void *ev);
 
 /* Report a CUDA error with the call and location; returns -1. */
 int mg_cuda_fail(cudaError_t e, const char *what, const char *file,

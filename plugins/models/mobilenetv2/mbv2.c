@@ -58,6 +58,7 @@ struct mbv2 {
 
 	/* Current layout. */
 	enum mg_dtype dt;
+	enum mg_dtype sdt; /* BN saved statistics: F32 for F16/BF16 */
 	int64_t n, H, W, fH, fW;
 	bool train_layout;
 	size_t off_pool, off_drop, off_logits, off_dlogits, off_dpool;
@@ -291,7 +292,7 @@ static int mbv2_declare(void *self, struct mg_model_spec *spec)
 {
 	struct mbv2 *m = self;
 	const int TR = MG_P_TRAIN, ND = MG_P_TRAIN | MG_P_NO_DECAY,
-		  BUF = MG_P_BUFFER;
+		  BN = ND | MG_P_FP32, BUF = MG_P_BUFFER;
 	for (int i = 0; i < m->nunits; i++) {
 		struct unit *u = &m->units[i];
 		if (mg_spec_add_unit(spec, u->name) < 0)
@@ -311,9 +312,9 @@ static int mbv2_declare(void *self, struct mg_model_spec *spec)
 			st->pconv =
 				add_param(spec, cn, "weight", TR, 4, st->cout,
 					  st->cin / st->groups, st->k, st->k);
-			int p1 = add_param(spec, bn, "weight", ND, 1, st->cout,
+			int p1 = add_param(spec, bn, "weight", BN, 1, st->cout,
 					   0, 0, 0);
-			int p2 = add_param(spec, bn, "bias", ND, 1, st->cout, 0,
+			int p2 = add_param(spec, bn, "bias", BN, 1, st->cout, 0,
 					   0, 0);
 			int p3 = add_param(spec, bn, "running_mean", BUF, 1,
 					   st->cout, 0, 0, 0);
@@ -411,6 +412,10 @@ static int plan(struct mbv2 *m, struct mg_ctx *ctx, int64_t n, int64_t H,
 		int64_t W, enum mg_dtype dt, bool training)
 {
 	const size_t es = mg_dtype_size(dt);
+	/* Half-precision runs keep batch-norm statistics and parameters in
+	 * F32 (mixed-precision practice; the ops expect it). */
+	const enum mg_dtype sdt = dt == MG_F16 || dt == MG_BF16 ? MG_F32 : dt;
+	const size_t ss = mg_dtype_size(sdt);
 	size_t off = 0;
 	int64_t h = H, w = W, max_act = 0;
 	for (int i = 0; i < m->nunits - 1; i++) {
@@ -429,9 +434,9 @@ static int plan(struct mbv2 *m, struct mg_ctx *ctx, int64_t n, int64_t H,
 				st->off_c = take(&off, (size_t)act * es);
 				st->off_a = take(&off, (size_t)act * es);
 				st->off_mean =
-					take(&off, (size_t)st->cout * es);
+					take(&off, (size_t)st->cout * ss);
 				st->off_invstd =
-					take(&off, (size_t)st->cout * es);
+					take(&off, (size_t)st->cout * ss);
 			}
 			h = st->OH;
 			w = st->OW;
@@ -450,6 +455,7 @@ static int plan(struct mbv2 *m, struct mg_ctx *ctx, int64_t n, int64_t H,
 	for (int b = 0; b < 3; b++)
 		m->off_buf[b] = take(&off, (size_t)max_act * es);
 	m->dt = dt;
+	m->sdt = sdt;
 	m->n = n;
 	m->H = H;
 	m->W = W;
@@ -537,6 +543,7 @@ static int unit_forward(struct mbv2 *m, struct mg_ctx *ctx,
 			mean = ten(m, ctx, st->off_mean, 1, st->cout, 0, 0, 0);
 			invstd = ten(m, ctx, st->off_invstd, 1, st->cout, 0, 0,
 				     0);
+			mean.dtype = invstd.dtype = m->sdt;
 		} else {
 			/* Eval: a buffer other than the unit's and the
 			 * stage's input; BN in place. */
@@ -598,10 +605,9 @@ static int check_batch(const struct mbv2 *m, const struct mg_ctx *ctx,
 				"with n = %lld >= 1 (in_channels = %d)",
 				m->cfg.in_channels, (long long)b->n,
 				m->cfg.in_channels);
-	if (x->dtype != ctx->compute_dtype ||
-	    (x->dtype != MG_F32 && x->dtype != MG_F64))
+	if (x->dtype != ctx->compute_dtype)
 		return mg_error("mobilenetv2: input is %s; the compute dtype "
-				"is %s and must be f32 or f64",
+				"is %s",
 				mg_dtype_name(x->dtype),
 				mg_dtype_name(ctx->compute_dtype));
 	if (b->labels.dtype != MG_I32 || mg_tensor_numel(&b->labels) != b->n)
@@ -622,10 +628,9 @@ static int mbv2_forward(void *self, struct mg_ctx *ctx,
 	if (plan(m, ctx, b->n, in->shape[2], in->shape[3], in->dtype, tr))
 		return mg_error_prefix("mobilenetv2 activations: ");
 	if (tr) {
-		m->drop_key = mg_rng_key(
-			mg_rng_key(mg_rng_key(ctx->seed, DROPOUT_LABEL),
-				   (uint64_t)ctx->epoch),
-			(uint64_t)ctx->step);
+		/* The op mixes in the step itself (on the device on a
+		 * GPU, so replayed CUDA graphs draw new masks). */
+		m->drop_key = mg_rng_key(ctx->seed, DROPOUT_LABEL);
 		m->drop_offset = b->global_offset * m->feat;
 	}
 	const enum mg_phase ph = tr ? MG_PHASE_FORWARD : MG_PHASE_EVAL;
@@ -700,6 +705,7 @@ static int unit_backward(struct mbv2 *m, struct mg_ctx *ctx, int ui,
 			ten(m, ctx, st->off_mean, 1, st->cout, 0, 0, 0);
 		struct mg_tensor invstd =
 			ten(m, ctx, st->off_invstd, 1, st->cout, 0, 0, 0);
+		mean.dtype = invstd.dtype = m->sdt;
 		/* BN (+ReLU6) backward, in place unless g must be kept. */
 		const int zb = g == hold ? pick(g, -1) : g;
 		struct mg_tensor dy = ten(m, ctx, m->off_buf[g], 4, n, st->cout,

@@ -1,0 +1,82 @@
+/*
+ * cuda_reduce.cuh - deterministic per-channel reductions over NCHW
+ * tensors (batch-norm statistics, bias and depthwise weight gradients).
+ *
+ * Stage 1: grid (S, C); block (s, c) sums NV values of an element functor
+ * over the s-th fixed slice of channel c's N*HW elements, each thread in
+ * a fixed strided order, then a fixed-order block tree, into
+ * part[(c * S + s) * NV + v] (double). Stage 2 (the caller's kernel) adds
+ * the S partials of a channel in order. S depends on the shape alone, so
+ * results are bitwise reproducible run to run; no float atomics.
+ */
+#ifndef MG_CUDA_REDUCE_CUH
+#define MG_CUDA_REDUCE_CUH
+
+#include "ops/cuda/cuda_common.cuh"
+
+#define MGC_RED_THREADS 256
+#define MGC_RED_SLICE 8192 /* elements a block aims for */
+#define MGC_RED_MAX_SPLIT 64
+
+/* Splits of one channel of M elements. */
+static inline int mgc_red_splits(int64_t M)
+{
+	int64_t s = (M + MGC_RED_SLICE - 1) / MGC_RED_SLICE;
+	if (s > MGC_RED_MAX_SPLIT)
+		s = MGC_RED_MAX_SPLIT;
+	return (int)(s > 0 ? s : 1);
+}
+
+/*
+ * F is a functor: f(n, q, c, acc) adds the element at sample n, spatial
+ * position q of channel c (flat NCHW index (n * C + c) * HW + q) into
+ * double acc[NV].
+ */
+template <int NV, typename F>
+__global__ void __launch_bounds__(MGC_RED_THREADS)
+	mgc_chan_partial(F f, int64_t N, int64_t C, int64_t HW, int64_t chunk,
+			 double *part)
+{
+	__shared__ double sh[32];
+	const int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
+	const int64_t M = N * HW, j0 = s * chunk;
+	const int64_t j1 = j0 + chunk < M ? j0 + chunk : M;
+	double acc[NV];
+#pragma unroll
+	for (int v = 0; v < NV; v++)
+		acc[v] = 0;
+	int64_t j = j0 + threadIdx.x;
+	if (j < j1) {
+		int64_t n = j / HW, q = j - n * HW;
+		for (; j < j1; j += blockDim.x) {
+			f(n, q, c, acc);
+			q += blockDim.x;
+			if (q >= HW) {
+				n += q / HW;
+				q %= HW;
+			}
+		}
+	}
+#pragma unroll
+	for (int v = 0; v < NV; v++) {
+		double r = mgc_block_sum(acc[v], sh);
+		if (threadIdx.x == 0)
+			part[(c * S + s) * NV + v] = r;
+	}
+}
+
+/* Launch stage 1 on stream st; returns S (the splits) through *S. */
+template <int NV, typename F>
+static void mgc_chan_reduce(cudaStream_t st, F f, int64_t N, int64_t C,
+			    int64_t HW, double *part, int *S)
+{
+	const int64_t M = N * HW;
+	const int s = mgc_red_splits(M);
+	const int64_t chunk = (M + s - 1) / s;
+	*S = s;
+	mgc_chan_partial<NV, F>
+		<<<dim3((unsigned)s, (unsigned)C), MGC_RED_THREADS, 0, st>>>(
+			f, N, C, HW, chunk, part);
+}
+
+#endif

@@ -1,0 +1,150 @@
+#!/bin/bash
+# gpu.sh - THE script for the GPU machine (the device tool's `run`), from
+# the repository root: runs every GPU test and benchmark with binaries
+# built HERE by scripts/device-prepare.sh (carry build-gpu and .deps).
+#
+#   scripts/gpu.sh [tests|bench|train|compare|all] [args...]  (default: all)
+#     tests [group...]   op tests: every CUDA op against its CPU twin
+#     bench              op micro-benchmarks
+#     train [epochs]     Fashion-MNIST per precision; fp32 must reach 92%
+#     compare [sizes] [precs]  mgrun against PyTorch (bench/mbv2_vs_torch.py)
+#
+# The GPU machine lacks inih, cJSON and OpenBLAS: their .debs (.deps/debs)
+# are unpacked with dpkg -x into /tmp/mgdeps. cuDNN, cuBLAS and the CUDA
+# runtime are found on the machine (the CUDA toolkit or PyTorch's nvidia-*
+# pip packages). Binaries are run directly (ctest files hold this
+# machine's paths). Logs go to $OUT (the device tool's folder) or
+# ./gpu-out; the last lines printed are the summary.
+set -u
+cd "$(dirname "$0")/.."
+root=$PWD
+out=${OUT:-$root/gpu-out}
+build=${MG_GPU_BUILD:-build-gpu}
+what=${1:-all}
+shift || true
+mkdir -p "$out"
+
+# Runtime libraries that are not on the GPU machine.
+deps=/tmp/mgdeps
+mkdir -p "$deps"
+for f in .deps/debs/*.deb; do
+	[ -e "$f" ] && dpkg -x "$f" "$deps"
+done
+libpath="$deps/usr/lib/x86_64-linux-gnu"
+libpath="$libpath:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
+
+# The folder holding library $1 (first match), searched where CUDA and
+# PyTorch's wheels put it.
+find_lib() {
+	local d
+	for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+		/usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64; do
+		[ -e "$d/$1" ] && { echo "$d"; return; }
+	done
+	local sp
+	for sp in $(python3 -c 'import site,sys; print(" ".join(site.getsitepackages()+[site.getusersitepackages()]))' 2>/dev/null) /opt/torch/.venv/lib/python3*/site-packages; do
+		[ -d "$sp/nvidia" ] || continue
+		local hit
+		hit=$(find "$sp/nvidia" -name "$1" 2>/dev/null | head -1)
+		[ -n "$hit" ] && { dirname "$hit"; return; }
+	done
+	local hit
+	hit=$(find / -xdev -name "$1" -not -path '/proc/*' 2>/dev/null | head -1)
+	[ -n "$hit" ] && dirname "$hit"
+}
+
+found="== host: $(hostname) $(uname -r)"
+for lib in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13 \
+	libnvrtc.so.13; do
+	dir=$(find_lib "$lib")
+	found="$found
+$lib: ${dir:-NOT FOUND}"
+	[ -n "$dir" ] && libpath="$libpath:$dir"
+done
+echo "$found" | tee "$out/env.txt"
+export LD_LIBRARY_PATH="$root/$build/core:$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MG_PLUGIN_PATH="$root/$build/plugins"
+export NCCL_NVLS_ENABLE=0
+{
+	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+	nvidia-smi
+	echo "== ldd test_gpu_ops"
+	ldd "$build/tests/gpu/test_gpu_ops" | grep -E "not found|cudnn|cublas|cudart|libmg|openblas"
+} 2>&1 | tee -a "$out/env.txt"
+
+status=0
+# run LOG NAME COMMAND...: append the output to $out/LOG.log, with a time
+# limit so one hang cannot eat the whole lease.
+run() {
+	local log=$1 name=$2
+	shift 2
+	echo "== $name: $*" | tee -a "$out/$log.log"
+	local t0=$SECONDS
+	timeout "${MG_GPU_TIMEOUT:-300}" "$@" >>"$out/$log.log" 2>&1
+	local rc=$?
+	echo "== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/$log.log"
+	[ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
+	return 0
+}
+
+bin=$build/tests/gpu
+groups="conv depthwise batchnorm elementwise pool linear dropout loss resize
+optim determinism graph"
+[ $# -gt 0 ] && groups="$*"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+	# One process per group: a crash in one still lets the others run.
+	for g in $groups; do
+		run test_gpu_ops "$g" "$bin/test_gpu_ops" "$g"
+	done
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+	run bench_f32 bench_f32 "$bin/bench_gpu_ops" 64 f32
+	run bench_f16 bench_f16 "$bin/bench_gpu_ops" 64 f16
+fi
+
+mgrun="$build/core/mgrun"
+# Fashion-MNIST travels in .deps when the machine lacks Debian's package.
+fashion=/usr/share/datasets/fashion-mnist
+[ -d "$fashion" ] || fashion=$root/.deps/fashion-mnist
+export MG_FASHION_DIR=$fashion
+if [ "$what" = train ] || [ "$what" = all ]; then
+	# The GPU test of training: Fashion-MNIST to >= 92% test accuracy in
+	# fp32, and one run per half precision (the seed paper's finding:
+	# accuracy does not depend on precision).
+	epochs=${1:-12}
+	for prec in fp32 bf16 fp16; do
+		run train "train $prec" "$mgrun" -c conf/fashion_mnist_gpu.ini \
+			--set dataset.dir="$fashion" --set run.precision=$prec --set run.epochs="$epochs" \
+			--set run.out_dir=/tmp/mgruns --set run.name="train_$prec" \
+			--set run.log_every=1000
+	done
+	awk '/^== train/ {p=$3; sub(":", "", p)} /^epoch [0-9]+:/ {e=$0}
+		/^test accuracy/ {print "train", p, $3, e}' \
+		"$out/train.log" | tee "$out/train_summary.txt"
+	fp32=$(awk '$2 == "fp32" {sub("%", "", $3); print $3}' "$out/train_summary.txt")
+	if ! awk -v a="${fp32:-0}" 'BEGIN { exit !(a >= 92) }'; then
+		echo "FAIL: fp32 test accuracy ${fp32:-none}% < 92%"
+		status=1
+	fi
+fi
+if [ "$what" = compare ] || [ "$what" = all ]; then
+	base=.deps/baselines/torch_mbv2.py
+	[ -e "$base" ] || base=-
+	run compare compare python3 bench/mbv2_vs_torch.py "$mgrun" "$base" \
+		/tmp/mgbench ${1:-28,100,224,500} ${2:-fp32,fp16,bf16}
+	cp /tmp/mgbench/bench_mbv2.json "$out/" 2>/dev/null
+	sed -n '/^ size/,$p' "$out/compare.log"
+fi
+
+echo "== summary"
+for f in "$out"/test_*.log; do
+	[ -e "$f" ] || continue
+	grep -E "FAIL|SKIPPED|checks,|^== .*exit|rror" "$f" | head -80
+done
+for f in "$out"/bench_*.log; do
+	[ -e "$f" ] || continue
+	echo "-- $(basename "$f") (full table in the log)"
+	grep -E "ceiling|TOTAL|FAIL|error" "$f"
+	sed -n '/^memory-bound/,/^[0-9]* checks/p' "$f"
+done
+exit $status

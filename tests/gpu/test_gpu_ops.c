@@ -1,0 +1,925 @@
+/*
+ * test_gpu_ops.c - the CUDA ops against their CPU twins.
+ *
+ *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
+ *                 dropout|loss|resize|optim|determinism|graph|all]
+ *
+ * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
+ * and odd ones: fresh random inputs (seed printed; MG_TEST_SEED repeats
+ * it), the CPU op as reference (F32 on the same rounded inputs for
+ * F16/BF16), outputs poisoned with NaN before each run so unwritten
+ * elements fail, and ||gpu - cpu|| / ||cpu|| against 1e-12 (F64), 1e-5
+ * (F32, no TF32) or 1e-2 (F16/BF16). Parameter gradients start random
+ * and their change is compared (they must accumulate). F32/F64 go through
+ * the public mg_op_* dispatch once it reaches CUDA, else (and for half
+ * types, which the public checks do not admit yet) the mg_cuda_* twins
+ * directly. Exits 77 ("SKIPPED: no GPU") without a usable GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu_test.h"
+#include "ops/cuda/cuda_ops.h"
+
+static const enum mg_dtype all_dt[] = {MG_F64, MG_F32, MG_F16, MG_BF16};
+static bool wired;	  /* public ops dispatch to CUDA */
+static struct mg_buf gws; /* a caller-owned conv workspace */
+
+#define CALL(name, dt, ...)                                                    \
+	((wired && ((dt) == MG_F32 || (dt) == MG_F64))                         \
+		 ? mg_op_##name(&gt_gpu, __VA_ARGS__)                          \
+		 : mg_cuda_##name(&gt_gpu, __VA_ARGS__))
+#define CPU(call, what)                                                        \
+	do {                                                                   \
+		if ((call) != 0) {                                             \
+			printf("FAIL cpu %s: %s\n", what, mg_last_error());    \
+			gt_fail++;                                             \
+		}                                                              \
+	} while (0)
+
+static char lbl[160];
+#define LBL(...) (snprintf(lbl, sizeof lbl, __VA_ARGS__), lbl)
+
+/* ------------------------------------------------------------------ */
+
+struct conv_case {
+	int N, C, H, W, K, kh, kw, sh, sw, ph, pw, groups, bias;
+};
+
+static void conv_check(enum mg_dtype dt, const struct conv_case *k,
+		       const char *tag)
+{
+	const struct mg_conv2d_args a = {k->sh, k->sw, k->ph, k->pw, k->groups};
+	const int64_t OH = mg_conv_out_dim(k->H, k->kh, k->sh, k->ph);
+	const int64_t OW = mg_conv_out_dim(k->W, k->kw, k->sw, k->pw);
+	const double tol = gt_tol(dt);
+	struct gt x, w, b, y, dy, dx, dw, db;
+	const double ws =
+		1.0 / sqrt((double)(k->C / k->groups * k->kh * k->kw));
+	char name[96];
+	snprintf(name, sizeof name, "%s N%d %d->%d %dx%d k%dx%d s%d p%d g%d",
+		 tag, k->N, k->C, k->K, k->H, k->W, k->kh, k->kw, k->sh, k->ph,
+		 k->groups);
+	gt_make(&x, dt, -1, 4, k->N, k->C, k->H, k->W);
+	gt_make(&w, dt, -1, 4, k->K, k->C / k->groups, k->kh, k->kw);
+	gt_make(&b, dt, -1, 1, k->K, 0, 0, 0);
+	gt_make(&y, dt, -1, 4, k->N, k->K, OH, OW);
+	gt_rand(&x, -1, 1);
+	gt_rand(&w, -ws, ws);
+	gt_rand(&b, -0.5, 0.5);
+	gt_poison(&y);
+	CPU(mg_op_conv2d(&gt_cpu, &a, &x.c, &w.c, k->bias ? &b.c : NULL, &y.c,
+			 NULL),
+	    name);
+	if (!gt_ok(CALL(conv2d, dt, &a, &x.g, &w.g, k->bias ? &b.g : NULL, &y.g,
+			&gws),
+		   name))
+		gt_check(LBL("%s y", name), dt, &y, tol);
+	gt_make(&dy, dt, -1, 4, k->N, k->K, OH, OW);
+	gt_make(&dx, dt, -1, 4, k->N, k->C, k->H, k->W);
+	gt_make(&dw, dt, -1, 4, k->K, k->C / k->groups, k->kh, k->kw);
+	gt_make(&db, dt, -1, 1, k->K, 0, 0, 0);
+	gt_rand(&dy, -1, 1);
+	gt_poison(&dx);
+	gt_rand(&dw, -1, 1);
+	gt_rand(&db, -1, 1);
+	CPU(mg_op_conv2d_backward(&gt_cpu, &a, &x.c, &w.c, &dy.c, &dx.c, &dw.c,
+				  k->bias ? &db.c : NULL, NULL),
+	    name);
+	if (!gt_ok(CALL(conv2d_backward, dt, &a, &x.g, &w.g, &dy.g, &dx.g,
+			&dw.g, k->bias ? &db.g : NULL, &gws),
+		   name)) {
+		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
+		if (k->bias)
+			gt_check_delta(LBL("%s db", name), dt, &db, tol);
+	}
+	gt_free(&x);
+	gt_free(&w);
+	gt_free(&b);
+	gt_free(&y);
+	gt_free(&dy);
+	gt_free(&dx);
+	gt_free(&dw);
+	gt_free(&db);
+}
+
+static void test_conv(void)
+{
+	static const struct conv_case cases[] = {
+		/* MobileNetV2 224 px stem, expand/project 1x1, head */
+		{8, 3, 224, 224, 32, 3, 3, 2, 2, 1, 1, 1, 0},
+		{8, 16, 112, 112, 96, 1, 1, 1, 1, 0, 0, 1, 0},
+		{64, 32, 28, 28, 192, 1, 1, 1, 1, 0, 0, 1, 0},
+		{64, 144, 14, 14, 24, 1, 1, 1, 1, 0, 0, 1, 0},
+		{64, 320, 7, 7, 1280, 1, 1, 1, 1, 0, 0, 1, 0},
+		/* Fashion-MNIST 28 px stem with bias */
+		{64, 1, 28, 28, 32, 3, 3, 2, 2, 1, 1, 1, 1},
+		/* odd: rectangular window, mixed stride/pad, groups, bias */
+		{3, 6, 13, 11, 4, 3, 5, 2, 1, 1, 2, 2, 1},
+		{5, 7, 9, 9, 11, 2, 2, 3, 3, 0, 0, 1, 1},
+		{3, 5, 7, 9, 6, 1, 1, 1, 1, 0, 0, 1, 1},
+	};
+	const size_t nc = sizeof cases / sizeof *cases;
+	for (size_t d = 0; d < 4; d++)
+		for (size_t i = 0; i < nc; i++)
+			conv_check(all_dt[d], &cases[i], "conv");
+	/* 1x1 convolutions through cuDNN instead of the batched GEMMs */
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_POINTWISE_GEMM, 0);
+	for (size_t d = 0; d < 4; d++)
+		for (size_t i = 0; i < nc; i++)
+			if (cases[i].kh == 1 && cases[i].sh == 1)
+				conv_check(all_dt[d], &cases[i],
+					   "conv(cudnn 1x1)");
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_POINTWISE_GEMM, 1);
+}
+
+static void test_depthwise(void)
+{
+	static const struct conv_case cases[] = {
+		{8, 32, 112, 112, 32, 3, 3, 1, 1, 1, 1, 32, 0},
+		{8, 96, 112, 112, 96, 3, 3, 2, 2, 1, 1, 96, 0},
+		{64, 144, 28, 28, 144, 3, 3, 1, 1, 1, 1, 144, 0},
+		{64, 192, 28, 28, 192, 3, 3, 2, 2, 1, 1, 192, 0},
+		{64, 960, 7, 7, 960, 3, 3, 1, 1, 1, 1, 960, 1},
+		{3, 5, 9, 13, 5, 3, 3, 2, 2, 1, 1, 5, 1},
+		{2, 7, 10, 11, 7, 5, 5, 1, 1, 2, 2, 7, 1},
+		{2, 4, 8, 9, 4, 3, 3, 3, 3, 0, 0, 4, 0},
+		{3, 6, 7, 8, 6, 3, 1, 1, 2, 1, 0, 6, 1},
+	};
+	for (size_t d = 0; d < 4; d++)
+		for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+			conv_check(all_dt[d], &cases[i], "dwconv");
+	/* The cuDNN grouped-conv alternative must agree too. */
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_DEPTHWISE_CUDNN, 1);
+	for (size_t d = 0; d < 2; d++)
+		for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+			conv_check(all_dt[d], &cases[i], "dwconv(cudnn)");
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_DEPTHWISE_CUDNN, 0);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void bn_check(enum mg_dtype dt, int N, int C, int H, int W,
+		     bool training, enum mg_act act, enum mg_dtype rsdt)
+{
+	const enum mg_dtype pdt = dt == MG_F64 ? MG_F64 : MG_F32;
+	const struct mg_bn_args a = {1e-5, 0.1, training, act};
+	const double tol = gt_tol(dt);
+	/* parameter-side values (F32 for half activations) are reported
+	 * under the activation dtype, with its limit */
+	const double ptol = dt == MG_F64 ? 1e-12 : (dt == MG_F32 ? 1e-5 : 1e-2);
+	struct gt x, g, b, rm, rv, sm, si, y, dy, dx, dg, dbt;
+	char name[96];
+	snprintf(name, sizeof name, "bn %s%s N%d C%d %dx%d rs=%s",
+		 training ? "train" : "eval",
+		 act == MG_ACT_RELU6 ? "+relu6" : "", N, C, H, W,
+		 mg_dtype_name(rsdt));
+	gt_make(&x, dt, -1, 4, N, C, H, W);
+	gt_make(&g, pdt, -1, 1, C, 0, 0, 0);
+	gt_make(&b, pdt, -1, 1, C, 0, 0, 0);
+	gt_make(&rm, rsdt, -1, 1, C, 0, 0, 0);
+	gt_make(&rv, rsdt, -1, 1, C, 0, 0, 0);
+	gt_make(&sm, pdt, -1, 1, C, 0, 0, 0);
+	gt_make(&si, pdt, -1, 1, C, 0, 0, 0);
+	gt_make(&y, dt, -1, 4, N, C, H, W);
+	/* values around an offset so |mean| > std, spanning ReLU6's kinks */
+	gt_rand(&x, 1.0, 5.0);
+	gt_rand(&g, 0.5, 3.0);
+	gt_rand(&b, -1, 4);
+	gt_rand(&rm, 1, 4);
+	gt_rand(&rv, 0.5, 2);
+	gt_poison(&sm);
+	gt_poison(&si);
+	gt_poison(&y);
+	CPU(mg_op_batchnorm2d(&gt_cpu, &a, &x.c, &g.c, &b.c, &rm.c, &rv.c,
+			      &sm.c, &si.c, &y.c),
+	    name);
+	if (!gt_ok(CALL(batchnorm2d, dt, &a, &x.g, &g.g, &b.g, &rm.g, &rv.g,
+			&sm.g, &si.g, &y.g),
+		   name)) {
+		gt_check(LBL("%s y", name), dt, &y, tol);
+		gt_check(LBL("%s save_mean", name), dt, &sm, ptol);
+		gt_check(LBL("%s save_invstd", name), dt, &si, ptol);
+		if (training) {
+			gt_check_delta(LBL("%s running_mean", name), dt, &rm,
+				       ptol);
+			gt_check_delta(LBL("%s running_var", name), dt, &rv,
+				       ptol);
+		}
+	}
+	/* backward from the same y and statistics on both sides */
+	gt_from_cpu(&y);
+	gt_from_cpu(&sm);
+	gt_from_cpu(&si);
+	gt_make(&dy, dt, -1, 4, N, C, H, W);
+	gt_make(&dx, dt, -1, 4, N, C, H, W);
+	gt_make(&dg, pdt, -1, 1, C, 0, 0, 0);
+	gt_make(&dbt, pdt, -1, 1, C, 0, 0, 0);
+	gt_rand(&dy, -1, 1);
+	gt_poison(&dx);
+	gt_rand(&dg, -1, 1);
+	gt_rand(&dbt, -1, 1);
+	CPU(mg_op_batchnorm2d_backward(&gt_cpu, &a, &x.c, &y.c, &dy.c, &g.c,
+				       &sm.c, &si.c, &dx.c, &dg.c, &dbt.c),
+	    name);
+	if (!gt_ok(CALL(batchnorm2d_backward, dt, &a, &x.g, &y.g, &dy.g, &g.g,
+			&sm.g, &si.g, &dx.g, &dg.g, &dbt.g),
+		   name)) {
+		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dgamma", name), dt, &dg, ptol);
+		gt_check_delta(LBL("%s dbeta", name), dt, &dbt, ptol);
+	}
+	struct gt *all[] = {&x,	 &g, &b,  &rm, &rv, &sm,
+			    &si, &y, &dy, &dx, &dg, &dbt};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		gt_free(all[i]);
+}
+
+static void test_batchnorm(void)
+{
+	static const int shapes[][4] = {{8, 32, 112, 112},
+					{64, 960, 7, 7},
+					{64, 16, 28, 28},
+					{3, 5, 7, 3}};
+	for (size_t d = 0; d < 4; d++) {
+		const enum mg_dtype dt = all_dt[d];
+		const enum mg_dtype rs = dt == MG_F64 ? MG_F64 : MG_F32;
+		for (size_t s = 0; s < 4; s++) {
+			const int *k = shapes[s];
+			bn_check(dt, k[0], k[1], k[2], k[3], true, MG_ACT_RELU6,
+				 rs);
+			bn_check(dt, k[0], k[1], k[2], k[3], true, MG_ACT_NONE,
+				 rs);
+		}
+		bn_check(dt, 16, 24, 14, 14, false, MG_ACT_RELU6, rs);
+		bn_check(dt, 3, 5, 7, 3, false, MG_ACT_NONE, rs);
+	}
+	/* F32 activations with F64 running statistics */
+	bn_check(MG_F32, 4, 8, 9, 7, true, MG_ACT_RELU6, MG_F64);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void test_elementwise(void)
+{
+	static const int64_t sizes[] = {8 * 32 * 112 * 112, 1001};
+	for (size_t d = 0; d < 4; d++) {
+		const enum mg_dtype dt = all_dt[d];
+		for (size_t s = 0; s < 2; s++) {
+			const int64_t n = sizes[s];
+			struct gt x, y, dy, dx, b, da, db;
+			gt_make(&x, dt, -1, 1, n, 0, 0, 0);
+			gt_make(&y, dt, -1, 1, n, 0, 0, 0);
+			gt_rand(&x, -3, 9);
+			gt_poison(&y);
+			CPU(mg_op_relu6(&gt_cpu, &x.c, &y.c), "relu6");
+			if (!gt_ok(CALL(relu6, dt, &x.g, &y.g), "relu6"))
+				gt_check(LBL("relu6 n=%lld", (long long)n), dt,
+					 &y, gt_tol(dt));
+			gt_from_cpu(&y);
+			gt_make(&dy, dt, -1, 1, n, 0, 0, 0);
+			gt_make(&dx, dt, -1, 1, n, 0, 0, 0);
+			gt_rand(&dy, -1, 1);
+			gt_poison(&dx);
+			CPU(mg_op_relu6_backward(&gt_cpu, &y.c, &dy.c, &dx.c),
+			    "relu6_backward");
+			if (!gt_ok(CALL(relu6_backward, dt, &y.g, &dy.g, &dx.g),
+				   "relu6_backward"))
+				gt_check(LBL("relu6_backward n=%lld",
+					     (long long)n),
+					 dt, &dx, gt_tol(dt));
+			gt_make(&b, dt, -1, 1, n, 0, 0, 0);
+			gt_rand(&b, -1, 1);
+			gt_poison(&y);
+			CPU(mg_op_add(&gt_cpu, &x.c, &b.c, &y.c), "add");
+			if (!gt_ok(CALL(add, dt, &x.g, &b.g, &y.g), "add"))
+				gt_check(LBL("add n=%lld", (long long)n), dt,
+					 &y, gt_tol(dt));
+			gt_make(&da, dt, -1, 1, n, 0, 0, 0);
+			gt_make(&db, dt, -1, 1, n, 0, 0, 0);
+			gt_rand(&da, -1, 1);
+			gt_rand(&db, -1, 1);
+			CPU(mg_op_add_backward(&gt_cpu, &dy.c, &da.c, &db.c),
+			    "add_backward");
+			if (!gt_ok(CALL(add_backward, dt, &dy.g, &da.g, &db.g),
+				   "add_backward")) {
+				gt_check_delta(LBL("add_backward da n=%lld",
+						   (long long)n),
+					       dt, &da, gt_tol(dt));
+				gt_check_delta(LBL("add_backward db n=%lld",
+						   (long long)n),
+					       dt, &db, gt_tol(dt));
+			}
+			struct gt *all[] = {&x, &y, &dy, &dx, &b, &da, &db};
+			for (size_t i = 0; i < 7; i++)
+				gt_free(all[i]);
+		}
+	}
+}
+
+static void test_pool(void)
+{
+	static const int shapes[][4] = {
+		{64, 1280, 7, 7}, {3, 5, 3, 5}, {8, 32, 56, 56}};
+	for (size_t d = 0; d < 4; d++) {
+		const enum mg_dtype dt = all_dt[d];
+		for (size_t s = 0; s < 3; s++) {
+			const int *k = shapes[s];
+			struct gt x, y, dx;
+			gt_make(&x, dt, -1, 4, k[0], k[1], k[2], k[3]);
+			gt_make(&y, dt, -1, 2, k[0], k[1], 0, 0);
+			gt_make(&dx, dt, -1, 4, k[0], k[1], k[2], k[3]);
+			gt_rand(&x, -1, 2);
+			gt_poison(&y);
+			CPU(mg_op_global_avgpool(&gt_cpu, &x.c, &y.c), "gap");
+			if (!gt_ok(CALL(global_avgpool, dt, &x.g, &y.g), "gap"))
+				gt_check(LBL("global_avgpool %dx%dx%dx%d", k[0],
+					     k[1], k[2], k[3]),
+					 dt, &y, gt_tol(dt));
+			gt_rand(&y, -1, 1);
+			gt_poison(&dx);
+			CPU(mg_op_global_avgpool_backward(&gt_cpu, &y.c, &dx.c),
+			    "gap bwd");
+			if (!gt_ok(CALL(global_avgpool_backward, dt, &y.g,
+					&dx.g),
+				   "gap bwd"))
+				gt_check(LBL("global_avgpool_backward "
+					     "%dx%dx%dx%d",
+					     k[0], k[1], k[2], k[3]),
+					 dt, &dx, gt_tol(dt));
+			gt_free(&x);
+			gt_free(&y);
+			gt_free(&dx);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+
+static void linear_check(enum mg_dtype dt, int ndim, int64_t d0, int64_t d1,
+			 int64_t in, int64_t out, bool bias)
+{
+	struct gt x, w, b, y, dy, dx, dw, db;
+	const double tol = gt_tol(dt);
+	char name[96];
+	if (ndim == 3)
+		snprintf(name, sizeof name,
+			 "linear [%lld, %lld, %lld] -> %lld%s", (long long)d0,
+			 (long long)d1, (long long)in, (long long)out,
+			 bias ? " +b" : "");
+	else
+		snprintf(name, sizeof name, "linear [%lld, %lld] -> %lld%s",
+			 (long long)d0, (long long)in, (long long)out,
+			 bias ? " +b" : "");
+	if (ndim == 3) {
+		gt_make(&x, dt, -1, 3, d0, d1, in, 0);
+		gt_make(&y, dt, -1, 3, d0, d1, out, 0);
+		gt_make(&dy, dt, -1, 3, d0, d1, out, 0);
+		gt_make(&dx, dt, -1, 3, d0, d1, in, 0);
+	} else {
+		gt_make(&x, dt, -1, 2, d0, in, 0, 0);
+		gt_make(&y, dt, -1, 2, d0, out, 0, 0);
+		gt_make(&dy, dt, -1, 2, d0, out, 0, 0);
+		gt_make(&dx, dt, -1, 2, d0, in, 0, 0);
+	}
+	gt_make(&w, dt, -1, 2, out, in, 0, 0);
+	gt_make(&b, dt, -1, 1, out, 0, 0, 0);
+	gt_make(&dw, dt, -1, 2, out, in, 0, 0);
+	gt_make(&db, dt, -1, 1, out, 0, 0, 0);
+	gt_rand(&x, -1, 1);
+	gt_rand(&w, -1 / sqrt((double)in), 1 / sqrt((double)in));
+	gt_rand(&b, -1, 1);
+	gt_poison(&y);
+	CPU(mg_op_linear(&gt_cpu, &x.c, &w.c, bias ? &b.c : NULL, &y.c), name);
+	if (!gt_ok(CALL(linear, dt, &x.g, &w.g, bias ? &b.g : NULL, &y.g),
+		   name))
+		gt_check(LBL("%s y", name), dt, &y, tol);
+	gt_rand(&dy, -1, 1);
+	gt_poison(&dx);
+	gt_rand(&dw, -1, 1);
+	gt_rand(&db, -1, 1);
+	CPU(mg_op_linear_backward(&gt_cpu, &x.c, &w.c, &dy.c, &dx.c, &dw.c,
+				  bias ? &db.c : NULL),
+	    name);
+	if (!gt_ok(CALL(linear_backward, dt, &x.g, &w.g, &dy.g, &dx.g, &dw.g,
+			bias ? &db.g : NULL),
+		   name)) {
+		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
+		if (bias)
+			gt_check_delta(LBL("%s db", name), dt, &db, tol);
+	}
+	struct gt *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+	for (size_t i = 0; i < 8; i++)
+		gt_free(all[i]);
+}
+
+static void test_linear(void)
+{
+	for (size_t d = 0; d < 4; d++) {
+		const enum mg_dtype dt = all_dt[d];
+		linear_check(dt, 2, 64, 0, 1280, 1000, true);
+		linear_check(dt, 2, 64, 0, 1280, 10, true);
+		linear_check(dt, 2, 7, 0, 13, 5, false);
+		linear_check(dt, 3, 4, 9, 33, 17, true);
+		linear_check(dt, 2, 1000, 0, 64, 48, true);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+
+static void dropout_check(enum mg_dtype dt, int64_t n, double p)
+{
+	struct gt x, y;
+	const uint64_t key = ((uint64_t)(gt_urand() * 4294967296.0) << 32) |
+			     (uint64_t)(gt_urand() * 4294967296.0);
+	const int64_t off = (int64_t)(gt_urand() * 1e6);
+	gt_make(&x, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&y, dt, -1, 1, n, 0, 0, 0);
+	gt_rand(&x, 0.5, 1.5); /* non-zero: y == 0 exactly where dropped */
+	for (int pass = 0; pass < 2; pass++) {
+		const char *op = pass ? "dropout_backward" : "dropout";
+		gt_poison(&y);
+		if (pass) {
+			CPU(mg_op_dropout_backward(&gt_cpu, &x.c, &y.c, p, key,
+						   off),
+			    op);
+			if (gt_ok(CALL(dropout_backward, dt, &x.g, &y.g, p, key,
+				       off),
+				  op))
+				continue;
+		} else {
+			CPU(mg_op_dropout(&gt_cpu, &x.c, &y.c, p, key, off),
+			    op);
+			if (gt_ok(CALL(dropout, dt, &x.g, &y.g, p, key, off),
+				  op))
+				continue;
+		}
+		double *g = gt_read(&y);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < n; i++)
+			diff += (g[i] == 0) != (gt_cpu_at(&y, i) == 0);
+		free(g);
+		char note[64];
+		snprintf(note, sizeof note, " mask diffs %lld",
+			 (long long)diff);
+		gt_check(LBL("%s n=%lld p=%.2f", op, (long long)n, p), dt, &y,
+			 gt_tol(dt));
+		gt_report(LBL("%s n=%lld p=%.2f mask bit-exact", op,
+			      (long long)n, p),
+			  dt, (double)diff, 0, 0, note);
+	}
+	gt_free(&x);
+	gt_free(&y);
+}
+
+static void test_dropout(void)
+{
+	for (size_t d = 0; d < 4; d++) {
+		dropout_check(all_dt[d], 64 * 1280 + 3, 0.2);
+		dropout_check(all_dt[d], 1001, 0.5);
+		dropout_check(all_dt[d], 777, 0.0);
+		dropout_check(all_dt[d], 777, 1.0);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+
+static void xent_check(enum mg_dtype dt, int64_t rows, int64_t K,
+		       enum mg_dtype mdt, bool ignore, bool with_scale)
+{
+	struct gt lg, lab, met, dl, sc;
+	const double tol = gt_tol(dt);
+	char name[96];
+	snprintf(name, sizeof name, "softmax_xent %lldx%lld metrics %s%s",
+		 (long long)rows, (long long)K, mg_dtype_name(mdt),
+		 ignore ? " ignore" : "");
+	gt_make(&lg, dt, -1, 2, rows, K, 0, 0);
+	gt_make(&lab, MG_I32, -1, 1, rows, 0, 0, 0);
+	gt_make(&met, mdt, -1, 1, MG_METRIC_N, 0, 0, 0);
+	gt_make(&dl, dt, -1, 2, rows, K, 0, 0);
+	gt_make(&sc, MG_F32, -1, 1, 1, 0, 0, 0);
+	gt_rand(&lg, -4, 4);
+	for (int64_t r = 0; r < rows; r++) {
+		lab.v[r] = (double)(int64_t)(gt_urand() * (double)K);
+		if (ignore && gt_urand() < 0.2)
+			lab.v[r] = -1;
+	}
+	/* a few rows that predict their label, so "correct" is not 0 */
+	for (int64_t r = 0; r < rows; r += 3)
+		if (lab.v[r] >= 0)
+			lg.v[r * K + (int64_t)lab.v[r]] = 9;
+	gt_upload(&lg);
+	gt_upload(&lab);
+	gt_poison(&met);
+	CPU(mg_op_softmax_xent(&gt_cpu, &lg.c, &lab.c, &met.c), name);
+	if (!gt_ok(CALL(softmax_xent, dt, &lg.g, &lab.g, &met.g), name))
+		gt_check(LBL("%s metrics", name), dt, &met,
+			 mdt == MG_F64 && dt == MG_F64 ? 1e-12 : tol);
+	sc.v[0] = 0.25 + gt_urand();
+	gt_upload(&sc);
+	gt_poison(&dl);
+	CPU(mg_op_softmax_xent_backward(&gt_cpu, &lg.c, &lab.c,
+					with_scale ? &sc.c : NULL, &dl.c),
+	    name);
+	if (!gt_ok(CALL(softmax_xent_backward, dt, &lg.g, &lab.g,
+			with_scale ? &sc.g : NULL, &dl.g),
+		   name))
+		gt_check(LBL("%s dlogits%s", name, with_scale ? " scaled" : ""),
+			 dt, &dl, tol);
+	struct gt *all[] = {&lg, &lab, &met, &dl, &sc};
+	for (size_t i = 0; i < 5; i++)
+		gt_free(all[i]);
+}
+
+static void test_loss(void)
+{
+	for (size_t d = 0; d < 4; d++) {
+		const enum mg_dtype dt = all_dt[d];
+		xent_check(dt, 64, 10, MG_F32, false, true);
+		xent_check(dt, 64, 1000, dt == MG_F64 ? MG_F64 : MG_F32, false,
+			   true);
+		xent_check(dt, 37, 32003, MG_F64, true, false);
+		xent_check(dt, 1, 1, MG_F32, false, true);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+
+static void resize_check(enum mg_dtype dt, int n, int c, int h, int w, int oh,
+			 int ow)
+{
+	struct gt s, d;
+	gt_make(&s, MG_U8, -1, 4, n, c, h, w);
+	gt_make(&d, dt, -1, 4, n, c, oh, ow);
+	for (int64_t i = 0; i < s.n; i++)
+		s.v[i] = (double)(int)(gt_urand() * 256);
+	gt_upload(&s);
+	gt_poison(&d);
+	const float mean = 0.2860f, std = 0.3530f;
+	CPU(mg_op_resize_normalize_u8(&gt_cpu, &s.c, &d.c, mean, std),
+	    "resize");
+	int rc = wired && (dt == MG_F32 || dt == MG_F64)
+			 ? mg_op_resize_normalize_u8(&gt_gpu, &s.g, &d.g, mean,
+						     std)
+			 : mg_cuda_resize_normalize_u8(&gt_gpu, &s.g, &d.g,
+						       mean, std);
+	if (!gt_ok(rc, "resize"))
+		gt_check(LBL("resize_normalize_u8 [%d,%d,%d,%d] -> %dx%d", n, c,
+			     h, w, oh, ow),
+			 dt, &d, gt_tol(dt));
+	gt_free(&s);
+	gt_free(&d);
+}
+
+static void test_resize(void)
+{
+	for (size_t d = 0; d < 4; d++) {
+		const enum mg_dtype dt = all_dt[d];
+		resize_check(dt, 64, 1, 28, 28, 224, 224);
+		resize_check(dt, 8, 3, 100, 77, 224, 224);
+		resize_check(dt, 4, 3, 224, 224, 112, 112);
+		resize_check(dt, 2, 1, 28, 28, 28, 28);
+		resize_check(dt, 3, 2, 5, 7, 13, 3);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* The optimizer (the lead's cuda_optim.cu) against the CPU twin.       */
+
+static void optim_check(enum mg_dtype dt, enum mg_optim_kind kind,
+			double momentum, bool nesterov, int first)
+{
+	const int64_t n = 1000003;
+	struct mg_optim_hparams h = {0};
+	h.kind = kind;
+	h.lr = 0.05;
+	h.momentum = momentum;
+	h.dampening = 0.1;
+	h.nesterov = nesterov;
+	h.beta1 = 0.9;
+	h.beta2 = 0.999;
+	h.eps = 1e-8;
+	h.weight_decay = 0.01;
+	struct mg_optim_vals v = {0};
+	v.lr = 0.05f;
+	v.grad_mul = 0.5f;
+	v.bias1 = (float)(1 - pow(0.9, 3));
+	v.bias2 = (float)(1 - pow(0.999, 3));
+	v.first = first;
+	struct mg_optim_vals *vd = NULL;
+	cudaMalloc((void **)&vd, sizeof v);
+	cudaMemcpy(vd, &v, sizeof v, cudaMemcpyHostToDevice);
+	struct gt p, g, s0, s1;
+	gt_make(&p, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&g, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&s0, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&s1, dt, -1, 1, n, 0, 0, 0);
+	gt_rand(&p, -1, 1);
+	gt_rand(&g, -1, 1);
+	gt_rand(&s0, -0.1, 0.1);
+	gt_rand(&s1, 0, 0.01);
+	struct mg_optim_slice sc = {.dtype = dt,
+				    .param = p.c.data,
+				    .grad = g.c.data,
+				    .grad_dtype = dt,
+				    .state = {s0.c.data, s1.c.data},
+				    .n = n,
+				    .decay = true};
+	struct mg_optim_slice sg = sc;
+	sg.param = p.g.data;
+	sg.grad = g.g.data;
+	sg.state[0] = s0.g.data;
+	sg.state[1] = s1.g.data;
+	char name[96];
+	snprintf(name, sizeof name, "optim %s mom %.1f%s first=%d",
+		 kind == MG_OPTIM_ADAMW ? "adamw" : "sgd", momentum,
+		 nesterov ? " nesterov" : "", first);
+	CPU(mg_optim_update(&gt_cpu, &h, &v, &sc), name);
+	if (!gt_ok(mg_optim_update(&gt_gpu, &h, vd, &sg), name)) {
+		gt_check(LBL("%s param", name), dt, &p, gt_tol(dt));
+		if (kind == MG_OPTIM_ADAMW || momentum != 0)
+			gt_check(LBL("%s state0", name), dt, &s0, gt_tol(dt));
+		if (kind == MG_OPTIM_ADAMW)
+			gt_check(LBL("%s state1", name), dt, &s1, gt_tol(dt));
+	}
+	cudaFree(vd);
+	gt_free(&p);
+	gt_free(&g);
+	gt_free(&s0);
+	gt_free(&s1);
+}
+
+static void test_optim(void)
+{
+	for (size_t d = 0; d < 2; d++) {
+		optim_check(all_dt[d], MG_OPTIM_SGD, 0.9, false, 1);
+		optim_check(all_dt[d], MG_OPTIM_SGD, 0.9, true, 0);
+		optim_check(all_dt[d], MG_OPTIM_SGD, 0.0, false, 0);
+		optim_check(all_dt[d], MG_OPTIM_ADAMW, 0, false, 0);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Determinism and CUDA-graph capture: a mini training step of the ops  */
+/* with reductions, run eagerly twice and replayed as a captured graph; */
+/* every output must be bitwise identical.                              */
+
+struct step {
+	struct gt x, w1, y1, g, b, rm, rv, sm, si, y2, wd, y3, dy3, dy2, dy1,
+		dx, dw1, dg, dbt, dwd, pooled, wl, bl, lo, lab, met, dlo, dpool,
+		dwl, dbl, sc;
+};
+
+static void step_init(struct step *s)
+{
+	const enum mg_dtype f = MG_F32;
+	gt_make(&s->x, f, -1, 4, 32, 16, 28, 28);
+	gt_make(&s->w1, f, -1, 4, 48, 16, 1, 1);
+	gt_make(&s->y1, f, -1, 4, 32, 48, 28, 28);
+	gt_make(&s->g, f, -1, 1, 48, 0, 0, 0);
+	gt_make(&s->b, f, -1, 1, 48, 0, 0, 0);
+	gt_make(&s->rm, f, -1, 1, 48, 0, 0, 0);
+	gt_make(&s->rv, f, -1, 1, 48, 0, 0, 0);
+	gt_make(&s->sm, f, -1, 1, 48, 0, 0, 0);
+	gt_make(&s->si, f, -1, 1, 48, 0, 0, 0);
+	gt_make(&s->y2, f, -1, 4, 32, 48, 28, 28);
+	gt_make(&s->wd, f, -1, 4, 48, 1, 3, 3);
+	gt_make(&s->y3, f, -1, 4, 32, 48, 14, 14);
+	gt_make(&s->dy3, f, -1, 4, 32, 48, 14, 14);
+	gt_make(&s->dy2, f, -1, 4, 32, 48, 28, 28);
+	gt_make(&s->dy1, f, -1, 4, 32, 48, 28, 28);
+	gt_make(&s->dx, f, -1, 4, 32, 16, 28, 28);
+	gt_make(&s->dw1, f, -1, 4, 48, 16, 1, 1);
+	gt_make(&s->dg, f, -1, 1, 48, 0, 0, 0);
+	gt_make(&s->dbt, f, -1, 1, 48, 0, 0, 0);
+	gt_make(&s->dwd, f, -1, 4, 48, 1, 3, 3);
+	gt_make(&s->pooled, f, -1, 2, 32, 48, 0, 0);
+	gt_make(&s->wl, f, -1, 2, 10, 48, 0, 0);
+	gt_make(&s->bl, f, -1, 1, 10, 0, 0, 0);
+	gt_make(&s->lo, f, -1, 2, 32, 10, 0, 0);
+	gt_make(&s->lab, MG_I32, -1, 1, 32, 0, 0, 0);
+	gt_make(&s->met, f, -1, 1, MG_METRIC_N, 0, 0, 0);
+	gt_make(&s->dlo, f, -1, 2, 32, 10, 0, 0);
+	gt_make(&s->dpool, f, -1, 2, 32, 48, 0, 0);
+	gt_make(&s->dwl, f, -1, 2, 10, 48, 0, 0);
+	gt_make(&s->dbl, f, -1, 1, 10, 0, 0, 0);
+	gt_make(&s->sc, f, -1, 1, 1, 0, 0, 0);
+	gt_rand(&s->x, -1, 1);
+	gt_rand(&s->w1, -0.3, 0.3);
+	gt_rand(&s->g, 0.5, 1.5);
+	gt_rand(&s->b, -0.5, 0.5);
+	gt_rand(&s->wd, -0.3, 0.3);
+	gt_rand(&s->wl, -0.2, 0.2);
+	gt_rand(&s->bl, -0.2, 0.2);
+	gt_rand(&s->dy3, -1, 1);
+	for (int i = 0; i < 32; i++)
+		s->lab.v[i] = i % 10;
+	gt_upload(&s->lab);
+	s->sc.v[0] = 1.0 / 32;
+	gt_upload(&s->sc);
+}
+
+/* One step on the GPU stream; accumulators are cleared inside it so a
+ * replay computes the same values. Returns 0 or the first error. */
+static int step_run(struct step *s)
+{
+	const struct mg_conv2d_args pw = {1, 1, 0, 0, 1};
+	const struct mg_conv2d_args dw = {2, 2, 1, 1, 48};
+	const struct mg_bn_args bn = {1e-5, 0.1, true, MG_ACT_RELU6};
+	struct mg_ctx *c = &gt_gpu;
+	cudaStream_t st = (cudaStream_t)c->dev->stream;
+	struct gt *acc[] = {&s->dw1, &s->dg,  &s->dbt, &s->dwd,
+			    &s->dwl, &s->dbl, &s->rm,  &s->rv};
+	for (size_t i = 0; i < sizeof acc / sizeof *acc; i++)
+		if (cudaMemsetAsync(acc[i]->g.data, 0,
+				    mg_tensor_bytes(&acc[i]->g),
+				    st) != cudaSuccess)
+			return -1;
+	return mg_cuda_conv2d(c, &pw, &s->x.g, &s->w1.g, NULL, &s->y1.g,
+			      NULL) ||
+	       mg_cuda_batchnorm2d(c, &bn, &s->y1.g, &s->g.g, &s->b.g, &s->rm.g,
+				   &s->rv.g, &s->sm.g, &s->si.g, &s->y2.g) ||
+	       mg_cuda_conv2d(c, &dw, &s->y2.g, &s->wd.g, NULL, &s->y3.g,
+			      NULL) ||
+	       mg_cuda_global_avgpool(c, &s->y3.g, &s->pooled.g) ||
+	       mg_cuda_linear(c, &s->pooled.g, &s->wl.g, &s->bl.g, &s->lo.g) ||
+	       mg_cuda_softmax_xent(c, &s->lo.g, &s->lab.g, &s->met.g) ||
+	       mg_cuda_softmax_xent_backward(c, &s->lo.g, &s->lab.g, &s->sc.g,
+					     &s->dlo.g) ||
+	       mg_cuda_linear_backward(c, &s->pooled.g, &s->wl.g, &s->dlo.g,
+				       &s->dpool.g, &s->dwl.g, &s->dbl.g) ||
+	       mg_cuda_global_avgpool_backward(c, &s->dpool.g, &s->dy3.g) ||
+	       mg_cuda_conv2d_backward(c, &dw, &s->y2.g, &s->wd.g, &s->dy3.g,
+				       &s->dy2.g, &s->dwd.g, NULL, NULL) ||
+	       mg_cuda_batchnorm2d_backward(
+		       c, &bn, &s->y1.g, &s->y2.g, &s->dy2.g, &s->g.g, &s->sm.g,
+		       &s->si.g, &s->dy1.g, &s->dg.g, &s->dbt.g) ||
+	       mg_cuda_conv2d_backward(c, &pw, &s->x.g, &s->w1.g, &s->dy1.g,
+				       &s->dx.g, &s->dw1.g, NULL, NULL);
+}
+
+#define STEP_OUTS 12
+static void step_outputs(struct step *s, struct gt **o)
+{
+	struct gt *list[STEP_OUTS] = {&s->y2,  &s->y3,	&s->met, &s->dlo,
+				      &s->dwl, &s->dbl, &s->dwd, &s->dg,
+				      &s->dbt, &s->dw1, &s->dx,	 &s->rv};
+	memcpy(o, list, sizeof list);
+}
+
+static void step_free(struct step *s)
+{
+	struct gt *all = &s->x;
+	for (size_t i = 0; i < sizeof *s / sizeof(struct gt); i++)
+		gt_free(&all[i]);
+}
+
+static int64_t bit_diffs(double *a, double *b, int64_t n)
+{
+	int64_t d = 0;
+	for (int64_t i = 0; i < n; i++)
+		d += memcmp(&a[i], &b[i], sizeof(double)) != 0;
+	return d;
+}
+
+static void step_compare(const char *what, struct step *s, double **ref)
+{
+	struct gt *o[STEP_OUTS];
+	step_outputs(s, o);
+	int64_t diff = 0, nans = 0;
+	for (int i = 0; i < STEP_OUTS; i++) {
+		double *v = gt_read(o[i]);
+		diff += bit_diffs(v, ref[i], o[i]->n);
+		for (int64_t k = 0; k < o[i]->n; k++)
+			nans += isnan(v[k]);
+		free(v);
+	}
+	char note[64];
+	snprintf(note, sizeof note, " (%lld elements differ)", (long long)diff);
+	gt_report(what, MG_F32, (double)diff, 0, nans, note);
+}
+
+/* Is the 1x1 GEMM path on (set with the knob, for labels)? */
+static int pw_mode = 1;
+static bool pw_gemm(void)
+{
+	return pw_mode != 0;
+}
+
+static void test_determinism(bool graph)
+{
+	struct step s;
+	struct gt *o[STEP_OUTS];
+	double *ref[STEP_OUTS];
+	step_init(&s);
+	step_outputs(&s, o);
+	if (gt_ok(step_run(&s), "mini step (eager)"))
+		goto out;
+	for (int i = 0; i < STEP_OUTS; i++)
+		ref[i] = gt_read(o[i]);
+	if (!graph) {
+		for (int i = 0; i < STEP_OUTS; i++)
+			gt_poison(o[i]);
+		if (!gt_ok(step_run(&s), "mini step (again)"))
+			step_compare(pw_gemm() ? "determinism: mini step "
+						 "twice, bitwise (1x1 GEMM)"
+					       : "determinism: mini step "
+						 "twice, bitwise (1x1 cuDNN)",
+				     &s, ref);
+	} else {
+		cudaStream_t st = (cudaStream_t)gt_gpu.dev->stream;
+		cudaGraph_t gr = NULL;
+		cudaGraphExec_t ex = NULL;
+		cudaError_t e =
+			cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
+		int rc = e == cudaSuccess ? step_run(&s) : -1;
+		cudaError_t e2 = cudaStreamEndCapture(st, &gr);
+		if (e != cudaSuccess || rc || e2 != cudaSuccess ||
+		    cudaGraphInstantiate(&ex, gr, 0) != cudaSuccess) {
+			printf("FAIL graph capture: begin %s, ops rc %d (%s), "
+			       "end %s\n",
+			       cudaGetErrorString(e), rc,
+			       rc ? mg_last_error() : "-",
+			       cudaGetErrorString(e2));
+			cudaGetLastError();
+			gt_fail++;
+			gt_checks++;
+		} else {
+			for (int i = 0; i < STEP_OUTS; i++)
+				gt_poison(o[i]);
+			for (int r = 0; r < 3; r++)
+				cudaGraphLaunch(ex, st);
+			if (!gt_sync("graph replay"))
+				step_compare(pw_gemm() ? "graph: captured step "
+							 "replayed, bitwise "
+							 "(1x1 GEMM)"
+						       : "graph: captured step "
+							 "replayed, bitwise "
+							 "(1x1 cuDNN)",
+					     &s, ref);
+		}
+		if (ex)
+			cudaGraphExecDestroy(ex);
+		if (gr)
+			cudaGraphDestroy(gr);
+	}
+	for (int i = 0; i < STEP_OUTS; i++)
+		free(ref[i]);
+out:
+	step_free(&s);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void probe_dispatch(void)
+{
+	struct gt x, y;
+	gt_make(&x, MG_F32, -1, 1, 4, 0, 0, 0);
+	gt_make(&y, MG_F32, -1, 1, 4, 0, 0, 0);
+	gt_rand(&x, -1, 1);
+	wired = mg_op_relu6(&gt_gpu, &x.g, &y.g) == 0;
+	mg_clear_error();
+	gt_sync("dispatch probe");
+	printf("dispatch: public mg_op_* %s CUDA (F32/F64 checks go %s)\n",
+	       wired ? "reach" : "do not reach yet",
+	       wired ? "through mg_op_*" : "to mg_cuda_* directly");
+	gt_free(&x);
+	gt_free(&y);
+}
+
+int main(int argc, char **argv)
+{
+	const char *which = argc > 1 ? argv[1] : "all";
+	gt_init(argc, argv);
+	probe_dispatch();
+	const bool all = strcmp(which, "all") == 0;
+#define RUN(name, call)                                                        \
+	if (all || strcmp(which, name) == 0)                                   \
+	call
+	RUN("conv", test_conv());
+	RUN("depthwise", test_depthwise());
+	RUN("batchnorm", test_batchnorm());
+	RUN("elementwise", test_elementwise());
+	RUN("pool", test_pool());
+	RUN("linear", test_linear());
+	RUN("dropout", test_dropout());
+	RUN("loss", test_loss());
+	RUN("resize", test_resize());
+	RUN("optim", test_optim());
+	/* both 1x1 paths: batched GEMM (default) and cuDNN */
+	for (int pw = 1; pw >= 0; pw--) {
+		pw_mode = pw;
+		mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_POINTWISE_GEMM, pw);
+		RUN("determinism", test_determinism(false));
+		RUN("graph", test_determinism(true));
+	}
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_POINTWISE_GEMM, 1);
+	mg_buf_free(&gt_gpu, &gws);
+	return gt_finish();
+}
