@@ -665,6 +665,65 @@ static void test_optim(void)
 	}
 }
 
+/*
+ * Float conversions (the mixed-precision master -> low-precision copies):
+ * the CUDA kernel must give the CPU twin's bits exactly (round to nearest
+ * even), on random values spanning normal, subnormal and overflowing
+ * magnitudes for the 16-bit types.
+ */
+static void test_convert(void)
+{
+	const int64_t n = 1 << 20;
+	double *src64 = malloc((size_t)n * sizeof *src64);
+	void *hs = malloc((size_t)n * 8), *hc = malloc((size_t)n * 8),
+	     *hg = malloc((size_t)n * 8);
+	void *ds = NULL, *dd = NULL;
+	cudaMalloc(&ds, (size_t)n * 8);
+	cudaMalloc(&dd, (size_t)n * 8);
+	for (int64_t i = 0; i < n; i++) {
+		/* magnitudes 2^-30 .. 2^20: subnormal to beyond F16's range */
+		double m = ldexp(gt_urand() + 0.5, (int)(gt_urand() * 50) - 30);
+		src64[i] = gt_urand() < 0.5 ? -m : m;
+	}
+	for (size_t a = 0; a < 4; a++) {
+		for (size_t b = 0; b < 4; b++) {
+			enum mg_dtype st = all_dt[a], dt = all_dt[b];
+			if (st == dt)
+				continue;
+			size_t ss = mg_dtype_size(st), ds_ = mg_dtype_size(dt);
+			char name[64];
+			snprintf(name, sizeof name, "convert %s -> %s",
+				 mg_dtype_name(st), mg_dtype_name(dt));
+			/* Source values in st, made by the CPU twin. */
+			CPU(mg_op_convert(&gt_cpu, hs, st, src64, MG_F64, n),
+			    name);
+			CPU(mg_op_convert(&gt_cpu, hc, dt, hs, st, n), name);
+			cudaMemcpy(ds, hs, (size_t)n * ss,
+				   cudaMemcpyHostToDevice);
+			cudaMemset(dd, 0xff, (size_t)n * ds_); /* poison */
+			if (gt_ok(mg_op_convert(&gt_gpu, dd, dt, ds, st, n),
+				  name) ||
+			    gt_sync(name))
+				continue;
+			cudaMemcpy(hg, dd, (size_t)n * ds_,
+				   cudaMemcpyDeviceToHost);
+			int64_t diff = 0;
+			for (int64_t i = 0; i < n; i++)
+				diff += memcmp((char *)hg + (size_t)i * ds_,
+					       (char *)hc + (size_t)i * ds_,
+					       ds_) != 0;
+			gt_report(name, dt, (double)diff / (double)n, 0, 0,
+				  "fraction of elements whose bits differ");
+		}
+	}
+	cudaFree(ds);
+	cudaFree(dd);
+	free(src64);
+	free(hs);
+	free(hc);
+	free(hg);
+}
+
 /* ------------------------------------------------------------------ */
 /* Determinism and CUDA-graph capture: a mini training step of the ops  */
 /* with reductions, run eagerly twice and replayed as a captured graph; */
@@ -912,6 +971,7 @@ int main(int argc, char **argv)
 	RUN("loss", test_loss());
 	RUN("resize", test_resize());
 	RUN("optim", test_optim());
+	RUN("convert", test_convert());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;

@@ -269,28 +269,70 @@ extern "C" int mg_cuda_optim_update(struct mg_ctx *ctx,
 	return check_launch("optimizer update");
 }
 
+/* Element conversions through float for 16-bit types (F64 -> F16 rounds
+ * via F32, as the CPU twin does). */
+template <typename S> __device__ __forceinline__ double cvt_in(S x)
+{
+	return (double)x;
+}
+template <> __device__ __forceinline__ double cvt_in(__half x)
+{
+	return __half2float(x);
+}
+template <> __device__ __forceinline__ double cvt_in(__nv_bfloat16 x)
+{
+	return __bfloat162float(x);
+}
+template <typename D> __device__ __forceinline__ D cvt_out(double x)
+{
+	return (D)x;
+}
+template <> __device__ __forceinline__ __half cvt_out(double x)
+{
+	return __float2half_rn((float)x);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 cvt_out(double x)
+{
+	return __float2bfloat16_rn((float)x);
+}
+
 template <typename D, typename S>
 __global__ void convert_kernel(D *d, const S *s, int64_t n)
 {
 	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
 	     i += (int64_t)gridDim.x * blockDim.x)
-		d[i] = (D)to_f(s[i]);
+		d[i] = cvt_out<D>(cvt_in(s[i]));
 }
 
-template <typename S>
-__global__ void convert_lp_kernel_h(__half *d, const S *s, int64_t n)
+template <typename D, typename S>
+static void convert_launch(cudaStream_t st, void *d, const void *s, int64_t n)
 {
-	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-	     i += (int64_t)gridDim.x * blockDim.x)
-		d[i] = __float2half_rn(to_f(s[i]));
+	int64_t blocks = (n + 255) / 256;
+	convert_kernel<D, S><<<(unsigned)(blocks > 4096 ? 4096 : blocks), 256,
+			       0, st>>>((D *)d, (const S *)s, n);
 }
 
-template <typename S>
-__global__ void convert_lp_kernel_b(__nv_bfloat16 *d, const S *s, int64_t n)
+/* Instantiate for every source type of one destination type. */
+template <typename D>
+static int convert_to(cudaStream_t st, void *d, const void *s,
+		      enum mg_dtype sdt, int64_t n)
 {
-	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-	     i += (int64_t)gridDim.x * blockDim.x)
-		d[i] = __float2bfloat16_rn(to_f(s[i]));
+	switch (sdt) {
+	case MG_F32:
+		convert_launch<D, float>(st, d, s, n);
+		return 0;
+	case MG_F64:
+		convert_launch<D, double>(st, d, s, n);
+		return 0;
+	case MG_F16:
+		convert_launch<D, __half>(st, d, s, n);
+		return 0;
+	case MG_BF16:
+		convert_launch<D, __nv_bfloat16>(st, d, s, n);
+		return 0;
+	default:
+		return -1;
+	}
 }
 
 extern "C" int mg_cuda_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
@@ -299,33 +341,30 @@ extern "C" int mg_cuda_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
 	if (n <= 0)
 		return 0;
 	cudaStream_t s = stream_of(ctx);
-	unsigned blocks = (unsigned)((n + 255) / 256 > 4096 ? 4096
-							      : (n + 255) / 256);
 	if (dt == st)
 		return cudaMemcpyAsync(dst, src, (size_t)n * mg_dtype_size(dt),
 				       cudaMemcpyDeviceToDevice, s) ==
 				       cudaSuccess
 			       ? 0
 			       : mg_error("convert: copy failed");
-	if (dt == MG_F16 && st == MG_F32)
-		convert_lp_kernel_h<<<blocks, 256, 0, s>>>(
-			(__half *)dst, (const float *)src, n);
-	else if (dt == MG_BF16 && st == MG_F32)
-		convert_lp_kernel_b<<<blocks, 256, 0, s>>>(
-			(__nv_bfloat16 *)dst, (const float *)src, n);
-	else if (dt == MG_F32 && st == MG_F16)
-		convert_kernel<<<blocks, 256, 0, s>>>(
-			(float *)dst, (const __half *)src, n);
-	else if (dt == MG_F32 && st == MG_BF16)
-		convert_kernel<<<blocks, 256, 0, s>>>(
-			(float *)dst, (const __nv_bfloat16 *)src, n);
-	else if (dt == MG_F32 && st == MG_F64)
-		convert_kernel<<<blocks, 256, 0, s>>>(
-			(float *)dst, (const double *)src, n);
-	else if (dt == MG_F64 && st == MG_F32)
-		convert_kernel<<<blocks, 256, 0, s>>>(
-			(double *)dst, (const float *)src, n);
-	else
+	int rc = -1;
+	switch (dt) {
+	case MG_F32:
+		rc = convert_to<float>(s, dst, src, st, n);
+		break;
+	case MG_F64:
+		rc = convert_to<double>(s, dst, src, st, n);
+		break;
+	case MG_F16:
+		rc = convert_to<__half>(s, dst, src, st, n);
+		break;
+	case MG_BF16:
+		rc = convert_to<__nv_bfloat16>(s, dst, src, st, n);
+		break;
+	default:
+		break;
+	}
+	if (rc)
 		return mg_error("convert: %s -> %s unsupported",
 				mg_dtype_name(st), mg_dtype_name(dt));
 	return check_launch("convert");
