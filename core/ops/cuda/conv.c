@@ -219,6 +219,31 @@ static cudnnMathType_t run_math(const struct mgc_state *st, enum mg_dtype dt,
 	return found;
 }
 
+/*
+ * Ask cuDNN for direction-specific algorithm candidates (Find measures
+ * them, the v7 heuristics rank them) and keep the first one algo_ok()
+ * accepts. The three directions differ only in the perf type, the two
+ * query functions and the descriptor order, hence a macro.
+ */
+#define PICK_ALGO(PERF, FIND, GET, D1, D2, D3)                                 \
+	do {                                                                   \
+		PERF p[CONV_ALGOS];                                            \
+		cudnnStatus_t s =                                              \
+			find ? FIND(h, D1, D2, e->cd, D3, CONV_ALGOS, &n, p)   \
+			     : CUDNN_STATUS_NOT_SUPPORTED;                     \
+		if (s != CUDNN_STATUS_SUCCESS)                                 \
+			DNN(op, GET(h, D1, D2, e->cd, D3, CONV_ALGOS, &n, p)); \
+		for (int i = 0; i < n && best < 0; i++)                        \
+			if (algo_ok(st, dt, p[i].status, p[i].determinism,     \
+				    p[i].memory, p[i].mathType))               \
+				best = i;                                      \
+		if (best >= 0) {                                               \
+			e->algo[dir] = (int)p[best].algo;                      \
+			e->ws[dir] = p[best].memory;                           \
+			e->math[dir] = run_math(st, dt, p[best].mathType);     \
+		}                                                              \
+	} while (0)
+
 /* Choose (once) the algorithm for direction dir of plan e. */
 static int plan_choose(struct mg_ctx *ctx, const char *op,
 		       struct mgc_conv_entry *e, enum mg_dtype dt, int dir)
@@ -230,66 +255,21 @@ static int plan_choose(struct mg_ctx *ctx, const char *op,
 	const bool find = st->opt[MG_CUDA_OPT_CONV_FIND];
 	int n = 0, best = -1;
 	DNN(op, cudnnSetConvolutionMathType(e->cd, base_math(st, dt)));
-	if (dir == DIR_FWD) {
-		cudnnConvolutionFwdAlgoPerf_t p[CONV_ALGOS];
-		cudnnStatus_t s = find ? cudnnFindConvolutionForwardAlgorithm(
-						 h, e->xd, e->wd, e->cd, e->yd,
-						 CONV_ALGOS, &n, p)
-				       : CUDNN_STATUS_NOT_SUPPORTED;
-		if (s != CUDNN_STATUS_SUCCESS)
-			DNN(op, cudnnGetConvolutionForwardAlgorithm_v7(
-					h, e->xd, e->wd, e->cd, e->yd,
-					CONV_ALGOS, &n, p));
-		for (int i = 0; i < n && best < 0; i++)
-			if (algo_ok(st, dt, p[i].status, p[i].determinism,
-				    p[i].memory, p[i].mathType))
-				best = i;
-		if (best >= 0) {
-			e->algo[dir] = p[best].algo;
-			e->ws[dir] = p[best].memory;
-			e->math[dir] = run_math(st, dt, p[best].mathType);
-		}
-	} else if (dir == DIR_BWD_DATA) {
-		cudnnConvolutionBwdDataAlgoPerf_t p[CONV_ALGOS];
-		cudnnStatus_t s =
-			find ? cudnnFindConvolutionBackwardDataAlgorithm(
-				       h, e->wd, e->yd, e->cd, e->xd,
-				       CONV_ALGOS, &n, p)
-			     : CUDNN_STATUS_NOT_SUPPORTED;
-		if (s != CUDNN_STATUS_SUCCESS)
-			DNN(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(
-					h, e->wd, e->yd, e->cd, e->xd,
-					CONV_ALGOS, &n, p));
-		for (int i = 0; i < n && best < 0; i++)
-			if (algo_ok(st, dt, p[i].status, p[i].determinism,
-				    p[i].memory, p[i].mathType))
-				best = i;
-		if (best >= 0) {
-			e->algo[dir] = p[best].algo;
-			e->ws[dir] = p[best].memory;
-			e->math[dir] = run_math(st, dt, p[best].mathType);
-		}
-	} else {
-		cudnnConvolutionBwdFilterAlgoPerf_t p[CONV_ALGOS];
-		cudnnStatus_t s =
-			find ? cudnnFindConvolutionBackwardFilterAlgorithm(
-				       h, e->xd, e->yd, e->cd, e->wd,
-				       CONV_ALGOS, &n, p)
-			     : CUDNN_STATUS_NOT_SUPPORTED;
-		if (s != CUDNN_STATUS_SUCCESS)
-			DNN(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-					h, e->xd, e->yd, e->cd, e->wd,
-					CONV_ALGOS, &n, p));
-		for (int i = 0; i < n && best < 0; i++)
-			if (algo_ok(st, dt, p[i].status, p[i].determinism,
-				    p[i].memory, p[i].mathType))
-				best = i;
-		if (best >= 0) {
-			e->algo[dir] = p[best].algo;
-			e->ws[dir] = p[best].memory;
-			e->math[dir] = run_math(st, dt, p[best].mathType);
-		}
-	}
+	if (dir == DIR_FWD)
+		PICK_ALGO(cudnnConvolutionFwdAlgoPerf_t,
+			  cudnnFindConvolutionForwardAlgorithm,
+			  cudnnGetConvolutionForwardAlgorithm_v7, e->xd, e->wd,
+			  e->yd);
+	else if (dir == DIR_BWD_DATA)
+		PICK_ALGO(cudnnConvolutionBwdDataAlgoPerf_t,
+			  cudnnFindConvolutionBackwardDataAlgorithm,
+			  cudnnGetConvolutionBackwardDataAlgorithm_v7, e->wd,
+			  e->yd, e->xd);
+	else
+		PICK_ALGO(cudnnConvolutionBwdFilterAlgoPerf_t,
+			  cudnnFindConvolutionBackwardFilterAlgorithm,
+			  cudnnGetConvolutionBackwardFilterAlgorithm_v7, e->xd,
+			  e->yd, e->wd);
 	if (best < 0)
 		return mg_error("%s: cuDNN offers no deterministic algorithm "
 				"for this %s convolution (%d candidates)",
