@@ -15,8 +15,7 @@ void mg_ckpt_begin_write(struct mg_ckpt *ck, struct mg_ctx *ctx)
 	mg_st_writer_init(&ck->w);
 }
 
-int mg_ckpt_open_read(struct mg_ckpt *ck, struct mg_ctx *ctx,
-		      const char *path)
+int mg_ckpt_open_read(struct mg_ckpt *ck, struct mg_ctx *ctx, const char *path)
 {
 	memset(ck, 0, sizeof *ck);
 	ck->ctx = ctx;
@@ -43,8 +42,7 @@ static void *scratch(struct mg_ckpt *ck, size_t bytes)
 	return ck->scratch;
 }
 
-int mg_ckpt_put(struct mg_ckpt *ck, const char *name,
-		const struct mg_tensor *t)
+int mg_ckpt_put(struct mg_ckpt *ck, const char *name, const struct mg_tensor *t)
 {
 	if (!ck->writing)
 		return mg_error("checkpoint: put '%s' while loading", name);

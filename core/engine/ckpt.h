@@ -17,8 +17,7 @@ struct mg_ckpt {
 };
 
 void mg_ckpt_begin_write(struct mg_ckpt *ck, struct mg_ctx *ctx);
-int mg_ckpt_open_read(struct mg_ckpt *ck, struct mg_ctx *ctx,
-		      const char *path);
+int mg_ckpt_open_read(struct mg_ckpt *ck, struct mg_ctx *ctx, const char *path);
 void mg_ckpt_free(struct mg_ckpt *ck);
 
 #endif

@@ -42,9 +42,8 @@ static void list_one(const struct mg_loaded_plugin *p, void *arg)
 	(void)arg;
 	printf("  %-9s %-14s %-6s %s\n      %s\n",
 	       mg_plugin_kind_name(p->desc->kind), p->desc->name,
-	       p->desc->version, p->desc->description ? p->desc->description
-						     : "",
-	       p->path);
+	       p->desc->version,
+	       p->desc->description ? p->desc->description : "", p->path);
 }
 
 struct help_arg {
@@ -62,7 +61,7 @@ static void help_one(const struct mg_loaded_plugin *p, void *arg)
 	       mg_plugin_kind_name(p->desc->kind), p->desc->name,
 	       p->desc->version, p->path,
 	       p->desc->description ? p->desc->description : "",
-	       p->desc->kind == MG_PLUGIN_MODEL     ? "model"
+	       p->desc->kind == MG_PLUGIN_MODEL	    ? "model"
 	       : p->desc->kind == MG_PLUGIN_DATASET ? "dataset"
 						    : "strategy");
 	/* One table: the core's name/path keys, then the plugin's own. */

@@ -14,9 +14,9 @@ static int self_all_reduce(struct mg_comm *c, void *buf, int64_t count,
 	return 0;
 }
 
-static int self_reduce_scatter(struct mg_comm *c, const void *send,
-			       void *recv, int64_t recv_count,
-			       enum mg_dtype dt, enum mg_reduce_op op)
+static int self_reduce_scatter(struct mg_comm *c, const void *send, void *recv,
+			       int64_t recv_count, enum mg_dtype dt,
+			       enum mg_reduce_op op)
 {
 	(void)c, (void)op;
 	if (send != recv)

@@ -152,12 +152,12 @@ int mg_input_transform(struct mg_trainer *t, int64_t begin, int64_t count,
 				(long long)begin, (long long)(begin + count),
 				(long long)in->fetched);
 	/* Transform only the samples this rank computes. */
-	struct mg_tensor raw = slice(in->raw_dev.ptr, l->raw_dtype,
-				     ctx->dev->kind, l->raw_ndim, l->raw_shape,
-				     begin, count);
-	struct mg_tensor input = slice(in->input_dev.ptr, ctx->compute_dtype,
-				       ctx->dev->kind, l->input_ndim,
-				       l->input_shape, 0, count);
+	struct mg_tensor raw =
+		slice(in->raw_dev.ptr, l->raw_dtype, ctx->dev->kind,
+		      l->raw_ndim, l->raw_shape, begin, count);
+	struct mg_tensor input =
+		slice(in->input_dev.ptr, ctx->compute_dtype, ctx->dev->kind,
+		      l->input_ndim, l->input_shape, 0, count);
 	if (t->data->transform(t->inst[MG_SEC_DATASET], ctx, &raw, &input))
 		return mg_error_prefix("dataset transform");
 	int64_t lshape[1] = {l->label_len};
@@ -169,8 +169,8 @@ int mg_input_transform(struct mg_trainer *t, int64_t begin, int64_t count,
 	return 0;
 }
 
-int mg_input_load(struct mg_trainer *t, enum mg_split split,
-		  const int64_t *idx, int64_t n, int64_t begin, int64_t count,
+int mg_input_load(struct mg_trainer *t, enum mg_split split, const int64_t *idx,
+		  int64_t n, int64_t begin, int64_t count,
 		  struct mg_batch *batch)
 {
 	if (mg_input_fetch(t, split, idx, n))

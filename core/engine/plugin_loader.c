@@ -86,9 +86,9 @@ static int check_ops(const struct mg_plugin *d, const char *path)
 		missing = "ops";
 	else if (d->kind == MG_PLUGIN_MODEL) {
 		const struct mg_model_ops *o = d->ops;
-		if (!o->declare || !o->init_unit || !o->forward ||
-		    !o->backward)
-			missing = "model ops (declare/init_unit/forward/backward)";
+		if (!o->declare || !o->init_unit || !o->forward || !o->backward)
+			missing = "model ops "
+				  "(declare/init_unit/forward/backward)";
 	} else if (d->kind == MG_PLUGIN_DATASET) {
 		const struct mg_dataset_ops *o = d->ops;
 		if (!o->count || !o->layout || !o->read || !o->transform)
@@ -186,8 +186,8 @@ int mg_plugin_find(const struct mg_search_path *sp,
 	size_t len = 0;
 	for (int i = 0; i < sp->n && len < sizeof searched; i++)
 		len += (size_t)snprintf(searched + len, sizeof searched - len,
-					"%s%s (%s)", i ? ", " : "",
-					sp->dirs[i], sp->origin[i]);
+					"%s%s (%s)", i ? ", " : "", sp->dirs[i],
+					sp->origin[i]);
 	return mg_error("%s plugin '%s' not found: no %s%s%s in %s (see "
 			"mgrun --list-plugins)",
 			mg_plugin_kind_name(want_kind), name, prefix, name,

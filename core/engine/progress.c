@@ -26,8 +26,8 @@ void mg_progress_step(struct mg_trainer *t, int64_t step, double loss,
 	       "lr %.3g %.0f samples/s eta %.0fs%s",
 	       tty ? "\r\033[K" : "", (long long)(step / spe + 1),
 	       (long long)((t->total_steps + spe - 1) / spe),
-	       (long long)(step % spe + 1), (long long)spe, loss, 100 * acc,
-	       lr, rate, eta, tty ? "" : "\n");
+	       (long long)(step % spe + 1), (long long)spe, loss, 100 * acc, lr,
+	       rate, eta, tty ? "" : "\n");
 	fflush(stdout);
 }
 

@@ -69,9 +69,8 @@ int mg_report_open(struct mg_trainer *t, bool resume)
 	return 0;
 }
 
-void mg_report_step(struct mg_trainer *t, int64_t step, double loss,
-		    double acc, double lr, double grad_norm, int skipped,
-		    double seconds)
+void mg_report_step(struct mg_trainer *t, int64_t step, double loss, double acc,
+		    double lr, double grad_norm, int skipped, double seconds)
 {
 	if (!t->csv)
 		return;
@@ -80,9 +79,9 @@ void mg_report_step(struct mg_trainer *t, int64_t step, double loss,
 		"%lld,%lld,%.9g,%.6g,%.9g,%.6g,%d,%.6f,%.6f,%.6f,%.6f,%.6f,"
 		"%.6f,%.6f,%lld\n",
 		(long long)step, (long long)(step / t->steps_per_epoch), loss,
-		acc, lr, grad_norm, skipped, seconds,
-		ts[MG_T_DATA], ts[MG_T_H2D], ts[MG_T_FORWARD],
-		ts[MG_T_BACKWARD], ts[MG_T_COMM], ts[MG_T_OPTIM],
+		acc, lr, grad_norm, skipped, seconds, ts[MG_T_DATA],
+		ts[MG_T_H2D], ts[MG_T_FORWARD], ts[MG_T_BACKWARD],
+		ts[MG_T_COMM], ts[MG_T_OPTIM],
 		(long long)t->stats.mem_total_cur);
 }
 
@@ -138,8 +137,7 @@ static cJSON *rank_json(const struct mg_trainer *t)
 		cJSON_AddNumberToObject(m, mg_mem_cat_name(i),
 					(double)st->mem_peak[i]);
 	cJSON_AddNumberToObject(m, "total", (double)st->mem_total_peak);
-	cJSON_AddNumberToObject(m, "host_pinned",
-				(double)st->host_pinned_peak);
+	cJSON_AddNumberToObject(m, "host_pinned", (double)st->host_pinned_peak);
 	return r;
 }
 
@@ -185,10 +183,9 @@ int mg_report_write(struct mg_trainer *t, bool final)
 						e->test_acc);
 		}
 		cJSON_AddNumberToObject(o, "seconds", e->seconds);
-		cJSON_AddNumberToObject(o, "samples_per_s",
-					e->seconds > 0 ? (double)e->samples /
-								 e->seconds
-						       : 0);
+		cJSON_AddNumberToObject(
+			o, "samples_per_s",
+			e->seconds > 0 ? (double)e->samples / e->seconds : 0);
 		cJSON_AddItemToArray(eps, o);
 	}
 	cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");

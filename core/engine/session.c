@@ -9,20 +9,19 @@
 #include "engine/core_schema.h"
 #include "engine/session.h"
 
-const char *const mg_section_names[MG_SEC_PLUGIN_COUNT] = {
-	"model", "dataset", "strategy"};
+const char *const mg_section_names[MG_SEC_PLUGIN_COUNT] = {"model", "dataset",
+							   "strategy"};
 
 static const enum mg_plugin_kind section_kind[MG_SEC_PLUGIN_COUNT] = {
 	MG_PLUGIN_MODEL, MG_PLUGIN_DATASET, MG_PLUGIN_STRATEGY};
 
 /* Plugin used when a section does not name one. */
-static const char *const section_default[MG_SEC_PLUGIN_COUNT] = {
-	NULL, NULL, "single"};
+static const char *const section_default[MG_SEC_PLUGIN_COUNT] = {NULL, NULL,
+								 "single"};
 
 /* Load the plugin a section names (name = or path =). Problems become
  * diagnostics at the key's line. */
-static void load_section_plugin(struct mg_session *s, int i,
-				struct mg_diag *d)
+static void load_section_plugin(struct mg_session *s, int i, struct mg_diag *d)
 {
 	const char *sec = mg_section_names[i];
 	const struct mg_config_entry *name = mg_config_get(s->cfg, sec, "name");
@@ -52,7 +51,8 @@ static void load_section_plugin(struct mg_session *s, int i,
 				    mg_last_error());
 		return;
 	}
-	const char *n = name && name->value[0] ? name->value : section_default[i];
+	const char *n =
+		name && name->value[0] ? name->value : section_default[i];
 	if (!n) {
 		struct mg_loc file = {.file = s->cfg->path};
 		mg_diag_add(d, cs ? &cs->loc : &file, sec, "name",
@@ -67,8 +67,7 @@ static void load_section_plugin(struct mg_session *s, int i,
 }
 
 int mg_session_open(struct mg_session *s, const char *ini,
-		    const char *const *sets, int nsets,
-		    const char *plugin_path)
+		    const char *const *sets, int nsets, const char *plugin_path)
 {
 	memset(s, 0, sizeof *s);
 	s->ini_path = ini;
@@ -100,13 +99,14 @@ int mg_session_open(struct mg_session *s, const char *ini,
 			continue;
 		const struct mg_option *sch[] = {mg_plugin_section_schema,
 						 s->plugin[i].desc->options};
-		s->opts[i] = mg_opts_build(s->cfg, mg_section_names[i], sch, 2,
-					   &d);
+		s->opts[i] =
+			mg_opts_build(s->cfg, mg_section_names[i], sch, 2, &d);
 	}
 	int rc = 0;
 	if (mg_diag_count(&d)) {
 		mg_diag_print(stderr, &d);
-		fprintf(stderr, "mgrun: %zu configuration error%s, nothing run\n",
+		fprintf(stderr,
+			"mgrun: %zu configuration error%s, nothing run\n",
 			mg_diag_count(&d), mg_diag_count(&d) == 1 ? "" : "s");
 		rc = 2;
 	}

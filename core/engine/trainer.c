@@ -30,8 +30,9 @@ int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s, int unit,
 {
 	if (unit < 0 || unit >= s->nunits)
 		return mg_error("init: unit %d out of range", unit);
-	int rc = ctx->model_ops->init_unit(ctx->model, unit, params_host,
-					   mg_rng_key(ctx->seed, (uint64_t)unit));
+	int rc = ctx->model_ops->init_unit(
+		ctx->model, unit, params_host,
+		mg_rng_key(ctx->seed, (uint64_t)unit));
 	if (rc)
 		return mg_error_prefix("model init of unit '%s'",
 				       s->units[unit].name);
@@ -138,10 +139,9 @@ static int setup(struct mg_trainer *t)
 					"fp64)",
 					mg_opt_str(run, "precision"));
 		ctx->master_dtype = MG_F32;
-		ctx->compute_dtype = mg_opt_enum(run, "precision") ==
-						     MG_PREC_FP16
-					     ? MG_F16
-					     : MG_BF16;
+		ctx->compute_dtype =
+			mg_opt_enum(run, "precision") == MG_PREC_FP16 ? MG_F16
+								      : MG_BF16;
 		break;
 	default:
 		ctx->compute_dtype = ctx->master_dtype = MG_F32;
@@ -161,8 +161,9 @@ static int setup(struct mg_trainer *t)
 	if (t->model->declare(t->inst[MG_SEC_MODEL], &t->spec))
 		return mg_error_prefix("model declare");
 	if (t->strat->setup(t->inst[MG_SEC_STRATEGY], &t->spec))
-		return mg_error_prefix("strategy '%s' setup",
-				       t->s->plugin[MG_SEC_STRATEGY].desc->name);
+		return mg_error_prefix(
+			"strategy '%s' setup",
+			t->s->plugin[MG_SEC_STRATEGY].desc->name);
 	int64_t cap = t->batch;
 	int64_t eb = mg_opt_int(run, "eval_batch_size");
 	if (eb > cap)
@@ -180,16 +181,17 @@ static int setup(struct mg_trainer *t)
 	    mg_buf_alloc_host(ctx, &t->scale_host, sizeof(float), MG_MEM_OTHER,
 			      true))
 		return -1;
-	t->use_graph = t->dev.kind == MG_DEV_CUDA &&
-		       mg_opt_bool(run, "cuda_graph");
+	t->use_graph =
+		t->dev.kind == MG_DEV_CUDA && mg_opt_bool(run, "cuda_graph");
 	ctx->optim_vals = t->vals_dev.ptr;
 	ctx->grad_scale = mg_tensor_make(t->grad_scale.ptr, MG_F32,
 					 ctx->dev->kind, 1, &one);
-	(void)nm;
-	int64_t ntrain = t->data->count(t->inst[MG_SEC_DATASET],
-					MG_SPLIT_TRAIN);
-	t->steps_per_epoch = t->strat->steps_per_epoch(
-		t->inst[MG_SEC_STRATEGY], ntrain, t->batch);
+	t->metrics_t =
+		mg_tensor_make(t->metrics.ptr, MG_F32, ctx->dev->kind, 1, &nm);
+	int64_t ntrain =
+		t->data->count(t->inst[MG_SEC_DATASET], MG_SPLIT_TRAIN);
+	t->steps_per_epoch = t->strat->steps_per_epoch(t->inst[MG_SEC_STRATEGY],
+						       ntrain, t->batch);
 	if (t->steps_per_epoch <= 0)
 		return mg_error("the training set has %lld samples, fewer than "
 				"one batch of %lld",
@@ -228,15 +230,11 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 	void *data = t->inst[MG_SEC_DATASET];
 	int64_t n = t->data->count(data, MG_SPLIT_TEST);
 	int64_t eb = mg_opt_int(t->s->run, "eval_batch_size");
-	struct mg_tensor metrics = mg_tensor_make(
-		t->metrics.ptr, MG_F32, ctx->dev->kind, 1,
-		(const int64_t[]){MG_METRIC_N});
 	double tot[MG_METRIC_N] = {0};
 	ctx->training = false;
 	t->stats.paused = true; /* the report times training steps */
 	/* Each rank evaluates every world-th batch; sums are reduced. */
-	for (int64_t b = (int64_t)ctx->rank * eb; b < n;
-	     b += eb * ctx->world) {
+	for (int64_t b = (int64_t)ctx->rank * eb; b < n; b += eb * ctx->world) {
 		int64_t cnt = n - b < eb ? n - b : eb;
 		for (int64_t i = 0; i < cnt; i++)
 			t->in.idx[i] = b + i;
@@ -245,7 +243,7 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 		if (mg_input_load(t, MG_SPLIT_TEST, t->in.idx, cnt, 0, cnt,
 				  &batch) ||
 		    t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
-				      &metrics) ||
+				      &t->metrics_t) ||
 		    read_metrics(t, m))
 			return mg_error_prefix("evaluation");
 		for (int i = 0; i < MG_METRIC_N; i++)
@@ -255,9 +253,9 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 	if (t->comm->all_reduce(t->comm, tot, MG_METRIC_N, MG_F64,
 				MG_REDUCE_SUM))
 		return -1;
-	*loss = tot[MG_METRIC_COUNT] > 0 ? tot[MG_METRIC_LOSS_SUM] /
-						   tot[MG_METRIC_COUNT]
-					 : NAN;
+	*loss = tot[MG_METRIC_COUNT] > 0
+			? tot[MG_METRIC_LOSS_SUM] / tot[MG_METRIC_COUNT]
+			: NAN;
 	*acc = tot[MG_METRIC_COUNT] > 0
 		       ? tot[MG_METRIC_CORRECT] / tot[MG_METRIC_COUNT]
 		       : NAN;
@@ -337,8 +335,7 @@ static int load_checkpoint(struct mg_trainer *t)
 		rc = mg_error("%s is not an mgrun checkpoint (metadata "
 			      "missing or malformed)",
 			      path);
-	else if (!model ||
-		 strcmp(model, t->s->plugin[MG_SEC_MODEL].desc->name))
+	else if (!model || strcmp(model, t->s->plugin[MG_SEC_MODEL].desc->name))
 		rc = mg_error("%s holds model '%s', this run is '%s'", path,
 			      model ? model : "?",
 			      t->s->plugin[MG_SEC_MODEL].desc->name);
@@ -353,22 +350,21 @@ static int load_checkpoint(struct mg_trainer *t)
 	mg_ckpt_free(&ck);
 	if (rc)
 		return mg_error_prefix("--resume");
-	mg_info("resumed from %s at step %lld", path,
-		(long long)t->start_step);
+	mg_info("resumed from %s at step %lld", path, (long long)t->start_step);
 	return 0;
 }
 
 /* Plan step `step` and fetch its batch (host read, queued copy). */
 static int fetch_step(struct mg_trainer *t, int64_t step, struct mg_plan *p)
 {
-	int64_t ntrain = t->data->count(t->inst[MG_SEC_DATASET],
-					MG_SPLIT_TRAIN);
+	int64_t ntrain =
+		t->data->count(t->inst[MG_SEC_DATASET], MG_SPLIT_TRAIN);
 	memset(p, 0, sizeof *p);
 	p->read_idx = t->in.idx;
 	p->read_cap = t->in.cap;
 	if (t->strat->plan(t->inst[MG_SEC_STRATEGY], ntrain, t->batch,
-			   step / t->steps_per_epoch,
-			   step % t->steps_per_epoch, p))
+			   step / t->steps_per_epoch, step % t->steps_per_epoch,
+			   p))
 		return mg_error_prefix("strategy plan");
 	return mg_input_fetch(t, MG_SPLIT_TRAIN, p->read_idx, p->n_read);
 }
@@ -389,13 +385,10 @@ static int step_compute(struct mg_trainer *t, const struct mg_plan *p,
 	if (mg_input_transform(t, p->compute_begin, p->compute_count, &batch))
 		return -1;
 	batch.global_offset = p->global_offset;
-	struct mg_tensor metrics = mg_tensor_make(
-		t->metrics.ptr, MG_F32, ctx->dev->kind, 1,
-		(const int64_t[]){MG_METRIC_N});
 	if (t->strat->begin_step(strat))
 		return mg_error_prefix("strategy begin_step");
 	int rc = t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
-				   &metrics);
+				   &t->metrics_t);
 	mg_timer_stop(ctx, MG_T_FORWARD);
 	if (rc)
 		return mg_error_prefix("forward at step %lld",
@@ -502,9 +495,8 @@ static int finish_step(struct mg_trainer *t, double *m, double *lr,
 		t->skipped_steps++;
 		t->good_steps = 0;
 		if (t->dynamic_scale)
-			t->loss_scale = t->loss_scale / 2 < 1
-						? 1
-						: t->loss_scale / 2;
+			t->loss_scale =
+				t->loss_scale / 2 < 1 ? 1 : t->loss_scale / 2;
 	} else {
 		t->opt_step++;
 		if (t->dynamic_scale && ++t->good_steps == 2000) {
@@ -542,13 +534,13 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
 	if (e.has_test)
 		mg_info("epoch %lld: train loss %.4f acc %.2f%%, test loss "
 			"%.4f acc %.2f%%, %.1f s, %.0f samples/s",
-			(long long)e.epoch + 1, e.train_loss,
-			100 * e.train_acc, e.test_loss, 100 * e.test_acc,
-			e.seconds, (double)e.samples / e.seconds);
+			(long long)e.epoch + 1, e.train_loss, 100 * e.train_acc,
+			e.test_loss, 100 * e.test_acc, e.seconds,
+			(double)e.samples / e.seconds);
 	else
 		mg_info("epoch %lld: train loss %.4f acc %.2f%%, %.1f s",
-			(long long)e.epoch + 1, e.train_loss,
-			100 * e.train_acc, e.seconds);
+			(long long)e.epoch + 1, e.train_loss, 100 * e.train_acc,
+			e.seconds);
 	return 0;
 }
 
@@ -616,9 +608,9 @@ static int run_loop(struct mg_trainer *t)
 			ep_steps = 0;
 			ep_t0 = mg_now();
 		}
-		bool ck_now = ck_on && (epoch_end || step + 1 == end ||
-					(ck_every > 0 &&
-					 (step + 1) % ck_every == 0));
+		bool ck_now =
+			ck_on && (epoch_end || step + 1 == end ||
+				  (ck_every > 0 && (step + 1) % ck_every == 0));
 		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
 		if (epoch_end && mg_report_write(t, false))
@@ -673,7 +665,8 @@ int mg_train(struct mg_session *s, bool resume)
 	if (!rc && resume)
 		rc = load_checkpoint(&t);
 	if (!rc) {
-		mg_log_configure(MG_LOG_INFO, t.ctx.world > 1 ? t.ctx.rank : -1);
+		mg_log_configure(MG_LOG_INFO,
+				 t.ctx.world > 1 ? t.ctx.rank : -1);
 		mg_info("mgrun: %s: model %s (%lld parameters, %d units), "
 			"dataset %s, strategy %s, %s on %s, %lld steps of "
 			"%lld, run dir %s",

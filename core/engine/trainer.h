@@ -14,13 +14,13 @@
 /* Host staging and device buffers for one batch. */
 struct mg_input {
 	struct mg_sample_layout lay;
-	int64_t cap;	       /* samples the buffers hold */
-	size_t raw_sample;     /* bytes of one raw sample */
+	int64_t cap;			     /* samples the buffers hold */
+	size_t raw_sample;		     /* bytes of one raw sample */
 	struct mg_buf raw_host, labels_host; /* host staging */
 	struct mg_buf raw_dev, labels_dev, input_dev;
-	int64_t *idx;	       /* plan indices, cap of them */
-	int64_t fetched;       /* samples in the device buffers */
-	void *copied;	       /* CUDA event: staging buffer copied out */
+	int64_t *idx;	 /* plan indices, cap of them */
+	int64_t fetched; /* samples in the device buffers */
+	void *copied;	 /* CUDA event: staging buffer copied out */
 	bool copy_pending;
 };
 
@@ -47,13 +47,14 @@ struct mg_trainer {
 	struct mg_optim_hparams hp;
 	struct mg_input in;
 	struct mg_buf metrics, grad_scale;
+	struct mg_tensor metrics_t;	   /* F32 [MG_METRIC_N] over metrics */
 	struct mg_buf vals_dev, vals_host; /* struct mg_optim_vals */
 	struct mg_buf scale_host;	   /* pinned source of grad_scale */
-	int64_t opt_step;	/* optimizer steps applied so far */
-	double loss_scale;	/* fp16: dynamic; otherwise 1 */
-	int64_t good_steps;	/* fp16: steps since the scale last changed */
+	int64_t opt_step;		   /* optimizer steps applied so far */
+	double loss_scale;		   /* fp16: dynamic; otherwise 1 */
+	int64_t good_steps; /* fp16: steps since the scale last changed */
 	bool dynamic_scale;
-	void *graph;		/* CUDA graph of the step's compute */
+	void *graph;			  /* CUDA graph of the step's compute */
 	int64_t graph_begin, graph_count; /* the batch slice it was built for */
 	bool use_graph;
 
@@ -79,8 +80,8 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split,
 int mg_input_transform(struct mg_trainer *t, int64_t begin, int64_t count,
 		       struct mg_batch *batch);
 /* fetch + transform. */
-int mg_input_load(struct mg_trainer *t, enum mg_split split,
-		  const int64_t *idx, int64_t n, int64_t begin, int64_t count,
+int mg_input_load(struct mg_trainer *t, enum mg_split split, const int64_t *idx,
+		  int64_t n, int64_t begin, int64_t count,
 		  struct mg_batch *batch);
 
 /* schedule.c */
@@ -89,9 +90,8 @@ void mg_optim_from_opts(struct mg_optim_hparams *h, const struct mg_opts *o);
 
 /* report.c */
 int mg_report_open(struct mg_trainer *t, bool resume);
-void mg_report_step(struct mg_trainer *t, int64_t step, double loss,
-		    double acc, double lr, double grad_norm, int skipped,
-		    double seconds);
+void mg_report_step(struct mg_trainer *t, int64_t step, double loss, double acc,
+		    double lr, double grad_norm, int skipped, double seconds);
 int mg_report_write(struct mg_trainer *t, bool final);
 void mg_report_close(struct mg_trainer *t);
 void mg_report_summary(struct mg_trainer *t, FILE *f);

@@ -45,8 +45,9 @@ int mg_buf_alloc(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 				ctx->dev->kind);
 	b->ptr = host_alloc(bytes);
 	if (!b->ptr)
-		return mg_error("out of host memory allocating %zu bytes for %s",
-				bytes, mg_mem_cat_name(cat));
+		return mg_error(
+			"out of host memory allocating %zu bytes for %s", bytes,
+			mg_mem_cat_name(cat));
 	b->bytes = bytes;
 	b->cat = cat;
 	account(ctx, b, 1);
@@ -76,8 +77,9 @@ int mg_buf_alloc_host(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 #endif
 	b->ptr = host_alloc(bytes);
 	if (!b->ptr)
-		return mg_error("out of host memory allocating %zu bytes for %s",
-				bytes, mg_mem_cat_name(cat));
+		return mg_error(
+			"out of host memory allocating %zu bytes for %s", bytes,
+			mg_mem_cat_name(cat));
 	if (ctx->dev->kind == MG_DEV_CPU)
 		account(ctx, b, 1); /* host memory is the device's memory */
 	return 0;

@@ -88,8 +88,9 @@ static int parse_header(struct mg_st_file *f, const char *json, size_t hlen)
 	cJSON *root = cJSON_ParseWithLength(json, hlen);
 	if (!root || !cJSON_IsObject(root)) {
 		cJSON_Delete(root);
-		return mg_error("%s: header (bytes 8..%zu) is not a JSON object",
-				f->path, 8 + hlen);
+		return mg_error(
+			"%s: header (bytes 8..%zu) is not a JSON object",
+			f->path, 8 + hlen);
 	}
 	const char *base = json + hlen;
 	size_t dlen = f->size - 8 - hlen;
@@ -152,9 +153,10 @@ int mg_st_open(struct mg_st_file *f, const char *path)
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | p[i];
 	if (hlen > f->size - 8)
-		return mg_error("%s: header length %llu at offset 0 exceeds the "
-				"file size %zu (truncated or not safetensors)",
-				path, (unsigned long long)hlen, f->size);
+		return mg_error(
+			"%s: header length %llu at offset 0 exceeds the "
+			"file size %zu (truncated or not safetensors)",
+			path, (unsigned long long)hlen, f->size);
 	return parse_header(f, (const char *)p + 8, (size_t)hlen);
 }
 
@@ -197,13 +199,13 @@ void mg_st_writer_init(struct mg_st_writer *w)
 	memset(w, 0, sizeof *w);
 }
 
-int mg_st_writer_add(struct mg_st_writer *w, const char *name,
-		     enum mg_dtype dt, int ndim, const int64_t *shape,
-		     const void *data)
+int mg_st_writer_add(struct mg_st_writer *w, const char *name, enum mg_dtype dt,
+		     int ndim, const int64_t *shape, const void *data)
 {
 	if (w->n == w->cap) {
 		int ncap = w->cap ? 2 * w->cap : 64;
-		void *q = realloc(w->entries, (size_t)ncap * sizeof *w->entries);
+		void *q =
+			realloc(w->entries, (size_t)ncap * sizeof *w->entries);
 		if (!q)
 			return mg_error("out of memory");
 		w->entries = q;
@@ -234,8 +236,10 @@ int mg_st_writer_meta(struct mg_st_writer *w, const char *key,
 {
 	if (w->nmeta == w->capmeta) {
 		int ncap = w->capmeta ? 2 * w->capmeta : 16;
-		w->meta_keys = realloc(w->meta_keys, (size_t)ncap * sizeof(char *));
-		w->meta_vals = realloc(w->meta_vals, (size_t)ncap * sizeof(char *));
+		w->meta_keys =
+			realloc(w->meta_keys, (size_t)ncap * sizeof(char *));
+		w->meta_vals =
+			realloc(w->meta_vals, (size_t)ncap * sizeof(char *));
 		w->capmeta = ncap;
 	}
 	w->meta_keys[w->nmeta] = strdup(key);
@@ -279,8 +283,8 @@ int mg_st_writer_save(const struct mg_st_writer *w, const char *path)
 				sh, cJSON_CreateNumber((double)e->shape[d]));
 		cJSON *o = cJSON_AddArrayToObject(t, "data_offsets");
 		cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
-		cJSON_AddItemToArray(o,
-				     cJSON_CreateNumber((double)(off + e->bytes)));
+		cJSON_AddItemToArray(
+			o, cJSON_CreateNumber((double)(off + e->bytes)));
 		off += e->bytes;
 	}
 	char *json = cJSON_PrintUnformatted(root);

@@ -50,9 +50,8 @@ struct mg_st_writer {
 };
 
 void mg_st_writer_init(struct mg_st_writer *w);
-int mg_st_writer_add(struct mg_st_writer *w, const char *name,
-		     enum mg_dtype dt, int ndim, const int64_t *shape,
-		     const void *data);
+int mg_st_writer_add(struct mg_st_writer *w, const char *name, enum mg_dtype dt,
+		     int ndim, const int64_t *shape, const void *data);
 int mg_st_writer_meta(struct mg_st_writer *w, const char *key,
 		      const char *value);
 /* Write to path atomically: path.tmp, fsync, rename. */

@@ -9,8 +9,8 @@ static const struct {
 	const char *name;
 	size_t size;
 } dtypes[MG_DTYPE_COUNT] = {
-	[MG_F32] = {"F32", 4}, [MG_F64] = {"F64", 8},  [MG_F16] = {"F16", 2},
-	[MG_BF16] = {"BF16", 2}, [MG_U8] = {"U8", 1},  [MG_I32] = {"I32", 4},
+	[MG_F32] = {"F32", 4},	 [MG_F64] = {"F64", 8}, [MG_F16] = {"F16", 2},
+	[MG_BF16] = {"BF16", 2}, [MG_U8] = {"U8", 1},	[MG_I32] = {"I32", 4},
 	[MG_I64] = {"I64", 8},	 [MG_NF4] = {"NF4", 0},
 };
 

@@ -242,9 +242,10 @@ static int la_visit(struct local_avg *s, struct mg_ckpt *ck, bool save)
 			if (save ? mg_ckpt_put(ck, name, &s->pt[i])
 				 : mg_ckpt_get(ck, name, &s->pt[i]))
 				return -1;
-			int slots = s->grad[i].ptr
-					    ? mg_optim_state_slots(s->ctx->optim)
-					    : 0;
+			int slots =
+				s->grad[i].ptr
+					? mg_optim_state_slots(s->ctx->optim)
+					: 0;
 			for (int k = 0; k < slots; k++) {
 				struct mg_tensor t = s->pt[i];
 				t.data = s->state[k][i].ptr;

@@ -40,16 +40,16 @@ struct mg_optim_hparams {
 
 /* Per-step values, in the context's device memory (ctx->optim_vals). */
 struct mg_optim_vals {
-	float lr;	  /* this step's learning rate */
-	float grad_mul;	  /* gradient multiplier: 1/loss scale, then clip */
-	float bias1;	  /* AdamW: 1 - beta1^t */
-	float bias2;	  /* AdamW: 1 - beta2^t */
-	float grad_norm;  /* written by mg_optim_finalize (unscaled) */
-	int32_t first;	  /* first optimizer step: momentum = gradient */
-	int32_t skip;	  /* written by mg_optim_finalize: non-finite grads */
-	float sumsq;	  /* sum of squared (scaled) gradients, accumulated by
+	float lr;	 /* this step's learning rate */
+	float grad_mul;	 /* gradient multiplier: 1/loss scale, then clip */
+	float bias1;	 /* AdamW: 1 - beta1^t */
+	float bias2;	 /* AdamW: 1 - beta2^t */
+	float grad_norm; /* written by mg_optim_finalize (unscaled) */
+	int32_t first;	 /* first optimizer step: momentum = gradient */
+	int32_t skip;	 /* written by mg_optim_finalize: non-finite grads */
+	float sumsq;	 /* sum of squared (scaled) gradients, accumulated by
 			     mg_optim_sumsq and reduced across ranks */
-	int64_t step;	  /* the run's global step (== ctx->step): device
+	int64_t step;	 /* the run's global step (== ctx->step): device
 			     kernels key per-step random streams (dropout) on
 			     it, so a replayed graph draws new masks */
 };
@@ -81,7 +81,7 @@ struct mg_optim_slice {
 	enum mg_dtype lp_dtype;	  /* F16 or BF16 */
 	void *state[2];		  /* mg_optim_state_slots() arrays, dtype */
 	int64_t n;
-	bool decay;		  /* apply weight decay */
+	bool decay; /* apply weight decay */
 };
 
 /* Update a slice on ctx's device unless vals->skip is set. */

@@ -471,7 +471,10 @@ static void test_params(void)
 		int flags;
 	} keys[] = {
 		{"features.0.0.weight", 4, {32, 1, 3, 3}, MG_P_TRAIN},
-		{"features.0.1.weight", 1, {32}, MG_P_TRAIN | MG_P_NO_DECAY | MG_P_FP32},
+		{"features.0.1.weight",
+		 1,
+		 {32},
+		 MG_P_TRAIN | MG_P_NO_DECAY | MG_P_FP32},
 		{"features.0.1.running_var", 1, {32}, MG_P_BUFFER},
 		{"features.1.conv.0.0.weight", 4, {32, 1, 3, 3}, MG_P_TRAIN},
 		{"features.1.conv.1.weight", 4, {16, 32, 1, 1}, MG_P_TRAIN},
@@ -479,7 +482,10 @@ static void test_params(void)
 		{"features.2.conv.0.0.weight", 4, {96, 16, 1, 1}, MG_P_TRAIN},
 		{"features.2.conv.1.0.weight", 4, {96, 1, 3, 3}, MG_P_TRAIN},
 		{"features.2.conv.2.weight", 4, {24, 96, 1, 1}, MG_P_TRAIN},
-		{"features.2.conv.3.bias", 1, {24}, MG_P_TRAIN | MG_P_NO_DECAY | MG_P_FP32},
+		{"features.2.conv.3.bias",
+		 1,
+		 {24},
+		 MG_P_TRAIN | MG_P_NO_DECAY | MG_P_FP32},
 		{"features.17.conv.2.weight", 4, {320, 960, 1, 1}, MG_P_TRAIN},
 		{"features.18.0.weight", 4, {1280, 320, 1, 1}, MG_P_TRAIN},
 		{"features.18.1.running_mean", 1, {1280}, MG_P_BUFFER},

@@ -115,8 +115,10 @@ int mg_op_batchnorm2d(struct mg_ctx *ctx, const struct mg_bn_args *a,
 	    bn_vec(op, "beta", ctx, beta, bn_param_dtype(x), C, false) ||
 	    bn_vec(op, "running_mean", ctx, running_mean, -1, C, a->training) ||
 	    bn_vec(op, "running_var", ctx, running_var, -1, C, a->training) ||
-	    bn_vec(op, "save_mean", ctx, save_mean, bn_param_dtype(x), C, true) ||
-	    bn_vec(op, "save_invstd", ctx, save_invstd, bn_param_dtype(x), C, true))
+	    bn_vec(op, "save_mean", ctx, save_mean, bn_param_dtype(x), C,
+		   true) ||
+	    bn_vec(op, "save_invstd", ctx, save_invstd, bn_param_dtype(x), C,
+		   true))
 		return -1;
 	if (a->training && N * HW < 2) {
 		char s[96];
@@ -166,8 +168,10 @@ int mg_op_batchnorm2d_backward(
 	const int64_t N = x->shape[0], C = x->shape[1],
 		      HW = x->shape[2] * x->shape[3];
 	if (bn_vec(op, "gamma", ctx, gamma, bn_param_dtype(x), C, false) ||
-	    bn_vec(op, "save_mean", ctx, save_mean, bn_param_dtype(x), C, false) ||
-	    bn_vec(op, "save_invstd", ctx, save_invstd, bn_param_dtype(x), C, false) ||
+	    bn_vec(op, "save_mean", ctx, save_mean, bn_param_dtype(x), C,
+		   false) ||
+	    bn_vec(op, "save_invstd", ctx, save_invstd, bn_param_dtype(x), C,
+		   false) ||
 	    bn_vec(op, "dgamma", ctx, dgamma, bn_param_dtype(x), C, true) ||
 	    bn_vec(op, "dbeta", ctx, dbeta, bn_param_dtype(x), C, true))
 		return -1;

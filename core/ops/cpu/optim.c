@@ -28,52 +28,54 @@ const char *mg_optim_slot_name(const struct mg_optim_hparams *h, int slot)
 
 /* One body, instantiated for float and double. */
 #define DEFINE_UPDATE(T, SQRT)                                                 \
-	static void sgd_##T(const struct mg_optim_hparams *h,                 \
-			    const struct mg_optim_vals *v,                    \
-			    const struct mg_optim_slice *s)                   \
-	{                                                                     \
-		T *p = s->param, *buf = s->state[0];                          \
-		const T *g = s->grad;                                         \
-		const T lr = (T)v->lr, mul = (T)v->grad_mul;                  \
-		const T wd = s->decay ? (T)h->weight_decay : 0;               \
-		const T mom = (T)h->momentum, damp = 1 - (T)h->dampening;     \
-		const bool first = v->first, nest = h->nesterov;              \
-		if (h->momentum == 0.0)                                       \
-			buf = NULL;                                           \
-		_Pragma("omp parallel for simd schedule(static)")             \
-		for (int64_t i = 0; i < s->n; i++) {                          \
-			T d = g[i] * mul + wd * p[i];                         \
-			if (buf) {                                            \
-				T b = first ? d : mom * buf[i] + damp * d;    \
-				buf[i] = b;                                   \
-				d = nest ? d + mom * b : b;                   \
-			}                                                     \
-			p[i] -= lr * d;                                       \
-		}                                                             \
-	}                                                                     \
-	static void adamw_##T(const struct mg_optim_hparams *h,               \
-			      const struct mg_optim_vals *v,                  \
-			      const struct mg_optim_slice *s)                 \
-	{                                                                     \
-		T *p = s->param, *m = s->state[0], *q = s->state[1];          \
-		const T *g = s->grad;                                         \
-		const T step_size = (T)((double)v->lr / v->bias1);            \
-		const T rbc2 = (T)(1.0 / sqrt((double)v->bias2));             \
-		const T shrink =                                              \
-			s->decay ? (T)(1 - (double)v->lr * h->weight_decay)   \
-				 : (T)1;                                      \
-		const T b1 = (T)h->beta1, b2 = (T)h->beta2, eps = (T)h->eps;  \
-		const T mul = (T)v->grad_mul;                                 \
-		_Pragma("omp parallel for simd schedule(static)")             \
-		for (int64_t i = 0; i < s->n; i++) {                          \
-			T gi = g[i] * mul;                                    \
-			T mi = b1 * m[i] + (1 - b1) * gi;                     \
-			T qi = b2 * q[i] + (1 - b2) * gi * gi;                \
-			m[i] = mi;                                            \
-			q[i] = qi;                                            \
-			p[i] = p[i] * shrink -                                \
-			       step_size * mi / (SQRT(qi) * rbc2 + eps);      \
-		}                                                             \
+	static void sgd_##T(const struct mg_optim_hparams *h,                  \
+			    const struct mg_optim_vals *v,                     \
+			    const struct mg_optim_slice *s)                    \
+	{                                                                      \
+		T *p = s->param, *buf = s->state[0];                           \
+		const T *g = s->grad;                                          \
+		const T lr = (T)v->lr, mul = (T)v->grad_mul;                   \
+		const T wd = s->decay ? (T)h->weight_decay : 0;                \
+		const T mom = (T)h->momentum, damp = 1 - (T)h->dampening;      \
+		const bool first = v->first, nest = h->nesterov;               \
+		if (h->momentum == 0.0)                                        \
+			buf = NULL;                                            \
+		_Pragma("omp parallel for simd schedule(static)") for (        \
+			int64_t i = 0; i < s->n; i++)                          \
+		{                                                              \
+			T d = g[i] * mul + wd * p[i];                          \
+			if (buf) {                                             \
+				T b = first ? d : mom * buf[i] + damp * d;     \
+				buf[i] = b;                                    \
+				d = nest ? d + mom * b : b;                    \
+			}                                                      \
+			p[i] -= lr * d;                                        \
+		}                                                              \
+	}                                                                      \
+	static void adamw_##T(const struct mg_optim_hparams *h,                \
+			      const struct mg_optim_vals *v,                   \
+			      const struct mg_optim_slice *s)                  \
+	{                                                                      \
+		T *p = s->param, *m = s->state[0], *q = s->state[1];           \
+		const T *g = s->grad;                                          \
+		const T step_size = (T)((double)v->lr / v->bias1);             \
+		const T rbc2 = (T)(1.0 / sqrt((double)v->bias2));              \
+		const T shrink =                                               \
+			s->decay ? (T)(1 - (double)v->lr * h->weight_decay)    \
+				 : (T)1;                                       \
+		const T b1 = (T)h->beta1, b2 = (T)h->beta2, eps = (T)h->eps;   \
+		const T mul = (T)v->grad_mul;                                  \
+		_Pragma("omp parallel for simd schedule(static)") for (        \
+			int64_t i = 0; i < s->n; i++)                          \
+		{                                                              \
+			T gi = g[i] * mul;                                     \
+			T mi = b1 * m[i] + (1 - b1) * gi;                      \
+			T qi = b2 * q[i] + (1 - b2) * gi * gi;                 \
+			m[i] = mi;                                             \
+			q[i] = qi;                                             \
+			p[i] = p[i] * shrink -                                 \
+			       step_size * mi / (SQRT(qi) * rbc2 + eps);       \
+		}                                                              \
 	}
 
 DEFINE_UPDATE(float, sqrtf)

@@ -106,9 +106,8 @@ __global__ void sumsq_final(const float *part, int nb, float *sumsq)
 }
 
 extern "C" int mg_cuda_optim_sumsq(struct mg_ctx *ctx,
-				   struct mg_optim_vals *vals,
-				   enum mg_dtype dt, const void *grad,
-				   int64_t n)
+				   struct mg_optim_vals *vals, enum mg_dtype dt,
+				   const void *grad, int64_t n)
 {
 	if (!partials || partials_device != ctx->dev->ordinal) {
 		/* One-time scratch; allocated outside any graph capture by
@@ -174,8 +173,8 @@ struct hp {
 
 /* M: master/state type; G: gradient type; L: low-precision copy type. */
 template <typename M, typename G, typename L>
-__global__ void update_kernel(struct hp h, const struct mg_optim_vals *v,
-			      M *p, const G *g, L *lp, M *s0, M *s1, int64_t n)
+__global__ void update_kernel(struct hp h, const struct mg_optim_vals *v, M *p,
+			      const G *g, L *lp, M *s0, M *s1, int64_t n)
 {
 	if (v->skip)
 		return;
@@ -308,8 +307,9 @@ template <typename D, typename S>
 static void convert_launch(cudaStream_t st, void *d, const void *s, int64_t n)
 {
 	int64_t blocks = (n + 255) / 256;
-	convert_kernel<D, S><<<(unsigned)(blocks > 4096 ? 4096 : blocks), 256,
-			       0, st>>>((D *)d, (const S *)s, n);
+	convert_kernel<D, S>
+		<<<(unsigned)(blocks > 4096 ? 4096 : blocks), 256, 0, st>>>(
+			(D *)d, (const S *)s, n);
 }
 
 /* Instantiate for every source type of one destination type. */
@@ -343,8 +343,8 @@ extern "C" int mg_cuda_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
 	cudaStream_t s = stream_of(ctx);
 	if (dt == st)
 		return cudaMemcpyAsync(dst, src, (size_t)n * mg_dtype_size(dt),
-				       cudaMemcpyDeviceToDevice, s) ==
-				       cudaSuccess
+				       cudaMemcpyDeviceToDevice,
+				       s) == cudaSuccess
 			       ? 0
 			       : mg_error("convert: copy failed");
 	int rc = -1;

@@ -16,8 +16,7 @@ extern "C" {
 
 int mg_cuda_optim_sumsq(struct mg_ctx *ctx, struct mg_optim_vals *vals,
 			enum mg_dtype dt, const void *grad, int64_t n);
-int mg_cuda_optim_finalize(struct mg_ctx *ctx,
-			   const struct mg_optim_hparams *h,
+int mg_cuda_optim_finalize(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
 			   struct mg_optim_vals *vals);
 int mg_cuda_optim_update(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
 			 const struct mg_optim_vals *vals,

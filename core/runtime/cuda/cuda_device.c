@@ -29,8 +29,8 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 				e != cudaSuccess ? cudaGetErrorString(e)
 						 : "no GPU found");
 	if (ordinal >= count)
-		return mg_error("GPU %d requested, this machine has %d", ordinal,
-				count);
+		return mg_error("GPU %d requested, this machine has %d",
+				ordinal, count);
 	struct mg_cuda_device *cd = calloc(1, sizeof *cd);
 	if (!cd)
 		return mg_error("out of memory");
@@ -41,7 +41,8 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 	MG_CUDA_CHECK(cudaGetDeviceProperties(&cd->prop, ordinal));
 	MG_CUDA_CHECK(
 		cudaStreamCreateWithFlags(&cd->compute, cudaStreamNonBlocking));
-	MG_CUDA_CHECK(cudaStreamCreateWithFlags(&cd->copy, cudaStreamNonBlocking));
+	MG_CUDA_CHECK(
+		cudaStreamCreateWithFlags(&cd->copy, cudaStreamNonBlocking));
 	dev->stream = cd->compute;
 	for (int i = 0; i < MG_T_COUNT; i++) {
 		MG_CUDA_CHECK(cudaEventCreate(&cd->timer_start[i]));
@@ -54,7 +55,8 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 	cublasSetStream(blas, cd->compute);
 	/* A fixed cuBLAS workspace keeps GEMMs capturable in CUDA graphs. */
 	cd->blas_workspace_bytes = 32u << 20;
-	MG_CUDA_CHECK(cudaMalloc(&cd->blas_workspace, cd->blas_workspace_bytes));
+	MG_CUDA_CHECK(
+		cudaMalloc(&cd->blas_workspace, cd->blas_workspace_bytes));
 	cublasSetWorkspace(blas, cd->blas_workspace, cd->blas_workspace_bytes);
 	cudnnHandle_t dnn;
 	cudnnStatus_t ds = cudnnCreate(&dnn);
@@ -101,9 +103,10 @@ int mg_cuda_malloc(void **p, size_t bytes)
 	if (e != cudaSuccess) {
 		size_t free_b = 0, total = 0;
 		cudaMemGetInfo(&free_b, &total);
-		return mg_error("out of GPU memory allocating %zu bytes (%zu of "
-				"%zu free): %s",
-				bytes, free_b, total, cudaGetErrorString(e));
+		return mg_error(
+			"out of GPU memory allocating %zu bytes (%zu of "
+			"%zu free): %s",
+			bytes, free_b, total, cudaGetErrorString(e));
 	}
 	return 0;
 }
@@ -115,7 +118,8 @@ void mg_cuda_free(void *p)
 
 int mg_cuda_host_alloc(void **p, size_t bytes)
 {
-	MG_CUDA_CHECK(cudaHostAlloc(p, bytes ? bytes : 64, cudaHostAllocDefault));
+	MG_CUDA_CHECK(
+		cudaHostAlloc(p, bytes ? bytes : 64, cudaHostAllocDefault));
 	return 0;
 }
 
@@ -128,8 +132,8 @@ int mg_cuda_copy(struct mg_device *dev, void *dst, const void *src,
 		 size_t bytes, int kind, int sync)
 {
 	struct mg_cuda_device *cd = dev->impl;
-	MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, (enum cudaMemcpyKind)kind,
-				      cd->compute));
+	MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes,
+				      (enum cudaMemcpyKind)kind, cd->compute));
 	if (sync)
 		MG_CUDA_CHECK(cudaStreamSynchronize(cd->compute));
 	return 0;

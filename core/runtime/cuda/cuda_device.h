@@ -63,12 +63,11 @@ int mg_cuda_event_sync(void *ev);
 void mg_cuda_event_destroy(void *ev);
 
 /* Report a CUDA error with the call and location; returns -1. */
-int mg_cuda_fail(cudaError_t e, const char *what, const char *file,
-		 int line);
-#define MG_CUDA_CHECK(call)                                                  \
-	do {                                                                 \
-		cudaError_t mg_e_ = (call);                                  \
-		if (mg_e_ != cudaSuccess)                                    \
+int mg_cuda_fail(cudaError_t e, const char *what, const char *file, int line);
+#define MG_CUDA_CHECK(call)                                                    \
+	do {                                                                   \
+		cudaError_t mg_e_ = (call);                                    \
+		if (mg_e_ != cudaSuccess)                                      \
 			return mg_cuda_fail(mg_e_, #call, __FILE__, __LINE__); \
 	} while (0)
 

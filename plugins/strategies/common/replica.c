@@ -33,11 +33,12 @@ static int check(struct mg_replica *r)
 {
 	for (int i = 0; i < r->spec->nparams; i++)
 		if (r->spec->params[i].dtype != MG_DTYPE_AUTO)
-			return mg_error("parameter '%s' has explicit dtype %s; "
-					"replicated storage holds only the "
-					"run's float types",
-					r->spec->params[i].name,
-					mg_dtype_name(r->spec->params[i].dtype));
+			return mg_error(
+				"parameter '%s' has explicit dtype %s; "
+				"replicated storage holds only the "
+				"run's float types",
+				r->spec->params[i].name,
+				mg_dtype_name(r->spec->params[i].dtype));
 	if (r->mixed && r->master != MG_F32)
 		return mg_error("mixed precision needs an F32 master copy");
 	return 0;
@@ -108,13 +109,14 @@ static void make_views(struct mg_replica *r)
 			data = at(&r->params_lp, lp_off(r, r->off[i]), dt);
 		} else
 			data = at(&r->params, r->off[i], dt);
-		r->ptensor[i] = mg_tensor_make(data, dt, dev, p->ndim, p->shape);
+		r->ptensor[i] =
+			mg_tensor_make(data, dt, dev, p->ndim, p->shape);
 		r->gtensor[i] = r->ptensor[i];
 		r->gtensor[i].data = NULL;
 		int g = group_of(r, p);
 		if (g >= 2)
-			r->gtensor[i].data = at(&r->grads32,
-						r->off[i] - r->group_off[2], dt);
+			r->gtensor[i].data = at(
+				&r->grads32, r->off[i] - r->group_off[2], dt);
 		else if (g >= 0)
 			r->gtensor[i].data = at(&r->grads, r->off[i], dt);
 	}
@@ -148,9 +150,10 @@ static int init_values(struct mg_replica *r)
 		for (int k = 0; k < n && !rc; k++) {
 			int i = ud->first_param + k;
 			const struct mg_param_decl *p = &s->params[i];
-			void *dst = is_buffer(p)
-					    ? at(&r->buffers, r->off[i], r->master)
-					    : at(&r->params, r->off[i], r->master);
+			void *dst =
+				is_buffer(p)
+					? at(&r->buffers, r->off[i], r->master)
+					: at(&r->params, r->off[i], r->master);
 			rc = mg_copy_h2d(ctx, dst, host[k].data,
 					 (size_t)p->numel * es);
 		}
@@ -337,7 +340,8 @@ static int visit(struct mg_replica *r, struct mg_ckpt *ck, bool save)
 					 mg_optim_slot_name(r->ctx->optim, j));
 				full_name(name, sizeof name, kind, s, u, k);
 				struct mg_tensor st = t;
-				st.data = at(&r->state[j], r->off[i], r->master);
+				st.data =
+					at(&r->state[j], r->off[i], r->master);
 				if (save ? mg_ckpt_put(ck, name, &st)
 					 : mg_ckpt_get(ck, name, &st))
 					return -1;

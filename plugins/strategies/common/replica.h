@@ -23,17 +23,18 @@ struct mg_replica {
 	struct mg_ctx *ctx;
 	const struct mg_model_spec *spec;
 	enum mg_dtype master, compute;
-	bool mixed;		/* compute != master */
-	struct mg_buf params;	/* master: groups 0..3, then frozen */
-	struct mg_buf params_lp; /* mixed: compute copy of groups 0, 1, frozen */
-	struct mg_buf buffers;	/* MG_P_BUFFER tensors (master dtype) */
-	struct mg_buf grads;	/* groups 0, 1 (compute dtype) */
-	struct mg_buf grads32;	/* groups 2, 3 (master dtype) */
+	bool mixed;	      /* compute != master */
+	struct mg_buf params; /* master: groups 0..3, then frozen */
+	struct mg_buf
+		params_lp;     /* mixed: compute copy of groups 0, 1, frozen */
+	struct mg_buf buffers; /* MG_P_BUFFER tensors (master dtype) */
+	struct mg_buf grads;   /* groups 0, 1 (compute dtype) */
+	struct mg_buf grads32; /* groups 2, 3 (master dtype) */
 	struct mg_buf state[MG_REPLICA_MAX_SLOTS]; /* trained, master dtype */
 	int nslots;
 	int64_t n_params, n_buffers, n_train;
 	int64_t group_off[MG_REPLICA_GROUPS + 1]; /* element offsets */
-	int64_t *off;		/* per parameter: offset in its buffer */
+	int64_t *off;		   /* per parameter: offset in its buffer */
 	struct mg_tensor *ptensor; /* per parameter, as lent */
 	struct mg_tensor *gtensor; /* per parameter (data NULL if none) */
 	struct mg_unit_view *views;

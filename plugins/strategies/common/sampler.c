@@ -20,8 +20,7 @@ void mg_sampler_free(struct mg_sampler *s)
 	s->perm = NULL;
 }
 
-const int64_t *mg_sampler_order(struct mg_sampler *s, int64_t n,
-				int64_t epoch)
+const int64_t *mg_sampler_order(struct mg_sampler *s, int64_t n, int64_t epoch)
 {
 	if (s->perm && s->n == n && s->epoch == epoch)
 		return s->perm;
@@ -33,8 +32,9 @@ const int64_t *mg_sampler_order(struct mg_sampler *s, int64_t n,
 	}
 	s->perm = p;
 	if (s->shuffle) {
-		mg_rng_permutation(mg_rng_key(s->seed, 0x5348554646ull + (uint64_t)epoch),
-				   n, p);
+		mg_rng_permutation(
+			mg_rng_key(s->seed, 0x5348554646ull + (uint64_t)epoch),
+			n, p);
 	} else {
 		for (int64_t i = 0; i < n; i++)
 			p[i] = i;

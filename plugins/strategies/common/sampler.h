@@ -17,7 +17,6 @@ struct mg_sampler {
 void mg_sampler_init(struct mg_sampler *s, uint64_t seed, bool shuffle);
 void mg_sampler_free(struct mg_sampler *s);
 /* The order of epoch's samples (n of them); NULL on allocation failure. */
-const int64_t *mg_sampler_order(struct mg_sampler *s, int64_t n,
-				int64_t epoch);
+const int64_t *mg_sampler_order(struct mg_sampler *s, int64_t n, int64_t epoch);
 
 #endif
