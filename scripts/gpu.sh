@@ -8,6 +8,10 @@
 #     bench              op micro-benchmarks
 #     train [epochs]     Fashion-MNIST per precision; fp32 must reach 92%
 #     compare [sizes] [precs]  mgrun against PyTorch (bench/mbv2_vs_torch.py)
+#     dist               2+ GPUs: NCCL communicator test, strategy
+#                        equivalence with NCCL, launcher supervision
+#     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
+#                        (bench/ddp_scaling.sh)
 #
 # The GPU machine lacks inih, cJSON and OpenBLAS: their .debs (.deps/debs)
 # are unpacked with dpkg -x into /tmp/mgdeps. cuDNN, cuBLAS and the CUDA
@@ -134,6 +138,20 @@ if [ "$what" = compare ] || [ "$what" = all ]; then
 		/tmp/mgbench ${1:-28,100,224,500} ${2:-fp32,fp16,bf16}
 	cp /tmp/mgbench/bench_mbv2.json "$out/" 2>/dev/null
 	sed -n '/^ size/,$p' "$out/compare.log"
+fi
+
+if [ "$what" = dist ]; then
+	run test_comm_nccl comm_nccl "$bin/test_comm_nccl"
+	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run test_dist_equivalence \
+		equivalence tests/strategies/gpu_equivalence.sh "$mgrun" \
+		"$build/tests/strategies/ckpt_diff" tests/strategies "$fashion" \
+		/tmp/mgdist
+	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_equivalence.log"
+fi
+if [ "$what" = scaling ]; then
+	n=$(nvidia-smi -L | wc -l)
+	gpus=${*:-$(seq 1 "$n" | tr '\n' ' ')}
+	bench/ddp_scaling.sh "$mgrun" "$fashion" "$out/scaling" $gpus
 fi
 
 echo "== summary"

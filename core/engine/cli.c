@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/dist.h"
 #include "engine/core_schema.h"
 #include "engine/trainer.h"
 
@@ -79,6 +80,54 @@ static void help_one(const struct mg_loaded_plugin *p, void *arg)
 		all[k++] = *o;
 	mg_schema_print_help(stdout, all);
 	free(all);
+}
+
+/*
+ * Does this process start the ranks itself (run.gpus > 1 and no outer
+ * launcher set a rank)? *rc becomes 2 when the request cannot be met.
+ */
+static bool wants_launcher(const struct mg_session *s, int *rc)
+{
+	struct mg_dist_env e;
+	int64_t gpus = mg_opt_int(s->run, "gpus");
+	*rc = 0;
+	if (gpus <= 1)
+		return false;
+	if (mg_dist_env_detect(&e)) {
+		fprintf(stderr, "mgrun: %s\n", mg_last_error());
+		*rc = 2;
+		return true;
+	}
+	if (strcmp(e.source, "none"))
+		return false; /* srun/mpirun/our launcher made this a rank */
+	if (mg_opt_enum(s->run, "device") != MG_DEVICE_CUDA) {
+		fprintf(stderr,
+			"mgrun: run.gpus = %lld needs run.device = cuda; CPU "
+			"ranks communicate through MPI: mpirun -np %lld mgrun "
+			"-c %s\n",
+			(long long)gpus, (long long)gpus, s->ini_path);
+		*rc = 2;
+	}
+	return true;
+}
+
+/* Re-run this very command line as run.gpus supervised ranks. */
+static int launch_ranks(const struct mg_session *s, int argc, char **argv)
+{
+	char **av = calloc((size_t)argc + 1, sizeof *av);
+	if (!av)
+		return 1;
+	av[0] = "/proc/self/exe";
+	for (int i = 1; i < argc; i++)
+		av[i] = argv[i];
+	struct mg_launch_opts o = {
+		.argv = av,
+		.nranks = (int)mg_opt_int(s->run, "gpus"),
+	};
+	fprintf(stderr, "mgrun: starting %d ranks, one per GPU\n", o.nranks);
+	int rc = mg_launch(&o);
+	free(av);
+	return rc;
 }
 
 int mg_main(int argc, char **argv)
@@ -203,6 +252,8 @@ int mg_main(int argc, char **argv)
 	if (rc == 0) {
 		if (print)
 			mg_session_print(&s, stdout);
+		else if (wants_launcher(&s, &rc))
+			rc = rc ? rc : launch_ranks(&s, argc, argv);
 		else
 			rc = mg_train(&s, resume);
 	} else if (rc < 0) {

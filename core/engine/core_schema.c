@@ -7,6 +7,11 @@
 const struct mg_option mg_run_schema[] = {
 	MG_OPT_E("device", "cpu", "cpu|cuda",
 		 "where to compute: cpu, or cuda (one GPU per rank)"),
+	MG_OPT_I("gpus", "1", 1, 1024,
+		 "ranks to start on this machine, one per GPU (cuda): with "
+		 "more than 1 and no outer launcher, mgrun starts and "
+		 "supervises them itself; under srun or mpirun each process "
+		 "is one rank and this is not used"),
 	MG_OPT_E("precision", "fp32", "fp32|fp64|fp16|bf16",
 		 "fp32, fp64: parameters, activations and gradients in that "
 		 "type; fp16, bf16 (cuda): activations and gradients in half "

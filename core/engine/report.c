@@ -120,29 +120,85 @@ static cJSON *plugins_json(const struct mg_session *s)
 	return o;
 }
 
-static cJSON *rank_json(const struct mg_trainer *t)
+/* One rank's numbers as a row of doubles, so one all-reduce gathers
+ * every rank's on rank 0. */
+enum {
+	ROW_TIME = 0,
+	ROW_COUNT = ROW_TIME + MG_T_COUNT,
+	ROW_MEM = ROW_COUNT + MG_C_COUNT,
+	ROW_MEM_TOTAL = ROW_MEM + MG_MEM_CAT_COUNT,
+	ROW_PINNED,
+	ROW_COMM_BUSY,
+	ROW_N,
+};
+
+static void fill_row(const struct mg_trainer *t, double *row)
 {
 	const struct mg_stats *st = &t->stats;
+	for (int i = 0; i < MG_T_COUNT; i++)
+		row[ROW_TIME + i] = st->t_total[i];
+	for (int i = 0; i < MG_C_COUNT; i++)
+		row[ROW_COUNT + i] = (double)st->counters[i];
+	for (int i = 0; i < MG_MEM_CAT_COUNT; i++)
+		row[ROW_MEM + i] = (double)st->mem_peak[i];
+	row[ROW_MEM_TOTAL] = (double)st->mem_total_peak;
+	row[ROW_PINNED] = (double)st->host_pinned_peak;
+	row[ROW_COMM_BUSY] = st->comm_busy_total;
+}
+
+/* Every rank calls this: rank r fills row r, the sum is the table. */
+static int gather_rows(struct mg_trainer *t)
+{
+	const int world = t->ctx.world;
+	double *rows = calloc((size_t)world * ROW_N, sizeof *rows);
+	if (!rows)
+		return mg_error("out of memory");
+	fill_row(t, rows + (size_t)t->ctx.rank * ROW_N);
+	if (world > 1 && t->comm->all_reduce_host(t->comm, rows,
+						  (int64_t)world * ROW_N,
+						  MG_F64, MG_REDUCE_SUM)) {
+		free(rows);
+		return mg_error_prefix("gathering per-rank statistics");
+	}
+	free(t->rank_rows);
+	t->rank_rows = rows;
+	return 0;
+}
+
+static cJSON *rank_json(const double *row, int rank)
+{
 	cJSON *r = cJSON_CreateObject();
-	cJSON_AddNumberToObject(r, "rank", t->ctx.rank);
+	cJSON_AddNumberToObject(r, "rank", rank);
 	cJSON *tm = cJSON_AddObjectToObject(r, "time_s");
 	for (int i = 0; i < MG_T_COUNT; i++)
-		cJSON_AddNumberToObject(tm, timer_names[i], st->t_total[i]);
+		cJSON_AddNumberToObject(tm, timer_names[i], row[ROW_TIME + i]);
 	cJSON *c = cJSON_AddObjectToObject(r, "counters");
 	for (int i = 0; i < MG_C_COUNT; i++)
 		cJSON_AddNumberToObject(c, counter_names[i],
-					(double)st->counters[i]);
+					row[ROW_COUNT + i]);
+	/* Collectives: busy is their whole time in flight, exposed the part
+	 * compute waited for (time_s.comm), overlapped the rest. */
+	cJSON *cm = cJSON_AddObjectToObject(r, "comm");
+	double busy = row[ROW_COMM_BUSY], exposed = row[ROW_TIME + MG_T_COMM];
+	cJSON_AddNumberToObject(cm, "bytes", row[ROW_COUNT + MG_C_COMM_BYTES]);
+	cJSON_AddNumberToObject(cm, "calls", row[ROW_COUNT + MG_C_COMM_CALLS]);
+	cJSON_AddNumberToObject(cm, "busy_s", busy);
+	cJSON_AddNumberToObject(cm, "exposed_s", exposed);
+	cJSON_AddNumberToObject(cm, "overlapped_s",
+				busy > exposed ? busy - exposed : 0);
 	cJSON *m = cJSON_AddObjectToObject(r, "memory_peak_bytes");
 	for (int i = 0; i < MG_MEM_CAT_COUNT; i++)
 		cJSON_AddNumberToObject(m, mg_mem_cat_name(i),
-					(double)st->mem_peak[i]);
-	cJSON_AddNumberToObject(m, "total", (double)st->mem_total_peak);
-	cJSON_AddNumberToObject(m, "host_pinned", (double)st->host_pinned_peak);
+					row[ROW_MEM + i]);
+	cJSON_AddNumberToObject(m, "total", row[ROW_MEM_TOTAL]);
+	cJSON_AddNumberToObject(m, "host_pinned", row[ROW_PINNED]);
 	return r;
 }
 
 int mg_report_write(struct mg_trainer *t, bool final)
 {
+	if (gather_rows(t))
+		return -1;
 	if (t->ctx.rank != 0)
 		return 0;
 	if (t->csv)
@@ -189,7 +245,9 @@ int mg_report_write(struct mg_trainer *t, bool final)
 		cJSON_AddItemToArray(eps, o);
 	}
 	cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
-	cJSON_AddItemToArray(ranks, rank_json(t));
+	for (int r = 0; r < t->ctx.world; r++)
+		cJSON_AddItemToArray(
+			ranks, rank_json(t->rank_rows + (size_t)r * ROW_N, r));
 	char *text = cJSON_Print(root);
 	cJSON_Delete(root);
 	char path[PATH_MAX + 16], tmp[PATH_MAX + 32];
@@ -218,6 +276,27 @@ static void human_bytes(char *out, size_t n, double b)
 	snprintf(out, n, "%.1f %s", b, u[i]);
 }
 
+/* Per rank: what it read, copied and computed, and what its collectives
+ * cost - the numbers that tell ddp, ddp_rr and ddp_ds apart. */
+static void rank_table(const struct mg_trainer *t, FILE *f)
+{
+	fprintf(f, "rank  read     computed  h2d         comm        "
+		   "comm busy  exposed  overlapped\n");
+	for (int r = 0; r < t->ctx.world; r++) {
+		const double *row = t->rank_rows + (size_t)r * ROW_N;
+		char h[32], c[32];
+		human_bytes(h, sizeof h, row[ROW_COUNT + MG_C_H2D_BYTES]);
+		human_bytes(c, sizeof c, row[ROW_COUNT + MG_C_COMM_BYTES]);
+		double busy = row[ROW_COMM_BUSY];
+		double exp = row[ROW_TIME + MG_T_COMM];
+		fprintf(f, "%-4d  %-7.0f  %-8.0f  %-10s  %-10s  %8.3fs  "
+			   "%6.3fs  %9.3fs\n",
+			r, row[ROW_COUNT + MG_C_SAMPLES_READ],
+			row[ROW_COUNT + MG_C_SAMPLES_COMPUTED], h, c, busy, exp,
+			busy > exp ? busy - exp : 0);
+	}
+}
+
 void mg_report_summary(struct mg_trainer *t, FILE *f)
 {
 	const struct mg_stats *st = &t->stats;
@@ -233,10 +312,15 @@ void mg_report_summary(struct mg_trainer *t, FILE *f)
 		fprintf(f, "train loss      %.4f  (last epoch)\n",
 			e->train_loss);
 	}
-	int64_t computed = st->counters[MG_C_SAMPLES_COMPUTED];
+	double computed = 0;
+	for (int r = 0; r < t->ctx.world; r++)
+		computed += t->rank_rows[(size_t)r * ROW_N + ROW_COUNT +
+					 MG_C_SAMPLES_COMPUTED];
 	double wall = mg_now() - t->t_begin;
-	fprintf(f, "throughput      %.1f samples/s over %.1f s of training\n",
-		busy > 0 ? (double)computed / busy : 0, busy);
+	fprintf(f,
+		"throughput      %.1f samples/s over %.1f s of training%s\n",
+		busy > 0 ? computed / busy : 0, busy,
+		t->ctx.world > 1 ? " (all ranks)" : "");
 	fprintf(f, "phase           seconds   share\n");
 	for (int i = 0; i < MG_T_COUNT; i++)
 		fprintf(f, "  %-12s %9.3f  %5.1f%%\n", timer_names[i],
@@ -253,6 +337,8 @@ void mg_report_summary(struct mg_trainer *t, FILE *f)
 	fprintf(f, "  %-12s %12s\n", "total", b);
 	human_bytes(b, sizeof b, (double)st->counters[MG_C_H2D_BYTES]);
 	fprintf(f, "host->device    %s\n", b);
+	if (t->ctx.world > 1)
+		rank_table(t, f);
 	fprintf(f, "wall time       %.1f s; report %s/report.json\n", wall,
 		t->run_dir);
 }

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dist/dist.h"
 #include "engine/ckpt.h"
 #include "engine/core_schema.h"
 #include "engine/trainer.h"
@@ -109,9 +110,17 @@ static int setup(struct mg_trainer *t)
 	 * themselves; a second OpenBLAS pool would fight it for the cores
 	 * (measured: 948 against 641 samples/s at 28 px on 2 cores). */
 	openblas_set_num_threads(1);
-	t->comm = mg_comm_self();
-	if (!t->comm)
-		return mg_error("out of memory");
+	/* Where this process sits in the job (an outer launcher's or our
+	 * own variables): rank 0 of 1 without any. */
+	struct mg_dist_env env;
+	if (mg_dist_env_detect(&env))
+		return -1;
+	ctx->rank = env.rank;
+	ctx->world = env.world;
+	ctx->local_rank = env.local_rank;
+	/* Rank 0 tells the story; the others speak up on trouble only. */
+	mg_log_configure(env.rank == 0 ? MG_LOG_INFO : MG_LOG_WARN,
+			 env.world > 1 ? env.rank : -1);
 	if (mg_opt_enum(run, "device") == MG_DEVICE_CUDA) {
 #ifdef MG_HAVE_CUDA
 		/* One GPU per rank: the rank's local index on its node. */
@@ -122,9 +131,11 @@ static int setup(struct mg_trainer *t)
 				"without CUDA (no CUDA toolkit at build time)");
 #endif
 	}
+	t->comm = mg_comm_create(&env, &t->dev);
+	if (!t->comm)
+		return mg_error_prefix("communicator for rank %d of %d (%s)",
+				       env.rank, env.world, env.source);
 	ctx->struct_size = sizeof *ctx;
-	ctx->rank = t->comm->rank;
-	ctx->world = t->comm->world;
 	ctx->dev = &t->dev;
 	ctx->comm = t->comm;
 	switch (mg_opt_enum(run, "precision")) {
@@ -165,6 +176,13 @@ static int setup(struct mg_trainer *t)
 			"strategy '%s' setup",
 			t->s->plugin[MG_SEC_STRATEGY].desc->name);
 	int64_t cap = t->batch;
+	const struct mg_plugin *sp = t->s->plugin[MG_SEC_STRATEGY].desc;
+	if (sp->abi_minor >= 1 && t->strat->max_read)
+		cap = t->strat->max_read(t->inst[MG_SEC_STRATEGY], t->batch);
+	if (cap < t->batch)
+		return mg_error("strategy '%s' reads %lld samples a step, "
+				"fewer than the batch of %lld",
+				sp->name, (long long)cap, (long long)t->batch);
 	int64_t eb = mg_opt_int(run, "eval_batch_size");
 	if (eb > cap)
 		cap = eb;
@@ -250,9 +268,9 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 			tot[i] += m[i];
 	}
 	t->stats.paused = false;
-	if (t->comm->all_reduce(t->comm, tot, MG_METRIC_N, MG_F64,
-				MG_REDUCE_SUM))
-		return -1;
+	if (t->comm->all_reduce_host(t->comm, tot, MG_METRIC_N, MG_F64,
+				     MG_REDUCE_SUM))
+		return mg_error_prefix("evaluation metrics");
 	*loss = tot[MG_METRIC_COUNT] > 0
 			? tot[MG_METRIC_LOSS_SUM] / tot[MG_METRIC_COUNT]
 			: NAN;
@@ -393,6 +411,12 @@ static int step_compute(struct mg_trainer *t, const struct mg_plan *p,
 	if (rc)
 		return mg_error_prefix("forward at step %lld",
 				       (long long)ctx->step);
+	/* The step's loss and accuracy over all ranks, reduced while
+	 * backward runs (the strategy's wait or ours below orders it). */
+	if (ctx->world > 1 &&
+	    t->comm->all_reduce(t->comm, t->metrics.ptr, MG_METRIC_N, MG_F32,
+				MG_REDUCE_SUM))
+		return mg_error_prefix("metrics all-reduce");
 	mg_timer_start(ctx, MG_T_BACKWARD);
 	rc = t->model->backward(t->inst[MG_SEC_MODEL], ctx);
 	mg_timer_stop(ctx, MG_T_BACKWARD);
@@ -401,6 +425,8 @@ static int step_compute(struct mg_trainer *t, const struct mg_plan *p,
 				       (long long)ctx->step);
 	mg_timer_start(ctx, MG_T_OPTIM);
 	rc = t->strat->step(strat, &t->hp, sr);
+	if (!rc && ctx->world > 1)
+		rc = t->comm->wait(t->comm);
 	mg_timer_stop(ctx, MG_T_OPTIM);
 	if (rc)
 		return mg_error_prefix("optimizer step %lld",
@@ -422,9 +448,12 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 		t->graph = NULL;
 		if (mg_cuda_graph_begin(dev))
 			return -1;
+		t->comm->capture(t->comm, MG_COMM_CAPTURE_BEGIN);
 		int rc = step_compute(t, p, sr);
 		void *g = NULL;
 		int rc2 = mg_cuda_graph_end(dev, &g);
+		t->comm->capture(t->comm, rc || rc2 ? MG_COMM_CAPTURE_ABORT
+						    : MG_COMM_CAPTURE_END);
 		if (rc || rc2) {
 			/* Something in the step cannot be captured: say
 			 * what, and go on without graphs. */
@@ -445,6 +474,7 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 	}
 	if (t->use_graph && same) {
 		mg_cuda_timers_arm(dev);
+		t->comm->capture(t->comm, MG_COMM_REPLAY);
 		return mg_cuda_graph_launch(dev, t->graph);
 	}
 #else
@@ -475,6 +505,28 @@ static int upload_step_values(struct mg_trainer *t, int64_t step,
 	       mg_copy_h2d(ctx, t->vals_dev.ptr, v, sizeof *v);
 }
 
+/* Fold the step's collectives into the stats: the exposed part is the
+ * comm phase (and came out of the optimizer phase, where the strategy
+ * waited for it); the rest ran under compute. */
+static int collect_comm(struct mg_trainer *t)
+{
+	struct mg_comm_stats cs = {0};
+	struct mg_stats *st = &t->stats;
+	if (t->comm->collect(t->comm, &cs))
+		return mg_error_prefix("communication statistics");
+	double optim = st->t_step[MG_T_OPTIM];
+	double exposed = cs.exposed_seconds < optim ? cs.exposed_seconds
+						    : optim;
+	st->t_step[MG_T_OPTIM] -= exposed;
+	st->t_total[MG_T_OPTIM] -= exposed;
+	st->t_step[MG_T_COMM] += cs.exposed_seconds;
+	st->t_total[MG_T_COMM] += cs.exposed_seconds;
+	st->comm_busy_total += cs.busy_seconds;
+	st->counters[MG_C_COMM_BYTES] += cs.bytes;
+	st->counters[MG_C_COMM_CALLS] += cs.calls;
+	return 0;
+}
+
 /* After the step: read its metrics and values, adjust the loss scale. */
 static int finish_step(struct mg_trainer *t, double *m, double *lr,
 		       double *grad_norm, int *skipped)
@@ -485,6 +537,8 @@ static int finish_step(struct mg_trainer *t, double *m, double *lr,
 	if (!rc)
 		rc = mg_copy_d2h(ctx, v, t->vals_dev.ptr, sizeof *v);
 	mg_stats_step_end(ctx);
+	if (!rc)
+		rc = collect_comm(t);
 	if (rc)
 		return rc;
 	*lr = v->lr;
@@ -523,6 +577,12 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
 		if (evaluate(t, &e.test_loss, &e.test_acc))
 			return -1;
 		e.has_test = 1;
+#ifdef MG_HAVE_CUDA
+		/* Evaluation may have grown the model's buffers: the graph
+		 * would replay stale addresses. Capture anew next step. */
+		mg_cuda_graph_free(t->graph);
+		t->graph = NULL;
+#endif
 	}
 	void *p = realloc(t->ep, (size_t)(t->nep + 1) * sizeof *t->ep);
 	if (!p)
@@ -653,6 +713,7 @@ static void teardown(struct mg_trainer *t)
 		t->comm->destroy(t->comm);
 	mg_report_close(t);
 	free(t->ep);
+	free(t->rank_rows);
 }
 
 int mg_train(struct mg_session *s, bool resume)
@@ -665,8 +726,6 @@ int mg_train(struct mg_session *s, bool resume)
 	if (!rc && resume)
 		rc = load_checkpoint(&t);
 	if (!rc) {
-		mg_log_configure(MG_LOG_INFO,
-				 t.ctx.world > 1 ? t.ctx.rank : -1);
 		mg_info("mgrun: %s: model %s (%lld parameters, %d units), "
 			"dataset %s, strategy %s, %s on %s, %lld steps of "
 			"%lld, run dir %s",
@@ -685,8 +744,13 @@ int mg_train(struct mg_session *s, bool resume)
 		rc = mg_report_write(&t, true);
 	if (!rc && t.ctx.rank == 0)
 		mg_report_summary(&t, stdout);
-	if (rc)
+	if (rc) {
 		mg_log(MG_LOG_ERROR, "%s", mg_last_error());
+		/* The other ranks would wait for this one in their next
+		 * collective: stop the whole job now. */
+		if (t.comm && t.ctx.world > 1)
+			t.comm->abort(t.comm, 1);
+	}
 	teardown(&t);
 	return rc ? 1 : 0;
 }

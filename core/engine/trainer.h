@@ -66,6 +66,7 @@ struct mg_trainer {
 	int nep;
 	double t_begin;
 	int64_t skipped_steps;
+	double *rank_rows; /* every rank's statistics (report.c) */
 };
 
 /* input.c */
@@ -100,9 +101,6 @@ void mg_report_summary(struct mg_trainer *t, FILE *f);
 void mg_progress_step(struct mg_trainer *t, int64_t step, double loss,
 		      double acc, double lr, double rate);
 void mg_progress_end(struct mg_trainer *t);
-
-/* comm_self.c */
-struct mg_comm *mg_comm_self(void);
 
 /* trainer.c */
 const char *mg_device_desc(const struct mg_trainer *t);

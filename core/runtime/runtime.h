@@ -23,6 +23,9 @@ struct mg_stats {
 	int64_t mem_cur[MG_MEM_CAT_COUNT], mem_peak[MG_MEM_CAT_COUNT];
 	int64_t mem_total_cur, mem_total_peak;
 	int64_t host_pinned_cur, host_pinned_peak;
+	/* Collectives in flight, overlapped or not (MG_T_COMM is the part
+	 * compute waited for). */
+	double comm_busy_total;
 	bool paused; /* timers off (evaluation) */
 };
 

@@ -19,6 +19,24 @@ extern "C" {
 
 enum mg_reduce_op { MG_REDUCE_SUM = 0, MG_REDUCE_MAX = 1 };
 
+/* What collectives cost this rank since the last collect(). */
+struct mg_comm_stats {
+	int64_t bytes;		/* payload bytes this rank put into collectives */
+	int64_t calls;		/* collectives issued */
+	double busy_seconds;	/* collectives in flight (device or host time) */
+	double exposed_seconds; /* of that, time compute waited for them */
+};
+
+/* Core-only: how a CUDA graph capture of the step relates to the
+ * collectives issued inside it (see capture()). */
+enum mg_comm_capture {
+	MG_COMM_CAPTURE_BEGIN = 0, /* capture of the step starts */
+	MG_COMM_CAPTURE_END,	   /* capture done: calls since BEGIN are
+				      what one replay issues */
+	MG_COMM_CAPTURE_ABORT,	   /* capture failed: forget it */
+	MG_COMM_REPLAY,		   /* one replay of the graph was launched */
+};
+
 struct mg_comm {
 	int rank, world;
 	const char *backend; /* "self", "mpi", "nccl" */
@@ -33,9 +51,25 @@ struct mg_comm {
 	int (*broadcast)(struct mg_comm *c, void *buf, int64_t count,
 			 enum mg_dtype dt, int root);
 	int (*barrier)(struct mg_comm *c);
-	/* Wait for all collectives issued so far. */
+	/* Order compute after all collectives issued so far (on a GPU the
+	 * compute stream waits for the communication stream; on the host
+	 * the call blocks). */
 	int (*wait)(struct mg_comm *c);
 	void (*destroy)(struct mg_comm *c);
+
+	/* Added in ABI 1.1. Blocking all-reduce of a small host buffer
+	 * (metrics, flags, per-rank tables), whatever the backend. */
+	int (*all_reduce_host)(struct mg_comm *c, void *buf, int64_t count,
+			       enum mg_dtype dt, enum mg_reduce_op op);
+	/* A communicator over the ranks that pass the same color, ordered
+	 * by key (FSDP hybrid shard groups); destroy() it when done. */
+	struct mg_comm *(*split)(struct mg_comm *c, int color, int key);
+	/* Core only: accounting since the last call (then reset), graph
+	 * capture bookkeeping, and stopping the whole job after an error
+	 * on this rank (never returns). */
+	int (*collect)(struct mg_comm *c, struct mg_comm_stats *st);
+	void (*capture)(struct mg_comm *c, enum mg_comm_capture what);
+	void (*abort)(struct mg_comm *c, int code);
 };
 
 #ifdef __cplusplus

@@ -84,6 +84,12 @@ struct mg_strategy_ops {
 		    struct mg_step_report *r);
 	int (*save)(void *self, struct mg_ckpt *ck);
 	int (*load)(void *self, struct mg_ckpt *ck);
+
+	/* Added in ABI 1.1 (the core reads it only from plugins built for
+	 * 1.1 or later); NULL means `batch`. The most samples plan() asks
+	 * this rank to read in one step at per-rank batch size batch, so the
+	 * core can size its input buffers (ddp_rr reads the global batch). */
+	int64_t (*max_read)(void *self, int64_t batch);
 };
 
 #ifdef __cplusplus

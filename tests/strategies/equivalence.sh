@@ -1,0 +1,105 @@
+#!/bin/sh
+# equivalence.sh SCENARIO MPIEXEC MGRUN CKPT_DIFF CONFDIR WORK
+# Strategy equivalence on CPU ranks under MPI (the oracle is the
+# single-rank run): each scenario trains a few steps two ways and compares
+# the checkpoints' parameters, and the reports' per-rank counters.
+set -eu
+scenario=$1 mpiexec=$2 mgrun=$3 ckdiff=$4 conf=$5 work=$6
+rm -rf "$work"
+mkdir -p "$work"
+# Open MPI in containers and CI: root allowed, more ranks than cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Open MPI's own allocations are not ours to leak-check.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
+
+# run NAME NRANKS INI [--set ...]: train, fail loudly with the log.
+run() {
+	name=$1 np=$2 ini=$3
+	shift 3
+	if [ "$np" -eq 1 ]; then
+		set -- "$mgrun" -c "$ini" "$@"
+	else
+		set -- "$mpiexec" -np "$np" "$mgrun" -c "$ini" "$@"
+	fi
+	if ! "$@" --set run.out_dir="$work" --set run.name="$name" \
+		>"$work/$name.log" 2>&1; then
+		cat "$work/$name.log"
+		echo "FAIL: $name did not finish"
+		exit 1
+	fi
+}
+
+same() { # same A B RTOL
+	"$ckdiff" "$work/$1/checkpoint.safetensors" \
+		"$work/$2/checkpoint.safetensors" "$3"
+}
+
+# Sum of one per-rank counter in a run's report.json.
+counter() {
+	grep "\"$2\":" "$work/$1/report.json" |
+		awk -F: '{ gsub(/[ ,]/, "", $2); s += $2 } END { print s }'
+}
+
+mlp=$conf/mlp.ini mbv2=$conf/mbv2.ini
+case $scenario in
+ds_vs_single)
+	# 4 ranks x 16 == 1 rank x 64, in fp64 and in fp32.
+	run single 1 "$mlp" --set run.batch_size=64
+	run ds4 4 "$mlp" --set strategy.name=ddp_ds
+	same single ds4 1e-10
+	run single32 1 "$mlp" --set run.batch_size=64 --set run.precision=fp32
+	run ds4_32 4 "$mlp" --set strategy.name=ddp_ds --set run.precision=fp32
+	same single32 ds4_32 1e-4
+	;;
+buckets)
+	# Many tiny buckets (each all-reduced as backward completes it) and
+	# AdamW: still the single-rank model.
+	set -- --set optimizer.name=adamw --set optimizer.lr=0.003
+	run single 1 "$mlp" --set run.batch_size=32 "$@"
+	run ds2 2 "$mlp" --set strategy.name=ddp_ds \
+		--set strategy.bucket_mb=0.002 "$@"
+	same single ds2 1e-10
+	grep -q '"calls":' "$work/ds2/report.json"
+	;;
+uneven)
+	# drop_last = false: the last global batch is padded to equal
+	# shares, as PyTorch's DistributedSampler pads.
+	set -- --set run.max_steps=0 --set dataset.limit_train=202 \
+		--set strategy.drop_last=false
+	run ds4 4 "$mlp" --set strategy.name=ddp_ds "$@"
+	# 202 = 3 x 64 + 10: 4 steps, the last 10 padded to 4 x 3 = 12.
+	test "$(counter ds4 samples_computed)" -eq 204
+	;;
+rr_vs_ds)
+	# Same shares, so the same model - batch norm and dropout included;
+	# ddp_rr reads and copies every sample on every rank.
+	run ds 4 "$mbv2" --set strategy.name=ddp_ds
+	run rr 4 "$mbv2" --set strategy.name=ddp_rr
+	same ds rr 1e-6
+	ds_read=$(counter ds samples_read) rr_read=$(counter rr samples_read)
+	test "$rr_read" -eq $((4 * ds_read))
+	test "$(counter rr samples_computed)" -eq "$(counter ds samples_computed)"
+	echo "samples read: ddp_ds $ds_read, ddp_rr $rr_read"
+	;;
+ddp_4x)
+	# Plain DDP: every rank trains on what one rank alone would, so 4
+	# ranks give the single-rank model at 4x the samples.
+	run single 1 "$mbv2"
+	run ddp4 4 "$mbv2" --set strategy.name=ddp
+	same single ddp4 1e-5
+	run mlp1 1 "$mlp"
+	run mlp4 4 "$mlp" --set strategy.name=ddp
+	same mlp1 mlp4 1e-10
+	one=$(counter single samples_computed)
+	four=$(counter ddp4 samples_computed)
+	test "$four" -eq $((4 * one))
+	echo "samples computed: single $one, ddp on 4 ranks $four"
+	;;
+*)
+	echo "unknown scenario $scenario"
+	exit 2
+	;;
+esac
+echo "PASS: $scenario"
