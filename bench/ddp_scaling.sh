@@ -27,16 +27,17 @@ median_step() {
 		awk '{ a[NR] = $1 } END { print (NR ? a[int((NR + 1) / 2)] : 0) }'
 }
 
-# rank-summed counter from report.json
+# rank-summed counter from report.json (format $3, default integer)
 counter() {
-	grep "\"$2\":" "$1" |
-		awk -F: '{ gsub(/[ ,]/, "", $2); s += $2 } END { printf "%.0f", s }'
+	grep "\"$2\":" "$1" | awk -F: -v fmt="${3:-%.0f}" \
+		'{ gsub(/[ \t,]/, "", $2); s += $2 } END { printf fmt, s }'
 }
 
 for size in $sizes; do
 	for g in $gpus; do
 		strategies="ddp ddp_rr ddp_ds"
-		[ "$g" -eq 1 ] && strategies=single
+		# One GPU: ddp_ds as a world of one (the three coincide).
+		[ "$g" -eq 1 ] && strategies=ddp_ds
 		for s in $strategies; do
 			name=scale_${s}_${g}_$size
 			timeout 400 "$mgrun" -c conf/fashion_mnist_ddp.ini \
@@ -61,9 +62,10 @@ for size in $sizes; do
 			per=64
 			[ "$s" = ddp_rr ] || [ "$s" = ddp_ds ] && per=$((64 * g))
 			h2d=$(counter "$dir/report.json" h2d_bytes)
-			busy=$(counter "$dir/report.json" busy_s)
-			echo "$size $g $s $t $per $h2d $busy" |
-				awk '{ printf "%s\t%s\t%s\t%.2f\t%.0f\t%s\t%s\n", $1, $2, $3, 1000 * $4, $5 / $4, $6, $7 }' |
+			busy=$(counter "$dir/report.json" busy_s %.3f)
+			exposed=$(counter "$dir/report.json" exposed_s %.3f)
+			echo "$size $g $s $t $per $h2d $busy $exposed" |
+				awk '{ printf "%s\t%s\t%s\t%.2f\t%.0f\t%s\t%s\t%s\n", $1, $2, $3, 1000 * $4, $5 / $4, $6, $7, $8 }' |
 				tee -a "$out/ddp_scaling.tsv"
 		done
 		# PyTorch DDP on the same GPUs, same call.
@@ -73,7 +75,7 @@ for size in $sizes; do
 			>"$out/torch_ddp_${g}_$size.log" 2>&1
 		r=$(grep -o '"img_s_total": [0-9.]*' "$out/torch_ddp_${g}_$size.log" |
 			awk '{ print $2 }')
-		echo "$size	$g	torch_ddp	-	${r:-FAILED}	-	-" |
+		echo "$size	$g	torch_ddp	-	${r:-FAILED}	-	-	-" |
 			tee -a "$out/ddp_scaling.tsv"
 	done
 done
@@ -81,21 +83,21 @@ done
 # Table: samples/s, efficiency against N x the 1-GPU mgrun figure, ratio
 # to PyTorch DDP on the same GPU count.
 awk -F'\t' '
-$3 == "single" { one[$1] = $5 }
+$2 == 1 && $3 == "ddp_ds" { one[$1] = $5 }
 $3 == "torch_ddp" { torch[$1 " " $2] = $5 }
 { row[NR] = $0 }
 END {
-	print "| px | GPUs | strategy | ms/step | samples/s | efficiency | vs PyTorch DDP | h2d bytes | comm busy s |"
-	print "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+	print "| px | GPUs | strategy | ms/step | samples/s | efficiency | vs PyTorch DDP | h2d bytes | comm busy s | comm exposed s |"
+	print "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 	for (i = 1; i <= NR; i++) {
 		split(row[i], f, "\t")
 		if (f[3] == "torch_ddp") {
-			printf "| %s | %s | PyTorch DDP | - | %s | %s | 1 | - | - |\n", f[1], f[2], f[5], (one[f[1]] && f[5] + 0 > 0) ? sprintf("%.0f%% of mgrun 1-GPU x N", 100 * f[5] / (f[2] * one[f[1]])) : "-"
+			printf "| %s | %s | PyTorch DDP | - | %s | %s | 1 | - | - | - |\n", f[1], f[2], f[5], (one[f[1]] && f[5] + 0 > 0) ? sprintf("%.0f%% of mgrun 1-GPU x N", 100 * f[5] / (f[2] * one[f[1]])) : "-"
 			continue
 		}
 		eff = one[f[1]] ? sprintf("%.1f%%", 100 * f[5] / (f[2] * one[f[1]])) : "-"
 		t = torch[f[1] " " f[2]]
 		vs = (t + 0 > 0) ? sprintf("%.2fx", f[5] / t) : "-"
-		printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], eff, vs, f[6], f[7]
+		printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], eff, vs, f[6], f[7], f[8]
 	}
 }' "$out/ddp_scaling.tsv" | tee "$table"

@@ -142,6 +142,7 @@ fi
 
 if [ "$what" = dist ]; then
 	run test_comm_nccl comm_nccl "$bin/test_comm_nccl"
+	run test_comm_nccl comm_nccl_rendezvous "$bin/test_comm_nccl" rendezvous
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run test_dist_equivalence \
 		equivalence tests/strategies/gpu_equivalence.sh "$mgrun" \
 		"$build/tests/strategies/ckpt_diff" tests/strategies "$fashion" \

@@ -2,10 +2,12 @@
  * comm_self.c - the communicator of a one-rank job: every collective is
  * the identity (or a copy), so strategies need no special case.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "engine/trainer.h"
+#include "dist/dist.h"
 
 static int self_all_reduce(struct mg_comm *c, void *buf, int64_t count,
 			   enum mg_dtype dt, enum mg_reduce_op op)
@@ -51,6 +53,41 @@ static void self_destroy(struct mg_comm *c)
 	free(c);
 }
 
+/* A split of one rank is that rank alone again. */
+static struct mg_comm *self_split(struct mg_comm *c, int color, int key)
+{
+	(void)c, (void)key;
+	if (color < 0) {
+		mg_error("self: split: color %d is negative", color);
+		return NULL;
+	}
+	struct mg_comm *s = mg_comm_self();
+	if (!s)
+		mg_error("self: split: out of memory");
+	return s;
+}
+
+/* Nothing crosses a process boundary, so there is nothing to account. */
+static int self_collect(struct mg_comm *c, struct mg_comm_stats *st)
+{
+	(void)c;
+	memset(st, 0, sizeof *st);
+	return 0;
+}
+
+static void self_capture(struct mg_comm *c, enum mg_comm_capture what)
+{
+	(void)c, (void)what;
+}
+
+/* No peers to stop: flush what was printed and leave. */
+static void self_abort(struct mg_comm *c, int code)
+{
+	(void)c;
+	fflush(NULL);
+	_exit(code);
+}
+
 struct mg_comm *mg_comm_self(void)
 {
 	struct mg_comm *c = calloc(1, sizeof *c);
@@ -66,5 +103,10 @@ struct mg_comm *mg_comm_self(void)
 	c->barrier = self_nop;
 	c->wait = self_nop;
 	c->destroy = self_destroy;
+	c->all_reduce_host = self_all_reduce;
+	c->split = self_split;
+	c->collect = self_collect;
+	c->capture = self_capture;
+	c->abort = self_abort;
 	return c;
 }

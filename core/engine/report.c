@@ -154,9 +154,9 @@ static int gather_rows(struct mg_trainer *t)
 	if (!rows)
 		return mg_error("out of memory");
 	fill_row(t, rows + (size_t)t->ctx.rank * ROW_N);
-	if (world > 1 && t->comm->all_reduce_host(t->comm, rows,
-						  (int64_t)world * ROW_N,
-						  MG_F64, MG_REDUCE_SUM)) {
+	if (world > 1 &&
+	    t->comm->all_reduce_host(t->comm, rows, (int64_t)world * ROW_N,
+				     MG_F64, MG_REDUCE_SUM)) {
 		free(rows);
 		return mg_error_prefix("gathering per-rank statistics");
 	}
@@ -289,8 +289,9 @@ static void rank_table(const struct mg_trainer *t, FILE *f)
 		human_bytes(c, sizeof c, row[ROW_COUNT + MG_C_COMM_BYTES]);
 		double busy = row[ROW_COMM_BUSY];
 		double exp = row[ROW_TIME + MG_T_COMM];
-		fprintf(f, "%-4d  %-7.0f  %-8.0f  %-10s  %-10s  %8.3fs  "
-			   "%6.3fs  %9.3fs\n",
+		fprintf(f,
+			"%-4d  %-7.0f  %-8.0f  %-10s  %-10s  %8.3fs  "
+			"%6.3fs  %9.3fs\n",
 			r, row[ROW_COUNT + MG_C_SAMPLES_READ],
 			row[ROW_COUNT + MG_C_SAMPLES_COMPUTED], h, c, busy, exp,
 			busy > exp ? busy - exp : 0);
@@ -317,8 +318,7 @@ void mg_report_summary(struct mg_trainer *t, FILE *f)
 		computed += t->rank_rows[(size_t)r * ROW_N + ROW_COUNT +
 					 MG_C_SAMPLES_COMPUTED];
 	double wall = mg_now() - t->t_begin;
-	fprintf(f,
-		"throughput      %.1f samples/s over %.1f s of training%s\n",
+	fprintf(f, "throughput      %.1f samples/s over %.1f s of training%s\n",
 		busy > 0 ? computed / busy : 0, busy,
 		t->ctx.world > 1 ? " (all ranks)" : "");
 	fprintf(f, "phase           seconds   share\n");

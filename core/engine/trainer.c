@@ -515,8 +515,8 @@ static int collect_comm(struct mg_trainer *t)
 	if (t->comm->collect(t->comm, &cs))
 		return mg_error_prefix("communication statistics");
 	double optim = st->t_step[MG_T_OPTIM];
-	double exposed = cs.exposed_seconds < optim ? cs.exposed_seconds
-						    : optim;
+	double exposed =
+		cs.exposed_seconds < optim ? cs.exposed_seconds : optim;
 	st->t_step[MG_T_OPTIM] -= exposed;
 	st->t_total[MG_T_OPTIM] -= exposed;
 	st->t_step[MG_T_COMM] += cs.exposed_seconds;

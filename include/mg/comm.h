@@ -21,9 +21,9 @@ enum mg_reduce_op { MG_REDUCE_SUM = 0, MG_REDUCE_MAX = 1 };
 
 /* What collectives cost this rank since the last collect(). */
 struct mg_comm_stats {
-	int64_t bytes;		/* payload bytes this rank put into collectives */
-	int64_t calls;		/* collectives issued */
-	double busy_seconds;	/* collectives in flight (device or host time) */
+	int64_t bytes;	     /* payload bytes this rank put into collectives */
+	int64_t calls;	     /* collectives issued */
+	double busy_seconds; /* collectives in flight (device or host time) */
 	double exposed_seconds; /* of that, time compute waited for them */
 };
 

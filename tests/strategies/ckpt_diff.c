@@ -55,8 +55,9 @@ int main(int argc, char **argv)
 		if (!eb || eb->ndim != ea->ndim ||
 		    memcmp(eb->shape, ea->shape,
 			   (size_t)ea->ndim * sizeof *ea->shape)) {
-			fprintf(stderr, "ckpt_diff: %s: missing or shaped "
-					"differently in %s\n",
+			fprintf(stderr,
+				"ckpt_diff: %s: missing or shaped "
+				"differently in %s\n",
 				ea->name, argv[2]);
 			bad = 1;
 			continue;

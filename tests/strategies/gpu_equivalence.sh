@@ -74,7 +74,7 @@ rc=$?
 t1=$(date +%s.%N)
 if [ $rc -ne 0 ] && grep -q "rank 1 .*signal 9" "$work/victim.log" &&
 	! pgrep -f "run.name=victim" >/dev/null; then
-	echo "PASS: killed rank 1 ended the job in $(echo "$t1 - $t0" | bc) s: $(grep 'rank 1 ' "$work/victim.log" | tail -1)"
+	echo "PASS: killed rank 1 ended the job in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s: $(grep 'rank 1 ' "$work/victim.log" | tail -1)"
 else
 	tail "$work/victim.log"
 	echo "FAIL: killed rank (exit $rc)"

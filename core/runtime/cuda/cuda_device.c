@@ -28,8 +28,13 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 				"usable here (%s)",
 				e != cudaSuccess ? cudaGetErrorString(e)
 						 : "no GPU found");
+	/* A launcher that gives each task its own GPU (SLURM's
+	 * --gpus-per-task=1) leaves one visible device: use it. */
+	if (count == 1 && ordinal > 0)
+		ordinal = 0;
 	if (ordinal >= count)
-		return mg_error("GPU %d requested, this machine has %d",
+		return mg_error("GPU %d requested (the rank's local index), "
+				"this machine has %d",
 				ordinal, count);
 	struct mg_cuda_device *cd = calloc(1, sizeof *cd);
 	if (!cd)

@@ -18,7 +18,7 @@
 #define MLP_MAX_LAYERS 16
 
 struct mlp {
-	int nlayers;		     /* linear layers, the last one is "out" */
+	int nlayers; /* linear layers, the last one is "out" */
 	int64_t dim[MLP_MAX_LAYERS + 1]; /* dim[0] inputs, dim[L] classes */
 	struct mg_ctx *ctx;
 	struct mg_buf arena; /* activations: y_l and a_l per layer, grads */
@@ -213,8 +213,8 @@ static int mlp_forward(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
 			return -1;
 		struct mg_tensor y =
 			rows(m, m->arena.ptr, off_y(m, l), b->n, m->dim[l + 1]);
-		int rc = mg_op_linear(ctx, &x, &v->params[0], &v->params[1],
-				      &y);
+		int rc =
+			mg_op_linear(ctx, &x, &v->params[0], &v->params[1], &y);
 		mg_release(ctx, l, ph);
 		if (rc)
 			return mg_error_prefix("mlp layer %d", l);
@@ -246,8 +246,8 @@ static int mlp_backward(void *self, struct mg_ctx *ctx)
 	const int64_t n = m->n;
 	int g = 0; /* gradient buffer holding d(loss)/d(y_l) */
 	struct mg_tensor dy = rows(m, m->arena.ptr, off_g(m, g), n, m->dim[L]);
-	struct mg_tensor logits = rows(m, m->arena.ptr, off_y(m, L - 1), n,
-				       m->dim[L]);
+	struct mg_tensor logits =
+		rows(m, m->arena.ptr, off_y(m, L - 1), n, m->dim[L]);
 	if (mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
 					&ctx->grad_scale, &dy))
 		return mg_error_prefix("mlp loss backward");

@@ -110,7 +110,8 @@ static int build_buckets(struct mg_ddp *d)
 				b->dtype = dt;
 				bytes = 0;
 			}
-			b->data = at; /* parameters descend: the lowest so far */
+			b->data =
+				at; /* parameters descend: the lowest so far */
 			b->n += p->numel;
 			b->nparams++;
 			bytes += pb;

@@ -36,7 +36,7 @@ struct mg_ddp {
 
 /* Option entries every DDP-family plugin offers (shuffle, drop_last,
  * bucket_mb), for its schema. */
-#define MG_DDP_OPTIONS                                                          \
+#define MG_DDP_OPTIONS                                                         \
 	MG_OPT_B("shuffle", "true", "shuffle the training set every epoch"),   \
 		MG_OPT_B("drop_last", "true",                                  \
 			 "skip the last incomplete global batch of an epoch "  \
@@ -75,6 +75,10 @@ int mg_ddp_step(void *self, const struct mg_optim_hparams *h,
 int mg_ddp_save(void *self, struct mg_ckpt *ck);
 int mg_ddp_load(void *self, struct mg_ckpt *ck);
 
-#define MG_DDP_COMMON_OPS                                                      	.setup = mg_ddp_setup, .begin_step = mg_ddp_begin_step,                	.acquire = mg_ddp_acquire, .release = mg_ddp_release,                  	.grads_ready = mg_ddp_grads_ready, .step = mg_ddp_step,                	.save = mg_ddp_save, .load = mg_ddp_load
+#define MG_DDP_COMMON_OPS                                                      \
+	.setup = mg_ddp_setup, .begin_step = mg_ddp_begin_step,                \
+	.acquire = mg_ddp_acquire, .release = mg_ddp_release,                  \
+	.grads_ready = mg_ddp_grads_ready, .step = mg_ddp_step,                \
+	.save = mg_ddp_save, .load = mg_ddp_load
 
 #endif

@@ -48,7 +48,8 @@ static const struct mg_plugin ddp_plugin = {
 	.kind = MG_PLUGIN_STRATEGY,
 	.name = "ddp",
 	.version = "1.0",
-	.description = "DDP without a distributed sampler: every rank processes the whole dataset (N GPUs, N times the work)",
+	.description = "DDP without a distributed sampler: every rank "
+		       "processes the whole dataset (N GPUs, N times the work)",
 	.options = ddp_options,
 	.create = mg_ddp_create,
 	.destroy = mg_ddp_destroy,

@@ -46,7 +46,9 @@ static const struct mg_plugin ds_plugin = {
 	.kind = MG_PLUGIN_STRATEGY,
 	.name = "ddp_ds",
 	.version = "1.0",
-	.description = "DDP with a distributed sampler: each rank reads, copies and computes only its share of every global batch",
+	.description =
+		"DDP with a distributed sampler: each rank reads, copies and "
+		"computes only its share of every global batch",
 	.options = ds_options,
 	.create = mg_ddp_create,
 	.destroy = mg_ddp_destroy,

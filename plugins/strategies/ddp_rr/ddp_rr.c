@@ -54,7 +54,8 @@ static const struct mg_plugin rr_plugin = {
 	.kind = MG_PLUGIN_STRATEGY,
 	.name = "ddp_rr",
 	.version = "1.0",
-	.description = "DDP, round robin: every rank receives the whole global batch and computes its share",
+	.description = "DDP, round robin: every rank receives the whole global "
+		       "batch and computes its share",
 	.options = rr_options,
 	.create = mg_ddp_create,
 	.destroy = mg_ddp_destroy,
