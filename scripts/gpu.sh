@@ -8,7 +8,7 @@
 #     bench              op micro-benchmarks
 #     train [epochs]     Fashion-MNIST per precision; fp32 must reach 92%
 #     compare [sizes] [precs]  mgrun against PyTorch (bench/mbv2_vs_torch.py)
-#     dist               2+ GPUs: NCCL communicator test, strategy
+#     dist [n]           n (default 2) GPUs: NCCL communicator test, strategy
 #                        equivalence with NCCL, launcher supervision
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
@@ -146,7 +146,7 @@ if [ "$what" = dist ]; then
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run test_dist_equivalence \
 		equivalence tests/strategies/gpu_equivalence.sh "$mgrun" \
 		"$build/tests/strategies/ckpt_diff" tests/strategies "$fashion" \
-		/tmp/mgdist
+		/tmp/mgdist ${1:-2}
 	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_equivalence.log"
 fi
 if [ "$what" = scaling ]; then

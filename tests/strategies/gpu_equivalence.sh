@@ -1,11 +1,11 @@
 #!/bin/sh
-# gpu_equivalence.sh MGRUN CKPT_DIFF CONFDIR FASHION_DIR WORK - the CPU
-# equivalence tests again on 2 GPUs with NCCL, started by mgrun's own
+# gpu_equivalence.sh MGRUN CKPT_DIFF CONFDIR FASHION_DIR WORK [N] - the CPU
+# equivalence tests again on N GPUs (default 2) with NCCL, started by mgrun's own
 # launcher (run.gpus), plus its supervision: a killed rank and a rank that
 # fails at start must end the job with a message naming them. Run by
 # scripts/gpu.sh on a machine with at least 2 GPUs.
 set -u
-mgrun=$1 ckdiff=$2 conf=$3 fashion=$4 work=$5
+mgrun=$1 ckdiff=$2 conf=$3 fashion=$4 work=$5 n=${6:-2}
 rm -rf "$work"
 mkdir -p "$work"
 export NCCL_NVLS_ENABLE=0
@@ -35,28 +35,33 @@ same() { # same A B RTOL WHAT
 }
 
 mlp=$conf/mlp.ini mbv2=$conf/mbv2.ini
-# 2 GPUs x 16 == 1 GPU x 32 (fp64 and fp32, CUDA graphs on).
-run single -c "$mlp" --set run.batch_size=32 &&
-	run ds2 -c "$mlp" --set strategy.name=ddp_ds --set run.gpus=2 &&
-	same single ds2 1e-10 "ddp_ds on 2 GPUs == 1 GPU, fp64"
-run single32 -c "$mlp" --set run.batch_size=32 --set run.precision=fp32 &&
-	run ds2_32 -c "$mlp" --set strategy.name=ddp_ds --set run.gpus=2 \
+# N GPUs x 16 == 1 GPU x 16N (fp64 and fp32, CUDA graphs on).
+run single -c "$mlp" --set run.batch_size=$((16 * n)) &&
+	run ds -c "$mlp" --set strategy.name=ddp_ds --set run.gpus=$n &&
+	same single ds 1e-10 "ddp_ds on $n GPUs == 1 GPU, fp64"
+run single32 -c "$mlp" --set run.batch_size=$((16 * n)) --set run.precision=fp32 &&
+	run ds32 -c "$mlp" --set strategy.name=ddp_ds --set run.gpus=$n \
 		--set run.precision=fp32 --set strategy.bucket_mb=0.002 &&
-	same single32 ds2_32 1e-4 "ddp_ds on 2 GPUs == 1 GPU, fp32, small buckets"
+	same single32 ds32 1e-4 "ddp_ds on $n GPUs == 1 GPU, fp32, small buckets"
 # ddp_rr == ddp_ds on MobileNetV2 (batch norm, dropout), fp32 and bf16.
 for p in fp32 bf16; do
-	run ds_$p -c "$mbv2" --set strategy.name=ddp_ds --set run.gpus=2 \
+	run ds_$p -c "$mbv2" --set strategy.name=ddp_ds --set run.gpus=$n \
 		--set run.precision=$p &&
 		run rr_$p -c "$mbv2" --set strategy.name=ddp_rr \
-			--set run.gpus=2 --set run.precision=$p &&
-		same ds_$p rr_$p 1e-3 "ddp_rr == ddp_ds on 2 GPUs, MobileNetV2 $p"
+			--set run.gpus=$n --set run.precision=$p &&
+		same ds_$p rr_$p 1e-3 "ddp_rr == ddp_ds on $n GPUs, MobileNetV2 $p"
 done
-# ddp on 2 GPUs == 1 GPU with the same batch.
-run one -c "$mlp" && run ddp2 -c "$mlp" --set strategy.name=ddp --set run.gpus=2 &&
-	same one ddp2 1e-10 "ddp on 2 GPUs == 1 GPU, fp64"
+# ddp on N GPUs == 1 GPU with the same batch.
+run one -c "$mlp" && run ddp -c "$mlp" --set strategy.name=ddp --set run.gpus=$n &&
+	same one ddp 1e-10 "ddp on $n GPUs == 1 GPU, fp64"
+# The example as a new user runs it: one epoch with evaluation.
+if run example -c "$conf/../../conf/fashion_mnist_ddp.ini" --set run.gpus=$n \
+	--set dataset.image_size=28 --set run.epochs=1; then
+	echo "PASS: conf/fashion_mnist_ddp.ini on $n GPUs: $(grep -E 'test accuracy' "$work/example.log")"
+fi
 
 # Supervision: kill rank 1 mid-run.
-"$mgrun" -c "$mlp" $gpu --set strategy.name=ddp_ds --set run.gpus=2 \
+"$mgrun" -c "$mlp" $gpu --set strategy.name=ddp_ds --set run.gpus=$n \
 	--set run.max_steps=0 --set run.epochs=200 --set run.out_dir="$work" \
 	--set run.name=victim >"$work/victim.log" 2>&1 &
 job=$!
