@@ -27,12 +27,10 @@ while [ "$(wc -l 2>/dev/null <"$work/victim/steps.csv" || echo 0)" -lt 3 ]; do
 	fi
 	sleep 0.1
 done
-# The ranks are mgrun processes whose parent is the MPI launcher; kill
-# the third one.
-victim=$(pgrep -P "$(pgrep -P $job -n || echo $job)" -f "run.name=victim" |
-	sort -n | sed -n 3p)
-[ -n "$victim" ] || victim=$(pgrep -f "run.name=victim" | grep -v "^$job\$" |
-	sort -n | sed -n 3p)
+# The ranks: processes with the run's name on their command line, other
+# than the MPI launcher itself; kill the third.
+victim=$(pgrep -f "run.name=victim" | grep -vx "$job" | sort -n | sed -n 3p)
+[ -n "$victim" ] || { echo "FAIL: no rank found"; kill -9 $job; exit 1; }
 t0=$(date +%s)
 kill -9 "$victim"
 rc=0
