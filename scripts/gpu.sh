@@ -12,6 +12,9 @@
 #                        equivalence with NCCL, launcher supervision
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
+#     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
+#                        PyTorch FSDP2 (bench/sharding.sh), and the host
+#                        optimizer micro-benchmark
 #
 # The GPU machine lacks inih, cJSON and OpenBLAS: their .debs (.deps/debs)
 # are unpacked with dpkg -x into /tmp/mgdeps. cuDNN, cuBLAS and the CUDA
@@ -148,6 +151,11 @@ if [ "$what" = dist ]; then
 		"$build/tests/strategies/ckpt_diff" tests/strategies "$fashion" \
 		/tmp/mgdist ${1:-2}
 	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_equivalence.log"
+fi
+if [ "$what" = sharding ]; then
+	[ -x "$build/bench/bench_host_optim" ] &&
+		run bench_host_optim host_optim "$build/bench/bench_host_optim"
+	bench/sharding.sh "$mgrun" "$fashion" "$out/sharding" ${1:-4}
 fi
 if [ "$what" = scaling ]; then
 	n=$(nvidia-smi -L | wc -l)

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dist/dist.h"
 
@@ -79,5 +80,53 @@ struct mg_comm *mg_comm_nccl_create(const struct mg_dist_env *e,
 /* A fresh ncclUniqueId as 256 hex digits (n >= 257), for MG_NCCL_ID. */
 int mg_nccl_unique_id_hex(char *out, size_t n);
 #endif
+
+/*
+ * Sub-communicators (split) report through the communicator they came
+ * from: the core only talks to the world communicator (graph capture
+ * bookkeeping, per-step accounting), so each backend keeps a family
+ * record and forwards capture() and collect() to the children.
+ */
+struct mg_comm_family {
+	struct mg_comm *parent; /* NULL for the world or an orphan */
+	struct mg_comm **kids;
+	int nkids, cap;
+};
+
+static inline int mg_comm_family_add(struct mg_comm_family *f,
+				     struct mg_comm *kid)
+{
+	if (f->nkids == f->cap) {
+		int cap = f->cap ? 2 * f->cap : 4;
+		struct mg_comm **k = (struct mg_comm **)realloc(
+			f->kids, (size_t)cap * sizeof *k);
+		if (!k)
+			return mg_error("split: out of memory");
+		f->kids = k;
+		f->cap = cap;
+	}
+	f->kids[f->nkids++] = kid;
+	return 0;
+}
+
+static inline void mg_comm_family_remove(struct mg_comm_family *f,
+					 struct mg_comm *kid)
+{
+	for (int i = 0; i < f->nkids; i++)
+		if (f->kids[i] == kid) {
+			f->kids[i] = f->kids[--f->nkids];
+			return;
+		}
+}
+
+/* Add a child's accounting to st. */
+static inline void mg_comm_stats_add(struct mg_comm_stats *st,
+				     const struct mg_comm_stats *k)
+{
+	st->bytes += k->bytes;
+	st->calls += k->calls;
+	st->busy_seconds += k->busy_seconds;
+	st->exposed_seconds += k->exposed_seconds;
+}
 
 #endif

@@ -36,6 +36,7 @@ struct mpi_comm {
 	int npost, post_cap;
 	int64_t bytes, calls;
 	double blocked; /* seconds the host waited since the last collect */
+	struct mg_comm_family fam; /* split() parent and children */
 };
 
 /* MPI is initialised by the first communicator (or id broadcast) and
@@ -352,6 +353,11 @@ static int mpi_collect(struct mg_comm *c, struct mg_comm_stats *st)
 	st->exposed_seconds = m->blocked;
 	m->bytes = m->calls = 0;
 	m->blocked = 0;
+	for (int i = 0; i < m->fam.nkids; i++) {
+		struct mg_comm_stats k;
+		mpi_collect(m->fam.kids[i], &k);
+		mg_comm_stats_add(st, &k);
+	}
 	return 0;
 }
 
@@ -374,6 +380,13 @@ static void mpi_abort(struct mg_comm *c, int code)
 static void mpi_destroy(struct mg_comm *c)
 {
 	struct mpi_comm *m = c->impl;
+	if (m->fam.parent) {
+		struct mpi_comm *p = m->fam.parent->impl;
+		mg_comm_family_remove(&p->fam, c);
+	}
+	for (int i = 0; i < m->fam.nkids; i++)
+		((struct mpi_comm *)m->fam.kids[i]->impl)->fam.parent = NULL;
+	free(m->fam.kids);
 	if (mpi_alive()) {
 		if (m->nreq)
 			MPI_Waitall(m->nreq, m->req, MPI_STATUSES_IGNORE);
@@ -450,7 +463,14 @@ static struct mg_comm *mpi_split(struct mg_comm *c, int color, int key)
 		return NULL;
 	}
 	mpi_refs++; /* the sub-communicator keeps MPI alive too */
-	return mpi_wrap(sub);
+	struct mg_comm *kid = mpi_wrap(sub);
+	if (kid && mg_comm_family_add(&m->fam, kid)) {
+		mpi_destroy(kid);
+		return NULL;
+	}
+	if (kid)
+		((struct mpi_comm *)kid->impl)->fam.parent = c;
+	return kid;
 }
 
 MG_EXPORT int mg_comm_mpi_create(const struct mg_dist_env *e,

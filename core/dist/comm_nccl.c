@@ -58,6 +58,7 @@ struct nccl_comm {
 	int replays;			  /* since the last collect */
 	void *scratch; /* device staging for all_reduce_host */
 	size_t scratch_bytes;
+	struct mg_comm_family fam; /* split() parent and children */
 };
 
 static int nccl_fail(struct nccl_comm *n, ncclResult_t r, const char *call)
@@ -462,6 +463,11 @@ static int nccl_collect(struct mg_comm *c, struct mg_comm_stats *st)
 	n->ops[NC_EAGER].n = n->waits[NC_EAGER].n = 0;
 	n->bytes = n->calls = 0;
 	n->replays = 0;
+	for (int i = 0; i < n->fam.nkids && !rc; i++) {
+		struct mg_comm_stats k;
+		rc = nccl_collect(n->fam.kids[i], &k);
+		mg_comm_stats_add(st, &k);
+	}
 	return rc ? mg_error_prefix("nccl: collect") : 0;
 }
 
@@ -515,6 +521,8 @@ static void nccl_capture(struct mg_comm *c, enum mg_comm_capture what)
 		}
 		break;
 	}
+	for (int i = 0; i < n->fam.nkids; i++)
+		nccl_capture(n->fam.kids[i], what);
 }
 
 static void nc_free(struct nccl_comm *n)
@@ -531,12 +539,19 @@ static void nc_free(struct nccl_comm *n)
 		cudaStreamDestroy(n->stream);
 	if (n->scratch)
 		cudaFree(n->scratch);
+	free(n->fam.kids);
 	free(n);
 }
 
 static void nccl_destroy(struct mg_comm *c)
 {
 	struct nccl_comm *n = c->impl;
+	if (n->fam.parent) {
+		struct nccl_comm *p = n->fam.parent->impl;
+		mg_comm_family_remove(&p->fam, c);
+	}
+	for (int i = 0; i < n->fam.nkids; i++)
+		((struct nccl_comm *)n->fam.kids[i]->impl)->fam.parent = NULL;
 	if (n->nc) {
 		cudaStreamSynchronize(n->stream);
 		ncclResult_t r = ncclCommFinalize(n->nc);
@@ -640,7 +655,14 @@ static struct mg_comm *nccl_split(struct mg_comm *c, int color, int key)
 		nccl_fail(n, r, "ncclCommSplit");
 		return NULL;
 	}
-	return nc_wrap(n->dev, sub);
+	struct mg_comm *kid = nc_wrap(n->dev, sub);
+	if (kid && mg_comm_family_add(&n->fam, kid)) {
+		nccl_destroy(kid);
+		return NULL;
+	}
+	if (kid)
+		((struct nccl_comm *)kid->impl)->fam.parent = c;
+	return kid;
 }
 
 static int hexval(char ch)

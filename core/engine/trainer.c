@@ -118,6 +118,7 @@ static int setup(struct mg_trainer *t)
 	ctx->rank = env.rank;
 	ctx->world = env.world;
 	ctx->local_rank = env.local_rank;
+	ctx->local_world = env.local_world;
 	/* Rank 0 tells the story; the others speak up on trouble only. */
 	mg_log_configure(env.rank == 0 ? MG_LOG_INFO : MG_LOG_WARN,
 			 env.world > 1 ? env.rank : -1);
@@ -449,11 +450,13 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 		if (mg_cuda_graph_begin(dev))
 			return -1;
 		t->comm->capture(t->comm, MG_COMM_CAPTURE_BEGIN);
+		mg_stats_capture(&t->stats, true, false);
 		int rc = step_compute(t, p, sr);
 		void *g = NULL;
 		int rc2 = mg_cuda_graph_end(dev, &g);
 		t->comm->capture(t->comm, rc || rc2 ? MG_COMM_CAPTURE_ABORT
 						    : MG_COMM_CAPTURE_END);
+		mg_stats_capture(&t->stats, false, !rc && !rc2);
 		if (rc || rc2) {
 			/* Something in the step cannot be captured: say
 			 * what, and go on without graphs. */
@@ -475,6 +478,7 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 	if (t->use_graph && same) {
 		mg_cuda_timers_arm(dev);
 		t->comm->capture(t->comm, MG_COMM_REPLAY);
+		mg_stats_replay(&t->stats);
 		return mg_cuda_graph_launch(dev, t->graph);
 	}
 #else

@@ -164,6 +164,38 @@ int mg_memset_dev(struct mg_ctx *ctx, void *dst, int value, size_t bytes)
 	return 0;
 }
 
+int mg_copy_async(struct mg_ctx *ctx, void *dst, const void *src, size_t bytes)
+{
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_copy_async(ctx->dev, dst, src, bytes);
+#endif
+	(void)ctx;
+	memcpy(dst, src, bytes);
+	return 0;
+}
+
+int mg_copy_join(struct mg_ctx *ctx)
+{
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_copy_join(ctx->dev);
+#endif
+	(void)ctx;
+	return 0;
+}
+
+int mg_host_call(struct mg_ctx *ctx, void (*fn)(void *arg), void *arg)
+{
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_host_call(ctx->dev, fn, arg);
+#endif
+	(void)ctx;
+	fn(arg);
+	return 0;
+}
+
 int mg_device_sync(struct mg_ctx *ctx)
 {
 #ifdef MG_HAVE_CUDA

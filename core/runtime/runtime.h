@@ -27,12 +27,21 @@ struct mg_stats {
 	 * compute waited for). */
 	double comm_busy_total;
 	bool paused; /* timers off (evaluation) */
+	/* While a step is captured as a CUDA graph, counts made inside it
+	 * (a strategy's offload copies) are kept here and added again by
+	 * every replay (mg_stats_replay), since replays run no host code. */
+	bool capturing;
+	int64_t graph_counters[MG_C_COUNT];
 };
 
 void mg_stats_step_begin(struct mg_stats *s);
 /* Fold the step's device-side timers into the totals (after the step's
  * work has been waited for). */
 void mg_stats_step_end(struct mg_ctx *ctx);
+/* Graph capture of the step begins / ends (ok: it will be replayed). */
+void mg_stats_capture(struct mg_stats *s, bool begin, bool ok);
+/* One replay of the captured step was launched. */
+void mg_stats_replay(struct mg_stats *s);
 void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
 		  int pinned_host);
 

@@ -78,8 +78,27 @@ void mg_stats_step_end(struct mg_ctx *ctx)
 
 void mg_count(struct mg_ctx *ctx, enum mg_counter c, int64_t v)
 {
-	if (ctx->stats)
+	if (!ctx->stats)
+		return;
+	if (ctx->stats->capturing)
+		ctx->stats->graph_counters[c] += v;
+	else
 		ctx->stats->counters[c] += v;
+}
+
+void mg_stats_capture(struct mg_stats *s, bool begin, bool ok)
+{
+	if (begin)
+		memset(s->graph_counters, 0, sizeof s->graph_counters);
+	else if (!ok)
+		memset(s->graph_counters, 0, sizeof s->graph_counters);
+	s->capturing = begin;
+}
+
+void mg_stats_replay(struct mg_stats *s)
+{
+	for (int c = 0; c < MG_C_COUNT; c++)
+		s->counters[c] += s->graph_counters[c];
 }
 
 void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,

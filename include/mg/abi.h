@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 1
+#define MG_ABI_MINOR 2
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

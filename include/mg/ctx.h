@@ -80,6 +80,9 @@ struct mg_ctx {
 	const struct mg_model_ops *model_ops;
 	struct mg_stats *stats;
 	void *core; /* core-private */
+
+	/* Added in ABI 1.2 (valid when struct_size covers it). */
+	int local_world; /* ranks on this node (FSDP hybrid groups) */
 };
 
 /* Borrow unit's full tensors for a phase; NULL on error (error set). */
@@ -114,6 +117,28 @@ MG_EXPORT double mg_now(void);
 
 /* Block until the device finished the work queued so far. */
 MG_EXPORT int mg_device_sync(struct mg_ctx *ctx);
+
+/*
+ * Added in ABI 1.2: work beside the compute stream, for strategies that
+ * move state between host and device while compute goes on (CPU offload).
+ * All of it is stream work, so a step that uses it can still be captured
+ * as a CUDA graph. On a CPU device each call does its work at once.
+ *
+ * mg_copy_async: copy bytes (either direction; host memory should be
+ * pinned) on the device's side copy stream, after the compute work queued
+ * so far. The source must stay and the destination must not be read until
+ * mg_copy_join() (device work) or a host call queued after it (host work).
+ */
+MG_EXPORT int mg_copy_async(struct mg_ctx *ctx, void *dst, const void *src,
+			    size_t bytes);
+/* The compute stream waits for every mg_copy_async() issued so far. */
+MG_EXPORT int mg_copy_join(struct mg_ctx *ctx);
+/* Run fn(arg) on a host thread once the compute stream reaches this point;
+ * later compute waits for it to return. fn must not call CUDA or
+ * collectives. A CUDA graph captures the call and makes it again on
+ * every replay. */
+MG_EXPORT int mg_host_call(struct mg_ctx *ctx, void (*fn)(void *arg),
+			   void *arg);
 
 #ifdef __cplusplus
 }

@@ -104,6 +104,74 @@ ddp_4x)
 	test "$four" -eq $((4 * one))
 	echo "samples computed: single $one, ddp on 4 ranks $four"
 	;;
+fsdp_modes)
+	# Every shard mode on 4 ranks (hybrid: 2 groups of 2) trains the
+	# single-rank model; mlp's 48-, 24- and 10-element biases make the
+	# shards uneven (padded).
+	run single 1 "$mlp" --set run.batch_size=64
+	for mode in full grad_op none; do
+		run "$mode" 4 "$mlp" --set strategy.name=fsdp \
+			--set strategy.shard="$mode"
+		same single "$mode" 1e-10
+	done
+	run hybrid 4 "$mlp" --set strategy.name=fsdp --set strategy.shard=hybrid \
+		--set strategy.shard_group_size=2
+	same single hybrid 1e-10
+	# Sharding shows in memory: full holds about 1/4 of the parameter,
+	# gradient and optimizer bytes per rank, none all of them.
+	for cat in params grads optimizer; do
+		one=$(counter single "$cat") full=$(counter full "$cat")
+		none=$(counter none "$cat")
+		echo "$cat bytes: single $one, full (sum of 4 ranks) $full," \
+			"none (sum) $none"
+		awk -v a="$one" -v b="$full" -v c="$none" 'BEGIN {
+			exit !(b >= a && b <= 1.1 * a && c >= 4 * a) }'
+	done
+	# AdamW in fp32, and MobileNetV2 (batch norm buffers) against ddp_ds.
+	set -- --set optimizer.name=adamw --set optimizer.lr=0.003 \
+		--set run.precision=fp32
+	run single_adamw 1 "$mlp" --set run.batch_size=64 "$@"
+	run full_adamw 4 "$mlp" --set strategy.name=fsdp "$@"
+	same single_adamw full_adamw 1e-4
+	run mbv2_ds 4 "$mbv2" --set strategy.name=ddp_ds
+	run mbv2_full 4 "$mbv2" --set strategy.name=fsdp
+	same mbv2_ds mbv2_full 1e-5
+	;;
+fsdp_resume)
+	# Save with 4 ranks, resume with 2 (same global batch): the model
+	# one rank trains in one go. Then a fsdp checkpoint resumed by
+	# ddp_ds on 1 rank.
+	run single 1 "$mlp" --set run.batch_size=64
+	run split 4 "$mlp" --set strategy.name=fsdp --set run.stop_after=6
+	run split 2 "$mlp" --set strategy.name=fsdp --set run.batch_size=32 \
+		--resume
+	grep -q "resumed from .* at step 6" "$work/split.log"
+	same single split 1e-10
+	run other 4 "$mlp" --set strategy.name=fsdp --set strategy.shard=grad_op \
+		--set run.stop_after=6
+	run other 1 "$mlp" --set strategy.name=ddp_ds --set run.batch_size=64 \
+		--resume
+	same single other 1e-10
+	;;
+offload)
+	# The host optimizer (ZeRO-Offload) on 1 and on 4 ranks (each rank
+	# updating its shard) trains the single-rank model, with SGD in fp64
+	# and AdamW in fp32; its checkpoint resumes in fsdp on 2 ranks.
+	run single 1 "$mlp" --set run.batch_size=64
+	run off1 1 "$mlp" --set strategy.name=offload --set run.batch_size=64
+	same single off1 1e-10
+	run off4 4 "$mlp" --set strategy.name=offload
+	same single off4 1e-10
+	set -- --set optimizer.name=adamw --set optimizer.lr=0.003 \
+		--set run.precision=fp32
+	run single_adamw 1 "$mlp" --set run.batch_size=64 "$@"
+	run off4_adamw 4 "$mlp" --set strategy.name=offload "$@"
+	same single_adamw off4_adamw 1e-4
+	run mixed 4 "$mlp" --set strategy.name=offload --set run.stop_after=6
+	run mixed 2 "$mlp" --set strategy.name=fsdp --set run.batch_size=32 \
+		--resume
+	same single mixed 1e-10
+	;;
 *)
 	echo "unknown scenario $scenario"
 	exit 2

@@ -48,6 +48,12 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 		cudaStreamCreateWithFlags(&cd->compute, cudaStreamNonBlocking));
 	MG_CUDA_CHECK(
 		cudaStreamCreateWithFlags(&cd->copy, cudaStreamNonBlocking));
+	MG_CUDA_CHECK(
+		cudaStreamCreateWithFlags(&cd->side, cudaStreamNonBlocking));
+	MG_CUDA_CHECK(cudaEventCreateWithFlags(&cd->side_fork,
+					       cudaEventDisableTiming));
+	MG_CUDA_CHECK(cudaEventCreateWithFlags(&cd->side_join,
+					       cudaEventDisableTiming));
 	dev->stream = cd->compute;
 	for (int i = 0; i < MG_T_COUNT; i++) {
 		MG_CUDA_CHECK(cudaEventCreate(&cd->timer_start[i]));
@@ -89,6 +95,9 @@ void mg_cuda_device_free(struct mg_device *dev)
 		cudaEventDestroy(cd->timer_start[i]);
 		cudaEventDestroy(cd->timer_stop[i]);
 	}
+	cudaEventDestroy(cd->side_fork);
+	cudaEventDestroy(cd->side_join);
+	cudaStreamDestroy(cd->side);
 	cudaStreamDestroy(cd->copy);
 	cudaStreamDestroy(cd->compute);
 	free(cd);
@@ -141,6 +150,39 @@ int mg_cuda_copy(struct mg_device *dev, void *dst, const void *src,
 				      (enum cudaMemcpyKind)kind, cd->compute));
 	if (sync)
 		MG_CUDA_CHECK(cudaStreamSynchronize(cd->compute));
+	return 0;
+}
+
+/* The side stream first waits for the compute stream's work so far (a
+ * plain record and wait: inside a capture this forks the capture onto the
+ * side stream, and mg_cuda_copy_join joins it back). */
+int mg_cuda_copy_async(struct mg_device *dev, void *dst, const void *src,
+		       size_t bytes)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaEventRecord(cd->side_fork, cd->compute));
+	MG_CUDA_CHECK(cudaStreamWaitEvent(cd->side, cd->side_fork, 0));
+	MG_CUDA_CHECK(
+		cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cd->side));
+	cd->side_dirty = true;
+	return 0;
+}
+
+int mg_cuda_copy_join(struct mg_device *dev)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	if (!cd->side_dirty)
+		return 0;
+	MG_CUDA_CHECK(cudaEventRecord(cd->side_join, cd->side));
+	MG_CUDA_CHECK(cudaStreamWaitEvent(cd->compute, cd->side_join, 0));
+	cd->side_dirty = false;
+	return 0;
+}
+
+int mg_cuda_host_call(struct mg_device *dev, void (*fn)(void *), void *arg)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaLaunchHostFunc(cd->compute, fn, arg));
 	return 0;
 }
 

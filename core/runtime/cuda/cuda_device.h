@@ -13,6 +13,9 @@
 struct mg_cuda_device {
 	cudaStream_t compute; /* == dev->stream */
 	cudaStream_t copy;    /* host-to-device input copies */
+	cudaStream_t side;    /* strategies' copies beside compute */
+	cudaEvent_t side_fork, side_join; /* ordering only */
+	bool side_dirty;		  /* side copies not joined yet */
 	cudaEvent_t timer_start[MG_T_COUNT], timer_stop[MG_T_COUNT];
 	int timer_pending[MG_T_COUNT];
 	int timer_in_graph[MG_T_COUNT]; /* recorded by the captured step */
@@ -33,6 +36,11 @@ int mg_cuda_host_alloc(void **p, size_t bytes);
 void mg_cuda_host_free(void *p);
 int mg_cuda_copy(struct mg_device *dev, void *dst, const void *src,
 		 size_t bytes, int kind, int sync);
+/* Strategies' asynchronous copies and host calls (see ctx.h). */
+int mg_cuda_copy_async(struct mg_device *dev, void *dst, const void *src,
+		       size_t bytes);
+int mg_cuda_copy_join(struct mg_device *dev);
+int mg_cuda_host_call(struct mg_device *dev, void (*fn)(void *), void *arg);
 int mg_cuda_memset(struct mg_device *dev, void *dst, int v, size_t bytes);
 int mg_cuda_sync(struct mg_device *dev);
 /* Bytes in use on the device as the driver sees it (cudaMemGetInfo). */

@@ -49,17 +49,9 @@ struct mg_ddp {
 int mg_ddp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self);
 void mg_ddp_destroy(void *self);
 
-/* Steps of an epoch of n samples when a step consumes `global` samples. */
+/* mg_sampler_steps / mg_sampler_blocks (sampler.h) over the plugin's
+ * sampler and drop_last. */
 int64_t mg_ddp_steps(const struct mg_ddp *d, int64_t n, int64_t global);
-/*
- * Step `step` of an epoch takes `global` = world x per_rank consecutive
- * samples of the epoch's order; rank r's share is the r-th block of
- * per_rank. Writes the blocks of ranks [first, first + count) to out and
- * returns the block size: per_rank, or less for the last batch of an
- * epoch without drop_last, which is padded to an equal block per rank by
- * wrapping around the order (PyTorch's DistributedSampler pads likewise).
- * -1 on error.
- */
 int64_t mg_ddp_blocks(struct mg_ddp *d, int64_t n, int64_t per_rank, int world,
 		      int64_t epoch, int64_t step, int first, int count,
 		      int64_t *out, int64_t cap);

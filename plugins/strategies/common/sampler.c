@@ -43,3 +43,32 @@ const int64_t *mg_sampler_order(struct mg_sampler *s, int64_t n, int64_t epoch)
 	s->epoch = epoch;
 	return p;
 }
+
+int64_t mg_sampler_steps(int64_t n, int64_t global, bool drop_last)
+{
+	return drop_last ? n / global : (n + global - 1) / global;
+}
+
+int64_t mg_sampler_blocks(struct mg_sampler *s, int64_t n, int64_t per_rank,
+			  int world, int64_t epoch, int64_t step, int first,
+			  int count, int64_t *out, int64_t cap)
+{
+	const int64_t *order = mg_sampler_order(s, n, epoch);
+	if (!order)
+		return -1;
+	const int64_t global = per_rank * world, begin = step * global;
+	const int64_t avail = n - begin;
+	if (step < 0 || avail <= 0)
+		return mg_error("step %lld of epoch %lld is outside the epoch",
+				(long long)step, (long long)epoch);
+	int64_t c = avail >= global ? per_rank : (avail + world - 1) / world;
+	if ((int64_t)count * c > cap)
+		return mg_error("plan needs %lld samples, the input holds "
+				"%lld",
+				(long long)count * c, (long long)cap);
+	for (int r = 0; r < count; r++)
+		for (int64_t k = 0; k < c; k++)
+			out[r * c + k] =
+				order[(begin + (first + r) * c + k) % n];
+	return c;
+}

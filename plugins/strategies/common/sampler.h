@@ -19,4 +19,19 @@ void mg_sampler_free(struct mg_sampler *s);
 /* The order of epoch's samples (n of them); NULL on allocation failure. */
 const int64_t *mg_sampler_order(struct mg_sampler *s, int64_t n, int64_t epoch);
 
+/* Steps of an epoch of n samples when a step consumes `global` samples. */
+int64_t mg_sampler_steps(int64_t n, int64_t global, bool drop_last);
+/*
+ * Step `step` of an epoch takes `global` = world x per_rank consecutive
+ * samples of the epoch's order; rank r's share is the r-th block of
+ * per_rank. Writes the blocks of ranks [first, first + count) to out and
+ * returns the block size: per_rank, or less for the last batch of an
+ * epoch without drop_last, which is padded to an equal block per rank by
+ * wrapping around the order (PyTorch's DistributedSampler pads likewise).
+ * -1 on error.
+ */
+int64_t mg_sampler_blocks(struct mg_sampler *s, int64_t n, int64_t per_rank,
+			  int world, int64_t epoch, int64_t step, int first,
+			  int count, int64_t *out, int64_t cap);
+
 #endif

@@ -1,0 +1,280 @@
+/*
+ * flat.c - packing a model's units into flat parameters and cutting them
+ * into per-rank shards (see flat.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flat.h"
+
+static int64_t round_up(int64_t x, int64_t m)
+{
+	return (x + m - 1) / m * m;
+}
+
+static size_t align_bytes(size_t x)
+{
+	return (x + 255) & ~(size_t)255;
+}
+
+/* Which flat of its unit parameter p joins: key (lent dtype, trained). */
+static enum mg_dtype lent_dtype(const struct mg_param_decl *p,
+				enum mg_dtype master, enum mg_dtype compute)
+{
+	return (p->flags & MG_P_FP32) ? master : compute;
+}
+
+static bool trained(const struct mg_param_decl *p)
+{
+	return (p->flags & MG_P_TRAIN) && !(p->flags & MG_P_BUFFER);
+}
+
+static bool decays(const struct mg_param_decl *p)
+{
+	return !(p->flags & MG_P_NO_DECAY);
+}
+
+/* Find or add the flat of unit u keyed (lent, train) among flats
+ * [first, L->nflats). */
+static struct mg_flat *flat_for(struct mg_flat_layout *L, int first, int u,
+				enum mg_dtype lent, bool train)
+{
+	for (int k = first; k < L->nflats; k++)
+		if (L->flats[k].lent == lent && L->flats[k].train == train)
+			return &L->flats[k];
+	struct mg_flat *f = &L->flats[L->nflats++];
+	memset(f, 0, sizeof *f);
+	f->unit = u;
+	f->lent = lent;
+	f->train = train;
+	f->lp = lent != L->master;
+	return f;
+}
+
+/* Place unit u's parameters: decaying trained ones first in each trained
+ * flat, then the rest, each at an aligned offset. */
+static void place_unit(struct mg_flat_layout *L, int u, enum mg_dtype compute,
+		       bool reduce_master)
+{
+	const struct mg_model_spec *s = L->spec;
+	const struct mg_unit_decl *ud = &s->units[u];
+	const int first = L->nflats;
+	L->unit_first[u] = first;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int k = 0; k < ud->nparams; k++) {
+			int i = ud->first_param + k;
+			const struct mg_param_decl *p = &s->params[i];
+			if (p->flags & MG_P_BUFFER) {
+				if (pass == 0) {
+					L->param_flat[i] = -1;
+					L->param_off[i] = L->n_buffers;
+					L->n_buffers += p->numel;
+				}
+				continue;
+			}
+			/* pass 0: trained with decay; pass 1: the rest */
+			bool first_pass = trained(p) && decays(p);
+			if (first_pass != (pass == 0))
+				continue;
+			struct mg_flat *f = flat_for(
+				L, first, u, lent_dtype(p, L->master, compute),
+				trained(p));
+			L->param_flat[i] = (int)(f - L->flats);
+			L->param_off[i] = f->n;
+			f->n += round_up(p->numel, MG_FLAT_ALIGN);
+			if (pass == 0)
+				f->n_decay = f->n;
+		}
+	}
+	size_t full = 0, grad = 0;
+	for (int k = first; k < L->nflats; k++) {
+		struct mg_flat *f = &L->flats[k];
+		f->grad = reduce_master ? L->master : f->lent;
+		f->shard = round_up(f->n, (int64_t)L->group * MG_FLAT_ALIGN) /
+			   L->group;
+		int64_t padded = f->shard * L->group;
+		if (padded > L->max_flat)
+			L->max_flat = padded;
+		f->full_byte = full;
+		full += align_bytes((size_t)padded * mg_dtype_size(f->lent));
+		if (!f->train)
+			continue;
+		f->gfull_byte = grad;
+		grad += align_bytes((size_t)padded * mg_dtype_size(f->lent));
+		if (f->grad != f->lent)
+			grad += align_bytes((size_t)padded *
+					    mg_dtype_size(f->grad));
+	}
+	L->unit_full_bytes[u] = full;
+	L->unit_grad_bytes[u] = grad;
+	if (full > L->max_full_bytes)
+		L->max_full_bytes = full;
+	if (grad > L->max_grad_bytes)
+		L->max_grad_bytes = grad;
+}
+
+/* Shard offsets in the rank's buffers; gradient shards reduced in the
+ * compute dtype first, then those in the master dtype. */
+static void place_shards(struct mg_flat_layout *L)
+{
+	size_t gbytes = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int k = 0; k < L->nflats; k++) {
+			struct mg_flat *f = &L->flats[k];
+			if (pass == 0) {
+				f->master_off = L->n_master;
+				L->n_master += f->shard;
+				if (f->lp) {
+					f->lp_off = L->n_lp;
+					L->n_lp += f->shard;
+				}
+				if (f->train) {
+					f->train_off = L->n_train;
+					L->n_train += f->shard;
+				}
+			}
+			if (!f->train || (pass == 0) != (f->grad != L->master))
+				continue;
+			f->gshard_byte = gbytes;
+			gbytes += (size_t)f->shard * mg_dtype_size(f->grad);
+			if (pass == 0)
+				L->gshard_lent_bytes = gbytes;
+		}
+	L->gshard_bytes = gbytes;
+}
+
+int mg_flat_build(struct mg_flat_layout *L, const struct mg_model_spec *spec,
+		  enum mg_dtype master, enum mg_dtype compute, int group,
+		  bool reduce_master)
+{
+	memset(L, 0, sizeof *L);
+	L->spec = spec;
+	L->master = master;
+	L->group = group;
+	for (int i = 0; i < spec->nparams; i++)
+		if (spec->params[i].dtype != MG_DTYPE_AUTO)
+			return mg_error("parameter '%s' has explicit dtype %s; "
+					"flat parameters hold only the run's "
+					"float types",
+					spec->params[i].name,
+					mg_dtype_name(spec->params[i].dtype));
+	size_t np = (size_t)spec->nparams + 1, nu = (size_t)spec->nunits + 1;
+	/* At most three flats per unit: (compute, trained), (master,
+	 * trained), frozen in either dtype: bound by 4. */
+	L->flats = calloc(4 * nu, sizeof *L->flats);
+	L->unit_first = calloc(nu, sizeof *L->unit_first);
+	L->param_flat = calloc(np, sizeof *L->param_flat);
+	L->param_off = calloc(np, sizeof *L->param_off);
+	L->unit_full_bytes = calloc(nu, sizeof *L->unit_full_bytes);
+	L->unit_grad_bytes = calloc(nu, sizeof *L->unit_grad_bytes);
+	if (!L->flats || !L->unit_first || !L->param_flat || !L->param_off ||
+	    !L->unit_full_bytes || !L->unit_grad_bytes)
+		return mg_error("out of memory for the flat parameter layout");
+	for (int u = 0; u < spec->nunits; u++)
+		place_unit(L, u, compute, reduce_master);
+	L->unit_first[spec->nunits] = L->nflats;
+	place_shards(L);
+	return 0;
+}
+
+void mg_flat_free(struct mg_flat_layout *L)
+{
+	free(L->flats);
+	free(L->unit_first);
+	free(L->param_flat);
+	free(L->param_off);
+	free(L->unit_full_bytes);
+	free(L->unit_grad_bytes);
+	memset(L, 0, sizeof *L);
+}
+
+bool mg_flat_shard_range(const struct mg_flat *f, int srank, int64_t lo,
+			 int64_t hi, int64_t *a, int64_t *b)
+{
+	int64_t s0 = (int64_t)srank * f->shard, s1 = s0 + f->shard;
+	if (hi > f->n)
+		hi = f->n;
+	int64_t x = lo > s0 ? lo : s0, y = hi < s1 ? hi : s1;
+	if (x >= y)
+		return false;
+	*a = x - s0;
+	*b = y - s0;
+	return true;
+}
+
+void mg_flat_param_name(char *out, size_t n, const char *kind,
+			const struct mg_model_spec *s, int i)
+{
+	int u = 0;
+	while (u + 1 < s->nunits && s->units[u + 1].first_param <= i)
+		u++;
+	snprintf(out, n, "%s/%s.%s", kind, s->units[u].name, s->params[i].name);
+}
+
+/* One named tensor at base + element offset off. */
+static int ckpt_one(const struct mg_flat_layout *L, int i, const char *kind,
+		    char *base, int64_t off, enum mg_device_kind dev,
+		    struct mg_ckpt *ck, bool save)
+{
+	const struct mg_param_decl *p = &L->spec->params[i];
+	char name[3 * MG_NAME_MAX + 64];
+	struct mg_tensor t =
+		mg_tensor_make(base + (size_t)off * mg_dtype_size(L->master),
+			       L->master, dev, p->ndim, p->shape);
+	mg_flat_param_name(name, sizeof name, kind, L->spec, i);
+	return save ? mg_ckpt_put(ck, name, &t) : mg_ckpt_get(ck, name, &t);
+}
+
+int mg_flat_ckpt_flat(const struct mg_flat_layout *L, int k, const char *kind,
+		      void *base, enum mg_device_kind dev, struct mg_ckpt *ck,
+		      bool save)
+{
+	const struct mg_unit_decl *ud = &L->spec->units[L->flats[k].unit];
+	for (int j = 0; j < ud->nparams; j++) {
+		int i = ud->first_param + j;
+		if (L->param_flat[i] == k &&
+		    ckpt_one(L, i, kind, base, L->param_off[i], dev, ck, save))
+			return -1;
+	}
+	return 0;
+}
+
+int mg_flat_ckpt_buffers(const struct mg_flat_layout *L, void *bufs,
+			 enum mg_device_kind dev, struct mg_ckpt *ck, bool save)
+{
+	for (int i = 0; i < L->spec->nparams; i++)
+		if (L->param_flat[i] < 0 &&
+		    ckpt_one(L, i, "param", bufs, L->param_off[i], dev, ck,
+			     save))
+			return -1;
+	return 0;
+}
+
+int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
+		      void **out, void *bufs_host)
+{
+	const struct mg_model_spec *s = L->spec;
+	const struct mg_unit_decl *ud = &s->units[u];
+	const size_t es = mg_dtype_size(L->master);
+	int n = ud->nparams;
+	struct mg_tensor host[n > 0 ? n : 1];
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		memset(out[k - L->unit_first[u]], 0,
+		       (size_t)(f->shard * L->group) * es);
+	}
+	/* Each parameter is made straight into its place in the flat. */
+	for (int k = 0; k < n; k++) {
+		int i = ud->first_param + k;
+		const struct mg_param_decl *p = &s->params[i];
+		char *base = L->param_flat[i] < 0
+				     ? (char *)bufs_host
+				     : (char *)out[L->param_flat[i] -
+						   L->unit_first[u]];
+		host[k] = mg_tensor_make(base + (size_t)L->param_off[i] * es,
+					 L->master, MG_DEV_CPU, p->ndim,
+					 p->shape);
+	}
+	return mg_init_unit(ctx, s, u, host);
+}

@@ -1,0 +1,103 @@
+/*
+ * flat.h - flat parameters: how a sharding strategy packs a model's units
+ * into contiguous tensors it can all-gather and reduce-scatter in one
+ * collective each, and where each rank's shard of them lives.
+ *
+ * One flat parameter per (unit, lent dtype, trained or frozen): a unit
+ * whose tensors the model borrows in two dtypes (mixed precision keeps
+ * norm weights in fp32, MG_P_FP32) has two flats, frozen tensors get
+ * their own flat so they never carry gradients. Inside a trained flat the
+ * parameters that take weight decay come first, so a shard's optimizer
+ * update is at most two slices. Every parameter starts at a multiple of
+ * MG_FLAT_ALIGN elements (kernels get aligned pointers); the gaps hold
+ * zeros and zero gradients, which the optimizer leaves at zero. A flat is
+ * padded to a multiple of group x MG_FLAT_ALIGN elements and cut into
+ * `group` equal shards (PyTorch FSDP pads the same way).
+ *
+ * Buffers (MG_P_BUFFER: batch-norm statistics) are never sharded; they get
+ * offsets in a separate replicated buffer.
+ */
+#ifndef MG_FLAT_H
+#define MG_FLAT_H
+
+#include "mg/mg.h"
+
+#define MG_FLAT_ALIGN 32 /* elements */
+
+struct mg_flat {
+	int unit;
+	enum mg_dtype lent; /* dtype the model borrows */
+	enum mg_dtype grad; /* trained: dtype gradients are reduced in */
+	bool train;
+	bool lp;	   /* lent != master: a low-precision shard copy */
+	int64_t n;	   /* elements, gaps included */
+	int64_t n_decay;   /* trained: [0, n_decay) takes weight decay */
+	int64_t shard;	   /* elements per shard (group x shard >= n) */
+	size_t full_byte;  /* padded full tensor in the unit's gather buffer */
+	size_t gfull_byte; /* trained: full gradient in the unit's grad buffer */
+	int64_t master_off; /* shard in the master buffer (master dtype) */
+	int64_t lp_off;	    /* lp: shard in the lp buffer (lent dtype) */
+	int64_t train_off;  /* trained: shard in the optimizer state buffers */
+	size_t gshard_byte; /* trained: shard in the gradient shard buffer */
+};
+
+struct mg_flat_layout {
+	const struct mg_model_spec *spec;
+	enum mg_dtype master;
+	int group; /* ranks a flat is sharded over */
+	int nflats;
+	struct mg_flat *flats;
+	int *unit_first; /* flats of unit u: [unit_first[u], unit_first[u+1]) */
+	int *param_flat; /* per parameter: its flat, -1 for buffers */
+	int64_t *param_off; /* per parameter: element offset in its flat, or
+				 in the buffer store */
+	int64_t n_master, n_lp, n_train, n_buffers; /* shard buffer elements */
+	size_t gshard_bytes;	  /* gradient shard buffer bytes */
+	size_t gshard_lent_bytes; /* of which the first part holds
+				     gradients reduced in the compute
+				     dtype (the rest: master dtype) */
+	size_t *unit_full_bytes, *unit_grad_bytes; /* per unit */
+	size_t max_full_bytes, max_grad_bytes;
+	int64_t max_flat; /* largest padded flat (elements) */
+};
+
+/*
+ * Lay spec out for shards over `group` ranks. compute: the dtype lent for
+ * ordinary parameters; master: storage dtype. reduce_master: reduce
+ * gradients in the master dtype (else in the lent dtype). Explicit
+ * (packed) parameter dtypes are refused.
+ */
+int mg_flat_build(struct mg_flat_layout *L, const struct mg_model_spec *spec,
+		  enum mg_dtype master, enum mg_dtype compute, int group,
+		  bool reduce_master);
+void mg_flat_free(struct mg_flat_layout *L);
+
+/* The part of flat f's shard `srank` inside [lo, hi) (flat coordinates),
+ * as [*a, *b) relative to the shard's start; false if empty. */
+bool mg_flat_shard_range(const struct mg_flat *f, int srank, int64_t lo,
+			 int64_t hi, int64_t *a, int64_t *b);
+
+/* Checkpoint name of parameter i ("param/<unit>.<name>") or of its
+ * optimizer slot ("optim/<slot>/<unit>.<name>": kind "optim/exp_avg"). */
+void mg_flat_param_name(char *out, size_t n, const char *kind,
+			const struct mg_model_spec *s, int i);
+
+/* Save (put) or load (get) the parameters of flat k as named tensors
+ * over `base`, a full flat in the master dtype on device dev; kind is
+ * "param" or "optim/<slot>". */
+int mg_flat_ckpt_flat(const struct mg_flat_layout *L, int k, const char *kind,
+		      void *base, enum mg_device_kind dev, struct mg_ckpt *ck,
+		      bool save);
+/* The same for the buffers, stored at `bufs` (master dtype on dev). */
+int mg_flat_ckpt_buffers(const struct mg_flat_layout *L, void *bufs,
+			 enum mg_device_kind dev, struct mg_ckpt *ck,
+			 bool save);
+
+/* Initial values of unit u as the model makes them, packed into full
+ * padded flats in host memory (master dtype): out[k] for the unit's k-th
+ * flat holds flat->shard * group elements, gaps zero. Buffers go to
+ * bufs_host at their offsets (may be NULL when the unit has none). */
+int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
+		      void **out, void *bufs_host);
+
+#endif

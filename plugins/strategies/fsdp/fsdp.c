@@ -1,0 +1,360 @@
+/*
+ * fsdp.c - the fsdp strategy plugin: options, shard groups, storage of
+ * this rank's shards, the sampler (each rank reads its block of the
+ * global batch, as ddp_ds) and the optimizer step on the local shard.
+ * See fsdp.h for the shard modes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp.h"
+
+static const struct mg_option fsdp_options[] = {
+	MG_OPT_E("shard", "full", "full|grad_op|none|hybrid",
+		 "what is sharded: full (FULL_SHARD), grad_op "
+		 "(SHARD_GRAD_OP: parameters kept gathered from forward to "
+		 "backward), none (NO_SHARD: DDP by units), hybrid "
+		 "(HYBRID_SHARD: full inside groups, replicated across)"),
+	MG_OPT_I("shard_group_size", "0", 0, 1 << 20,
+		 "hybrid: ranks per shard group (0: the ranks of one node); "
+		 "must divide the number of ranks"),
+	MG_OPT_E("reduce_dtype", "param", "param|fp32",
+		 "dtype gradients are reduced in: the compute dtype they were "
+		 "made in (param), or fp32 (PyTorch MixedPrecision's "
+		 "reduce_dtype)"),
+	MG_OPT_B("prefetch", "true",
+		 "start the next unit's all-gather while this unit computes "
+		 "(forward and backward prefetch)"),
+	MG_OPT_B("shuffle", "true", "shuffle the training set every epoch"),
+	MG_OPT_B("drop_last", "true",
+		 "skip the last incomplete global batch of an epoch (false: "
+		 "pad it by repeating samples)"),
+	MG_OPT_END,
+};
+
+static int fsdp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
+{
+	struct fsdp *d = calloc(1, sizeof *d);
+	if (!d)
+		return mg_error("out of memory");
+	d->ctx = ctx;
+	d->mode = (enum fsdp_mode)mg_opt_enum(o, "shard");
+	d->reduce_fp32 = mg_opt_enum(o, "reduce_dtype") == 1;
+	d->prefetch = mg_opt_bool(o, "prefetch");
+	d->drop_last = mg_opt_bool(o, "drop_last");
+	d->group_opt = (int)mg_opt_int(o, "shard_group_size");
+	mg_sampler_init(&d->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
+	*self = d;
+	if (mg_opt_given(o, "shard_group_size") && d->mode != FSDP_HYBRID)
+		return mg_error("shard_group_size applies to shard = hybrid "
+				"only");
+	return 0;
+}
+
+static void fsdp_destroy(void *self)
+{
+	struct fsdp *d = self;
+	fsdp_exec_free(d);
+	struct mg_buf *bufs[] = {&d->master_buf, &d->lp_buf,   &d->gshard,
+				 &d->buffers,	 &d->state[0], &d->state[1]};
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		mg_buf_free(d->ctx, bufs[i]);
+	if (d->own_sc)
+		d->sc->destroy(d->sc);
+	if (d->own_rc)
+		d->rc->destroy(d->rc);
+	mg_flat_free(&d->L);
+	mg_sampler_free(&d->sampler);
+	free(d);
+}
+
+/* G, this rank's place in its groups, and the communicators. */
+static int make_groups(struct fsdp *d)
+{
+	struct mg_ctx *ctx = d->ctx;
+	const int world = ctx->world, rank = ctx->rank;
+	struct mg_comm *c = ctx->comm;
+	int g = world;
+	if (d->mode == FSDP_NONE)
+		g = 1;
+	else if (d->mode == FSDP_HYBRID) {
+		int node =
+			ctx->struct_size >= sizeof *ctx && ctx->local_world > 0
+				? ctx->local_world
+				: world;
+		g = d->group_opt > 0 ? d->group_opt : node;
+		if (g > world || world % g)
+			return mg_error("fsdp: shard_group_size %d does not "
+					"divide the %d ranks into groups",
+					g, world);
+	}
+	d->group = g;
+	d->replicas = world / g;
+	d->srank = rank % g;
+	if (g == world) {
+		d->sc = g > 1 ? c : NULL;
+	} else if (g > 1) {
+		/* Shard groups are consecutive ranks (a node's GPUs). */
+		d->sc = c->split(c, rank / g, rank % g);
+		d->own_sc = d->sc != NULL;
+		if (!d->sc)
+			return mg_error_prefix("fsdp: shard group");
+	}
+	if (d->replicas == world) {
+		d->rc = world > 1 ? c : NULL;
+	} else if (d->replicas > 1) {
+		d->rc = c->split(c, rank % g, rank / g);
+		d->own_rc = d->rc != NULL;
+		if (!d->rc)
+			return mg_error_prefix("fsdp: replica group");
+	}
+	static const char *names[] = {"full", "grad_op", "none", "hybrid"};
+	mg_info("fsdp: shard = %s, %d shard group(s) of %d rank(s)%s",
+		names[d->mode], d->replicas, g,
+		d->replicas > 1 && g > 1 ? ", gradient shards all-reduced "
+					   "across groups"
+					 : "");
+	return 0;
+}
+
+static int alloc_storage(struct fsdp *d)
+{
+	struct mg_ctx *ctx = d->ctx;
+	const struct mg_flat_layout *L = &d->L;
+	size_t ms = mg_dtype_size(d->master), cs = mg_dtype_size(d->compute);
+	d->nslots_state = ctx->optim ? mg_optim_state_slots(ctx->optim) : 0;
+	if (mg_buf_alloc(ctx, &d->master_buf, (size_t)L->n_master * ms + 1,
+			 MG_MEM_PARAMS) ||
+	    mg_buf_alloc(ctx, &d->lp_buf, (size_t)L->n_lp * cs + 1,
+			 MG_MEM_PARAMS) ||
+	    mg_buf_alloc(ctx, &d->gshard, L->gshard_bytes + 1, MG_MEM_GRADS) ||
+	    mg_buf_alloc(ctx, &d->buffers, (size_t)L->n_buffers * ms + 1,
+			 MG_MEM_PARAMS) ||
+	    mg_memset_dev(ctx, d->gshard.ptr, 0, d->gshard.bytes))
+		return -1;
+	for (int k = 0; k < d->nslots_state; k++)
+		if (mg_buf_alloc(ctx, &d->state[k], (size_t)L->n_train * ms + 1,
+				 MG_MEM_OPTIM) ||
+		    mg_memset_dev(ctx, d->state[k].ptr, 0, d->state[k].bytes))
+			return -1;
+	return 0;
+}
+
+int fsdp_refresh_lp(struct fsdp *d)
+{
+	const struct mg_flat_layout *L = &d->L;
+	for (int k = 0; k < L->nflats; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (f->lp &&
+		    mg_op_convert(
+			    d->ctx, fsdp_at(&d->lp_buf, f->lp_off, d->compute),
+			    d->compute,
+			    fsdp_at(&d->master_buf, f->master_off, d->master),
+			    d->master, f->shard))
+			return -1;
+	}
+	return 0;
+}
+
+/* Every rank makes every unit's initial values (the model's init is a
+ * function of the seed and the unit) and keeps its shard. */
+static int init_values(struct fsdp *d)
+{
+	const struct mg_flat_layout *L = &d->L;
+	const size_t ms = mg_dtype_size(d->master);
+	void *bufs = calloc((size_t)L->n_buffers + 1, ms);
+	if (!bufs)
+		return mg_error("out of memory");
+	int rc = 0;
+	for (int u = 0; u < d->spec->nunits && !rc; u++) {
+		int nf = L->unit_first[u + 1] - L->unit_first[u];
+		void *full[nf > 0 ? nf : 1];
+		for (int k = 0; k < nf; k++) {
+			const struct mg_flat *f =
+				&L->flats[L->unit_first[u] + k];
+			full[k] = malloc((size_t)(f->shard * L->group) * ms);
+			if (!full[k])
+				rc = mg_error("out of memory");
+		}
+		if (!rc)
+			rc = mg_flat_init_unit(&d->L, d->ctx, u, full, bufs);
+		for (int k = 0; k < nf; k++) {
+			const struct mg_flat *f =
+				&L->flats[L->unit_first[u] + k];
+			if (!rc)
+				rc = mg_copy_h2d(
+					d->ctx,
+					fsdp_at(&d->master_buf, f->master_off,
+						d->master),
+					(char *)full[k] +
+						(size_t)(d->srank * f->shard) *
+							ms,
+					(size_t)f->shard * ms);
+			free(full[k]);
+		}
+	}
+	if (!rc && L->n_buffers)
+		rc = mg_copy_h2d(d->ctx, d->buffers.ptr, bufs,
+				 (size_t)L->n_buffers * ms);
+	free(bufs);
+	return rc ? rc : fsdp_refresh_lp(d);
+}
+
+static int fsdp_setup(void *self, const struct mg_model_spec *spec)
+{
+	struct fsdp *d = self;
+	struct mg_ctx *ctx = d->ctx;
+	d->spec = spec;
+	d->master = ctx->master_dtype;
+	d->compute = ctx->compute_dtype;
+	d->dedicated = d->mode == FSDP_GRAD_OP;
+	if (make_groups(d) ||
+	    mg_flat_build(&d->L, spec, d->master, d->compute, d->group,
+			  d->reduce_fp32) ||
+	    alloc_storage(d))
+		return mg_error_prefix("fsdp");
+	d->direct_grads = d->group == 1;
+	for (int k = 0; k < d->L.nflats; k++)
+		if (d->L.flats[k].train &&
+		    d->L.flats[k].grad != d->L.flats[k].lent)
+			d->direct_grads = false;
+	if (fsdp_exec_init(d) || init_values(d))
+		return mg_error_prefix("fsdp");
+	return 0;
+}
+
+static int64_t fsdp_steps(void *self, int64_t n, int64_t batch)
+{
+	struct fsdp *d = self;
+	return mg_sampler_steps(n, batch * d->ctx->world, d->drop_last);
+}
+
+/* Each rank reads and computes its block of the global batch. */
+static int fsdp_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
+		     int64_t step, struct mg_plan *p)
+{
+	struct fsdp *d = self;
+	const int world = d->ctx->world, rank = d->ctx->rank;
+	int64_t c = mg_sampler_blocks(&d->sampler, n, batch, world, epoch, step,
+				      rank, 1, p->read_idx, p->read_cap);
+	if (c < 0)
+		return mg_error_prefix("fsdp");
+	p->n_read = c;
+	p->compute_begin = 0;
+	p->compute_count = c;
+	p->global_count = world * c;
+	p->global_offset = rank * c;
+	return 0;
+}
+
+static int fsdp_begin_step(void *self)
+{
+	struct fsdp *d = self;
+	fsdp_exec_begin_step(d);
+	if (d->direct_grads)
+		return mg_memset_dev(d->ctx, d->gshard.ptr, 0, d->gshard.bytes);
+	return 0;
+}
+
+/* AdamW / SGD on this rank's shard of one flat: at most two slices
+ * (weight decay, then none). */
+static int update_flat(struct fsdp *d, const struct mg_optim_hparams *h,
+		       const struct mg_flat *f)
+{
+	for (int part = 0; part < 2; part++) {
+		int64_t a, b;
+		int64_t lo = part ? f->n_decay : 0,
+			hi = part ? f->n : f->n_decay;
+		if (!mg_flat_shard_range(f, d->srank, lo, hi, &a, &b))
+			continue;
+		struct mg_optim_slice s = {
+			.dtype = d->master,
+			.param = fsdp_at(&d->master_buf, f->master_off + a,
+					 d->master),
+			.grad = (char *)d->gshard.ptr + f->gshard_byte +
+				(size_t)a * mg_dtype_size(f->grad),
+			.grad_dtype = f->grad,
+			.param_lp = f->lp ? fsdp_at(&d->lp_buf, f->lp_off + a,
+						    d->compute)
+					  : NULL,
+			.lp_dtype = d->compute,
+			.n = b - a,
+			.decay = h->decay_all || part == 0,
+		};
+		for (int k = 0; k < d->nslots_state; k++)
+			s.state[k] = fsdp_at(&d->state[k], f->train_off + a,
+					     d->master);
+		if (mg_optim_update(d->ctx, h, d->ctx->optim_vals, &s))
+			return -1;
+	}
+	return 0;
+}
+
+static int fsdp_step(void *self, const struct mg_optim_hparams *h,
+		     struct mg_step_report *r)
+{
+	struct fsdp *d = self;
+	struct mg_ctx *ctx = d->ctx;
+	const struct mg_flat_layout *L = &d->L;
+	struct mg_optim_vals *v = ctx->optim_vals;
+	r->comm_seconds = 0;
+	if (fsdp_exec_finish(d))
+		return -1;
+	/* The global gradient norm: this rank's shards, summed over the
+	 * shard group (replica groups hold the same shards). */
+	size_t lpb = L->gshard_lent_bytes, mb = L->gshard_bytes - lpb;
+	if ((lpb &&
+	     mg_optim_sumsq(ctx, v, d->compute, d->gshard.ptr,
+			    (int64_t)(lpb / mg_dtype_size(d->compute)))) ||
+	    (mb &&
+	     mg_optim_sumsq(ctx, v, d->master, (char *)d->gshard.ptr + lpb,
+			    (int64_t)(mb / mg_dtype_size(d->master)))))
+		return -1;
+	if (d->sc &&
+	    (d->sc->all_reduce(d->sc, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
+	     d->sc->wait(d->sc)))
+		return mg_error_prefix("fsdp: gradient norm");
+	if (mg_optim_finalize(ctx, h, v))
+		return -1;
+	for (int k = 0; k < L->nflats; k++)
+		if (L->flats[k].train && update_flat(d, h, &L->flats[k]))
+			return -1;
+	/* Buffers as DDP keeps them: rank 0's everywhere. */
+	if (ctx->world > 1 && L->n_buffers &&
+	    ctx->comm->broadcast(ctx->comm, d->buffers.ptr, L->n_buffers,
+				 d->master, 0))
+		return mg_error_prefix("fsdp: buffer broadcast");
+	/* Gathered parameters are stale now. */
+	fsdp_exec_begin_step(d);
+	return 0;
+}
+
+static const struct mg_strategy_ops fsdp_ops = {
+	.setup = fsdp_setup,
+	.steps_per_epoch = fsdp_steps,
+	.plan = fsdp_plan,
+	.begin_step = fsdp_begin_step,
+	.acquire = fsdp_acquire,
+	.release = fsdp_release,
+	.grads_ready = fsdp_grads_ready,
+	.step = fsdp_step,
+	.save = fsdp_save,
+	.load = fsdp_load,
+};
+
+static const struct mg_plugin fsdp_plugin = {
+	MG_PLUGIN_HEADER,
+	.kind = MG_PLUGIN_STRATEGY,
+	.name = "fsdp",
+	.version = "1.0",
+	.description = "fully sharded data parallel: parameters, gradients "
+		       "and optimizer state sharded by unit (full, grad_op, "
+		       "none, hybrid), gathers prefetched, reductions "
+		       "overlapped with backward",
+	.options = fsdp_options,
+	.create = fsdp_create,
+	.destroy = fsdp_destroy,
+	.ops = &fsdp_ops,
+};
+
+MG_PLUGIN_DEFINE(fsdp_plugin)

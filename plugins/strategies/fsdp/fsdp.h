@@ -1,0 +1,123 @@
+/*
+ * fsdp.h - fully sharded data parallel: the state the fsdp plugin's files
+ * share (fsdp.c: plugin, setup, sampler, optimizer step; fsdp_exec.c: the
+ * gather / reduce pipeline behind acquire and release; fsdp_ckpt.c:
+ * checkpoints of full tensors).
+ *
+ * Shard modes, as PyTorch names them:
+ *   full    FULL_SHARD     parameters, gradients and optimizer state
+ *                          sharded over all ranks; a unit's parameters
+ *                          gathered before forward, freed after, gathered
+ *                          again for backward
+ *   grad_op SHARD_GRAD_OP  the same, but parameters gathered in forward
+ *                          stay until the unit's backward is done
+ *   none    NO_SHARD       full replicas, gradients all-reduced per unit
+ *   hybrid  HYBRID_SHARD   full sharding inside groups of
+ *                          shard_group_size ranks, gradient shards
+ *                          all-reduced across the groups
+ * All four are one engine: shards over a group of G ranks (G = world,
+ * world, 1, shard_group_size) and gradient shards all-reduced over the
+ * world / G replicas.
+ */
+#ifndef MG_FSDP_H
+#define MG_FSDP_H
+
+#include "flat.h"
+#include "mg/mg.h"
+#include "sampler.h"
+
+enum fsdp_mode { FSDP_FULL = 0, FSDP_GRAD_OP, FSDP_NONE, FSDP_HYBRID };
+
+/* Where a unit's gradients are in this step's reduction. */
+enum fsdp_gstate {
+	G_IDLE = 0, /* not ready yet */
+	G_READY,    /* backward done: reduce-scatter not issued */
+	G_SCATTER,  /* reduce-scatter issued (epoch in gepoch) */
+	G_REPLICA,  /* hybrid: all-reduce across replicas issued */
+	G_DONE,	    /* gradient shard final */
+};
+
+struct fsdp_unit {
+	int slot;	     /* gather slot with its full parameters, -1 */
+	bool gathered;	     /* an all-gather into slot was issued */
+	int gslot;	     /* gradient slot while backward runs, -1 */
+	enum fsdp_gstate gs; /* this step */
+	int64_t gepoch;	     /* wait epoch its last collective was issued in */
+	bool has_train;	     /* any trained flat */
+};
+
+/* A transient buffer for one unit's full parameters or gradients. */
+struct fsdp_slot {
+	struct mg_buf buf;
+	int owner; /* unit, -1 when free */
+};
+
+/* Units in the order the model used them, learned in the first steps,
+ * so the next unit's all-gather can start early. */
+struct fsdp_order {
+	int *seq;
+	int n, cap, cur;
+	bool final;
+};
+
+struct fsdp {
+	struct mg_ctx *ctx;
+	struct mg_sampler sampler;
+	bool drop_last, prefetch, reduce_fp32;
+	enum fsdp_mode mode;
+	int group;		 /* G: ranks a flat is sharded over */
+	int group_opt;		 /* shard_group_size as given (0: a node) */
+	int srank;		 /* rank inside the shard group */
+	int replicas;		 /* world / G */
+	struct mg_comm *sc, *rc; /* shard group, replica group (may be
+				    ctx->comm or NULL when of size 1) */
+	bool own_sc, own_rc;
+	enum mg_dtype master, compute;
+	const struct mg_model_spec *spec;
+	struct mg_flat_layout L;
+	int nslots_state;
+	/* This rank's storage. */
+	struct mg_buf master_buf; /* shards, master dtype */
+	struct mg_buf lp_buf;	  /* shards of lp flats, compute dtype */
+	struct mg_buf gshard;	  /* gradient shards */
+	struct mg_buf state[2];	  /* optimizer state shards */
+	struct mg_buf buffers;	  /* MG_P_BUFFER tensors, replicated */
+	bool direct_grads;	  /* G = 1, no dtype change: the model
+				     accumulates into gshard itself */
+	/* Gather and gradient slots. */
+	struct fsdp_slot *pslots, *gslots;
+	int npslots, ngslots;
+	bool dedicated; /* grad_op: one parameter slot per unit, kept */
+	struct fsdp_unit *units;
+	struct mg_tensor *ptensor, *gtensor; /* per parameter, as lent */
+	struct mg_unit_view *views;
+	struct fsdp_order order[2]; /* forward (and eval), backward */
+	int64_t epoch;		    /* waits done this step */
+	bool in_backward;
+};
+
+/* fsdp_exec.c */
+int fsdp_exec_init(struct fsdp *d);
+void fsdp_exec_free(struct fsdp *d);
+void fsdp_exec_begin_step(struct fsdp *d);
+struct mg_unit_view *fsdp_acquire(void *self, int unit, enum mg_phase ph);
+void fsdp_release(void *self, int unit, enum mg_phase ph);
+int fsdp_grads_ready(void *self, int unit);
+/* Finish every unit's gradient reduction (step start). */
+int fsdp_exec_finish(struct fsdp *d);
+/* Wait for every collective issued on the shard and replica groups. */
+int fsdp_wait_all(struct fsdp *d);
+
+/* fsdp_ckpt.c */
+int fsdp_save(void *self, struct mg_ckpt *ck);
+int fsdp_load(void *self, struct mg_ckpt *ck);
+/* Refresh the compute-dtype shards from the master shards. */
+int fsdp_refresh_lp(struct fsdp *d);
+
+static inline void *fsdp_at(const struct mg_buf *b, int64_t off,
+			    enum mg_dtype dt)
+{
+	return (char *)b->ptr + (size_t)off * mg_dtype_size(dt);
+}
+
+#endif

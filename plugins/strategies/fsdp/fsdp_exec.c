@@ -1,0 +1,469 @@
+/*
+ * fsdp_exec.c - the pipeline behind acquire / release / grads_ready: a
+ * unit's full parameters all-gathered into a slot before it computes (the
+ * next unit's gather started while this one computes), freed after, and
+ * its gradients reduce-scattered into this rank's shard (then, in hybrid
+ * mode, all-reduced across replica groups) while backward goes on.
+ *
+ * Overlap comes from one rule: every collective is issued right after a
+ * wait on the communicators, at an acquire, so it runs while the unit
+ * being acquired computes, and the next acquire's wait is the first thing
+ * that needs it. A reduction the model reports ready is therefore issued
+ * at the following acquire, and its gradient slot is reused only after the
+ * wait that completes it. On a GPU the collectives run on the
+ * communicators' streams and the waits are stream waits; on CPU ranks the
+ * waits complete MPI's non-blocking requests.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp.h"
+
+int fsdp_wait_all(struct fsdp *d)
+{
+	if (d->sc && d->sc->wait(d->sc))
+		return mg_error_prefix("fsdp: shard group");
+	if (d->rc && d->rc != d->sc && d->rc->wait(d->rc))
+		return mg_error_prefix("fsdp: replica group");
+	d->epoch++;
+	return 0;
+}
+
+/* A free slot of `bytes` from pool (growing it); its index or -1. */
+static int take_slot(struct fsdp *d, struct fsdp_slot **pool, int *n,
+		     size_t bytes, int owner)
+{
+	for (int i = 0; i < *n; i++)
+		if ((*pool)[i].owner < 0 && (*pool)[i].buf.bytes >= bytes) {
+			(*pool)[i].owner = owner;
+			return i;
+		}
+	struct fsdp_slot *p = realloc(*pool, (size_t)(*n + 1) * sizeof *p);
+	if (!p) {
+		mg_error("fsdp: out of memory for slots");
+		return -1;
+	}
+	*pool = p;
+	memset(&p[*n], 0, sizeof p[*n]);
+	if (mg_buf_alloc(d->ctx, &p[*n].buf, bytes ? bytes : 1,
+			 MG_MEM_GATHER)) {
+		mg_error_prefix("fsdp: gather buffer of %zu bytes", bytes);
+		return -1;
+	}
+	p[*n].owner = owner;
+	return (*n)++;
+}
+
+/* Parameter slot for unit u: its own buffer (grad_op keeps every unit's
+ * full parameters from forward to backward) or one from the shared pool,
+ * each as large as the largest unit. */
+static int take_pslot(struct fsdp *d, int u)
+{
+	struct fsdp_unit *un = &d->units[u];
+	if (d->dedicated) {
+		struct fsdp_slot *s = &d->pslots[u];
+		if (!s->buf.ptr &&
+		    mg_buf_alloc(d->ctx, &s->buf,
+				 d->L.unit_full_bytes[u]
+					 ? d->L.unit_full_bytes[u]
+					 : 1,
+				 MG_MEM_GATHER))
+			return mg_error_prefix("fsdp: gather buffer");
+		s->owner = u;
+		un->slot = u;
+		return 0;
+	}
+	un->slot =
+		take_slot(d, &d->pslots, &d->npslots, d->L.max_full_bytes, u);
+	return un->slot < 0 ? -1 : 0;
+}
+
+static void drop_pslot(struct fsdp *d, int u)
+{
+	struct fsdp_unit *un = &d->units[u];
+	un->gathered = false;
+	if (un->slot < 0)
+		return;
+	d->pslots[un->slot].owner = -1;
+	if (!d->dedicated)
+		un->slot = -1;
+}
+
+/* Issue the all-gathers of unit u's flats into its slot. */
+static int gather(struct fsdp *d, int u)
+{
+	struct fsdp_unit *un = &d->units[u];
+	const struct mg_flat_layout *L = &d->L;
+	if (d->group == 1 || un->gathered)
+		return 0;
+	if (un->slot < 0 && take_pslot(d, u))
+		return -1;
+	char *base = d->pslots[un->slot].buf.ptr;
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		const void *mine =
+			f->lp ? fsdp_at(&d->lp_buf, f->lp_off, f->lent)
+			      : fsdp_at(&d->master_buf, f->master_off,
+					d->master);
+		if (d->sc->all_gather(d->sc, mine, base + f->full_byte,
+				      f->shard, f->lent))
+			return mg_error_prefix("fsdp: all-gather of %s",
+					       d->spec->units[u].name);
+	}
+	un->gathered = true;
+	return 0;
+}
+
+/* Reduce-scatter unit u's full gradients into this rank's shards. */
+static int scatter(struct fsdp *d, int u)
+{
+	const struct mg_flat_layout *L = &d->L;
+	char *base = d->gslots[d->units[u].gslot].buf.ptr;
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train)
+			continue;
+		size_t off = f->gfull_byte;
+		if (f->grad != f->lent) /* the converted copy follows */
+			off += (f->shard * L->group * mg_dtype_size(f->lent) +
+				255) &
+			       ~(size_t)255;
+		if (d->sc->reduce_scatter(d->sc, base + off,
+					  (char *)d->gshard.ptr +
+						  f->gshard_byte,
+					  f->shard, f->grad, MG_REDUCE_SUM))
+			return mg_error_prefix("fsdp: reduce-scatter of %s",
+					       d->spec->units[u].name);
+	}
+	return 0;
+}
+
+/* Sum unit u's gradient shards over the replica groups. */
+static int replicate(struct fsdp *d, int u)
+{
+	const struct mg_flat_layout *L = &d->L;
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (f->train &&
+		    d->rc->all_reduce(d->rc,
+				      (char *)d->gshard.ptr + f->gshard_byte,
+				      f->shard, f->grad, MG_REDUCE_SUM))
+			return mg_error_prefix("fsdp: all-reduce of %s",
+					       d->spec->units[u].name);
+	}
+	return 0;
+}
+
+/* Move every unit's reduction one stage on. A collective issued in an
+ * earlier wait epoch has completed (a wait came since). Units go in index
+ * order, so every rank issues the same collectives in the same order. */
+static int progress(struct fsdp *d)
+{
+	for (int u = 0; u < d->spec->nunits; u++) {
+		struct fsdp_unit *un = &d->units[u];
+		if (un->gepoch == d->epoch && un->gs != G_READY)
+			continue; /* issued since the last wait */
+		switch (un->gs) {
+		case G_READY:
+			un->gepoch = d->epoch;
+			if (d->group > 1) {
+				if (scatter(d, u))
+					return -1;
+				un->gs = G_SCATTER;
+			} else {
+				if (replicate(d, u))
+					return -1;
+				un->gs = G_REPLICA;
+			}
+			break;
+		case G_SCATTER:
+			d->gslots[un->gslot].owner = -1;
+			un->gslot = -1;
+			un->gepoch = d->epoch;
+			if (d->replicas > 1) {
+				if (replicate(d, u))
+					return -1;
+				un->gs = G_REPLICA;
+			} else {
+				un->gs = G_DONE;
+			}
+			break;
+		case G_REPLICA:
+			un->gs = G_DONE;
+			break;
+		default:
+			break;
+		}
+	}
+	return 0;
+}
+
+static int next_in_order(struct fsdp *d, int oi, int u)
+{
+	struct fsdp_order *o = &d->order[oi];
+	if (!o->final)
+		return -1;
+	int pos = -1;
+	if (o->cur < o->n && o->seq[o->cur] == u)
+		pos = o->cur;
+	else
+		for (int i = 0; i < o->n && pos < 0; i++)
+			if (o->seq[i] == u)
+				pos = i;
+	if (pos < 0)
+		return -1;
+	o->cur = pos + 1;
+	return pos + 1 < o->n ? o->seq[pos + 1] : -1;
+}
+
+static void record(struct fsdp *d, int oi, int u)
+{
+	struct fsdp_order *o = &d->order[oi];
+	if (o->final || o->n == o->cap)
+		return;
+	o->seq[o->n++] = u;
+}
+
+/* Point the unit's lent tensors at where its data is now. */
+static void point(struct fsdp *d, int u, bool grads)
+{
+	const struct mg_flat_layout *L = &d->L;
+	const struct mg_unit_decl *ud = &d->spec->units[u];
+	struct fsdp_unit *un = &d->units[u];
+	for (int k = 0; k < ud->nparams; k++) {
+		int i = ud->first_param + k, fi = L->param_flat[i];
+		struct mg_tensor *pt = &d->ptensor[i], *gt = &d->gtensor[i];
+		gt->data = NULL;
+		if (fi < 0) {
+			pt->data = fsdp_at(&d->buffers, L->param_off[i],
+					   d->master);
+			continue;
+		}
+		const struct mg_flat *f = &L->flats[fi];
+		size_t es = mg_dtype_size(f->lent);
+		char *pb;
+		if (d->group > 1)
+			pb = (char *)d->pslots[un->slot].buf.ptr + f->full_byte;
+		else
+			pb = f->lp ? fsdp_at(&d->lp_buf, f->lp_off, f->lent)
+				   : fsdp_at(&d->master_buf, f->master_off,
+					     d->master);
+		pt->data = pb + (size_t)L->param_off[i] * es;
+		if (!grads || !f->train)
+			continue;
+		char *gb = d->direct_grads
+				   ? (char *)d->gshard.ptr + f->gshard_byte
+				   : (char *)d->gslots[un->gslot].buf.ptr +
+					     f->gfull_byte;
+		gt->data = gb + (size_t)L->param_off[i] * es;
+	}
+}
+
+struct mg_unit_view *fsdp_acquire(void *self, int u, enum mg_phase ph)
+{
+	struct fsdp *d = self;
+	if (u < 0 || u >= d->spec->nunits) {
+		mg_error("acquire: unit %d out of range (model has %d)", u,
+			 d->spec->nunits);
+		return NULL;
+	}
+	struct fsdp_unit *un = &d->units[u];
+	const int oi = ph == MG_PHASE_BACKWARD;
+	if (ph != MG_PHASE_EVAL)
+		record(d, oi, u);
+	/* This unit's gather (normally prefetched, so already issued), then
+	 * one wait for everything issued so far. */
+	if (gather(d, u) || fsdp_wait_all(d) || progress(d))
+		return NULL;
+	if (d->prefetch && d->group > 1) {
+		int nx = next_in_order(d, oi, u);
+		if (nx >= 0 && nx != u && gather(d, nx))
+			return NULL;
+	}
+	const bool grads = ph == MG_PHASE_BACKWARD && un->has_train;
+	if (grads && !d->direct_grads && un->gslot < 0) {
+		if (un->gs != G_IDLE) {
+			mg_error("fsdp: unit '%s' acquired for backward after "
+				 "it reported its gradients ready",
+				 d->spec->units[u].name);
+			return NULL;
+		}
+		un->gslot = take_slot(d, &d->gslots, &d->ngslots,
+				      d->L.max_grad_bytes, u);
+		if (un->gslot < 0 ||
+		    mg_memset_dev(d->ctx, d->gslots[un->gslot].buf.ptr, 0,
+				  d->L.unit_grad_bytes[u]))
+			return NULL;
+	}
+	point(d, u, grads);
+	return &d->views[u];
+}
+
+void fsdp_release(void *self, int u, enum mg_phase ph)
+{
+	struct fsdp *d = self;
+	if (u < 0 || u >= d->spec->nunits || d->group == 1)
+		return;
+	/* grad_op keeps the gathered parameters for backward. */
+	if (ph == MG_PHASE_FORWARD && d->mode == FSDP_GRAD_OP)
+		return;
+	drop_pslot(d, u);
+}
+
+int fsdp_grads_ready(void *self, int u)
+{
+	struct fsdp *d = self;
+	struct fsdp_unit *un = &d->units[u];
+	const struct mg_flat_layout *L = &d->L;
+	if (!un->has_train)
+		return 0;
+	if (un->gs != G_IDLE)
+		return mg_error("unit '%s' reported its gradients ready twice "
+				"in one step",
+				d->spec->units[u].name);
+	if (!d->direct_grads && un->gslot < 0)
+		return mg_error("unit '%s' reported its gradients ready "
+				"without being acquired for backward",
+				d->spec->units[u].name);
+	/* Gradients reduced in another dtype: convert now, on the compute
+	 * stream, while the unit's gradients are fresh. */
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train || f->grad == f->lent)
+			continue;
+		char *src =
+			(char *)d->gslots[un->gslot].buf.ptr + f->gfull_byte;
+		int64_t n = f->shard * L->group;
+		size_t lb = ((size_t)n * mg_dtype_size(f->lent) + 255) &
+			    ~(size_t)255;
+		void *dst = d->group > 1
+				    ? src + lb
+				    : (char *)d->gshard.ptr + f->gshard_byte;
+		if (mg_op_convert(d->ctx, dst, f->grad, src, f->lent, n))
+			return mg_error_prefix("fsdp: gradient of %s",
+					       d->spec->units[u].name);
+	}
+	if (d->group == 1 && !d->direct_grads) {
+		/* Converted into the shard: the slot is free at once. */
+		d->gslots[un->gslot].owner = -1;
+		un->gslot = -1;
+	}
+	un->gs = (d->group > 1 || d->replicas > 1) ? G_READY : G_DONE;
+	return 0;
+}
+
+int fsdp_exec_finish(struct fsdp *d)
+{
+	const struct mg_flat_layout *L = &d->L;
+	/* Units the model never reported: reduce what they accumulated, or
+	 * zero gradients if backward never reached them. Same on every
+	 * rank, so the collectives still match. */
+	for (int u = 0; u < d->spec->nunits; u++) {
+		struct fsdp_unit *un = &d->units[u];
+		if (!un->has_train || un->gs != G_IDLE)
+			continue;
+		if (d->direct_grads || un->gslot >= 0) {
+			if (fsdp_grads_ready(d, u))
+				return -1;
+			continue;
+		}
+		for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+			const struct mg_flat *f = &L->flats[k];
+			if (f->train &&
+			    mg_memset_dev(
+				    d->ctx,
+				    (char *)d->gshard.ptr + f->gshard_byte, 0,
+				    (size_t)f->shard * mg_dtype_size(f->grad)))
+				return -1;
+		}
+		un->gs = G_DONE;
+	}
+	/* At most three stages (scatter, replica all-reduce, done). */
+	for (int round = 0; round < 4; round++)
+		if (fsdp_wait_all(d) || progress(d))
+			return -1;
+	for (int u = 0; u < d->spec->nunits; u++)
+		if (d->units[u].has_train && d->units[u].gs != G_DONE)
+			return mg_error("fsdp: internal: gradients of unit %d "
+					"not reduced",
+					u);
+	return 0;
+}
+
+void fsdp_exec_begin_step(struct fsdp *d)
+{
+	for (int k = 0; k < 2; k++) {
+		if (d->order[k].n > 0)
+			d->order[k].final = true;
+		d->order[k].cur = 0;
+	}
+	for (int u = 0; u < d->spec->nunits; u++) {
+		struct fsdp_unit *un = &d->units[u];
+		if (d->group > 1)
+			drop_pslot(d, u);
+		un->gs = G_IDLE;
+		un->gepoch = -1;
+	}
+	d->epoch = 0;
+}
+
+int fsdp_exec_init(struct fsdp *d)
+{
+	const struct mg_model_spec *s = d->spec;
+	size_t nu = (size_t)s->nunits + 1, np = (size_t)s->nparams + 1;
+	d->units = calloc(nu, sizeof *d->units);
+	d->ptensor = calloc(np, sizeof *d->ptensor);
+	d->gtensor = calloc(np, sizeof *d->gtensor);
+	d->views = calloc(nu, sizeof *d->views);
+	for (int k = 0; k < 2; k++) {
+		d->order[k].cap = 4 * s->nunits + 4;
+		d->order[k].seq = calloc((size_t)d->order[k].cap, sizeof(int));
+	}
+	if (!d->units || !d->ptensor || !d->gtensor || !d->views ||
+	    !d->order[0].seq || !d->order[1].seq)
+		return mg_error("out of memory");
+	if (d->dedicated) {
+		d->pslots = calloc(nu, sizeof *d->pslots);
+		if (!d->pslots)
+			return mg_error("out of memory");
+		d->npslots = s->nunits;
+		for (int u = 0; u < s->nunits; u++)
+			d->pslots[u].owner = -1;
+	}
+	for (int u = 0; u < s->nunits; u++) {
+		struct fsdp_unit *un = &d->units[u];
+		un->slot = un->gslot = -1;
+		un->gepoch = -1;
+		for (int k = d->L.unit_first[u]; k < d->L.unit_first[u + 1];
+		     k++)
+			un->has_train |= d->L.flats[k].train;
+		d->views[u].nparams = s->units[u].nparams;
+		d->views[u].params = &d->ptensor[s->units[u].first_param];
+		d->views[u].grads = &d->gtensor[s->units[u].first_param];
+	}
+	for (int i = 0; i < s->nparams; i++) {
+		const struct mg_param_decl *p = &s->params[i];
+		int fi = d->L.param_flat[i];
+		enum mg_dtype dt = fi < 0 ? d->master : d->L.flats[fi].lent;
+		d->ptensor[i] = mg_tensor_make(NULL, dt, d->ctx->dev->kind,
+					       p->ndim, p->shape);
+		d->gtensor[i] = d->ptensor[i];
+	}
+	return 0;
+}
+
+void fsdp_exec_free(struct fsdp *d)
+{
+	for (int i = 0; i < d->npslots; i++)
+		mg_buf_free(d->ctx, &d->pslots[i].buf);
+	for (int i = 0; i < d->ngslots; i++)
+		mg_buf_free(d->ctx, &d->gslots[i].buf);
+	free(d->pslots);
+	free(d->gslots);
+	free(d->units);
+	free(d->ptensor);
+	free(d->gtensor);
+	free(d->views);
+	free(d->order[0].seq);
+	free(d->order[1].seq);
+}

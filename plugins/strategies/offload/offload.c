@@ -1,0 +1,421 @@
+/*
+ * offload.c - the offload strategy plugin (ZeRO-Offload, see offload.h):
+ * options, device and pinned host storage, the sampler (each rank reads
+ * its block of the global batch) and the step: gradient norm on the
+ * device, the optimizer on the host in chunks, updated parameters copied
+ * back and all-gathered.
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "offload.h"
+
+static const struct mg_option off_options[] = {
+	MG_OPT_E("reduce_dtype", "param", "param|fp32",
+		 "dtype gradients are reduced and copied to the host in: the "
+		 "compute dtype (param) or fp32"),
+	MG_OPT_I("threads", "0", 0, 4096,
+		 "host threads for the optimizer (0: the cores this rank may "
+		 "use)"),
+	MG_OPT_B("shuffle", "true", "shuffle the training set every epoch"),
+	MG_OPT_B("drop_last", "true",
+		 "skip the last incomplete global batch of an epoch (false: "
+		 "pad it by repeating samples)"),
+	MG_OPT_END,
+};
+
+static int off_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
+{
+	struct offload *d = calloc(1, sizeof *d);
+	if (!d)
+		return mg_error("out of memory");
+	d->ctx = ctx;
+	d->reduce_fp32 = mg_opt_enum(o, "reduce_dtype") == 1;
+	d->threads = (int)mg_opt_int(o, "threads");
+	d->drop_last = mg_opt_bool(o, "drop_last");
+	mg_sampler_init(&d->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
+	*self = d;
+	return 0;
+}
+
+static void off_destroy(void *self)
+{
+	struct offload *d = self;
+	off_pipe_free(d);
+	struct mg_buf *bufs[] = {&d->params,   &d->buffers,    &d->gshard,
+				 &d->h_master, &d->h_lp,       &d->h_grads,
+				 &d->h_vals,   &d->h_state[0], &d->h_state[1]};
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		mg_buf_free(d->ctx, bufs[i]);
+	for (int c = 0; c < d->nchunks; c++)
+		free(d->chunks[c].slices);
+	if (d->hopt)
+		mg_host_optim_destroy(d->hopt);
+	free(d->unit_base);
+	mg_flat_free(&d->L);
+	mg_sampler_free(&d->sampler);
+	free(d);
+}
+
+static int alloc_storage(struct offload *d)
+{
+	struct mg_ctx *ctx = d->ctx;
+	const struct mg_flat_layout *L = &d->L;
+	size_t ms = mg_dtype_size(d->master), cs = mg_dtype_size(d->compute);
+	int nu = d->spec->nunits;
+	d->unit_base = calloc((size_t)nu + 1, sizeof *d->unit_base);
+	if (!d->unit_base)
+		return mg_error("out of memory");
+	for (int u = 0; u < nu; u++)
+		d->unit_base[u + 1] = d->unit_base[u] + L->unit_full_bytes[u];
+	d->nslots_state = ctx->optim ? mg_optim_state_slots(ctx->optim) : 0;
+	if (mg_buf_alloc(ctx, &d->params, d->unit_base[nu] + 1,
+			 MG_MEM_PARAMS) ||
+	    mg_buf_alloc(ctx, &d->buffers, (size_t)L->n_buffers * ms + 1,
+			 MG_MEM_PARAMS) ||
+	    (d->world > 1 &&
+	     mg_buf_alloc(ctx, &d->gshard, L->gshard_bytes + 1, MG_MEM_GRADS)))
+		return -1;
+	if (mg_buf_alloc_host(ctx, &d->h_master, (size_t)L->n_master * ms + 1,
+			      MG_MEM_PARAMS, true) ||
+	    mg_buf_alloc_host(ctx, &d->h_lp, (size_t)L->n_lp * cs + 1,
+			      MG_MEM_PARAMS, true) ||
+	    mg_buf_alloc_host(ctx, &d->h_grads, L->gshard_bytes + 1,
+			      MG_MEM_GRADS, true) ||
+	    mg_buf_alloc_host(ctx, &d->h_vals, sizeof(struct mg_optim_vals),
+			      MG_MEM_OTHER, true))
+		return -1;
+	memset(d->h_grads.ptr, 0, d->h_grads.bytes);
+	for (int k = 0; k < d->nslots_state; k++) {
+		if (mg_buf_alloc_host(ctx, &d->h_state[k],
+				      (size_t)L->n_train * ms + 1, MG_MEM_OPTIM,
+				      true))
+			return -1;
+		memset(d->h_state[k].ptr, 0, d->h_state[k].bytes);
+	}
+	return 0;
+}
+
+void off_refresh_host_lp(struct offload *d)
+{
+	const struct mg_flat_layout *L = &d->L;
+	for (int k = 0; k < L->nflats; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->lp)
+			continue;
+		const float *m = (const float *)off_host(
+			&d->h_master, f->master_off, d->master);
+		uint16_t *lp =
+			(uint16_t *)off_host(&d->h_lp, f->lp_off, d->compute);
+		for (int64_t i = 0; i < f->shard; i++)
+			lp[i] = d->compute == MG_BF16 ? mg_float_to_bf16(m[i])
+						      : mg_float_to_half(m[i]);
+	}
+}
+
+int off_upload_full(struct offload *d, int k, const void *full_host)
+{
+	const struct mg_flat *f = &d->L.flats[k];
+	const int64_t n = f->shard * d->L.group;
+	const size_t ms = mg_dtype_size(d->master);
+	if (!f->lp)
+		return mg_copy_h2d(d->ctx, off_dev_full(d, k), full_host,
+				   (size_t)n * ms);
+	struct mg_buf tmp;
+	if (mg_buf_alloc(d->ctx, &tmp, (size_t)n * ms, MG_MEM_OTHER))
+		return -1;
+	int rc = mg_copy_h2d(d->ctx, tmp.ptr, full_host, (size_t)n * ms) ||
+		 mg_op_convert(d->ctx, off_dev_full(d, k), f->lent, tmp.ptr,
+			       d->master, n) ||
+		 mg_device_sync(d->ctx);
+	mg_buf_free(d->ctx, &tmp);
+	return rc;
+}
+
+/* Every rank makes every unit's initial values and keeps its shard on the
+ * host; the device gets the full parameters. */
+static int init_values(struct offload *d)
+{
+	const struct mg_flat_layout *L = &d->L;
+	const size_t ms = mg_dtype_size(d->master);
+	void *bufs = calloc((size_t)L->n_buffers + 1, ms);
+	if (!bufs)
+		return mg_error("out of memory");
+	int rc = 0;
+	for (int u = 0; u < d->spec->nunits && !rc; u++) {
+		int first = L->unit_first[u], nf = L->unit_first[u + 1] - first;
+		void *full[nf > 0 ? nf : 1];
+		for (int k = 0; k < nf; k++) {
+			const struct mg_flat *f = &L->flats[first + k];
+			full[k] = malloc((size_t)(f->shard * L->group) * ms);
+			if (!full[k])
+				rc = mg_error("out of memory");
+		}
+		if (!rc)
+			rc = mg_flat_init_unit(&d->L, d->ctx, u, full, bufs);
+		for (int k = 0; k < nf; k++) {
+			const struct mg_flat *f = &L->flats[first + k];
+			if (!rc) {
+				memcpy(off_host(&d->h_master, f->master_off,
+						d->master),
+				       (char *)full[k] +
+					       (size_t)(d->srank * f->shard) *
+						       ms,
+				       (size_t)f->shard * ms);
+				rc = off_upload_full(d, first + k, full[k]);
+			}
+			free(full[k]);
+		}
+	}
+	if (!rc && L->n_buffers)
+		rc = mg_copy_h2d(d->ctx, d->buffers.ptr, bufs,
+				 (size_t)L->n_buffers * ms);
+	free(bufs);
+	off_refresh_host_lp(d);
+	return rc;
+}
+
+/* Host slices of trained flats, cut into chunks of about equal size: the
+ * upload of one chunk overlaps the optimizer on the next. */
+static int build_chunks(struct offload *d)
+{
+	const struct mg_flat_layout *L = &d->L;
+	int64_t total = L->n_train, per = total / OFFLOAD_CHUNKS + 1, acc = 0;
+	struct off_chunk *c = NULL;
+	for (int k = 0; k < L->nflats; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train)
+			continue;
+		if (!c || (acc >= per && d->nchunks < OFFLOAD_CHUNKS)) {
+			c = &d->chunks[d->nchunks++];
+			c->d = d;
+			c->first = k;
+			c->slices = calloc(2 * (size_t)L->nflats,
+					   sizeof *c->slices);
+			if (!c->slices)
+				return mg_error("out of memory");
+			acc = 0;
+		}
+		c->last = k + 1;
+		acc += f->shard;
+		for (int part = 0; part < 2; part++) {
+			int64_t a, b, lo = part ? f->n_decay : 0;
+			int64_t hi = part ? f->n : f->n_decay;
+			if (!mg_flat_shard_range(f, d->srank, lo, hi, &a, &b))
+				continue;
+			struct mg_optim_slice *s = &c->slices[c->nslices++];
+			s->dtype = d->master;
+			s->param = off_host(&d->h_master, f->master_off + a,
+					    d->master);
+			s->grad = (char *)d->h_grads.ptr + f->gshard_byte +
+				  (size_t)a * mg_dtype_size(f->grad);
+			s->grad_dtype = f->grad;
+			s->param_lp = f->lp ? off_host(&d->h_lp, f->lp_off + a,
+						       d->compute)
+					    : NULL;
+			s->lp_dtype = d->compute;
+			s->n = b - a;
+			s->decay = part == 0;
+			for (int j = 0; j < d->nslots_state; j++)
+				s->state[j] =
+					off_host(&d->h_state[j],
+						 f->train_off + a, d->master);
+		}
+	}
+	return 0;
+}
+
+/* The cores this process may use, shared by the ranks of its node. */
+static int default_threads(const struct mg_ctx *ctx)
+{
+	cpu_set_t set;
+	int cores = 1;
+	if (sched_getaffinity(0, sizeof set, &set) == 0)
+		cores = CPU_COUNT(&set);
+	int local = ctx->local_world > 0 ? ctx->local_world : 1;
+	/* Ranks pinned to a core each already see only their share. */
+	if (cores >= local * 2)
+		cores /= local;
+	return cores > 0 ? cores : 1;
+}
+
+static int off_setup(void *self, const struct mg_model_spec *spec)
+{
+	struct offload *d = self;
+	struct mg_ctx *ctx = d->ctx;
+	d->spec = spec;
+	d->master = ctx->master_dtype;
+	d->compute = ctx->compute_dtype;
+	d->world = ctx->world;
+	d->srank = ctx->rank;
+	if (d->master != MG_F32 && d->master != MG_F64)
+		return mg_error("offload: master dtype %s (fp32 or fp64 only)",
+				mg_dtype_name(d->master));
+	int threads = d->threads ? d->threads : default_threads(ctx);
+	if (mg_flat_build(&d->L, spec, d->master, d->compute, d->world,
+			  d->reduce_fp32) ||
+	    alloc_storage(d) || off_pipe_init(d) ||
+	    mg_host_optim_create(threads, &d->hopt) || init_values(d) ||
+	    build_chunks(d))
+		return mg_error_prefix("offload");
+	mg_info("offload: optimizer state in %shost memory (%.1f MiB), "
+		"%d host thread(s), %s",
+		ctx->dev->kind == MG_DEV_CUDA ? "pinned " : "",
+		(double)(d->h_master.bytes + d->h_state[0].bytes +
+			 d->h_state[1].bytes) /
+			1048576.0,
+		mg_host_optim_threads(d->hopt), mg_host_optim_isa(d->hopt));
+	return 0;
+}
+
+static int64_t off_steps(void *self, int64_t n, int64_t batch)
+{
+	struct offload *d = self;
+	return mg_sampler_steps(n, batch * d->ctx->world, d->drop_last);
+}
+
+static int off_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
+		    int64_t step, struct mg_plan *p)
+{
+	struct offload *d = self;
+	const int world = d->ctx->world, rank = d->ctx->rank;
+	int64_t c = mg_sampler_blocks(&d->sampler, n, batch, world, epoch, step,
+				      rank, 1, p->read_idx, p->read_cap);
+	if (c < 0)
+		return mg_error_prefix("offload");
+	p->n_read = c;
+	p->compute_begin = 0;
+	p->compute_count = c;
+	p->global_count = world * c;
+	p->global_offset = rank * c;
+	return 0;
+}
+
+static int off_begin_step(void *self)
+{
+	struct offload *d = self;
+	if (d->host_error)
+		return mg_error("offload: host optimizer: %s", d->host_msg);
+	off_pipe_begin_step(d);
+	return 0;
+}
+
+/* Host call: the optimizer over one chunk (runs when the device reaches
+ * it, after the gradients and this step's values are on the host). */
+static void chunk_update(void *arg)
+{
+	struct off_chunk *c = arg;
+	struct offload *d = c->d;
+	if (d->host_error)
+		return;
+	if (mg_host_optim_run(d->hopt, d->hp, d->h_vals.ptr, c->slices,
+			      c->nslices)) {
+		snprintf(d->host_msg, sizeof d->host_msg, "%s",
+			 mg_last_error());
+		d->host_error = 1;
+	}
+}
+
+static int off_step(void *self, const struct mg_optim_hparams *h,
+		    struct mg_step_report *r)
+{
+	struct offload *d = self;
+	struct mg_ctx *ctx = d->ctx;
+	struct mg_comm *c = ctx->comm;
+	const struct mg_flat_layout *L = &d->L;
+	struct mg_optim_vals *v = ctx->optim_vals;
+	r->comm_seconds = 0;
+	d->hp = h;
+	if (off_pipe_finish(d))
+		return -1;
+	if (d->world > 1) {
+		/* The norm over all shards: each rank's, summed. */
+		size_t lpb = L->gshard_lent_bytes, mb = L->gshard_bytes - lpb;
+		if ((lpb &&
+		     mg_optim_sumsq(
+			     ctx, v, d->compute, d->gshard.ptr,
+			     (int64_t)(lpb / mg_dtype_size(d->compute)))) ||
+		    (mb &&
+		     mg_optim_sumsq(
+			     ctx, v, d->master, (char *)d->gshard.ptr + lpb,
+			     (int64_t)(mb / mg_dtype_size(d->master)))) ||
+		    c->all_reduce(c, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
+		    c->wait(c))
+			return mg_error_prefix("offload: gradient norm");
+	}
+	if (mg_optim_finalize(ctx, h, v) ||
+	    mg_copy_async(ctx, d->h_vals.ptr, v, sizeof *v) ||
+	    mg_copy_join(ctx))
+		return -1;
+	/* Chunk by chunk: the optimizer on the host, then its parameters
+	 * back to the device while the next chunk is updated. */
+	for (int k = 0; k < d->nchunks; k++) {
+		struct off_chunk *ch = &d->chunks[k];
+		if (mg_host_call(ctx, chunk_update, ch))
+			return -1;
+		for (int fi = ch->first; fi < ch->last; fi++) {
+			const struct mg_flat *f = &L->flats[fi];
+			if (!f->train)
+				continue;
+			size_t bytes =
+				(size_t)f->shard * mg_dtype_size(f->lent);
+			const void *src =
+				f->lp ? off_host(&d->h_lp, f->lp_off,
+						 d->compute)
+				      : off_host(&d->h_master, f->master_off,
+						 d->master);
+			if (mg_copy_async(ctx, off_dev_mine(d, fi), src, bytes))
+				return -1;
+			mg_count(ctx, MG_C_H2D_BYTES, (int64_t)bytes);
+		}
+	}
+	if (mg_copy_join(ctx))
+		return -1;
+	if (d->world > 1) {
+		for (int k = 0; k < L->nflats; k++) {
+			const struct mg_flat *f = &L->flats[k];
+			if (f->train && c->all_gather(c, off_dev_mine(d, k),
+						      off_dev_full(d, k),
+						      f->shard, f->lent))
+				return mg_error_prefix("offload: all-gather");
+		}
+		if (L->n_buffers &&
+		    c->broadcast(c, d->buffers.ptr, L->n_buffers, d->master, 0))
+			return mg_error_prefix("offload: buffer broadcast");
+	}
+	if (d->host_error)
+		return mg_error("offload: host optimizer: %s", d->host_msg);
+	return 0;
+}
+
+static const struct mg_strategy_ops off_ops = {
+	.setup = off_setup,
+	.steps_per_epoch = off_steps,
+	.plan = off_plan,
+	.begin_step = off_begin_step,
+	.acquire = off_acquire,
+	.release = off_release,
+	.grads_ready = off_grads_ready,
+	.step = off_step,
+	.save = off_save,
+	.load = off_load,
+};
+
+static const struct mg_plugin off_plugin = {
+	MG_PLUGIN_HEADER,
+	.kind = MG_PLUGIN_STRATEGY,
+	.name = "offload",
+	.version = "1.0",
+	.description = "ZeRO-Offload: master weights and optimizer state in "
+		       "pinned host memory, gradients copied out as backward "
+		       "completes each unit, a SIMD multi-threaded optimizer "
+		       "on the CPU; sharded across ranks",
+	.options = off_options,
+	.create = off_create,
+	.destroy = off_destroy,
+	.ops = &off_ops,
+};
+
+MG_PLUGIN_DEFINE(off_plugin)

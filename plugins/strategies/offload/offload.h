@@ -1,0 +1,125 @@
+/*
+ * offload.h - ZeRO-Offload: the state the offload plugin's files share
+ * (offload.c: plugin, storage, sampler, the step; offload_pipe.c: the
+ * per-unit gradient pipeline behind acquire / grads_ready; offload_ckpt.c:
+ * checkpoints).
+ *
+ * The device keeps only what compute needs: every unit's full parameters
+ * in the compute dtype, and transient full gradients while backward runs.
+ * fp32 master weights and the optimizer's moments live in pinned host
+ * memory. As backward completes a unit, its gradients are reduce-scattered
+ * over the ranks (each rank owns one shard of every flat parameter) and
+ * the rank's shard is copied to the host while backward goes on. The step
+ * runs the optimizer on the host (host_optim: SIMD, all cores) in chunks,
+ * each chunk's updated parameters copied back while the next chunk
+ * computes, and the ranks all-gather the updated shards. Everything is
+ * stream work (side-stream copies, a host call), so the step can still be
+ * one CUDA graph.
+ */
+#ifndef MG_OFFLOAD_H
+#define MG_OFFLOAD_H
+
+#include "flat.h"
+#include "host_optim.h"
+#include "mg/mg.h"
+#include "sampler.h"
+
+#define OFFLOAD_CHUNKS 4
+
+enum off_gstate {
+	O_IDLE = 0, /* backward not done */
+	O_READY,    /* gradients complete in the slot */
+	O_SCATTER,  /* reduce-scatter issued */
+	O_COPY,	    /* copy to the host issued */
+	O_DONE,
+};
+
+struct off_unit {
+	int gslot; /* gradient slot while backward runs, -1 */
+	enum off_gstate gs;
+	int64_t gepoch; /* wait epoch its last operation was issued in */
+	bool has_train;
+};
+
+/* Flats [first, last) updated by one host call, then uploaded. */
+struct off_chunk {
+	struct offload *d;
+	int first, last;
+	struct mg_optim_slice *slices;
+	int nslices;
+};
+
+struct offload {
+	struct mg_ctx *ctx;
+	struct mg_sampler sampler;
+	bool drop_last, reduce_fp32;
+	int threads;
+	enum mg_dtype master, compute;
+	const struct mg_model_spec *spec;
+	struct mg_flat_layout L; /* sharded over all ranks */
+	int srank, world;
+	int nslots_state;
+	/* Device. */
+	struct mg_buf params;  /* every flat, full, lent dtype */
+	size_t *unit_base;     /* per unit: its flats' start in params */
+	struct mg_buf buffers; /* MG_P_BUFFER tensors */
+	struct mg_buf gshard;  /* world > 1: reduce-scatter results */
+	struct mg_buf *gslots;
+	int *gslot_owner;
+	int ngslots;
+	/* Host (pinned). */
+	struct mg_buf h_master, h_lp, h_grads, h_state[2];
+	struct mg_buf h_vals; /* this step's optimizer values */
+	struct mg_host_optim *hopt;
+	const struct mg_optim_hparams *hp; /* the step's (stable) settings */
+	struct off_chunk chunks[OFFLOAD_CHUNKS];
+	int nchunks;
+	volatile int host_error; /* set by a failing host call */
+	char host_msg[256];
+	struct off_unit *units;
+	struct mg_tensor *ptensor, *gtensor;
+	struct mg_unit_view *views;
+	int64_t epoch;
+};
+
+/* offload_pipe.c */
+int off_pipe_init(struct offload *d);
+void off_pipe_free(struct offload *d);
+void off_pipe_begin_step(struct offload *d);
+struct mg_unit_view *off_acquire(void *self, int unit, enum mg_phase ph);
+void off_release(void *self, int unit, enum mg_phase ph);
+int off_grads_ready(void *self, int unit);
+/* Every unit's gradient shard on the host (the copies joined). */
+int off_pipe_finish(struct offload *d);
+
+/* offload_ckpt.c */
+int off_save(void *self, struct mg_ckpt *ck);
+int off_load(void *self, struct mg_ckpt *ck);
+/* Fill the device parameters of flat k from a full master-dtype flat in
+ * host memory (init, load). */
+int off_upload_full(struct offload *d, int k, const void *full_host);
+
+/* offload.c: the host's low-precision copy of every lp shard, from the
+ * master shard. */
+void off_refresh_host_lp(struct offload *d);
+
+/* Where flat k's pieces are. */
+static inline char *off_dev_full(const struct offload *d, int k)
+{
+	const struct mg_flat *f = &d->L.flats[k];
+	return (char *)d->params.ptr + d->unit_base[f->unit] + f->full_byte;
+}
+/* This rank's shard inside the device's full flat k. */
+static inline char *off_dev_mine(const struct offload *d, int k)
+{
+	const struct mg_flat *f = &d->L.flats[k];
+	return off_dev_full(d, k) +
+	       (size_t)(d->srank * f->shard) * mg_dtype_size(f->lent);
+}
+static inline char *off_host(const struct mg_buf *b, int64_t off,
+			     enum mg_dtype dt)
+{
+	return (char *)b->ptr + (size_t)off * mg_dtype_size(dt);
+}
+
+#endif

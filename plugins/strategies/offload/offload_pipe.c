@@ -1,0 +1,294 @@
+/*
+ * offload_pipe.c - the gradient pipeline of the offload strategy: a unit's
+ * full gradients made in a transient slot, reduce-scattered over the
+ * ranks, and this rank's shard copied to pinned host memory, each stage
+ * started at the acquire that follows the previous one (fsdp_exec.c has
+ * the same rule: issue right after a wait, so it runs under the next
+ * unit's compute). The copies run on the device's side stream.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "offload.h"
+
+static int wait_all(struct offload *d)
+{
+	struct mg_comm *c = d->ctx->comm;
+	if ((d->world > 1 && c->wait(c)) || mg_copy_join(d->ctx))
+		return mg_error_prefix("offload");
+	d->epoch++;
+	return 0;
+}
+
+static int take_gslot(struct offload *d, int u)
+{
+	for (int i = 0; i < d->ngslots; i++)
+		if (d->gslot_owner[i] < 0) {
+			d->gslot_owner[i] = u;
+			return i;
+		}
+	int n = d->ngslots;
+	struct mg_buf *b = realloc(d->gslots, (size_t)(n + 1) * sizeof *b);
+	if (!b)
+		return mg_error("offload: out of memory");
+	d->gslots = b;
+	int *o = realloc(d->gslot_owner, (size_t)(n + 1) * sizeof *o);
+	if (!o)
+		return mg_error("offload: out of memory");
+	d->gslot_owner = o;
+	if (mg_buf_alloc(d->ctx, &d->gslots[n],
+			 d->L.max_grad_bytes ? d->L.max_grad_bytes : 1,
+			 MG_MEM_GATHER))
+		return mg_error_prefix("offload: gradient buffer");
+	d->gslot_owner[n] = u;
+	d->ngslots = n + 1;
+	return n;
+}
+
+static void drop_gslot(struct offload *d, int u)
+{
+	struct off_unit *un = &d->units[u];
+	if (un->gslot >= 0)
+		d->gslot_owner[un->gslot] = -1;
+	un->gslot = -1;
+}
+
+/* Flat f's reduced-dtype full gradient inside unit u's slot. */
+static char *slot_grad(struct offload *d, int u, const struct mg_flat *f)
+{
+	char *p = (char *)d->gslots[d->units[u].gslot].ptr + f->gfull_byte;
+	if (f->grad != f->lent) /* the converted copy follows */
+		p += ((size_t)(f->shard * d->L.group) * mg_dtype_size(f->lent) +
+		      255) &
+		     ~(size_t)255;
+	return p;
+}
+
+/* Issue stage `gs` for unit u's trained flats. */
+static int issue(struct offload *d, int u, enum off_gstate gs)
+{
+	const struct mg_flat_layout *L = &d->L;
+	struct mg_comm *c = d->ctx->comm;
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train)
+			continue;
+		size_t bytes = (size_t)f->shard * mg_dtype_size(f->grad);
+		char *dev = (char *)d->gshard.ptr + f->gshard_byte;
+		if (gs == O_SCATTER) {
+			if (c->reduce_scatter(c, slot_grad(d, u, f), dev,
+					      f->shard, f->grad, MG_REDUCE_SUM))
+				return mg_error_prefix(
+					"offload: reduce-scatter of %s",
+					d->spec->units[u].name);
+			continue;
+		}
+		const char *src = d->world > 1 ? dev : slot_grad(d, u, f);
+		if (mg_copy_async(d->ctx,
+				  (char *)d->h_grads.ptr + f->gshard_byte, src,
+				  bytes))
+			return mg_error_prefix("offload: gradient copy of %s",
+					       d->spec->units[u].name);
+		mg_count(d->ctx, MG_C_D2H_BYTES, (int64_t)bytes);
+	}
+	return 0;
+}
+
+/* Move every unit one stage on; what was issued in an earlier wait epoch
+ * has completed. Index order keeps the ranks' collectives in step. */
+static int progress(struct offload *d)
+{
+	for (int u = 0; u < d->spec->nunits; u++) {
+		struct off_unit *un = &d->units[u];
+		if (un->gs == O_IDLE || un->gs == O_DONE ||
+		    (un->gs != O_READY && un->gepoch == d->epoch))
+			continue;
+		enum off_gstate next = O_DONE;
+		if (un->gs == O_READY)
+			next = d->world > 1 ? O_SCATTER : O_COPY;
+		else if (un->gs == O_SCATTER) {
+			drop_gslot(d, u);
+			next = O_COPY;
+		} else if (un->gs == O_COPY && d->world == 1) {
+			drop_gslot(d, u);
+		}
+		if (next != O_DONE && issue(d, u, next))
+			return -1;
+		un->gs = next;
+		un->gepoch = d->epoch;
+	}
+	return 0;
+}
+
+static void point(struct offload *d, int u, bool grads)
+{
+	const struct mg_flat_layout *L = &d->L;
+	const struct mg_unit_decl *ud = &d->spec->units[u];
+	for (int k = 0; k < ud->nparams; k++) {
+		int i = ud->first_param + k, fi = L->param_flat[i];
+		struct mg_tensor *pt = &d->ptensor[i], *gt = &d->gtensor[i];
+		gt->data = NULL;
+		if (fi < 0) {
+			pt->data = (char *)d->buffers.ptr +
+				   (size_t)L->param_off[i] *
+					   mg_dtype_size(d->master);
+			continue;
+		}
+		const struct mg_flat *f = &L->flats[fi];
+		size_t off = (size_t)L->param_off[i] * mg_dtype_size(f->lent);
+		pt->data = off_dev_full(d, fi) + off;
+		if (grads && f->train)
+			gt->data = (char *)d->gslots[d->units[u].gslot].ptr +
+				   f->gfull_byte + off;
+	}
+}
+
+struct mg_unit_view *off_acquire(void *self, int u, enum mg_phase ph)
+{
+	struct offload *d = self;
+	if (u < 0 || u >= d->spec->nunits) {
+		mg_error("acquire: unit %d out of range (model has %d)", u,
+			 d->spec->nunits);
+		return NULL;
+	}
+	struct off_unit *un = &d->units[u];
+	const bool grads = ph == MG_PHASE_BACKWARD && un->has_train;
+	if (grads && (wait_all(d) || progress(d)))
+		return NULL;
+	if (grads && un->gslot < 0) {
+		if (un->gs != O_IDLE) {
+			mg_error("offload: unit '%s' acquired for backward "
+				 "after it reported its gradients ready",
+				 d->spec->units[u].name);
+			return NULL;
+		}
+		if ((un->gslot = take_gslot(d, u)) < 0 ||
+		    mg_memset_dev(d->ctx, d->gslots[un->gslot].ptr, 0,
+				  d->L.unit_grad_bytes[u]))
+			return NULL;
+	}
+	point(d, u, grads);
+	return &d->views[u];
+}
+
+void off_release(void *self, int u, enum mg_phase ph)
+{
+	(void)self, (void)u, (void)ph;
+}
+
+int off_grads_ready(void *self, int u)
+{
+	struct offload *d = self;
+	struct off_unit *un = &d->units[u];
+	const struct mg_flat_layout *L = &d->L;
+	if (!un->has_train)
+		return 0;
+	if (un->gs != O_IDLE)
+		return mg_error("unit '%s' reported its gradients ready twice "
+				"in one step",
+				d->spec->units[u].name);
+	if (un->gslot < 0)
+		return mg_error("unit '%s' reported its gradients ready "
+				"without being acquired for backward",
+				d->spec->units[u].name);
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train)
+			continue;
+		int64_t n = f->shard * L->group;
+		char *src = (char *)d->gslots[un->gslot].ptr + f->gfull_byte;
+		if (f->grad != f->lent &&
+		    mg_op_convert(d->ctx, slot_grad(d, u, f), f->grad, src,
+				  f->lent, n))
+			return mg_error_prefix("offload: gradient of %s",
+					       d->spec->units[u].name);
+		/* One rank holds whole gradients here: its norm now. */
+		if (d->world == 1 &&
+		    mg_optim_sumsq(d->ctx, d->ctx->optim_vals, f->grad,
+				   slot_grad(d, u, f), n))
+			return -1;
+	}
+	un->gs = O_READY;
+	return 0;
+}
+
+int off_pipe_finish(struct offload *d)
+{
+	/* Units the model never reported go through the pipeline too (zero
+	 * gradients if backward never reached them), the same on every rank
+	 * so the collectives still match. */
+	for (int u = 0; u < d->spec->nunits; u++) {
+		struct off_unit *un = &d->units[u];
+		if (!un->has_train || un->gs != O_IDLE)
+			continue;
+		if (un->gslot < 0 &&
+		    ((un->gslot = take_gslot(d, u)) < 0 ||
+		     mg_memset_dev(d->ctx, d->gslots[un->gslot].ptr, 0,
+				   d->L.unit_grad_bytes[u])))
+			return -1;
+		if (off_grads_ready(d, u))
+			return -1;
+	}
+	for (int round = 0; round < 4; round++)
+		if (wait_all(d) || progress(d))
+			return -1;
+	for (int u = 0; u < d->spec->nunits; u++)
+		if (d->units[u].has_train && d->units[u].gs != O_DONE)
+			return mg_error("offload: internal: gradients of unit "
+					"%d not on the host",
+					u);
+	return 0;
+}
+
+void off_pipe_begin_step(struct offload *d)
+{
+	for (int u = 0; u < d->spec->nunits; u++) {
+		d->units[u].gs = O_IDLE;
+		d->units[u].gepoch = -1;
+	}
+	d->epoch = 0;
+}
+
+int off_pipe_init(struct offload *d)
+{
+	const struct mg_model_spec *s = d->spec;
+	size_t nu = (size_t)s->nunits + 1, np = (size_t)s->nparams + 1;
+	d->units = calloc(nu, sizeof *d->units);
+	d->ptensor = calloc(np, sizeof *d->ptensor);
+	d->gtensor = calloc(np, sizeof *d->gtensor);
+	d->views = calloc(nu, sizeof *d->views);
+	if (!d->units || !d->ptensor || !d->gtensor || !d->views)
+		return mg_error("out of memory");
+	for (int u = 0; u < s->nunits; u++) {
+		struct off_unit *un = &d->units[u];
+		un->gslot = -1;
+		un->gepoch = -1;
+		for (int k = d->L.unit_first[u]; k < d->L.unit_first[u + 1];
+		     k++)
+			un->has_train |= d->L.flats[k].train;
+		d->views[u].nparams = s->units[u].nparams;
+		d->views[u].params = &d->ptensor[s->units[u].first_param];
+		d->views[u].grads = &d->gtensor[s->units[u].first_param];
+	}
+	for (int i = 0; i < s->nparams; i++) {
+		const struct mg_param_decl *p = &s->params[i];
+		int fi = d->L.param_flat[i];
+		enum mg_dtype dt = fi < 0 ? d->master : d->L.flats[fi].lent;
+		d->ptensor[i] = mg_tensor_make(NULL, dt, d->ctx->dev->kind,
+					       p->ndim, p->shape);
+		d->gtensor[i] = d->ptensor[i];
+	}
+	return 0;
+}
+
+void off_pipe_free(struct offload *d)
+{
+	for (int i = 0; i < d->ngslots; i++)
+		mg_buf_free(d->ctx, &d->gslots[i]);
+	free(d->gslots);
+	free(d->gslot_owner);
+	free(d->units);
+	free(d->ptensor);
+	free(d->gtensor);
+	free(d->views);
+}
