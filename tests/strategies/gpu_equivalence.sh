@@ -89,10 +89,12 @@ run offn_adamw -c "$mlp" --set run.gpus=$n --set strategy.name=offload $adamw &&
 # master). With 8 samples a rank its batch norm is chaotic: the last-bit
 # differences between an all-reduce and a reduce-scatter of the same sums
 # grow about 100x a step, so several GPUs are compared after one step;
-# one GPU (no reductions to round differently) after all four.
+# one GPU (no reductions to round differently) after all four. In bf16
+# ddp_ds sums gradients in bf16 (1 ulp = 0.4%) and the first update is
+# as large as some depthwise weights, so a step differs by up to ~1%.
 for p in fp32 bf16; do
 	tol=1e-5
-	[ $p = bf16 ] && tol=2e-3
+	[ $p = bf16 ] && tol=2e-2
 	run ds1_$p -c "$mbv2" --set run.gpus=$n --set run.precision=$p \
 		--set strategy.name=ddp_ds --set run.max_steps=1 || continue
 	for s in "fsdp --set strategy.shard=full" \
