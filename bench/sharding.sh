@@ -33,12 +33,11 @@ for prec in $precs; do
 	while IFS='|' read -r name sets tmode; do
 		run=shard_${name}_${prec}
 		# shellcheck disable=SC2086
-		timeout 400 "$mgrun" -c "$here/../conf/fashion_mnist_ddp.ini" \
+		timeout 400 "$mgrun" -c "$here/sharding.ini" \
 			--set dataset.dir="$fashion" --set run.gpus="$g" $sets \
 			--set run.precision="$prec" \
 			--set dataset.image_size="$size" --set run.epochs=1 \
-			--set run.max_steps="$steps" --set run.eval=false \
-			--set run.checkpoint=false --set run.log_every=1000 \
+			--set run.max_steps="$steps" --set run.log_every=1000 \
 			--set run.out_dir=/tmp/mgshard --set run.name="$run" \
 			>"$out/$run.log" 2>&1
 		dir=/tmp/mgshard/$run
@@ -68,6 +67,7 @@ EOF
 			python3 -c 'import json,sys
 r = json.loads(sys.stdin.read() or "{}")
 print("%s\t%s" % (r.get("img_s_total", "FAILED"), r.get("peak_mib_rank", "-")))')
+		[ -s "$out/torch_${run}.err" ] && tail -2 "$out/torch_${run}.err"
 		printf '%s\t%s\t%s\t%s\t%s\n' "$prec" "$name" "$tmode" "$mg" \
 			"$tr" | tee -a "$tsv"
 	done <<<"$configs"

@@ -1,7 +1,7 @@
 # What a PyTorch user runs instead of mgrun's fsdp / offload on MobileNetV2:
 # FSDP2 (fully_shard on every inverted-residual block, then the root) in
 # full / grad_op / hybrid mode, DDP for no-shard, and DeepSpeed-less CPU
-# offload through FSDP2's CPUOffloadPolicy. Synthetic data on the GPU,
+# offload through FSDP2's CPUOffloadPolicy; bf16 by autocast. Synthetic data on the GPU,
 # batch 64 per GPU, SGD with momentum as bench/sharding.sh runs mgrun.
 # Usage (torchrun): torch_fsdp_mbv2.py MODE SIZE PRECISION
 #   MODE: ddp | full | grad_op | hybrid | offload;  PRECISION: fp32 | bf16
@@ -12,8 +12,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torchvision
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy,
-                                    fully_shard)
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
 mode, size, prec = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 dist.init_process_group("nccl")
@@ -34,9 +33,6 @@ else:
     else:
         mesh = init_device_mesh("cuda", (world,))
     kw = dict(mesh=mesh, reshard_after_forward=(mode != "grad_op"))
-    if bf16:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                               reduce_dtype=torch.bfloat16)
     if mode == "offload":
         kw["offload_policy"] = CPUOffloadPolicy()
     for blk in m.features:
@@ -50,8 +46,8 @@ y = torch.randint(0, 10, (64,), device="cuda")
 
 def step():
     opt.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=torch.bfloat16,
-                        enabled=bf16 and mode == "ddp"):
+    # bf16: autocast over fp32 parameters, the same way in every mode.
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
         loss = lossf(m(x), y)
     loss.backward()
     opt.step()
