@@ -32,6 +32,7 @@ offload|--set strategy.name=offload|offload"
 for prec in $precs; do
 	while IFS='|' read -r name sets tmode; do
 		run=shard_${name}_${prec}
+		rm -rf "/tmp/mgshard/$run"
 		# shellcheck disable=SC2086
 		timeout 400 "$mgrun" -c "$here/sharding.ini" \
 			--set dataset.dir="$fashion" --set run.gpus="$g" $sets \
