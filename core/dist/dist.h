@@ -17,7 +17,7 @@ struct mg_stats;
 
 /* This process's place in the job. */
 struct mg_dist_env {
-	int rank, world;	   /* global */
+	int rank, world;	     /* global */
 	int local_rank, local_world; /* on this host */
 	/* Who set it: "mgrun" (our launcher), "slurm", "openmpi", "mpich",
 	 * "torchrun", or "none" (a single process: rank 0 of 1). */
