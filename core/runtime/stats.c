@@ -88,9 +88,8 @@ void mg_count(struct mg_ctx *ctx, enum mg_counter c, int64_t v)
 
 void mg_stats_capture(struct mg_stats *s, bool begin, bool ok)
 {
-	if (begin)
-		memset(s->graph_counters, 0, sizeof s->graph_counters);
-	else if (!ok)
+	/* A new capture starts from zero; a failed one is forgotten. */
+	if (begin || !ok)
 		memset(s->graph_counters, 0, sizeof s->graph_counters);
 	s->capturing = begin;
 }

@@ -160,8 +160,8 @@ int mg_flat_build(struct mg_flat_layout *L, const struct mg_model_spec *spec,
 					spec->params[i].name,
 					mg_dtype_name(spec->params[i].dtype));
 	size_t np = (size_t)spec->nparams + 1, nu = (size_t)spec->nunits + 1;
-	/* At most three flats per unit: (compute, trained), (master,
-	 * trained), frozen in either dtype: bound by 4. */
+	/* At most four flats per unit: (compute or master dtype) x
+	 * (trained or frozen). */
 	L->flats = calloc(4 * nu, sizeof *L->flats);
 	L->unit_first = calloc(nu, sizeof *L->unit_first);
 	L->param_flat = calloc(np, sizeof *L->param_flat);
@@ -277,4 +277,75 @@ int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 					 p->shape);
 	}
 	return mg_init_unit(ctx, s, u, host);
+}
+
+int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
+			int (*keep)(void *arg, int k, const char *full),
+			void *arg, void *bufs_dev)
+{
+	const size_t ms = mg_dtype_size(L->master);
+	void *bufs = calloc((size_t)L->n_buffers + 1, ms);
+	if (!bufs)
+		return mg_error("out of memory");
+	int rc = 0;
+	for (int u = 0; u < L->spec->nunits && !rc; u++) {
+		int first = L->unit_first[u], nf = L->unit_first[u + 1] - first;
+		void *full[nf > 0 ? nf : 1];
+		for (int k = 0; k < nf; k++) {
+			const struct mg_flat *f = &L->flats[first + k];
+			full[k] = malloc((size_t)(f->shard * L->group) * ms);
+			if (!full[k] && !rc)
+				rc = mg_error("out of memory");
+		}
+		if (!rc)
+			rc = mg_flat_init_unit(L, ctx, u, full, bufs);
+		for (int k = 0; k < nf; k++) {
+			if (!rc)
+				rc = keep(arg, first + k, full[k]);
+			free(full[k]);
+		}
+	}
+	if (!rc && L->n_buffers)
+		rc = mg_copy_h2d(ctx, bufs_dev, bufs,
+				 (size_t)L->n_buffers * ms);
+	free(bufs);
+	return rc;
+}
+
+int mg_flat_views_init(struct mg_flat_views *v, const struct mg_flat_layout *L,
+		       enum mg_device_kind dev)
+{
+	const struct mg_model_spec *s = L->spec;
+	size_t nu = (size_t)s->nunits + 1, np = (size_t)s->nparams + 1;
+	v->ptensor = calloc(np, sizeof *v->ptensor);
+	v->gtensor = calloc(np, sizeof *v->gtensor);
+	v->views = calloc(nu, sizeof *v->views);
+	v->trains = calloc(nu, sizeof *v->trains);
+	if (!v->ptensor || !v->gtensor || !v->views || !v->trains)
+		return mg_error("out of memory");
+	for (int u = 0; u < s->nunits; u++) {
+		for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++)
+			v->trains[u] |= L->flats[k].train;
+		v->views[u].nparams = s->units[u].nparams;
+		v->views[u].params = &v->ptensor[s->units[u].first_param];
+		v->views[u].grads = &v->gtensor[s->units[u].first_param];
+	}
+	for (int i = 0; i < s->nparams; i++) {
+		const struct mg_param_decl *p = &s->params[i];
+		int fi = L->param_flat[i];
+		enum mg_dtype dt = fi < 0 ? L->master : L->flats[fi].lent;
+		v->ptensor[i] =
+			mg_tensor_make(NULL, dt, dev, p->ndim, p->shape);
+		v->gtensor[i] = v->ptensor[i];
+	}
+	return 0;
+}
+
+void mg_flat_views_free(struct mg_flat_views *v)
+{
+	free(v->ptensor);
+	free(v->gtensor);
+	free(v->views);
+	free(v->trains);
+	memset(v, 0, sizeof *v);
 }

@@ -93,6 +93,30 @@ int mg_flat_ckpt_buffers(const struct mg_flat_layout *L, void *bufs,
 			 enum mg_device_kind dev, struct mg_ckpt *ck,
 			 bool save);
 
+/* The tensors a flat-parameter strategy lends: one per parameter (dtype
+ * and shape fixed, data pointed by the strategy at each acquire) and one
+ * view per unit over them. */
+struct mg_flat_views {
+	struct mg_tensor *ptensor, *gtensor;
+	struct mg_unit_view *views;
+	bool *trains; /* per unit: has a trained flat */
+};
+
+int mg_flat_views_init(struct mg_flat_views *v, const struct mg_flat_layout *L,
+		       enum mg_device_kind dev);
+void mg_flat_views_free(struct mg_flat_views *v);
+
+/*
+ * Make every unit's initial values (the model's init is a function of the
+ * seed and the unit, so every rank makes the same) as full flats in host
+ * memory and hand each to keep(arg, flat index, full flat) to keep what
+ * the strategy stores; buffers are copied to bufs_dev (the context's
+ * device).
+ */
+int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
+			int (*keep)(void *arg, int k, const char *full),
+			void *arg, void *bufs_dev);
+
 /* Initial values of unit u as the model makes them, packed into full
  * padded flats in host memory (master dtype): out[k] for the unit's k-th
  * flat holds flat->shard * group elements, gaps zero. Buffers go to

@@ -566,8 +566,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* The cores this process may run on. */
-static int default_threads(void)
+int mg_host_optim_cores(void)
 {
 	cpu_set_t set;
 	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
@@ -608,7 +607,7 @@ int mg_host_optim_create(int threads, struct mg_host_optim **out)
 	if (threads < 0)
 		return mg_error("host optimizer: %d threads", threads);
 	if (threads == 0)
-		threads = default_threads();
+		threads = mg_host_optim_cores();
 	if (threads > MAX_THREADS)
 		threads = MAX_THREADS;
 	enum isa isa = ISA_SCALAR;

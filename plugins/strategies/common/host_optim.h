@@ -30,6 +30,9 @@ struct mg_host_optim;
  * or MG_HOST_OPTIM_ISA if set (an error if the CPU lacks it). */
 int mg_host_optim_create(int threads, struct mg_host_optim **out);
 void mg_host_optim_destroy(struct mg_host_optim *o);
+/* The cores this process may run on (its affinity mask; online cores if
+ * the mask cannot be read): what threads = 0 means. */
+int mg_host_optim_cores(void);
 const char *mg_host_optim_isa(const struct mg_host_optim *o);
 int mg_host_optim_threads(const struct mg_host_optim *o);
 

@@ -72,3 +72,19 @@ int64_t mg_sampler_blocks(struct mg_sampler *s, int64_t n, int64_t per_rank,
 				order[(begin + (first + r) * c + k) % n];
 	return c;
 }
+
+int mg_sampler_plan_own(struct mg_sampler *s, int world, int rank, int64_t n,
+			int64_t batch, int64_t epoch, int64_t step,
+			struct mg_plan *p)
+{
+	int64_t c = mg_sampler_blocks(s, n, batch, world, epoch, step, rank, 1,
+				      p->read_idx, p->read_cap);
+	if (c < 0)
+		return -1;
+	p->n_read = c;
+	p->compute_begin = 0;
+	p->compute_count = c;
+	p->global_count = world * c;
+	p->global_offset = rank * c;
+	return 0;
+}

@@ -34,4 +34,10 @@ int64_t mg_sampler_blocks(struct mg_sampler *s, int64_t n, int64_t per_rank,
 			  int world, int64_t epoch, int64_t step, int first,
 			  int count, int64_t *out, int64_t cap);
 
+/* A plan in which rank `rank` of `world` reads and computes its own block
+ * of every global batch (ddp_ds, fsdp, offload). */
+int mg_sampler_plan_own(struct mg_sampler *s, int world, int rank, int64_t n,
+			int64_t batch, int64_t epoch, int64_t step,
+			struct mg_plan *p);
+
 #endif

@@ -22,16 +22,9 @@ static int ds_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
 		   int64_t step, struct mg_plan *p)
 {
 	struct mg_ddp *d = self;
-	const int world = d->ctx->world, rank = d->ctx->rank;
-	int64_t c = mg_ddp_blocks(d, n, batch, world, epoch, step, rank, 1,
-				  p->read_idx, p->read_cap);
-	if (c < 0)
+	if (mg_sampler_plan_own(&d->sampler, d->ctx->world, d->ctx->rank, n,
+				batch, epoch, step, p))
 		return mg_error_prefix("ddp_ds");
-	p->n_read = c;
-	p->compute_begin = 0;
-	p->compute_count = c;
-	p->global_count = world * c;
-	p->global_offset = rank * c;
 	return 0;
 }
 

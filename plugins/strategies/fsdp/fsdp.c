@@ -156,48 +156,16 @@ int fsdp_refresh_lp(struct fsdp *d)
 	return 0;
 }
 
-/* Every rank makes every unit's initial values (the model's init is a
- * function of the seed and the unit) and keeps its shard. */
-static int init_values(struct fsdp *d)
+/* Initial values: keep this rank's shard of each full flat. */
+static int keep_shard(void *arg, int k, const char *full)
 {
-	const struct mg_flat_layout *L = &d->L;
-	const size_t ms = mg_dtype_size(d->master);
-	void *bufs = calloc((size_t)L->n_buffers + 1, ms);
-	if (!bufs)
-		return mg_error("out of memory");
-	int rc = 0;
-	for (int u = 0; u < d->spec->nunits && !rc; u++) {
-		int nf = L->unit_first[u + 1] - L->unit_first[u];
-		void *full[nf > 0 ? nf : 1];
-		for (int k = 0; k < nf; k++) {
-			const struct mg_flat *f =
-				&L->flats[L->unit_first[u] + k];
-			full[k] = malloc((size_t)(f->shard * L->group) * ms);
-			if (!full[k])
-				rc = mg_error("out of memory");
-		}
-		if (!rc)
-			rc = mg_flat_init_unit(&d->L, d->ctx, u, full, bufs);
-		for (int k = 0; k < nf; k++) {
-			const struct mg_flat *f =
-				&L->flats[L->unit_first[u] + k];
-			if (!rc)
-				rc = mg_copy_h2d(
-					d->ctx,
-					fsdp_at(&d->master_buf, f->master_off,
-						d->master),
-					(char *)full[k] +
-						(size_t)(d->srank * f->shard) *
-							ms,
-					(size_t)f->shard * ms);
-			free(full[k]);
-		}
-	}
-	if (!rc && L->n_buffers)
-		rc = mg_copy_h2d(d->ctx, d->buffers.ptr, bufs,
-				 (size_t)L->n_buffers * ms);
-	free(bufs);
-	return rc ? rc : fsdp_refresh_lp(d);
+	struct fsdp *d = arg;
+	const struct mg_flat *f = &d->L.flats[k];
+	size_t ms = mg_dtype_size(d->master);
+	return mg_copy_h2d(d->ctx,
+			   fsdp_at(&d->master_buf, f->master_off, d->master),
+			   full + (size_t)(d->srank * f->shard) * ms,
+			   (size_t)f->shard * ms);
 }
 
 static int fsdp_setup(void *self, const struct mg_model_spec *spec)
@@ -218,7 +186,9 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 		if (d->L.flats[k].train &&
 		    d->L.flats[k].grad != d->L.flats[k].lent)
 			d->direct_grads = false;
-	if (fsdp_exec_init(d) || init_values(d))
+	if (fsdp_exec_init(d) ||
+	    mg_flat_init_values(&d->L, ctx, keep_shard, d, d->buffers.ptr) ||
+	    fsdp_refresh_lp(d))
 		return mg_error_prefix("fsdp");
 	return 0;
 }
@@ -234,23 +204,16 @@ static int fsdp_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
 		     int64_t step, struct mg_plan *p)
 {
 	struct fsdp *d = self;
-	const int world = d->ctx->world, rank = d->ctx->rank;
-	int64_t c = mg_sampler_blocks(&d->sampler, n, batch, world, epoch, step,
-				      rank, 1, p->read_idx, p->read_cap);
-	if (c < 0)
+	if (mg_sampler_plan_own(&d->sampler, d->ctx->world, d->ctx->rank, n,
+				batch, epoch, step, p))
 		return mg_error_prefix("fsdp");
-	p->n_read = c;
-	p->compute_begin = 0;
-	p->compute_count = c;
-	p->global_count = world * c;
-	p->global_offset = rank * c;
 	return 0;
 }
 
 static int fsdp_begin_step(void *self)
 {
 	struct fsdp *d = self;
-	fsdp_exec_begin_step(d);
+	/* fsdp_step() (and setup) left every unit reset for this step. */
 	if (d->direct_grads)
 		return mg_memset_dev(d->ctx, d->gshard.ptr, 0, d->gshard.bytes);
 	return 0;
@@ -324,8 +287,8 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 	    ctx->comm->broadcast(ctx->comm, d->buffers.ptr, L->n_buffers,
 				 d->master, 0))
 		return mg_error_prefix("fsdp: buffer broadcast");
-	/* Gathered parameters are stale now. */
-	fsdp_exec_begin_step(d);
+	/* Gathered parameters are stale now: reset for the next step. */
+	fsdp_exec_reset(d);
 	return 0;
 }
 

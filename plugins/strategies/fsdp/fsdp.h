@@ -43,7 +43,6 @@ struct fsdp_unit {
 	int gslot;	     /* gradient slot while backward runs, -1 */
 	enum fsdp_gstate gs; /* this step */
 	int64_t gepoch;	     /* wait epoch its last collective was issued in */
-	bool has_train;	     /* any trained flat */
 };
 
 /* A transient buffer for one unit's full parameters or gradients. */
@@ -89,8 +88,7 @@ struct fsdp {
 	int npslots, ngslots;
 	bool dedicated; /* grad_op: one parameter slot per unit, kept */
 	struct fsdp_unit *units;
-	struct mg_tensor *ptensor, *gtensor; /* per parameter, as lent */
-	struct mg_unit_view *views;
+	struct mg_flat_views V;	    /* what acquire() lends */
 	struct fsdp_order order[2]; /* forward (and eval), backward */
 	int64_t epoch;		    /* waits done this step */
 	bool in_backward;
@@ -99,7 +97,8 @@ struct fsdp {
 /* fsdp_exec.c */
 int fsdp_exec_init(struct fsdp *d);
 void fsdp_exec_free(struct fsdp *d);
-void fsdp_exec_begin_step(struct fsdp *d);
+/* Every unit back to the start of a step (gathered copies dropped). */
+void fsdp_exec_reset(struct fsdp *d);
 struct mg_unit_view *fsdp_acquire(void *self, int unit, enum mg_phase ph);
 void fsdp_release(void *self, int unit, enum mg_phase ph);
 int fsdp_grads_ready(void *self, int unit);

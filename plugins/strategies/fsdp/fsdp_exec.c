@@ -232,7 +232,7 @@ static void point(struct fsdp *d, int u, bool grads)
 	struct fsdp_unit *un = &d->units[u];
 	for (int k = 0; k < ud->nparams; k++) {
 		int i = ud->first_param + k, fi = L->param_flat[i];
-		struct mg_tensor *pt = &d->ptensor[i], *gt = &d->gtensor[i];
+		struct mg_tensor *pt = &d->V.ptensor[i], *gt = &d->V.gtensor[i];
 		gt->data = NULL;
 		if (fi < 0) {
 			pt->data = fsdp_at(&d->buffers, L->param_off[i],
@@ -280,7 +280,7 @@ struct mg_unit_view *fsdp_acquire(void *self, int u, enum mg_phase ph)
 		if (nx >= 0 && nx != u && gather(d, nx))
 			return NULL;
 	}
-	const bool grads = ph == MG_PHASE_BACKWARD && un->has_train;
+	const bool grads = ph == MG_PHASE_BACKWARD && d->V.trains[u];
 	if (grads && !d->direct_grads && un->gslot < 0) {
 		if (un->gs != G_IDLE) {
 			mg_error("fsdp: unit '%s' acquired for backward after "
@@ -296,7 +296,7 @@ struct mg_unit_view *fsdp_acquire(void *self, int u, enum mg_phase ph)
 			return NULL;
 	}
 	point(d, u, grads);
-	return &d->views[u];
+	return &d->V.views[u];
 }
 
 void fsdp_release(void *self, int u, enum mg_phase ph)
@@ -315,7 +315,7 @@ int fsdp_grads_ready(void *self, int u)
 	struct fsdp *d = self;
 	struct fsdp_unit *un = &d->units[u];
 	const struct mg_flat_layout *L = &d->L;
-	if (!un->has_train)
+	if (!d->V.trains[u])
 		return 0;
 	if (un->gs != G_IDLE)
 		return mg_error("unit '%s' reported its gradients ready twice "
@@ -360,7 +360,7 @@ int fsdp_exec_finish(struct fsdp *d)
 	 * rank, so the collectives still match. */
 	for (int u = 0; u < d->spec->nunits; u++) {
 		struct fsdp_unit *un = &d->units[u];
-		if (!un->has_train || un->gs != G_IDLE)
+		if (!d->V.trains[u] || un->gs != G_IDLE)
 			continue;
 		if (d->direct_grads || un->gslot >= 0) {
 			if (fsdp_grads_ready(d, u))
@@ -383,14 +383,14 @@ int fsdp_exec_finish(struct fsdp *d)
 		if (fsdp_wait_all(d) || progress(d))
 			return -1;
 	for (int u = 0; u < d->spec->nunits; u++)
-		if (d->units[u].has_train && d->units[u].gs != G_DONE)
+		if (d->V.trains[u] && d->units[u].gs != G_DONE)
 			return mg_error("fsdp: internal: gradients of unit %d "
 					"not reduced",
 					u);
 	return 0;
 }
 
-void fsdp_exec_begin_step(struct fsdp *d)
+void fsdp_exec_reset(struct fsdp *d)
 {
 	for (int k = 0; k < 2; k++) {
 		if (d->order[k].n > 0)
@@ -410,18 +410,16 @@ void fsdp_exec_begin_step(struct fsdp *d)
 int fsdp_exec_init(struct fsdp *d)
 {
 	const struct mg_model_spec *s = d->spec;
-	size_t nu = (size_t)s->nunits + 1, np = (size_t)s->nparams + 1;
+	size_t nu = (size_t)s->nunits + 1;
 	d->units = calloc(nu, sizeof *d->units);
-	d->ptensor = calloc(np, sizeof *d->ptensor);
-	d->gtensor = calloc(np, sizeof *d->gtensor);
-	d->views = calloc(nu, sizeof *d->views);
 	for (int k = 0; k < 2; k++) {
 		d->order[k].cap = 4 * s->nunits + 4;
 		d->order[k].seq = calloc((size_t)d->order[k].cap, sizeof(int));
 	}
-	if (!d->units || !d->ptensor || !d->gtensor || !d->views ||
-	    !d->order[0].seq || !d->order[1].seq)
+	if (!d->units || !d->order[0].seq || !d->order[1].seq)
 		return mg_error("out of memory");
+	if (mg_flat_views_init(&d->V, &d->L, d->ctx->dev->kind))
+		return -1;
 	if (d->dedicated) {
 		d->pslots = calloc(nu, sizeof *d->pslots);
 		if (!d->pslots)
@@ -431,23 +429,8 @@ int fsdp_exec_init(struct fsdp *d)
 			d->pslots[u].owner = -1;
 	}
 	for (int u = 0; u < s->nunits; u++) {
-		struct fsdp_unit *un = &d->units[u];
-		un->slot = un->gslot = -1;
-		un->gepoch = -1;
-		for (int k = d->L.unit_first[u]; k < d->L.unit_first[u + 1];
-		     k++)
-			un->has_train |= d->L.flats[k].train;
-		d->views[u].nparams = s->units[u].nparams;
-		d->views[u].params = &d->ptensor[s->units[u].first_param];
-		d->views[u].grads = &d->gtensor[s->units[u].first_param];
-	}
-	for (int i = 0; i < s->nparams; i++) {
-		const struct mg_param_decl *p = &s->params[i];
-		int fi = d->L.param_flat[i];
-		enum mg_dtype dt = fi < 0 ? d->master : d->L.flats[fi].lent;
-		d->ptensor[i] = mg_tensor_make(NULL, dt, d->ctx->dev->kind,
-					       p->ndim, p->shape);
-		d->gtensor[i] = d->ptensor[i];
+		d->units[u].slot = d->units[u].gslot = -1;
+		d->units[u].gepoch = -1;
 	}
 	return 0;
 }
@@ -461,9 +444,7 @@ void fsdp_exec_free(struct fsdp *d)
 	free(d->pslots);
 	free(d->gslots);
 	free(d->units);
-	free(d->ptensor);
-	free(d->gtensor);
-	free(d->views);
+	mg_flat_views_free(&d->V);
 	free(d->order[0].seq);
 	free(d->order[1].seq);
 }

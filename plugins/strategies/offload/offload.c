@@ -5,7 +5,6 @@
  * device, the optimizer on the host in chunks, updated parameters copied
  * back and all-gathered.
  */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,47 +133,17 @@ int off_upload_full(struct offload *d, int k, const void *full_host)
 	return rc;
 }
 
-/* Every rank makes every unit's initial values and keeps its shard on the
- * host; the device gets the full parameters. */
-static int init_values(struct offload *d)
+/* Initial values: this rank's shard to the host master, the full flat
+ * to the device. */
+static int keep_flat(void *arg, int k, const char *full)
 {
-	const struct mg_flat_layout *L = &d->L;
-	const size_t ms = mg_dtype_size(d->master);
-	void *bufs = calloc((size_t)L->n_buffers + 1, ms);
-	if (!bufs)
-		return mg_error("out of memory");
-	int rc = 0;
-	for (int u = 0; u < d->spec->nunits && !rc; u++) {
-		int first = L->unit_first[u], nf = L->unit_first[u + 1] - first;
-		void *full[nf > 0 ? nf : 1];
-		for (int k = 0; k < nf; k++) {
-			const struct mg_flat *f = &L->flats[first + k];
-			full[k] = malloc((size_t)(f->shard * L->group) * ms);
-			if (!full[k])
-				rc = mg_error("out of memory");
-		}
-		if (!rc)
-			rc = mg_flat_init_unit(&d->L, d->ctx, u, full, bufs);
-		for (int k = 0; k < nf; k++) {
-			const struct mg_flat *f = &L->flats[first + k];
-			if (!rc) {
-				memcpy(off_host(&d->h_master, f->master_off,
-						d->master),
-				       (char *)full[k] +
-					       (size_t)(d->srank * f->shard) *
-						       ms,
-				       (size_t)f->shard * ms);
-				rc = off_upload_full(d, first + k, full[k]);
-			}
-			free(full[k]);
-		}
-	}
-	if (!rc && L->n_buffers)
-		rc = mg_copy_h2d(d->ctx, d->buffers.ptr, bufs,
-				 (size_t)L->n_buffers * ms);
-	free(bufs);
-	off_refresh_host_lp(d);
-	return rc;
+	struct offload *d = arg;
+	const struct mg_flat *f = &d->L.flats[k];
+	size_t ms = mg_dtype_size(d->master);
+	memcpy(off_host(&d->h_master, f->master_off, d->master),
+	       full + (size_t)(d->srank * f->shard) * ms,
+	       (size_t)f->shard * ms);
+	return off_upload_full(d, k, full);
 }
 
 /* Host slices of trained flats, cut into chunks of about equal size: the
@@ -227,15 +196,12 @@ static int build_chunks(struct offload *d)
 	return 0;
 }
 
-/* The cores this process may use, shared by the ranks of its node. */
+/* This rank's share of the cores: ranks of one node that all see every
+ * core split them; ranks already pinned to a core or two keep theirs. */
 static int default_threads(const struct mg_ctx *ctx)
 {
-	cpu_set_t set;
-	int cores = 1;
-	if (sched_getaffinity(0, sizeof set, &set) == 0)
-		cores = CPU_COUNT(&set);
+	int cores = mg_host_optim_cores();
 	int local = ctx->local_world > 0 ? ctx->local_world : 1;
-	/* Ranks pinned to a core each already see only their share. */
 	if (cores >= local * 2)
 		cores /= local;
 	return cores > 0 ? cores : 1;
@@ -257,9 +223,11 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	if (mg_flat_build(&d->L, spec, d->master, d->compute, d->world,
 			  d->reduce_fp32) ||
 	    alloc_storage(d) || off_pipe_init(d) ||
-	    mg_host_optim_create(threads, &d->hopt) || init_values(d) ||
+	    mg_host_optim_create(threads, &d->hopt) ||
+	    mg_flat_init_values(&d->L, ctx, keep_flat, d, d->buffers.ptr) ||
 	    build_chunks(d))
 		return mg_error_prefix("offload");
+	off_refresh_host_lp(d);
 	mg_info("offload: optimizer state in %shost memory (%.1f MiB), "
 		"%d host thread(s), %s",
 		ctx->dev->kind == MG_DEV_CUDA ? "pinned " : "",
@@ -280,16 +248,9 @@ static int off_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
 		    int64_t step, struct mg_plan *p)
 {
 	struct offload *d = self;
-	const int world = d->ctx->world, rank = d->ctx->rank;
-	int64_t c = mg_sampler_blocks(&d->sampler, n, batch, world, epoch, step,
-				      rank, 1, p->read_idx, p->read_cap);
-	if (c < 0)
+	if (mg_sampler_plan_own(&d->sampler, d->ctx->world, d->ctx->rank, n,
+				batch, epoch, step, p))
 		return mg_error_prefix("offload");
-	p->n_read = c;
-	p->compute_begin = 0;
-	p->compute_count = c;
-	p->global_count = world * c;
-	p->global_offset = rank * c;
 	return 0;
 }
 

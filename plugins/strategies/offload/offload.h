@@ -38,7 +38,6 @@ struct off_unit {
 	int gslot; /* gradient slot while backward runs, -1 */
 	enum off_gstate gs;
 	int64_t gepoch; /* wait epoch its last operation was issued in */
-	bool has_train;
 };
 
 /* Flats [first, last) updated by one host call, then uploaded. */
@@ -77,8 +76,7 @@ struct offload {
 	volatile int host_error; /* set by a failing host call */
 	char host_msg[256];
 	struct off_unit *units;
-	struct mg_tensor *ptensor, *gtensor;
-	struct mg_unit_view *views;
+	struct mg_flat_views V; /* what acquire() lends */
 	int64_t epoch;
 };
 

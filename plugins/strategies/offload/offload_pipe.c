@@ -126,7 +126,7 @@ static void point(struct offload *d, int u, bool grads)
 	const struct mg_unit_decl *ud = &d->spec->units[u];
 	for (int k = 0; k < ud->nparams; k++) {
 		int i = ud->first_param + k, fi = L->param_flat[i];
-		struct mg_tensor *pt = &d->ptensor[i], *gt = &d->gtensor[i];
+		struct mg_tensor *pt = &d->V.ptensor[i], *gt = &d->V.gtensor[i];
 		gt->data = NULL;
 		if (fi < 0) {
 			pt->data = (char *)d->buffers.ptr +
@@ -152,7 +152,7 @@ struct mg_unit_view *off_acquire(void *self, int u, enum mg_phase ph)
 		return NULL;
 	}
 	struct off_unit *un = &d->units[u];
-	const bool grads = ph == MG_PHASE_BACKWARD && un->has_train;
+	const bool grads = ph == MG_PHASE_BACKWARD && d->V.trains[u];
 	if (grads && (wait_all(d) || progress(d)))
 		return NULL;
 	if (grads && un->gslot < 0) {
@@ -168,7 +168,7 @@ struct mg_unit_view *off_acquire(void *self, int u, enum mg_phase ph)
 			return NULL;
 	}
 	point(d, u, grads);
-	return &d->views[u];
+	return &d->V.views[u];
 }
 
 void off_release(void *self, int u, enum mg_phase ph)
@@ -181,7 +181,7 @@ int off_grads_ready(void *self, int u)
 	struct offload *d = self;
 	struct off_unit *un = &d->units[u];
 	const struct mg_flat_layout *L = &d->L;
-	if (!un->has_train)
+	if (!d->V.trains[u])
 		return 0;
 	if (un->gs != O_IDLE)
 		return mg_error("unit '%s' reported its gradients ready twice "
@@ -219,7 +219,7 @@ int off_pipe_finish(struct offload *d)
 	 * so the collectives still match. */
 	for (int u = 0; u < d->spec->nunits; u++) {
 		struct off_unit *un = &d->units[u];
-		if (!un->has_train || un->gs != O_IDLE)
+		if (!d->V.trains[u] || un->gs != O_IDLE)
 			continue;
 		if (un->gslot < 0 &&
 		    ((un->gslot = take_gslot(d, u)) < 0 ||
@@ -233,7 +233,7 @@ int off_pipe_finish(struct offload *d)
 		if (wait_all(d) || progress(d))
 			return -1;
 	for (int u = 0; u < d->spec->nunits; u++)
-		if (d->units[u].has_train && d->units[u].gs != O_DONE)
+		if (d->V.trains[u] && d->units[u].gs != O_DONE)
 			return mg_error("offload: internal: gradients of unit "
 					"%d not on the host",
 					u);
@@ -251,34 +251,14 @@ void off_pipe_begin_step(struct offload *d)
 
 int off_pipe_init(struct offload *d)
 {
-	const struct mg_model_spec *s = d->spec;
-	size_t nu = (size_t)s->nunits + 1, np = (size_t)s->nparams + 1;
-	d->units = calloc(nu, sizeof *d->units);
-	d->ptensor = calloc(np, sizeof *d->ptensor);
-	d->gtensor = calloc(np, sizeof *d->gtensor);
-	d->views = calloc(nu, sizeof *d->views);
-	if (!d->units || !d->ptensor || !d->gtensor || !d->views)
+	d->units = calloc((size_t)d->spec->nunits + 1, sizeof *d->units);
+	if (!d->units)
 		return mg_error("out of memory");
-	for (int u = 0; u < s->nunits; u++) {
-		struct off_unit *un = &d->units[u];
-		un->gslot = -1;
-		un->gepoch = -1;
-		for (int k = d->L.unit_first[u]; k < d->L.unit_first[u + 1];
-		     k++)
-			un->has_train |= d->L.flats[k].train;
-		d->views[u].nparams = s->units[u].nparams;
-		d->views[u].params = &d->ptensor[s->units[u].first_param];
-		d->views[u].grads = &d->gtensor[s->units[u].first_param];
+	for (int u = 0; u < d->spec->nunits; u++) {
+		d->units[u].gslot = -1;
+		d->units[u].gepoch = -1;
 	}
-	for (int i = 0; i < s->nparams; i++) {
-		const struct mg_param_decl *p = &s->params[i];
-		int fi = d->L.param_flat[i];
-		enum mg_dtype dt = fi < 0 ? d->master : d->L.flats[fi].lent;
-		d->ptensor[i] = mg_tensor_make(NULL, dt, d->ctx->dev->kind,
-					       p->ndim, p->shape);
-		d->gtensor[i] = d->ptensor[i];
-	}
-	return 0;
+	return mg_flat_views_init(&d->V, &d->L, d->ctx->dev->kind);
 }
 
 void off_pipe_free(struct offload *d)
@@ -288,7 +268,5 @@ void off_pipe_free(struct offload *d)
 	free(d->gslots);
 	free(d->gslot_owner);
 	free(d->units);
-	free(d->ptensor);
-	free(d->gtensor);
-	free(d->views);
+	mg_flat_views_free(&d->V);
 }
