@@ -34,7 +34,8 @@ static void usage(FILE *f)
 		"  --list-plugins        list the plugins found on the plugin "
 		"path\n"
 		"  --help-plugin NAME    a plugin's options\n"
-		"  --help-config         the [run] and [optimizer] options\n"
+		"  --help-config         the [run], [optimizer] and [profile] "
+		"options\n"
 		"  --version             print the version and plugin ABI\n");
 }
 
@@ -238,6 +239,8 @@ int mg_main(int argc, char **argv)
 		mg_schema_print_help(stdout, mg_run_schema);
 		printf("\n[optimizer]\n");
 		mg_schema_print_help(stdout, mg_optimizer_schema);
+		printf("\n[profile]\n");
+		mg_schema_print_help(stdout, mg_profile_schema);
 		free(sets);
 		return 0;
 	}

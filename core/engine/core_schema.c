@@ -79,6 +79,26 @@ const struct mg_option mg_optimizer_schema[] = {
 	MG_OPT_END,
 };
 
+const struct mg_option mg_profile_schema[] = {
+	MG_OPT_B("enabled", "false",
+		 "collect CUDA API calls, memory copies, kernels and NCCL "
+		 "collectives with CUPTI inside the run, over the window below "
+		 "(cuda)"),
+	MG_OPT_I("first_step", "5", 0, 1e12,
+		 "first step of the profiling window (after the CUDA graph "
+		 "capture, which happens at the run's third step)"),
+	MG_OPT_I("steps", "20", 0, 1e12,
+		 "steps in the window (0: to the end of the run)"),
+	MG_OPT_F("seconds", "0", 0, 1e9,
+		 "end the window after this many seconds instead (0: use "
+		 "steps); the seed paper profiled the first 720 s"),
+	MG_OPT_I("top_kernels", "10", 0, 1000,
+		 "compute kernels listed by total time"),
+	MG_OPT_B("nvtx", "true",
+		 "mark each phase with an NVTX range, for Nsight Systems"),
+	MG_OPT_END,
+};
+
 const struct mg_option mg_plugin_section_schema[] = {
 	MG_OPT_S("name", "", "plugin name (found along the plugin path)"),
 	MG_OPT_P("path", "",

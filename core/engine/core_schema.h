@@ -1,6 +1,7 @@
 /*
  * core_schema.h - the keys the core itself understands: [run], [optimizer],
- * and the name/path keys of plugin sections.
+ * [profile], and the name/path keys of plugin sections. ([sweep] is
+ * free-form: its keys name other sections' keys; see analysis/sweep.c.)
  */
 #ifndef MG_CORE_SCHEMA_H
 #define MG_CORE_SCHEMA_H
@@ -9,6 +10,7 @@
 
 extern const struct mg_option mg_run_schema[];
 extern const struct mg_option mg_optimizer_schema[];
+extern const struct mg_option mg_profile_schema[];
 extern const struct mg_option mg_plugin_section_schema[];
 
 /* Index of run.precision / run.device choices. */

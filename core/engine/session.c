@@ -81,8 +81,9 @@ int mg_session_open(struct mg_session *s, const char *ini,
 	}
 	for (int i = 0; i < nsets; i++)
 		mg_config_set(s->cfg, sets[i], &d);
-	static const char *const known[] = {"run", "optimizer", "model",
-					    "dataset", "strategy"};
+	static const char *const known[] = {"run",     "optimizer", "model",
+					    "dataset", "strategy",  "profile",
+					    "sweep"};
 	mg_config_check_sections(s->cfg, known, sizeof known / sizeof *known,
 				 &d);
 	for (int i = 0; i < MG_SEC_PLUGIN_COUNT; i++)
@@ -92,6 +93,8 @@ int mg_session_open(struct mg_session *s, const char *ini,
 	const struct mg_option *opt_s[] = {mg_optimizer_schema};
 	s->run = mg_opts_build(s->cfg, "run", run_s, 1, &d);
 	s->optim = mg_opts_build(s->cfg, "optimizer", opt_s, 1, &d);
+	const struct mg_option *prof_s[] = {mg_profile_schema};
+	s->profile = mg_opts_build(s->cfg, "profile", prof_s, 1, &d);
 	for (int i = 0; i < MG_SEC_PLUGIN_COUNT; i++) {
 		/* Without the plugin its keys cannot be checked; the load
 		 * error already says why. */
@@ -118,6 +121,7 @@ void mg_session_close(struct mg_session *s)
 {
 	mg_opts_free(s->run);
 	mg_opts_free(s->optim);
+	mg_opts_free(s->profile);
 	for (int i = 0; i < MG_SEC_PLUGIN_COUNT; i++) {
 		mg_opts_free(s->opts[i]);
 		mg_plugin_close(&s->plugin[i]);
@@ -133,6 +137,8 @@ void mg_session_print(const struct mg_session *s, FILE *f)
 	mg_opts_print(f, s->run);
 	fputc('\n', f);
 	mg_opts_print(f, s->optim);
+	fputc('\n', f);
+	mg_opts_print(f, s->profile);
 	for (int i = 0; i < MG_SEC_PLUGIN_COUNT; i++) {
 		fprintf(f, "\n; %s plugin '%s' %s from %s\n",
 			mg_section_names[i], s->plugin[i].desc->name,

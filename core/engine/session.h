@@ -20,7 +20,7 @@ struct mg_session {
 	const char *ini_path;
 	struct mg_config *cfg;
 	struct mg_search_path sp;
-	struct mg_opts *run, *optim;
+	struct mg_opts *run, *optim, *profile;
 	struct mg_opts *opts[MG_SEC_PLUGIN_COUNT];
 	struct mg_loaded_plugin plugin[MG_SEC_PLUGIN_COUNT];
 };
