@@ -11,7 +11,7 @@
 
 #include "engine/trainer.h"
 
-#define REPORT_SCHEMA "mgrun-report-1"
+#define REPORT_SCHEMA "mgrun-report-2"
 
 static const char *const timer_names[MG_T_COUNT] = {
 	"data", "h2d", "forward", "backward", "comm", "optimizer"};
@@ -21,7 +21,8 @@ static const char *const counter_names[MG_C_COUNT] = {
 
 static const char csv_header[] =
 	"step,epoch,loss,accuracy,lr,grad_norm,skipped,step_s,data_s,h2d_s,"
-	"forward_s,backward_s,comm_s,optimizer_s,mem_bytes\n";
+	"forward_s,backward_s,comm_exposed_s,comm_overlapped_s,optimizer_s,"
+	"mem_bytes,mem_peak_bytes\n";
 
 /* On resume keep the rows of steps before the checkpoint, drop the rest
  * (a run may have died after its last checkpoint). */
@@ -74,15 +75,34 @@ void mg_report_step(struct mg_trainer *t, int64_t step, double loss, double acc,
 {
 	if (!t->csv)
 		return;
-	const double *ts = t->stats.t_step;
+	const struct mg_stats *st = &t->stats;
+	const double *ts = st->t_step;
+	double overlapped = st->comm_busy_step - ts[MG_T_COMM];
 	fprintf(t->csv,
 		"%lld,%lld,%.9g,%.6g,%.9g,%.6g,%d,%.6f,%.6f,%.6f,%.6f,%.6f,"
-		"%.6f,%.6f,%lld\n",
+		"%.6f,%.6f,%.6f,%lld,%lld\n",
 		(long long)step, (long long)(step / t->steps_per_epoch), loss,
 		acc, lr, grad_norm, skipped, seconds, ts[MG_T_DATA],
 		ts[MG_T_H2D], ts[MG_T_FORWARD], ts[MG_T_BACKWARD],
-		ts[MG_T_COMM], ts[MG_T_OPTIM],
-		(long long)t->stats.mem_total_cur);
+		ts[MG_T_COMM], overlapped > 0 ? overlapped : 0, ts[MG_T_OPTIM],
+		(long long)st->mem_total_cur, (long long)st->mem_step_peak);
+}
+
+int mg_report_step_time(struct mg_trainer *t, double seconds, bool steady)
+{
+	t->train_s += seconds;
+	if (!steady)
+		return 0;
+	if (t->nstep_s == t->step_s_cap) {
+		size_t cap = t->step_s_cap ? 2 * t->step_s_cap : 1024;
+		double *p = realloc(t->step_s, cap * sizeof *p);
+		if (!p)
+			return mg_error("out of memory");
+		t->step_s = p;
+		t->step_s_cap = cap;
+	}
+	t->step_s[t->nstep_s++] = seconds;
+	return 0;
 }
 
 void mg_report_close(struct mg_trainer *t)
@@ -90,6 +110,75 @@ void mg_report_close(struct mg_trainer *t)
 	if (t->csv)
 		fclose(t->csv);
 	t->csv = NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* q-quantile of sorted v[0..n) with linear interpolation (numpy's
+ * default), so sweeps and compare agree with common tools. */
+static double quantile(const double *v, size_t n, double q)
+{
+	double pos = q * (double)(n - 1);
+	size_t i = (size_t)pos;
+	if (i + 1 >= n)
+		return v[n - 1];
+	return v[i] + (pos - (double)i) * (v[i + 1] - v[i]);
+}
+
+/* The steady steps' wall-time distribution (null before any). */
+static cJSON *step_time_json(const struct mg_trainer *t)
+{
+	size_t n = t->nstep_s;
+	if (!n)
+		return cJSON_CreateNull();
+	double *v = malloc(n * sizeof *v), sum = 0;
+	if (!v)
+		return cJSON_CreateNull();
+	memcpy(v, t->step_s, n * sizeof *v);
+	qsort(v, n, sizeof *v, cmp_double);
+	for (size_t i = 0; i < n; i++)
+		sum += v[i];
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddNumberToObject(o, "median", quantile(v, n, 0.5));
+	cJSON_AddNumberToObject(o, "p10", quantile(v, n, 0.1));
+	cJSON_AddNumberToObject(o, "p90", quantile(v, n, 0.9));
+	cJSON_AddNumberToObject(o, "mean", sum / (double)n);
+	cJSON_AddNumberToObject(o, "n", (double)n);
+	free(v);
+	return o;
+}
+
+/* memory.csv: the accounted device bytes by category over the run, one
+ * row per change, and a last row for now. */
+static int write_memory_csv(struct mg_trainer *t)
+{
+	struct mg_stats *st = &t->stats;
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof path, "%s/memory.csv", t->run_dir);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return mg_error("%s: cannot open for writing", path);
+	fputs("t_s,step", f);
+	for (int c = 0; c < MG_MEM_CAT_COUNT; c++)
+		fprintf(f, ",%s", mg_mem_cat_name(c));
+	fputs(",total,host_pinned\n", f);
+	mg_stats_mem_log_now(st);
+	for (size_t i = 0; i < st->mem_log_n; i++) {
+		const struct mg_mem_row *r = &st->mem_log[i];
+		int64_t total = 0;
+		fprintf(f, "%.6f,%lld", r->t, (long long)r->step);
+		for (int c = 0; c < MG_MEM_CAT_COUNT; c++) {
+			fprintf(f, ",%lld", (long long)r->cur[c]);
+			total += r->cur[c];
+		}
+		fprintf(f, ",%lld,%lld\n", (long long)total,
+			(long long)r->host_pinned);
+	}
+	return fclose(f) ? mg_error("%s: write failed", path) : 0;
 }
 
 static cJSON *config_json(const struct mg_session *s)
@@ -224,6 +313,23 @@ int mg_report_write(struct mg_trainer *t, bool final)
 	cJSON_AddNumberToObject(run, "trainable_parameters",
 				(double)mg_spec_numel(&t->spec, MG_P_TRAIN));
 	cJSON_AddNumberToObject(run, "wall_s", mg_now() - t->t_begin);
+	double samples = 0;
+	for (int i = 0; i < t->nep; i++)
+		samples += (double)t->ep[i].samples;
+	cJSON_AddNumberToObject(run, "train_s", t->train_s);
+	cJSON_AddNumberToObject(run, "samples_per_s",
+				t->train_s > 0 ? samples / t->train_s : 0);
+	cJSON_AddItemToObject(run, "step_s", step_time_json(t));
+	if (t->nep && t->ep[t->nep - 1].has_test)
+		cJSON_AddNumberToObject(run, "test_accuracy",
+					t->ep[t->nep - 1].test_acc);
+	else
+		cJSON_AddNullToObject(run, "test_accuracy");
+	cJSON *files = cJSON_AddObjectToObject(root, "files");
+	cJSON_AddStringToObject(files, "steps", "steps.csv");
+	cJSON_AddStringToObject(files, "memory", "memory.csv");
+	cJSON_AddNumberToObject(files, "memory_rows_dropped",
+				(double)t->stats.mem_log_dropped);
 	cJSON *eps = cJSON_AddArrayToObject(root, "epochs");
 	for (int i = 0; i < t->nep; i++) {
 		const struct mg_epoch_stats *e = &t->ep[i];
@@ -262,7 +368,7 @@ int mg_report_write(struct mg_trainer *t, bool final)
 	if (!rc && rename(tmp, path))
 		rc = mg_error("rename %s", tmp);
 	free(text);
-	return rc;
+	return rc ? rc : write_memory_csv(t);
 }
 
 static void human_bytes(char *out, size_t n, double b)

@@ -164,6 +164,10 @@ static int setup(struct mg_trainer *t)
 	t->loss_scale = t->dynamic_scale ? 65536.0 : 1.0;
 	ctx->seed = (uint64_t)mg_opt_int(run, "seed");
 	ctx->stats = &t->stats;
+	/* Memory over time for memory.csv: setup's allocations are most of
+	 * the rows, so a bounded log holds a whole run. */
+	if (mg_stats_mem_log_start(&t->stats, 1 << 16))
+		return -1;
 	mg_optim_from_opts(&t->hp, t->s->optim);
 	ctx->optim = &t->hp;
 	t->batch = mg_opt_int(run, "batch_size");
@@ -526,6 +530,7 @@ static int collect_comm(struct mg_trainer *t)
 	st->t_step[MG_T_COMM] += cs.exposed_seconds;
 	st->t_total[MG_T_COMM] += cs.exposed_seconds;
 	st->comm_busy_total += cs.busy_seconds;
+	st->comm_busy_step += cs.busy_seconds;
 	st->counters[MG_C_COMM_BYTES] += cs.bytes;
 	st->counters[MG_C_COMM_CALLS] += cs.calls;
 	return 0;
@@ -629,7 +634,7 @@ static int run_loop(struct mg_trainer *t)
 		int skipped = 0;
 		bool epoch_end = (step + 1) % t->steps_per_epoch == 0 ||
 				 step + 1 == t->total_steps;
-		mg_stats_step_begin(&t->stats);
+		mg_stats_step_begin(&t->stats, step);
 		if (!fetched && fetch_step(t, step, &plan))
 			return -1;
 		ctx->epoch = step / t->steps_per_epoch;
@@ -661,6 +666,12 @@ static int run_loop(struct mg_trainer *t)
 		for (int i = 0; i < MG_METRIC_N; i++)
 			ep_m[i] += m[i];
 		ep_steps++;
+		/* Steady steps exclude the eager warm-up and capture steps
+		 * and the re-capture after each evaluation. */
+		if (mg_report_step_time(t, dt,
+					step >= t->start_step + 3 &&
+						step % t->steps_per_epoch != 0))
+			return -1;
 		mg_report_step(t, step, loss, acc, lr, gnorm, skipped, dt);
 		mg_progress_step(t, step, loss, acc, lr,
 				 m[MG_METRIC_COUNT] / dt);
@@ -716,6 +727,8 @@ static void teardown(struct mg_trainer *t)
 	if (t->comm)
 		t->comm->destroy(t->comm);
 	mg_report_close(t);
+	mg_stats_free(&t->stats);
+	free(t->step_s);
 	free(t->ep);
 	free(t->rank_rows);
 }

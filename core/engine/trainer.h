@@ -67,6 +67,9 @@ struct mg_trainer {
 	double t_begin;
 	int64_t skipped_steps;
 	double *rank_rows; /* every rank's statistics (report.c) */
+	double train_s;	   /* wall seconds in training steps */
+	double *step_s;	   /* steady steps' wall seconds (report.c) */
+	size_t nstep_s, step_s_cap;
 };
 
 /* input.c */
@@ -95,6 +98,9 @@ void mg_report_step(struct mg_trainer *t, int64_t step, double loss, double acc,
 		    double lr, double grad_norm, int skipped, double seconds);
 int mg_report_write(struct mg_trainer *t, bool final);
 void mg_report_close(struct mg_trainer *t);
+/* Account one step's wall time (steady: not a warm-up or capture step,
+ * so it enters the step-time distribution). */
+int mg_report_step_time(struct mg_trainer *t, double seconds, bool steady);
 void mg_report_summary(struct mg_trainer *t, FILE *f);
 
 /* progress.c */

@@ -32,9 +32,33 @@ struct mg_stats {
 	 * every replay (mg_stats_replay), since replays run no host code. */
 	bool capturing;
 	int64_t graph_counters[MG_C_COUNT];
+	/* This step: peak device bytes since it began, collectives' busy
+	 * time (for steps.csv). */
+	int64_t step, mem_step_peak;
+	double comm_busy_step;
+	/* Memory over time: one row per change of the accounted bytes, for
+	 * memory.csv (mg_stats_mem_log_start; bounded, the rest counted). */
+	struct mg_mem_row *mem_log;
+	size_t mem_log_n, mem_log_cap;
+	int64_t mem_log_dropped;
+	double mem_log_t0;
 };
 
-void mg_stats_step_begin(struct mg_stats *s);
+/* One row of the memory timeline: seconds since the log started, the
+ * step, current device bytes by category, and pinned host bytes. */
+struct mg_mem_row {
+	double t;
+	int64_t step;
+	int64_t cur[MG_MEM_CAT_COUNT];
+	int64_t host_pinned;
+};
+
+/* Start logging memory changes (rows after cap are counted, not kept). */
+int mg_stats_mem_log_start(struct mg_stats *s, size_t cap);
+/* Append a row with the current values (the end of the timeline). */
+void mg_stats_mem_log_now(struct mg_stats *s);
+void mg_stats_free(struct mg_stats *s);
+void mg_stats_step_begin(struct mg_stats *s, int64_t step);
 /* Fold the step's device-side timers into the totals (after the step's
  * work has been waited for). */
 void mg_stats_step_end(struct mg_ctx *ctx);
