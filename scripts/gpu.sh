@@ -15,6 +15,9 @@
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
 #                        optimizer micro-benchmark
+#     profile            the [profile] window (CUPTI) against mgrun's own
+#                        counters, 1 GPU and 2 where visible
+#                        (tests/gpu/profile_check.sh; also in all)
 #
 # The GPU machine lacks inih, cJSON and OpenBLAS: their .debs (.deps/debs)
 # are unpacked with dpkg -x into /tmp/mgdeps. cuDNN, cuBLAS and the CUDA
@@ -45,6 +48,7 @@ libpath="$libpath:$deps/usr/lib/x86_64-linux-gnu/openblas-pthread"
 find_lib() {
 	local d
 	for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+		/usr/local/cuda/extras/CUPTI/lib64 \
 		/usr/lib/x86_64-linux-gnu /usr/local/nvidia/lib64; do
 		[ -e "$d/$1" ] && { echo "$d"; return; }
 	done
@@ -62,7 +66,7 @@ find_lib() {
 
 found="== host: $(hostname) $(uname -r)"
 for lib in libcudnn.so.9 libcublas.so.13 libcublasLt.so.13 libcudart.so.13 \
-	libnvrtc.so.13; do
+	libnvrtc.so.13 libcupti.so.13; do
 	dir=$(find_lib "$lib")
 	found="$found
 $lib: ${dir:-NOT FOUND}"
@@ -143,6 +147,11 @@ if [ "$what" = compare ] || [ "$what" = all ]; then
 	sed -n '/^ size/,$p' "$out/compare.log"
 fi
 
+if [ "$what" = profile ] || [ "$what" = all ]; then
+	run test_profile profile tests/gpu/profile_check.sh "$mgrun" "$root" \
+		/tmp/mgprofile "$fashion"
+	grep -E "^(ok|FAIL|PASS|SKIPPED|RESULT|profile|  )" "$out/test_profile.log"
+fi
 if [ "$what" = dist ]; then
 	run test_comm_nccl comm_nccl "$bin/test_comm_nccl"
 	run test_comm_nccl comm_nccl_rendezvous "$bin/test_comm_nccl" rendezvous

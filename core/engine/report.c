@@ -286,7 +286,7 @@ static cJSON *rank_json(const double *row, int rank)
 
 int mg_report_write(struct mg_trainer *t, bool final)
 {
-	if (gather_rows(t))
+	if (gather_rows(t) || mg_profile_gather(t))
 		return -1;
 	if (t->ctx.rank != 0)
 		return 0;
@@ -354,6 +354,9 @@ int mg_report_write(struct mg_trainer *t, bool final)
 	for (int r = 0; r < t->ctx.world; r++)
 		cJSON_AddItemToArray(
 			ranks, rank_json(t->rank_rows + (size_t)r * ROW_N, r));
+	cJSON *prof = mg_profile_json(t);
+	if (prof)
+		cJSON_AddItemToObject(root, "profile", prof);
 	char *text = cJSON_Print(root);
 	cJSON_Delete(root);
 	char path[PATH_MAX + 16], tmp[PATH_MAX + 32];
@@ -445,6 +448,7 @@ void mg_report_summary(struct mg_trainer *t, FILE *f)
 	fprintf(f, "host->device    %s\n", b);
 	if (t->ctx.world > 1)
 		rank_table(t, f);
+	mg_profile_summary(t, f);
 	fprintf(f, "wall time       %.1f s; report %s/report.json\n", wall,
 		t->run_dir);
 }

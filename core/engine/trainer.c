@@ -629,6 +629,7 @@ static int run_loop(struct mg_trainer *t)
 	struct mg_plan plan, next;
 	bool fetched = false;
 	for (int64_t step = t->start_step; step < end; step++) {
+		mg_profile_step_begin(t, step); /* before t0: opens CUPTI */
 		double m[MG_METRIC_N] = {0}, t0 = mg_now(), lr = 0, gnorm = 0;
 		struct mg_step_report sr = {0};
 		int skipped = 0;
@@ -657,6 +658,8 @@ static int run_loop(struct mg_trainer *t)
 		if (fetched)
 			plan = next;
 		double dt = mg_now() - t0;
+		if (mg_profile_step_end(t, step, dt))
+			return -1;
 		double loss = m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
 		double acc = m[MG_METRIC_CORRECT] / m[MG_METRIC_COUNT];
 		if (!isfinite(loss) && !t->dynamic_scale)
@@ -701,6 +704,7 @@ static int run_loop(struct mg_trainer *t)
 static void teardown(struct mg_trainer *t)
 {
 	struct mg_ctx *ctx = &t->ctx;
+	mg_profile_free(t); /* CUPTI flushes while the device is alive */
 	mg_input_free(t);
 #ifdef MG_HAVE_CUDA
 	mg_cuda_graph_free(t->graph);
@@ -755,8 +759,12 @@ int mg_train(struct mg_session *s, bool resume)
 			t.run_dir);
 		rc = mg_report_open(&t, resume);
 	}
+	if (!rc) /* before the first CUDA graph capture */
+		rc = mg_profile_init(&t);
 	if (!rc)
 		rc = run_loop(&t);
+	if (!rc)
+		rc = mg_profile_finish(&t);
 	if (!rc)
 		rc = mg_report_write(&t, true);
 	if (!rc && t.ctx.rank == 0)

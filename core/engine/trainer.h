@@ -24,6 +24,9 @@ struct mg_input {
 	bool copy_pending;
 };
 
+struct mg_profile; /* profile.c */
+struct cJSON;
+
 /* Per-epoch numbers for the report. */
 struct mg_epoch_stats {
 	int64_t epoch, steps, samples;
@@ -70,6 +73,7 @@ struct mg_trainer {
 	double train_s;	   /* wall seconds in training steps */
 	double *step_s;	   /* steady steps' wall seconds (report.c) */
 	size_t nstep_s, step_s_cap;
+	struct mg_profile *prof; /* [profile]: CUPTI window, NVTX */
 };
 
 /* input.c */
@@ -102,6 +106,23 @@ void mg_report_close(struct mg_trainer *t);
  * so it enters the step-time distribution). */
 int mg_report_step_time(struct mg_trainer *t, double seconds, bool steady);
 void mg_report_summary(struct mg_trainer *t, FILE *f);
+
+/* profile.c: the [profile] window (docs/ARCHITECTURE.md, Profiler). */
+int mg_profile_init(struct mg_trainer *t);
+/* Around each training step (seconds: its wall time). step_end fails if
+ * the window could not open or close. */
+void mg_profile_step_begin(struct mg_trainer *t, int64_t step);
+int mg_profile_step_end(struct mg_trainer *t, int64_t step,
+			double step_seconds);
+/* After the loop: close a window the run ended inside. */
+int mg_profile_finish(struct mg_trainer *t);
+/* Every rank (collective when profiling): every rank's table to rank 0. */
+int mg_profile_gather(struct mg_trainer *t);
+/* report.json's "profile" object (NULL when there is none), and the
+ * summary's profile table (rank 0, after mg_profile_gather). */
+struct cJSON *mg_profile_json(const struct mg_trainer *t);
+void mg_profile_summary(const struct mg_trainer *t, FILE *f);
+void mg_profile_free(struct mg_trainer *t);
 
 /* progress.c */
 void mg_progress_step(struct mg_trainer *t, int64_t step, double loss,
