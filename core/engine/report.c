@@ -422,19 +422,43 @@ void mg_report_summary(struct mg_trainer *t, FILE *f)
 		fprintf(f, "train loss      %.4f  (last epoch)\n",
 			e->train_loss);
 	}
-	double computed = 0;
-	for (int r = 0; r < t->ctx.world; r++)
-		computed += t->rank_rows[(size_t)r * ROW_N + ROW_COUNT +
-					 MG_C_SAMPLES_COMPUTED];
+	double samples = 0, steps = (double)(t->total_steps - t->start_step);
+	for (int i = 0; i < t->nep; i++)
+		samples += (double)t->ep[i].samples;
 	double wall = mg_now() - t->t_begin;
-	fprintf(f, "throughput      %.1f samples/s over %.1f s of training%s\n",
-		busy > 0 ? computed / busy : 0, busy,
+	fprintf(f,
+		"throughput      %.1f samples/s over %.1f s of training "
+		"steps%s\n",
+		t->train_s > 0 ? samples / t->train_s : 0, t->train_s,
 		t->ctx.world > 1 ? " (all ranks)" : "");
-	fprintf(f, "phase           seconds   share\n");
+	if (t->nstep_s) {
+		double *v = malloc(t->nstep_s * sizeof *v);
+		if (v) {
+			memcpy(v, t->step_s, t->nstep_s * sizeof *v);
+			qsort(v, t->nstep_s, sizeof *v, cmp_double);
+			fprintf(f,
+				"step time       %.2f ms median, %.2f-%.2f ms "
+				"p10-p90 over %zu steady steps\n",
+				1e3 * quantile(v, t->nstep_s, 0.5),
+				1e3 * quantile(v, t->nstep_s, 0.1),
+				1e3 * quantile(v, t->nstep_s, 0.9), t->nstep_s);
+			free(v);
+		}
+	}
+	fprintf(f, "phase (rank 0)  seconds   ms/step   share\n");
 	for (int i = 0; i < MG_T_COUNT; i++)
-		fprintf(f, "  %-12s %9.3f  %5.1f%%\n", timer_names[i],
+		fprintf(f, "  %-12s %9.3f  %8.3f  %5.1f%%\n", timer_names[i],
 			st->t_total[i],
+			steps > 0 ? 1e3 * st->t_total[i] / steps : 0,
 			busy > 0 ? 100 * st->t_total[i] / busy : 0);
+	if (st->comm_busy_total > 0)
+		fprintf(f,
+			"  %-12s %9.3f  (collectives in flight; %.3f s "
+			"overlapped with compute)\n",
+			"comm busy", st->comm_busy_total,
+			st->comm_busy_total > st->t_total[MG_T_COMM]
+				? st->comm_busy_total - st->t_total[MG_T_COMM]
+				: 0);
 	fprintf(f, "memory peak by category\n");
 	for (int i = 0; i < MG_MEM_CAT_COUNT; i++) {
 		char b[32];
