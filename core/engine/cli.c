@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis/analysis.h"
 #include "dist/dist.h"
 #include "engine/core_schema.h"
 #include "engine/trainer.h"
@@ -18,6 +19,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mgrun -c FILE [--set SECTION.KEY=VALUE]... [--resume]\n"
+		"       mgrun -c FILE [--sweep S.K=V1,V2,...]... [--repeats N]\n"
+		"       mgrun compare RUN_A RUN_B [--csv]\n"
 		"       mgrun -c FILE --print-config\n"
 		"       mgrun --list-plugins\n"
 		"       mgrun --help-plugin NAME\n"
@@ -27,6 +30,12 @@ static void usage(FILE *f)
 		"  --set S.K=V           override a key (repeatable)\n"
 		"  --resume              continue from the run directory's "
 		"checkpoint\n"
+		"  --sweep S.K=V1,V2     sweep axis: one run per value "
+		"(repeatable; replaces\n"
+		"                        the [sweep] axis of that key; see "
+		"docs/SWEEPS.md)\n"
+		"  --repeats N           runs per sweep point\n"
+		"  --no-sweep            ignore [sweep]: one ordinary run\n"
 		"  --plugin-path DIRS    colon-separated plugin folders, "
 		"searched first\n"
 		"  --print-config        print the effective configuration "
@@ -142,6 +151,9 @@ int mg_main(int argc, char **argv)
 		OPT_HELP_PLUGIN,
 		OPT_HELP_CONFIG,
 		OPT_VERSION,
+		OPT_SWEEP,
+		OPT_REPEATS,
+		OPT_NO_SWEEP,
 	};
 	static const struct option longopts[] = {
 		{"config", required_argument, 0, 'c'},
@@ -153,12 +165,21 @@ int mg_main(int argc, char **argv)
 		{"help-plugin", required_argument, 0, OPT_HELP_PLUGIN},
 		{"help-config", no_argument, 0, OPT_HELP_CONFIG},
 		{"version", no_argument, 0, OPT_VERSION},
+		{"sweep", required_argument, 0, OPT_SWEEP},
+		{"repeats", required_argument, 0, OPT_REPEATS},
+		{"no-sweep", no_argument, 0, OPT_NO_SWEEP},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	const char *ini = NULL, *plugin_path = NULL, *help_plugin = NULL;
 	const char **sets = calloc((size_t)argc + 1, sizeof *sets);
 	int nsets = 0, resume = 0, print = 0, list = 0, help_config = 0, c;
+	const char *sweeps[MG_SWEEP_MAX_AXES];
+	int nsweeps = 0, repeats = 0, no_sweep = 0;
+	if (argc > 1 && !strcmp(argv[1], "compare")) {
+		free(sets);
+		return mg_compare_main(argc - 1, argv + 1);
+	}
 	if (!sets)
 		return 1;
 	while ((c = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
@@ -171,6 +192,32 @@ int mg_main(int argc, char **argv)
 			break;
 		case OPT_RESUME:
 			resume = 1;
+			break;
+		case OPT_SWEEP:
+			if (nsweeps == MG_SWEEP_MAX_AXES) {
+				fprintf(stderr, "mgrun: more than %d --sweep\n",
+					MG_SWEEP_MAX_AXES);
+				free(sets);
+				return 2;
+			}
+			sweeps[nsweeps++] = optarg;
+			break;
+		case OPT_REPEATS: {
+			char *end;
+			long n = strtol(optarg, &end, 10);
+			if (*end || n < 1 || n > 1000) {
+				fprintf(stderr,
+					"mgrun: --repeats %s: expected a "
+					"whole number in [1, 1000]\n",
+					optarg);
+				free(sets);
+				return 2;
+			}
+			repeats = (int)n;
+			break;
+		}
+		case OPT_NO_SWEEP:
+			no_sweep = 1;
 			break;
 		case OPT_PATH:
 			plugin_path = optarg;
@@ -250,10 +297,41 @@ int mg_main(int argc, char **argv)
 		free(sets);
 		return 2;
 	}
+	/* Sweep axes ([sweep] or --sweep) make this a sweep of child runs;
+	 * without any it is an ordinary run. */
+	struct mg_sweep_plan plan = {0};
+	if (no_sweep && (nsweeps || repeats)) {
+		fprintf(stderr, "mgrun: --no-sweep with --sweep/--repeats\n");
+		rc = 2;
+	} else if (!no_sweep) {
+		rc = mg_sweep_plan_load(&plan, ini, sets, nsets, sweeps,
+					nsweeps, repeats);
+	}
+	if (!rc && repeats && !plan.naxes) {
+		fprintf(stderr, "mgrun: --repeats needs a sweep axis "
+				"([sweep] S.K = V1, V2 or --sweep)\n");
+		rc = 2;
+	}
+	if (!rc && plan.naxes && resume) {
+		fprintf(stderr, "mgrun: --resume does not apply to a sweep: "
+				"run it again to continue it\n");
+		rc = 2;
+	}
+	if (rc || (plan.naxes && !print)) {
+		if (!rc)
+			rc = mg_sweep_main(&plan, ini, sets, nsets,
+					   plugin_path);
+		mg_sweep_plan_free(&plan);
+		free(sets);
+		return rc;
+	}
 	struct mg_session s;
 	rc = mg_session_open(&s, ini, sets, nsets, plugin_path);
 	if (rc == 0) {
-		if (print)
+		if (print && plan.naxes) {
+			mg_session_print(&s, stdout);
+			mg_sweep_plan_print(&plan, stdout);
+		} else if (print)
 			mg_session_print(&s, stdout);
 		else if (wants_launcher(&s, &rc))
 			rc = rc ? rc : launch_ranks(&s, argc, argv);
@@ -264,6 +342,7 @@ int mg_main(int argc, char **argv)
 		rc = 1;
 	}
 	mg_session_close(&s);
+	mg_sweep_plan_free(&plan);
 	free(sets);
 	return rc;
 }

@@ -1,0 +1,368 @@
+/*
+ * compare.c - `mgrun compare RUN_A RUN_B`: two run directories side by
+ * side (throughput, per-step phases, communication, memory, transfers,
+ * accuracy, profile), each difference marked as within the runs' own
+ * noise or not, so an A/B change is judged on evidence.
+ *
+ * Noise: a run's steady steps (see mg_run_steady) are its samples of
+ * each per-step timing; the 95% percentile-bootstrap interval of
+ * median(B) / median(A) (stats.c) decides. Bytes, memory and counts are
+ * deterministic and compared exactly.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <mg/log.h>
+
+#include "analysis/analysis.h"
+
+enum kind {
+	TIMED, /* per-step samples: bootstrap */
+	EXACT, /* deterministic: equal or not */
+	PLAIN, /* one number per run: no noise estimate */
+};
+
+enum unit { U_SEC, U_BYTES, U_COUNT, U_RATE, U_PCT };
+
+struct row {
+	const char *section;
+	char name[64];
+	double a, b;
+	enum kind kind;
+	enum unit unit;
+	int verdict; /* TIMED: 1 differs, 0 within noise, -1 unknown */
+	double lo, hi;
+};
+
+struct rows {
+	struct row v[128];
+	int n;
+};
+
+static struct row *add(struct rows *t, const char *section, const char *name,
+		       double a, double b, enum kind k, enum unit u)
+{
+	if (t->n == (int)(sizeof t->v / sizeof *t->v))
+		return &t->v[t->n - 1]; /* cannot happen: fixed row set */
+	struct row *r = &t->v[t->n++];
+	memset(r, 0, sizeof *r);
+	r->section = section;
+	snprintf(r->name, sizeof r->name, "%s", name);
+	r->a = a;
+	r->b = b;
+	r->kind = k;
+	r->unit = u;
+	r->verdict = -1;
+	r->lo = r->hi = NAN;
+	return r;
+}
+
+/* A per-step timing: medians of the steady steps, and the verdict. */
+static struct row *timed(struct rows *t, const char *section, const char *name,
+			 const struct mg_run *a, const struct mg_run *b,
+			 const char *cols)
+{
+	double *va, *vb;
+	int na = mg_run_steady(a, cols, &va), nb = mg_run_steady(b, cols, &vb);
+	struct row *r = add(t, section, name, mg_median(va, na),
+			    mg_median(vb, nb), TIMED, U_SEC);
+	r->verdict = mg_bootstrap_ratio(va, na, vb, nb, &r->lo, &r->hi);
+	free(va);
+	free(vb);
+	return r;
+}
+
+static double mem_of(const struct mg_run *r, const char *name)
+{
+	for (int i = 0; i < r->nmem; i++)
+		if (!strcmp(r->mem[i].name, name))
+			return r->mem[i].v;
+	return NAN;
+}
+
+static const struct mg_prof_metric *prof_of(const struct mg_run *r,
+					    const char *name)
+{
+	for (int i = 0; i < r->nprof; i++)
+		if (!strcmp(r->prof[i].name, name))
+			return &r->prof[i];
+	return NULL;
+}
+
+static void build(struct rows *t, const struct mg_run *a,
+		  const struct mg_run *b)
+{
+	static const char *const ph_cols[MG_PH_COUNT] = {
+		"data_s",
+		"h2d_s",
+		"forward_s",
+		"backward_s",
+		"comm_exposed_s|comm_s",
+		"optimizer_s"};
+	static const char *const ph_names[MG_PH_COUNT] = {
+		"data",	    "h2d",	    "forward",
+		"backward", "comm exposed", "optimizer"};
+	const char *s = "throughput";
+	struct row *thr = add(t, s, "samples/s", a->samples_per_s,
+			      b->samples_per_s, TIMED, U_RATE);
+	struct row *step = timed(t, s, "step median", a, b, "step_s");
+	/* samples/s is samples per step over step time: the step's
+	 * verdict (the report's rate covers every step, so no interval) */
+	thr->verdict = step->verdict;
+	add(t, s, "train_s", a->train_s, b->train_s, PLAIN, U_SEC);
+	add(t, s, "wall_s", a->wall_s, b->wall_s, PLAIN, U_SEC);
+	s = "phases (median s per step)";
+	for (int i = 0; i < MG_PH_COUNT; i++)
+		timed(t, s, ph_names[i], a, b, ph_cols[i]);
+	timed(t, s, "comm overlapped", a, b, "comm_overlapped_s");
+	s = "communication (rank 0, whole run)";
+	add(t, s, "exposed", a->comm_exposed_s, b->comm_exposed_s, PLAIN,
+	    U_SEC);
+	add(t, s, "overlapped", a->comm_overlapped_s, b->comm_overlapped_s,
+	    PLAIN, U_SEC);
+	add(t, s, "busy", a->comm_busy_s, b->comm_busy_s, PLAIN, U_SEC);
+	add(t, s, "bytes", a->comm_bytes, b->comm_bytes, EXACT, U_BYTES);
+	add(t, s, "calls", a->comm_calls, b->comm_calls, EXACT, U_COUNT);
+	s = "memory peak";
+	add(t, s, "device total (max rank)", a->mem_peak, b->mem_peak, EXACT,
+	    U_BYTES);
+	for (int i = 0; i < a->nmem + b->nmem; i++) {
+		const char *n =
+			i < a->nmem ? a->mem[i].name : b->mem[i - a->nmem].name;
+		if (i >= a->nmem && !isnan(mem_of(a, n)))
+			continue; /* listed already */
+		char label[64];
+		snprintf(label, sizeof label, "%s (rank 0)", n);
+		add(t, s, label, mem_of(a, n), mem_of(b, n), EXACT, U_BYTES);
+	}
+	s = "transfers (rank 0)";
+	add(t, s, "host to device bytes", a->h2d_bytes, b->h2d_bytes, EXACT,
+	    U_BYTES);
+	s = "accuracy";
+	add(t, s, "test accuracy [%]", 100 * a->test_acc, 100 * b->test_acc,
+	    PLAIN, U_PCT);
+	if (a->nprof && b->nprof) {
+		s = "profile (window seconds, mean over ranks)";
+		for (int i = 0; i < a->nprof; i++) {
+			const struct mg_prof_metric *pb =
+				prof_of(b, a->prof[i].name);
+			if (pb)
+				add(t, s, a->prof[i].name, a->prof[i].seconds,
+				    pb->seconds, PLAIN, U_SEC);
+		}
+	}
+}
+
+static void fmt_val(char *buf, size_t n, double v, enum unit u)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int i = 0;
+	if (isnan(v)) {
+		snprintf(buf, n, "-");
+		return;
+	}
+	switch (u) {
+	case U_BYTES:
+		while (fabs(v) >= 1024 && i < 4) {
+			v /= 1024;
+			i++;
+		}
+		snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", v, units[i]);
+		break;
+	case U_COUNT:
+		snprintf(buf, n, "%.0f", v);
+		break;
+	case U_RATE:
+		snprintf(buf, n, v >= 100 ? "%.1f" : "%.4g", v);
+		break;
+	case U_PCT:
+		snprintf(buf, n, "%.2f", v);
+		break;
+	default: /* seconds */
+		if (v == 0)
+			snprintf(buf, n, "0");
+		else if (fabs(v) < 1e-3)
+			snprintf(buf, n, "%.1f us", v * 1e6);
+		else if (fabs(v) < 1)
+			snprintf(buf, n, "%.2f ms", v * 1e3);
+		else
+			snprintf(buf, n, "%.3f s", v);
+	}
+}
+
+static const char *mark(const struct row *r)
+{
+	switch (r->kind) {
+	case TIMED:
+		return r->verdict < 0 ? "?" : r->verdict ? "*" : "~";
+	case EXACT:
+		if (isnan(r->a) && isnan(r->b))
+			return "";
+		return r->a == r->b ? "=" : "*";
+	default:
+		return "";
+	}
+}
+
+static double ratio(const struct row *r)
+{
+	if (isnan(r->a) || isnan(r->b) || r->a == 0)
+		return NAN;
+	return r->b / r->a;
+}
+
+static void describe(FILE *f, const char *tag, const struct mg_run *r)
+{
+	double *v;
+	int n = mg_run_steady(r, "step_s", &v);
+	free(v);
+	fprintf(f,
+		"%s  %s\n   %s, %s, %s, %d rank%s, %d steady steps of "
+		"%.0f\n",
+		tag, r->dir, r->status, r->device, r->precision, r->world,
+		r->world == 1 ? "" : "s", n, r->total_steps);
+}
+
+static void print_text(FILE *f, const struct rows *t, const struct mg_run *a,
+		       const struct mg_run *b)
+{
+	describe(f, "A", a);
+	describe(f, "B", b);
+	const char *section = NULL;
+	fprintf(f, "\n%-30s %14s %14s %8s\n", "", "A", "B", "B/A");
+	for (int i = 0; i < t->n; i++) {
+		const struct row *r = &t->v[i];
+		char va[32], vb[32], q[16];
+		if (r->section != section) {
+			section = r->section;
+			fprintf(f, "%s\n", section);
+		}
+		fmt_val(va, sizeof va, r->a, r->unit);
+		fmt_val(vb, sizeof vb, r->b, r->unit);
+		double x = ratio(r);
+		if (isnan(x))
+			snprintf(q, sizeof q, "-");
+		else
+			snprintf(q, sizeof q, "%.3f", x);
+		fprintf(f, "  %-28s %14s %14s %8s  %s\n", r->name, va, vb, q,
+			mark(r));
+	}
+	if (a->nprof != b->nprof && (!a->nprof || !b->nprof))
+		fprintf(f, "profile\n  only %s was profiled\n",
+			a->nprof ? "A" : "B");
+	fprintf(f,
+		"\n~  within noise: the 95%% interval of median(B)/median(A) "
+		"contains 1\n"
+		"*  a difference: the interval excludes 1; for bytes, memory "
+		"and counts\n"
+		"   (deterministic, compared exactly) any difference\n"
+		"=  identical;  ?  fewer than 5 steady steps to tell\n"
+		"Per-step timings are medians over the steady steps of "
+		"steps.csv (all but the\n"
+		"first 3 of the run, the first of each epoch and skipped "
+		"steps); the interval is\n"
+		"a percentile bootstrap of the ratio of medians (2000 "
+		"resamples of each run's\n"
+		"steps, fixed seed). It measures step-to-step noise within "
+		"the two runs, not\n"
+		"run-to-run variation: repeat runs (mgrun --repeats) for "
+		"that. samples/s takes\n"
+		"the step median's mark; unmarked rows have one number per "
+		"run and no noise\n"
+		"estimate.\n");
+}
+
+/* A CSV number: empty when unknown. */
+static void csv_num(FILE *f, double v)
+{
+	if (isnan(v))
+		fputs(",", f);
+	else
+		fprintf(f, ",%.9g", v);
+}
+
+static void print_csv(FILE *f, const struct rows *t)
+{
+	fprintf(f, "section,quantity,a,b,ratio,mark,ratio_lo,ratio_hi\n");
+	for (int i = 0; i < t->n; i++) {
+		const struct row *r = &t->v[i];
+		fprintf(f, "\"%s\",\"%s\"", r->section, r->name);
+		csv_num(f, r->a);
+		csv_num(f, r->b);
+		csv_num(f, ratio(r));
+		fprintf(f, ",%s", mark(r));
+		csv_num(f, r->lo);
+		csv_num(f, r->hi);
+		fputc('\n', f);
+	}
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: mgrun compare RUN_A RUN_B [--csv]\n"
+		   "  RUN_A, RUN_B  run directories (with report.json), "
+		   "e.g. a sweep's points/p01-...\n"
+		   "  --csv         machine-readable output\n");
+}
+
+/* Load one side; a sweep folder gets a hint at its points. */
+static int load(struct mg_run *r, const char *dir)
+{
+	if (mg_run_load(r, dir) == 0)
+		return 0;
+	fprintf(stderr, "mgrun compare: %s\n", mg_last_error());
+	char p[4200];
+	struct stat st;
+	snprintf(p, sizeof p, "%s/sweep.json", dir);
+	if (!stat(p, &st))
+		fprintf(stderr,
+			"mgrun compare: %s is a sweep; compare two of its "
+			"runs: %s/points/...\n",
+			dir, dir);
+	return -1;
+}
+
+int mg_compare_main(int argc, char **argv)
+{
+	const char *dirs[2];
+	int nd = 0;
+	bool csv = false;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--csv"))
+			csv = true;
+		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		} else if (argv[i][0] == '-' || nd == 2) {
+			usage(stderr);
+			return 2;
+		} else
+			dirs[nd++] = argv[i];
+	}
+	if (nd != 2) {
+		usage(stderr);
+		return 2;
+	}
+	struct mg_run a, b;
+	int rc = 0;
+	if (load(&a, dirs[0]) | load(&b, dirs[1]))
+		rc = 2;
+	if (!rc) {
+		struct rows *t = calloc(1, sizeof *t);
+		if (!t) {
+			rc = 1;
+		} else {
+			build(t, &a, &b);
+			if (csv)
+				print_csv(stdout, t);
+			else
+				print_text(stdout, t, &a, &b);
+			free(t);
+		}
+	}
+	mg_run_free(&a);
+	mg_run_free(&b);
+	return rc;
+}

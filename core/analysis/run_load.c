@@ -1,0 +1,427 @@
+/*
+ * run_load.c - read a run directory (report.json, steps.csv, memory.csv)
+ * into one struct, so sweeps and compare compute from the same numbers.
+ *
+ * Accepts report schemas mgrun-report-1 and -2. What -1 lacks (train_s,
+ * samples_per_s, the step-time summary, run.test_accuracy) is derived
+ * from steps.csv and the epochs, the way -2 computes it.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mg/log.h>
+
+#include "analysis/analysis.h"
+
+const char *const mg_phase_names[MG_PH_COUNT] = {
+	"data", "h2d", "forward", "backward", "comm", "optimizer"};
+/* steps.csv columns of the phases ("|": alternatives, first wins) */
+static const char *const phase_cols[MG_PH_COUNT] = {"data_s",
+						    "h2d_s",
+						    "forward_s",
+						    "backward_s",
+						    "comm_exposed_s|comm_s",
+						    "optimizer_s"};
+
+#define WARMUP_ROWS 3
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *buf = NULL;
+	size_t cap = 0, n = 0, got;
+	do {
+		if (cap - n < 65536) {
+			cap = cap ? 2 * cap : 131072;
+			char *nb = realloc(buf, cap + 1);
+			if (!nb) {
+				free(buf);
+				fclose(f);
+				return NULL;
+			}
+			buf = nb;
+		}
+		got = fread(buf + n, 1, cap - n, f);
+		n += got;
+	} while (got);
+	fclose(f);
+	buf[n] = 0;
+	*len = n;
+	return buf;
+}
+
+int mg_csv_col(const struct mg_csv *c, const char *name)
+{
+	for (int i = 0; i < c->ncols; i++)
+		if (!strcmp(c->names[i], name))
+			return i;
+	return -1;
+}
+
+static void csv_free(struct mg_csv *c)
+{
+	for (int i = 0; i < c->ncols; i++)
+		free(c->names[i]);
+	free(c->names);
+	free(c->v);
+	memset(c, 0, sizeof *c);
+}
+
+/* Read a numeric CSV; a missing file leaves c empty and is no error.
+ * Rows with fewer cells get NAN for the rest (a run killed mid-line). */
+static int csv_load(struct mg_csv *c, const char *path)
+{
+	size_t len;
+	memset(c, 0, sizeof *c);
+	char *text = slurp(path, &len);
+	if (!text)
+		return errno == ENOENT ? 0 : mg_error("%s: cannot read", path);
+	char *save = NULL, *line = strtok_r(text, "\n", &save);
+	if (line) {
+		for (char *p = line, *e;; p = e + 1) {
+			e = strchr(p, ',');
+			size_t n = e ? (size_t)(e - p) : strlen(p);
+			if (n && p[n - 1] == '\r')
+				n--;
+			c->names = realloc(c->names, (size_t)(c->ncols + 1) *
+							     sizeof *c->names);
+			c->names[c->ncols++] = strndup(p, n);
+			if (!e)
+				break;
+		}
+	}
+	size_t cap = 0;
+	while ((line = strtok_r(NULL, "\n", &save))) {
+		if (!line[0])
+			continue;
+		if ((size_t)(c->nrows + 1) * (size_t)c->ncols > cap) {
+			cap = cap ? 2 * cap : 1024 * (size_t)c->ncols;
+			c->v = realloc(c->v, cap * sizeof *c->v);
+		}
+		double *row = c->v + (size_t)c->nrows * (size_t)c->ncols;
+		char *p = line;
+		for (int i = 0; i < c->ncols; i++) {
+			char *end;
+			row[i] = NAN;
+			if (!p)
+				continue;
+			double x = strtod(p, &end);
+			if (end != p)
+				row[i] = x;
+			p = strchr(p, ',');
+			if (p)
+				p++;
+		}
+		c->nrows++;
+	}
+	free(text);
+	return 0;
+}
+
+static double num(const cJSON *o, const char *key, double dflt)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+	return cJSON_IsNumber(j) ? j->valuedouble : dflt;
+}
+
+static char *str(const cJSON *o, const char *key)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+	return strdup(cJSON_IsString(j) ? j->valuestring : "");
+}
+
+/* Row i is steady: not one of the run's first steps, not the first of
+ * an epoch (evaluation, checkpoint and shuffling sit before it), not a
+ * skipped (fp16 overflow) step. */
+static bool steady_row(const struct mg_csv *c, int i, int epoch, int skipped)
+{
+	const double *row = c->v + (size_t)i * (size_t)c->ncols;
+	if (i < WARMUP_ROWS)
+		return false;
+	if (epoch >= 0 && row[epoch] != row[epoch - c->ncols])
+		return false;
+	return !(skipped >= 0 && row[skipped] == 1);
+}
+
+int mg_run_steady(const struct mg_run *r, const char *cols, double **out)
+{
+	const struct mg_csv *c = &r->steps;
+	int col = -1, n = 0;
+	*out = NULL;
+	char *alts = strdup(cols), *save = NULL;
+	for (char *t = strtok_r(alts, "|", &save); t && col < 0;
+	     t = strtok_r(NULL, "|", &save))
+		col = mg_csv_col(c, t);
+	free(alts);
+	if (col < 0 || !c->nrows)
+		return 0;
+	int ep = mg_csv_col(c, "epoch"), sk = mg_csv_col(c, "skipped");
+	double *v = malloc((size_t)c->nrows * sizeof *v);
+	if (!v)
+		return 0;
+	for (int i = 0; i < c->nrows; i++) {
+		double x = c->v[(size_t)i * (size_t)c->ncols + (size_t)col];
+		if (steady_row(c, i, ep, sk) && !isnan(x))
+			v[n++] = x;
+	}
+	*out = v;
+	return n;
+}
+
+static double mean_of(const double *v, int n)
+{
+	double s = 0;
+	for (int i = 0; i < n; i++)
+		s += v[i];
+	return n ? s / n : NAN;
+}
+
+/* Sum of a column over every row (train time of a -1 report). */
+static double col_sum(const struct mg_csv *c, const char *name)
+{
+	int col = mg_csv_col(c, name);
+	double s = 0;
+	for (int i = 0; col >= 0 && i < c->nrows; i++) {
+		double x = c->v[(size_t)i * (size_t)c->ncols + (size_t)col];
+		s += isnan(x) ? 0 : x;
+	}
+	return col >= 0 ? s : NAN;
+}
+
+static void load_ranks(struct mg_run *r, const cJSON *ranks)
+{
+	const cJSON *rk;
+	cJSON_ArrayForEach(rk, ranks)
+	{
+		const cJSON *mem = cJSON_GetObjectItemCaseSensitive(
+			rk, "memory_peak_bytes");
+		double total = num(mem, "total", 0);
+		if (total > r->mem_peak)
+			r->mem_peak = total;
+		if (num(rk, "rank", -1) != 0)
+			continue;
+		const cJSON *tm =
+			cJSON_GetObjectItemCaseSensitive(rk, "time_s");
+		for (int i = 0; i < MG_PH_COUNT; i++)
+			r->phase_step[i] = num(tm, mg_phase_names[i], 0);
+		const cJSON *cm = cJSON_GetObjectItemCaseSensitive(rk, "comm");
+		r->comm_bytes = num(cm, "bytes", 0);
+		r->comm_calls = num(cm, "calls", 0);
+		r->comm_busy_s = num(cm, "busy_s", 0);
+		r->comm_exposed_s = num(cm, "exposed_s", 0);
+		r->comm_overlapped_s = num(cm, "overlapped_s", 0);
+		const cJSON *ct =
+			cJSON_GetObjectItemCaseSensitive(rk, "counters");
+		r->h2d_bytes = num(ct, "h2d_bytes", 0);
+		const cJSON *m;
+		r->nmem = 0;
+		free(r->mem);
+		r->mem = calloc((size_t)cJSON_GetArraySize(mem) + 1,
+				sizeof *r->mem);
+		cJSON_ArrayForEach(m, mem)
+		{
+			if (!cJSON_IsNumber(m) || !r->mem)
+				continue;
+			r->mem[r->nmem].name = strdup(m->string);
+			r->mem[r->nmem++].v = m->valuedouble;
+		}
+	}
+}
+
+/* "profile": each listed metric averaged over the ranks that have it. */
+static void load_profile(struct mg_run *r, const cJSON *prof)
+{
+	const cJSON *names = cJSON_GetObjectItemCaseSensitive(prof, "metrics");
+	const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(prof, "ranks");
+	int n = cJSON_GetArraySize(names);
+	if (!cJSON_IsArray(names) || !cJSON_IsArray(ranks) || n <= 0)
+		return;
+	r->prof = calloc((size_t)n, sizeof *r->prof);
+	if (!r->prof)
+		return;
+	const cJSON *nm;
+	cJSON_ArrayForEach(nm, names)
+	{
+		if (!cJSON_IsString(nm))
+			continue;
+		struct mg_prof_metric *m = &r->prof[r->nprof++];
+		m->name = strdup(nm->valuestring);
+		int k = 0;
+		const cJSON *rk;
+		cJSON_ArrayForEach(rk, ranks)
+		{
+			const cJSON *o = cJSON_GetObjectItemCaseSensitive(
+				rk, nm->valuestring);
+			if (!cJSON_IsObject(o))
+				continue;
+			m->count += num(o, "count", 0);
+			m->seconds += num(o, "seconds", 0);
+			m->bytes += num(o, "bytes", 0);
+			k++;
+		}
+		if (k) {
+			m->count /= k;
+			m->seconds /= k;
+			m->bytes /= k;
+		}
+	}
+}
+
+/* Per-step numbers from steps.csv (steady steps), else from totals. */
+static void derive_steps(struct mg_run *r)
+{
+	double *v;
+	int n = mg_run_steady(r, "step_s", &v);
+	if (n) {
+		r->step_median = mg_median(v, n);
+		r->step_mean = mean_of(v, n);
+	}
+	free(v);
+	for (int i = 0; n && i < MG_PH_COUNT; i++) {
+		int k = mg_run_steady(r, phase_cols[i], &v);
+		r->phase_step[i] = k ? mean_of(v, k) : 0;
+		free(v);
+	}
+	if (!n && r->total_steps > 0) { /* totals / steps */
+		double s = 0;
+		for (int i = 0; i < MG_PH_COUNT; i++)
+			s += r->phase_step[i] /= r->total_steps;
+		r->step_mean = s;
+	}
+	if (isnan(r->train_s))
+		r->train_s = col_sum(&r->steps, "step_s");
+}
+
+int mg_run_load(struct mg_run *r, const char *dir)
+{
+	char path[4200];
+	size_t len;
+	memset(r, 0, sizeof *r);
+	r->dir = strdup(dir);
+	r->test_acc = r->train_s = r->samples_per_s = r->step_median = NAN;
+	r->step_mean = NAN;
+	snprintf(path, sizeof path, "%s/report.json", dir);
+	char *text = slurp(path, &len);
+	if (!text)
+		return mg_error("%s: %s", path,
+				errno == ENOENT ? "no such file (not a run "
+						  "directory?)"
+						: strerror(errno));
+	const char *end = NULL;
+	cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+	if (!root) {
+		long off = end ? (long)(end - text) : -1;
+		free(text);
+		return mg_error("%s: not valid JSON (near byte %ld)", path,
+				off);
+	}
+	free(text);
+	int rc = 0;
+	const cJSON *run = cJSON_GetObjectItemCaseSensitive(root, "run");
+	const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(root, "ranks");
+	r->schema = str(root, "schema");
+	if (strcmp(r->schema, "mgrun-report-1") &&
+	    strcmp(r->schema, "mgrun-report-2"))
+		rc = mg_error("%s: schema '%s' (expected mgrun-report-1 or "
+			      "-2)",
+			      path, r->schema);
+	else if (!cJSON_IsObject(run) || !cJSON_IsArray(ranks) ||
+		 !cJSON_GetArraySize(ranks))
+		rc = mg_error("%s: malformed: no \"%s\"", path,
+			      !cJSON_IsObject(run) ? "run" : "ranks");
+	if (rc) {
+		cJSON_Delete(root);
+		return rc;
+	}
+	r->status = str(root, "status");
+	r->config = str(root, "config");
+	r->device = str(run, "device");
+	r->precision = str(run, "precision");
+	r->world = (int)num(run, "world", 1);
+	r->batch_size = num(run, "batch_size", 0);
+	r->total_steps = num(run, "total_steps", 0);
+	r->wall_s = num(run, "wall_s", NAN);
+	r->train_s = num(run, "train_s", NAN);
+	r->samples_per_s = num(run, "samples_per_s", NAN);
+	r->test_acc = num(run, "test_accuracy", NAN);
+	const cJSON *ep,
+		*eps = cJSON_GetObjectItemCaseSensitive(root, "epochs");
+	double samples = 0, secs = 0;
+	cJSON_ArrayForEach(ep, eps)
+	{
+		samples += num(ep, "samples", 0);
+		secs += num(ep, "seconds", 0);
+		if (!cJSON_HasObjectItem(run, "test_accuracy"))
+			r->test_acc = num(ep, "test_accuracy", r->test_acc);
+	}
+	if (isnan(r->samples_per_s) && secs > 0)
+		r->samples_per_s = samples / secs;
+	load_ranks(r, ranks);
+	load_profile(r, cJSON_GetObjectItemCaseSensitive(root, "profile"));
+	const cJSON *ss = cJSON_GetObjectItemCaseSensitive(run, "step_s");
+	double report_median = num(ss, "median", NAN);
+	cJSON_Delete(root);
+
+	snprintf(path, sizeof path, "%s/steps.csv", dir);
+	if (csv_load(&r->steps, path))
+		return -1;
+	snprintf(path, sizeof path, "%s/memory.csv", dir);
+	if (csv_load(&r->memory, path))
+		return -1;
+	derive_steps(r);
+	if (isnan(r->step_median))
+		r->step_median = report_median;
+	return 0;
+}
+
+void mg_run_free(struct mg_run *r)
+{
+	free(r->dir);
+	free(r->schema);
+	free(r->status);
+	free(r->config);
+	free(r->device);
+	free(r->precision);
+	for (int i = 0; i < r->nmem; i++)
+		free(r->mem[i].name);
+	free(r->mem);
+	for (int i = 0; i < r->nprof; i++)
+		free(r->prof[i].name);
+	free(r->prof);
+	csv_free(&r->steps);
+	csv_free(&r->memory);
+	memset(r, 0, sizeof *r);
+}
+
+double mg_run_metric(const struct mg_run *r, const char *metric)
+{
+	return !strcmp(metric, "wall_s") ? r->wall_s : r->train_s;
+}
+
+bool mg_run_finished(const char *dir, char **config)
+{
+	char path[4200];
+	size_t len;
+	bool done = false;
+	*config = NULL;
+	snprintf(path, sizeof path, "%s/report.json", dir);
+	char *text = slurp(path, &len);
+	if (!text)
+		return false;
+	cJSON *root = cJSON_ParseWithLength(text, len);
+	free(text);
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "status");
+	const cJSON *cf = cJSON_GetObjectItemCaseSensitive(root, "config");
+	if (cJSON_IsString(st) && !strcmp(st->valuestring, "finished")) {
+		done = true;
+		if (cJSON_IsString(cf))
+			*config = strdup(cf->valuestring);
+	}
+	cJSON_Delete(root);
+	return done;
+}

@@ -1,0 +1,108 @@
+/*
+ * stats.c - the few statistics sweeps and compare need: quantiles, and
+ * a bootstrap test of whether two runs' per-step medians differ by more
+ * than their own step-to-step noise. Deterministic (fixed seed), so the
+ * same two runs always get the same verdict.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/analysis.h"
+
+#define BOOT_RESAMPLES 2000
+#define BOOT_SEED 0x6d6772756e5f6162ull /* "mgrun_ab" */
+#define BOOT_MIN_N 5
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Quantile of a sorted array, linear between closest ranks (type 7,
+ * numpy's default). */
+static double sorted_quantile(const double *v, int n, double q)
+{
+	if (n <= 0)
+		return NAN;
+	double h = q * (n - 1);
+	int lo = (int)floor(h);
+	if (lo >= n - 1)
+		return v[n - 1];
+	return v[lo] + (h - lo) * (v[lo + 1] - v[lo]);
+}
+
+double mg_quantile(const double *v, int n, double q)
+{
+	if (n <= 0)
+		return NAN;
+	double *s = malloc((size_t)n * sizeof *s);
+	if (!s)
+		return NAN;
+	memcpy(s, v, (size_t)n * sizeof *s);
+	qsort(s, (size_t)n, sizeof *s, cmp_double);
+	double r = sorted_quantile(s, n, q);
+	free(s);
+	return r;
+}
+
+double mg_median(const double *v, int n)
+{
+	return mg_quantile(v, n, 0.5);
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Median of a resample (with replacement) of v, drawn into tmp. The
+ * median of a resample only needs the middle order statistics, but a
+ * sort keeps this short; n is a run's step count. */
+static double resample_median(const double *v, int n, double *tmp,
+			      uint64_t *rng)
+{
+	for (int i = 0; i < n; i++)
+		tmp[i] = v[splitmix64(rng) % (uint64_t)n];
+	qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
+	return sorted_quantile(tmp, n, 0.5);
+}
+
+int mg_bootstrap_ratio(const double *a, int na, const double *b, int nb,
+		       double *lo, double *hi)
+{
+	*lo = *hi = NAN;
+	if (na < BOOT_MIN_N || nb < BOOT_MIN_N)
+		return -1;
+	double *tmp = malloc((size_t)(na > nb ? na : nb) * sizeof *tmp);
+	double *r = malloc(BOOT_RESAMPLES * sizeof *r);
+	if (!tmp || !r) {
+		free(tmp);
+		free(r);
+		return -1;
+	}
+	uint64_t rng = BOOT_SEED;
+	int nr = 0;
+	for (int i = 0; i < BOOT_RESAMPLES; i++) {
+		double ma = resample_median(a, na, tmp, &rng);
+		double mb = resample_median(b, nb, tmp, &rng);
+		/* 0/0 (a phase that never ran): equal; x/0: huge */
+		if (ma > 0)
+			r[nr++] = mb / ma;
+		else
+			r[nr++] = mb > 0 ? 1e300 : 1.0;
+	}
+	qsort(r, (size_t)nr, sizeof *r, cmp_double);
+	*lo = sorted_quantile(r, nr, 0.025);
+	*hi = sorted_quantile(r, nr, 0.975);
+	free(tmp);
+	free(r);
+	if (nr == 0)
+		return -1;
+	return *lo > 1.0 || *hi < 1.0;
+}

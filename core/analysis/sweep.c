@@ -1,0 +1,192 @@
+/*
+ * sweep.c - `mgrun -c FILE` when the experiment has sweep axes: read the
+ * plan, validate every point, run them (sweep_run.c), then read every
+ * run directory back and write the sweep's table, JSON and charts.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <mg/log.h>
+
+#include "analysis/analysis.h"
+#include "dist/dist.h"
+
+int mg_sweep_plan_load(struct mg_sweep_plan *p, const char *ini,
+		       const char *const *sets, int nsets,
+		       const char *const *sweeps, int nsweeps, int repeats)
+{
+	struct mg_diag ignored = {0}, d = {0};
+	memset(p, 0, sizeof *p);
+	struct mg_config *cfg = mg_config_parse_file(ini, &ignored);
+	if (!cfg) { /* the session reports why, as for any run */
+		mg_diag_free(&ignored);
+		return 0;
+	}
+	/* File and --set problems are the session's to report (once);
+	 * here only the sweep's own. */
+	for (int i = 0; i < nsets; i++)
+		mg_config_set(cfg, sets[i], &ignored);
+	mg_sweep_plan_build(p, cfg, sweeps, nsweeps, repeats, &d);
+	int rc = 0;
+	if (mg_diag_count(&d)) {
+		mg_diag_print(stderr, &d);
+		fprintf(stderr,
+			"mgrun: %zu error%s in the sweep, nothing run\n",
+			mg_diag_count(&d), mg_diag_count(&d) == 1 ? "" : "s");
+		rc = 2;
+	}
+	mg_diag_free(&d);
+	mg_diag_free(&ignored);
+	mg_config_free(cfg);
+	return rc;
+}
+
+void mg_sweep_plan_print(const struct mg_sweep_plan *p, FILE *f)
+{
+	fprintf(f,
+		"\n; [sweep]: %d point%s x %d repeat%s, each a child mgrun "
+		"with "
+		"these overrides\n",
+		p->npoints, p->npoints == 1 ? "" : "s", p->repeats,
+		p->repeats == 1 ? "" : "s");
+	for (int pt = 0; pt < p->npoints; pt++) {
+		char id[512];
+		int vi[MG_SWEEP_MAX_AXES];
+		mg_sweep_point_id(p, pt, 0, id, sizeof id);
+		*strrchr(id, '-') = 0;
+		mg_sweep_point_values(p, pt, vi);
+		fprintf(f, ";   %-28s", id);
+		for (int a = 0; a < p->naxes; a++)
+			fprintf(f, " %s=%s", p->axes[a].key,
+				p->axes[a].values[vi[a]]);
+		fputc('\n', f);
+	}
+}
+
+static int mkdir_p(const char *path)
+{
+	char buf[4200];
+	snprintf(buf, sizeof buf, "%s", path);
+	for (char *p = buf + 1;; p++) {
+		if (*p && *p != '/')
+			continue;
+		char c = *p;
+		*p = 0;
+		if (mkdir(buf, 0755) && errno != EEXIST)
+			return mg_error("mkdir %s: %s", buf, strerror(errno));
+		if (!(*p = c))
+			return 0;
+	}
+}
+
+/* Read back every run that finished; one that cannot be read counts as
+ * failed, with the reason as its last line. */
+static void load_runs(struct mg_sweep *sw)
+{
+	const struct mg_sweep_plan *p = sw->plan;
+	for (int i = 0; i < p->npoints * p->repeats; i++) {
+		struct mg_sweep_run *r = &sw->runs[i];
+		if (r->state != MG_RUN_FINISHED && r->state != MG_RUN_SKIPPED)
+			continue;
+		if (mg_run_load(&r->run, r->dir) == 0) {
+			r->loaded = true;
+			continue;
+		}
+		r->state = MG_RUN_FAILED;
+		snprintf(r->last, sizeof r->last, "%s", mg_last_error());
+		fprintf(stderr, "mgrun: sweep: %s\n", r->last);
+	}
+}
+
+static int write_results(struct mg_sweep *sw)
+{
+	char path[4300];
+	int rc = 0;
+	printf("\n== sweep results (%s)\n", sw->dir);
+	mg_sweep_print_table(sw, stdout);
+	printf("\nfiles:\n");
+#define OUT(name, fn)                                                          \
+	do {                                                                   \
+		snprintf(path, sizeof path, "%s/" name, sw->dir);              \
+		if (fn(sw, path)) {                                            \
+			fprintf(stderr, "mgrun: %s\n", mg_last_error());       \
+			rc = 1;                                                \
+		} else {                                                       \
+			printf("  %s\n", path);                                \
+		}                                                              \
+	} while (0)
+	OUT("sweep.json", mg_sweep_write_json);
+	OUT("table.csv", mg_sweep_write_csv);
+	OUT("table.md", mg_sweep_write_md);
+#undef OUT
+	if (mg_sweep_charts(sw, stdout)) {
+		fprintf(stderr, "mgrun: %s\n", mg_last_error());
+		rc = 1;
+	}
+	fflush(stdout);
+	return rc;
+}
+
+int mg_sweep_main(const struct mg_sweep_plan *p, const char *ini,
+		  const char *const *sets, int nsets, const char *plugin_path)
+{
+	struct mg_dist_env env;
+	if (mg_dist_env_detect(&env) == 0 && strcmp(env.source, "none")) {
+		fprintf(stderr,
+			"mgrun: a sweep starts its points itself, one after "
+			"the other; run it without %s (each point may use "
+			"several GPUs of this machine: run.gpus)\n",
+			env.source);
+		return 2;
+	}
+	struct mg_sweep sw = {.plan = p, .ini = ini};
+	char *dir;
+	int rc = mg_sweep_validate(p, ini, sets, nsets, plugin_path, &dir);
+	if (rc)
+		return rc;
+	snprintf(sw.dir, sizeof sw.dir, "%s", dir);
+	free(dir);
+	char points[4200];
+	snprintf(points, sizeof points, "%s/points", sw.dir);
+	if (mkdir_p(points)) {
+		fprintf(stderr, "mgrun: %s\n", mg_last_error());
+		return 1;
+	}
+	printf("mgrun: sweep of %d point%s x %d repeat%s in %s\n", p->npoints,
+	       p->npoints == 1 ? "" : "s", p->repeats,
+	       p->repeats == 1 ? "" : "s", sw.dir);
+	fflush(stdout);
+	sw.runs = calloc((size_t)p->npoints * (size_t)p->repeats,
+			 sizeof *sw.runs);
+	if (!sw.runs)
+		return 1;
+	rc = mg_sweep_execute(&sw, sets, nsets, plugin_path);
+	load_runs(&sw);
+	mg_sweep_summarise(&sw);
+	int wrc = write_results(&sw);
+	int failed = 0;
+	for (int i = 0; i < p->npoints * p->repeats; i++)
+		failed += sw.runs[i].state == MG_RUN_FAILED;
+	if (failed) {
+		printf("\nmgrun: sweep: %d run%s failed:\n", failed,
+		       failed == 1 ? "" : "s");
+		for (int i = 0; i < p->npoints * p->repeats; i++)
+			if (sw.runs[i].state == MG_RUN_FAILED)
+				printf("  %s: exit %d: %s\n", sw.runs[i].dir,
+				       sw.runs[i].exit_code, sw.runs[i].last);
+		if (!rc)
+			rc = 1;
+	}
+	for (int i = 0; i < p->npoints * p->repeats; i++)
+		if (sw.runs[i].loaded)
+			mg_run_free(&sw.runs[i].run);
+	for (int pt = 0; pt < p->npoints; pt++) {
+		free(sw.pts[pt].eff);
+		free(sw.pts[pt].prof);
+	}
+	free(sw.pts);
+	free(sw.runs);
+	return rc ? rc : wrc;
+}
