@@ -57,6 +57,10 @@ for n in "${names[@]}"; do
 	mkdir -p "$out/$n"
 	dir=$(sed -n 's/^mgrun: sweep of .* in //p' "$out/$n.log" | head -1)
 	[ -n "$dir" ] && cp "$dir"/*.* "$out/$n/" 2>/dev/null
+	# The points' run folders too (no checkpoints), for mgrun compare
+	# and --replot where the archive lands.
+	[ -n "$dir" ] && tar czf "$out/$n/points.tgz" -C "$dir" \
+		--exclude='*.safetensors' points 2>/dev/null
 	grep -v '^\[p' "$out/$n.log" | tail -40
 done
 # One archive: the device tool brings back only a few files.
