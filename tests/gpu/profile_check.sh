@@ -155,6 +155,29 @@ EOF
 
 train graphs --set run.cuda_graph=true && check graphs 1 1
 train eager --set run.cuda_graph=false && check eager 1 0
+# The window's other ends: after `seconds` (steps = 0: no step limit),
+# and a run that stops inside the window (run.stop_after).
+# check_window NAME SECONDS LAST_STEP: the window's bounds in report.json.
+check_window() {
+	python3 - "$work/$1/report.json" "$2" "$3" "$first" <<'EOF' ||
+import json, sys
+w = json.load(open(sys.argv[1]))["profile"]["window"]
+sec, last, first = float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+ok = w["first_step"] == first and (last < 0 or w["last_step"] == last)
+if sec > 0:
+    # closes at the end of the first step that ends past `seconds`
+    per = w["seconds"] / w["steps"]
+    ok = ok and sec <= w["seconds"] < sec + 2 * per
+print(("ok:   " if ok else "FAIL: ") + f"window {w['first_step']}-"
+      f"{w['last_step']} ({w['steps']} steps, {w['seconds']:.3f} s), "
+      f"want seconds {sec}, last step {last}")
+sys.exit(0 if ok else 1)
+EOF
+		status=1
+}
+train seconds --set profile.steps=0 --set profile.seconds=0.5 &&
+	check_window seconds 0.5 -1
+train stopped --set run.stop_after=70 && check_window stopped 0 69
 if [ "$ngpu" -ge 2 ]; then
 	train ddp2 --set run.gpus=2 --set strategy.name=ddp_ds &&
 		check ddp2 2 1
