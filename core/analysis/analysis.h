@@ -6,7 +6,8 @@
  * The pieces, one file each:
  *	sweep_plan.c	[sweep] + --sweep/--repeats -> axes and points (pure)
  *	sweep_run.c	validate every point, run each as a child mgrun
- *	sweep.c		mgrun -c FILE with axes: plan, run, summarise
+ *	sweep.c		mgrun -c FILE with axes: plan, run, summarise;
+ *			--replot
  *	run_load.c	a run directory -> struct mg_run
  *	stats.c		medians, quantiles, the bootstrap noise test
  *	sweep_table.c	per-point summary: sweep.json, table.csv/.md
@@ -131,7 +132,17 @@ struct mg_prof_metric {
 	double count, seconds, bytes;
 };
 
-/* One run directory, read once (report.json, steps.csv, memory.csv). */
+/* One memory copy of profile_memcpy.csv (rank 0, profiling window). */
+enum mg_copy_kind { MG_COPY_H2D, MG_COPY_D2H, MG_COPY_D2D, MG_COPY_OTHER };
+struct mg_copy {
+	double t;     /* s from the window's opening (may be < 0) */
+	double dur;   /* s, device time */
+	double bytes; /* >= 0 */
+	enum mg_copy_kind kind;
+};
+
+/* One run directory, read once (report.json, steps.csv, memory.csv,
+ * profile_memcpy.csv). */
 struct mg_run {
 	char *dir;
 	char *schema, *status, *config, *device, *precision;
@@ -154,10 +165,18 @@ struct mg_run {
 	int nprof; /* 0: not profiled */
 	struct mg_csv steps;
 	struct mg_csv memory; /* nrows == 0 without memory.csv */
+	/* profile_memcpy.csv: has_copies when the file exists (it may list
+	 * none); window_s the profiling window's length from report.json
+	 * (profile.window.seconds), NAN when not given. */
+	bool has_copies;
+	struct mg_copy *copies;
+	int ncopies;
+	double window_s;
 };
 
 /* Read dir; -1 after mg_error() naming the file that is missing or
- * malformed. r is zeroed first and must be freed either way. */
+ * malformed (profile_memcpy.csv: with the line). r is zeroed first and
+ * must be freed either way. */
 int mg_run_load(struct mg_run *r, const char *dir);
 void mg_run_free(struct mg_run *r);
 /*
@@ -181,6 +200,8 @@ enum mg_run_state {
 	MG_RUN_SKIPPED,	 /* finished earlier, not run again */
 	MG_RUN_FAILED,
 	MG_RUN_INTERRUPTED,
+	MG_RUN_MISSING, /* --replot: no finished report.json */
+	MG_RUN_NSTATES
 };
 
 /* One child run: a point's repeat. */
@@ -237,6 +258,15 @@ int mg_sweep_main(const struct mg_sweep_plan *p, const char *ini,
 int mg_sweep_validate(const struct mg_sweep_plan *p, const char *ini,
 		      const char *const *sets, int nsets,
 		      const char *plugin_path, char **dir);
+/*
+ * --replot: rebuild sweep.json, the tables and the charts from the run
+ * directories already in the sweep's folder, running nothing and
+ * opening no session (the points' configuration is not compared with
+ * this machine's). Runs without a finished report.json are "missing".
+ * Returns 0 when at least one run was loaded (and the files written).
+ */
+int mg_sweep_replot(const struct mg_sweep_plan *p, const char *ini,
+		    const char *const *sets, int nsets);
 /* Run every point and repeat not finished yet, one child at a time.
  * Returns 0, 1 when a point failed, 130 when interrupted. */
 int mg_sweep_execute(struct mg_sweep *sw, const char *const *sets, int nsets,

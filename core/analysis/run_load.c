@@ -1,6 +1,7 @@
 /*
- * run_load.c - read a run directory (report.json, steps.csv, memory.csv)
- * into one struct, so sweeps and compare compute from the same numbers.
+ * run_load.c - read a run directory (report.json, steps.csv, memory.csv,
+ * profile_memcpy.csv) into one struct, so sweeps and compare compute
+ * from the same numbers.
  *
  * Accepts report schemas mgrun-report-1 and -2. What -1 lacks (train_s,
  * samples_per_s, the step-time summary, run.test_accuracy) is derived
@@ -121,6 +122,132 @@ static int csv_load(struct mg_csv *c, const char *path)
 	}
 	free(text);
 	return 0;
+}
+
+/* A whole cell as a finite number. */
+static bool cell_num(const char *p, size_t n, double *v)
+{
+	char buf[64], *end;
+	if (!n || n >= sizeof buf)
+		return false;
+	memcpy(buf, p, n);
+	buf[n] = 0;
+	*v = strtod(buf, &end);
+	return end != buf && !*end && isfinite(*v);
+}
+
+/* Does cell p[0..n) read exactly name? */
+static bool cell_is(const char *p, size_t n, const char *name)
+{
+	return n == strlen(name) && !strncmp(p, name, n);
+}
+
+/*
+ * profile_memcpy.csv: "t_s,kind,bytes,duration_s" (columns by name, in
+ * any order, others ignored), one copy a row. Strict, unlike csv_load:
+ * a line that is not a copy is an error at path:line. A missing file is
+ * none (an unprofiled run).
+ */
+#define MAX_CELLS 16
+static int copies_load(struct mg_run *r, const char *path)
+{
+	static const char *const want[4] = {"t_s", "kind", "bytes",
+					    "duration_s"};
+	static const char *const kinds[4] = {"h2d", "d2h", "d2d", "other"};
+	size_t len;
+	char *text = slurp(path, &len);
+	if (!text)
+		return errno == ENOENT ? 0 : mg_error("%s: cannot read", path);
+	r->has_copies = true;
+	int col[4] = {-1, -1, -1, -1}, ncols = 0, rc = 0, cap = 0;
+	char *next = text;
+	for (int lineno = 1; next && !rc; lineno++) {
+		char *line = next, *nl = strchr(line, '\n');
+		next = nl ? nl + 1 : NULL;
+		if (nl)
+			*nl = 0;
+		size_t ll = strlen(line);
+		if (ll && line[ll - 1] == '\r')
+			line[--ll] = 0;
+		if (!ll) /* an empty line, or the end of the file */
+			continue;
+		const char *cell[MAX_CELLS];
+		size_t cn[MAX_CELLS];
+		int nc = 0;
+		for (char *p = line;; p++) {
+			char *e = strchr(p, ',');
+			if (nc < MAX_CELLS) {
+				cell[nc] = p;
+				cn[nc] = e ? (size_t)(e - p) : strlen(p);
+			}
+			nc++;
+			if (!e)
+				break;
+			p = e;
+		}
+		if (!ncols) { /* the header */
+			ncols = nc;
+			for (int i = 0; i < nc && i < MAX_CELLS; i++)
+				for (int k = 0; k < 4; k++)
+					if (cell_is(cell[i], cn[i], want[k]))
+						col[k] = i;
+			for (int k = 0; k < 4 && !rc; k++)
+				if (col[k] < 0)
+					rc = mg_error("%s:%d: no column '%s' "
+						      "(expected t_s,kind,"
+						      "bytes,duration_s)",
+						      path, lineno, want[k]);
+			continue;
+		}
+		if (nc != ncols) {
+			rc = mg_error("%s:%d: %d field%s, the header has %d",
+				      path, lineno, nc, nc == 1 ? "" : "s",
+				      ncols);
+			break;
+		}
+		struct mg_copy c = {0};
+		int kind = -1, bad = -1;
+		for (int k = 0; k < 4; k++)
+			if (cell_is(cell[col[1]], cn[col[1]], kinds[k]))
+				kind = k;
+		if (!cell_num(cell[col[0]], cn[col[0]], &c.t))
+			bad = 0;
+		else if (kind < 0)
+			bad = 1;
+		else if (!cell_num(cell[col[2]], cn[col[2]], &c.bytes) ||
+			 c.bytes < 0)
+			bad = 2;
+		else if (!cell_num(cell[col[3]], cn[col[3]], &c.dur) ||
+			 c.dur < 0)
+			bad = 3;
+		if (bad >= 0) {
+			static const char *const what[4] = {
+				"a number", "h2d, d2h, d2d or other",
+				"a number >= 0", "a number >= 0"};
+			rc = mg_error("%s:%d: %s '%.*s' is not %s", path,
+				      lineno, want[bad], (int)cn[col[bad]],
+				      cell[col[bad]], what[bad]);
+			break;
+		}
+		c.kind = (enum mg_copy_kind)kind;
+		if (r->ncopies == cap) {
+			cap = cap ? 2 * cap : 1024;
+			struct mg_copy *nv =
+				realloc(r->copies, (size_t)cap * sizeof *nv);
+			if (!nv) {
+				rc = mg_error("%s: out of memory", path);
+				break;
+			}
+			r->copies = nv;
+		}
+		r->copies[r->ncopies++] = c;
+	}
+	if (!rc && !ncols)
+		rc = mg_error("%s:1: empty (expected the header "
+			      "t_s,kind,bytes,duration_s)",
+			      path);
+	free(text);
+	return rc;
 }
 
 static double num(const cJSON *o, const char *key, double dflt)
@@ -304,7 +431,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	memset(r, 0, sizeof *r);
 	r->dir = strdup(dir);
 	r->test_acc = r->train_s = r->samples_per_s = r->step_median = NAN;
-	r->step_mean = NAN;
+	r->step_mean = r->window_s = NAN;
 	snprintf(path, sizeof path, "%s/report.json", dir);
 	char *text = slurp(path, &len);
 	if (!text)
@@ -362,7 +489,10 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	if (isnan(r->samples_per_s) && secs > 0)
 		r->samples_per_s = samples / secs;
 	load_ranks(r, ranks);
-	load_profile(r, cJSON_GetObjectItemCaseSensitive(root, "profile"));
+	const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "profile");
+	load_profile(r, prof);
+	r->window_s = num(cJSON_GetObjectItemCaseSensitive(prof, "window"),
+			  "seconds", NAN);
 	const cJSON *ss = cJSON_GetObjectItemCaseSensitive(run, "step_s");
 	double report_median = num(ss, "median", NAN);
 	cJSON_Delete(root);
@@ -372,6 +502,9 @@ int mg_run_load(struct mg_run *r, const char *dir)
 		return -1;
 	snprintf(path, sizeof path, "%s/memory.csv", dir);
 	if (csv_load(&r->memory, path))
+		return -1;
+	snprintf(path, sizeof path, "%s/profile_memcpy.csv", dir);
+	if (copies_load(r, path))
 		return -1;
 	derive_steps(r);
 	if (isnan(r->step_median))
@@ -395,6 +528,7 @@ void mg_run_free(struct mg_run *r)
 	free(r->prof);
 	csv_free(&r->steps);
 	csv_free(&r->memory);
+	free(r->copies);
 	memset(r, 0, sizeof *r);
 }
 

@@ -282,8 +282,13 @@ void mg_svg_axes(struct mg_svg *s, const struct mg_svg_plot *p,
 			if (v > p->xs.hi + p->xs.step * 1e-6)
 				break;
 			double x = mg_svg_px(p, v);
+			if (p->xgrid)
+				mg_svg_line(s, x, p->y, x, bottom, "#e0e0e0", 1,
+					    NULL);
 			mg_svg_line(s, x, bottom, x, bottom + 4, "#333", 1,
 				    NULL);
+			if (p->no_xlabels)
+				continue;
 			mg_svg_tick_label(&p->xs, v, b, sizeof b);
 			mg_svg_text(s, x, bottom + 17, 11, "middle", 0, false,
 				    "%s", b);

@@ -55,10 +55,13 @@ void mg_svg_nice_scale(double min, double max, int n, struct mg_svg_scale *s);
 void mg_svg_tick_label(const struct mg_svg_scale *s, double v, char *buf,
 		       size_t n);
 
-/* A plot area (x, y: top left, in pixels) and its two scales. */
+/* A plot area (x, y: top left, in pixels) and its two scales;
+ * xgrid: vertical grid lines at the x ticks too; no_xlabels: x ticks
+ * without their labels (small multiples over one shared x axis). */
 struct mg_svg_plot {
 	double x, y, w, h;
 	struct mg_svg_scale xs, ys;
+	bool xgrid, no_xlabels;
 };
 double mg_svg_px(const struct mg_svg_plot *p, double v);
 double mg_svg_py(const struct mg_svg_plot *p, double v);

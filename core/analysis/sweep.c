@@ -2,8 +2,12 @@
  * sweep.c - `mgrun -c FILE` when the experiment has sweep axes: read the
  * plan, validate every point, run them (sweep_run.c), then read every
  * run directory back and write the sweep's table, JSON and charts.
+ * `--replot` does only the last part, from the run directories already
+ * there (a sweep copied from another machine, or charts after an
+ * upgrade of mgrun).
  */
 #include <errno.h>
+#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -11,7 +15,9 @@
 #include <mg/log.h>
 
 #include "analysis/analysis.h"
+#include "config/util.h"
 #include "dist/dist.h"
+#include "engine/core_schema.h"
 
 int mg_sweep_plan_load(struct mg_sweep_plan *p, const char *ini,
 		       const char *const *sets, int nsets,
@@ -94,6 +100,7 @@ static void load_runs(struct mg_sweep *sw)
 			r->loaded = true;
 			continue;
 		}
+		mg_run_free(&r->run); /* what was read before the error */
 		r->state = MG_RUN_FAILED;
 		snprintf(r->last, sizeof r->last, "%s", mg_last_error());
 		fprintf(stderr, "mgrun: sweep: %s\n", r->last);
@@ -189,4 +196,147 @@ int mg_sweep_main(const struct mg_sweep_plan *p, const char *ini,
 	free(sw.pts);
 	free(sw.runs);
 	return rc ? rc : wrc;
+}
+
+/* ---- --replot ------------------------------------------------------ */
+
+/*
+ * The sweep directory, <run.out_dir>/<run.name or INI stem>, from the
+ * file and the --set list alone: only [run] is validated, no plugin is
+ * loaded (they may live elsewhere on this machine). 0, or 2 after
+ * printing why.
+ */
+static int sweep_dir(const char *ini, const char *const *sets, int nsets,
+		     char *dir, size_t n)
+{
+	struct mg_diag d = {0};
+	struct mg_config *cfg = mg_config_parse_file(ini, &d);
+	struct mg_opts *run = NULL;
+	if (cfg) {
+		for (int i = 0; i < nsets; i++)
+			mg_config_set(cfg, sets[i], &d);
+		const struct mg_option *schema[] = {mg_run_schema};
+		run = mg_opts_build(cfg, "run", schema, 1, &d);
+	}
+	int rc = 0;
+	if (!run || mg_diag_count(&d)) {
+		mg_diag_print(stderr, &d);
+		fprintf(stderr, "mgrun: replot: cannot tell the sweep's "
+				"directory, nothing done\n");
+		rc = 2;
+	} else {
+		const char *name = mg_opt_str(run, "name");
+		char *tmp = mgc_strdup(ini), *stem = basename(tmp);
+		char *dot = strrchr(stem, '.');
+		if (!name[0] && dot && dot != stem)
+			*dot = 0;
+		snprintf(dir, n, "%s/%s", mg_opt_str(run, "out_dir"),
+			 name[0] ? name : stem);
+		free(tmp);
+	}
+	mg_opts_free(run);
+	mg_config_free(cfg);
+	mg_diag_free(&d);
+	return rc;
+}
+
+/* Why dir's run is not there: for the message of a missing run. */
+static const char *missing_why(const char *dir)
+{
+	char path[4200];
+	struct stat st;
+	if (stat(dir, &st))
+		return "no run directory";
+	snprintf(path, sizeof path, "%s/report.json", dir);
+	if (stat(path, &st))
+		return "no report.json";
+	return "report.json not finished (or not valid JSON)";
+}
+
+int mg_sweep_replot(const struct mg_sweep_plan *p, const char *ini,
+		    const char *const *sets, int nsets)
+{
+	struct mg_sweep sw = {.plan = p, .ini = ini};
+	int rc = sweep_dir(ini, sets, nsets, sw.dir, sizeof sw.dir);
+	if (rc)
+		return rc;
+	if (!p->naxes) {
+		fprintf(stderr,
+			"mgrun: --replot: %s has no sweep axes ([sweep] S.K = "
+			"V1, V2, or --sweep S.K=V1,V2)\n",
+			ini);
+		return 2;
+	}
+	char points[4200];
+	struct stat st;
+	snprintf(points, sizeof points, "%s/points", sw.dir);
+	if (stat(points, &st) || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr,
+			"mgrun: replot: %s: no such directory (has this "
+			"sweep run? run.out_dir and run.name give its "
+			"place), nothing done\n",
+			points);
+		return 1;
+	}
+	int nruns = p->npoints * p->repeats;
+	printf("mgrun: replot of %d point%s x %d repeat%s from %s: nothing "
+	       "is run\n",
+	       p->npoints, p->npoints == 1 ? "" : "s", p->repeats,
+	       p->repeats == 1 ? "" : "s", sw.dir);
+	sw.runs = mgc_calloc((size_t)nruns, sizeof *sw.runs);
+	/* Whatever configuration a finished run had: it is this point's
+	 * result (the sweep's ids name the values). */
+	for (int pt = 0; pt < p->npoints; pt++)
+		for (int rep = 0; rep < p->repeats; rep++) {
+			struct mg_sweep_run *r = MG_SWEEP_RUN(&sw, pt, rep);
+			char id[512], *config;
+			mg_sweep_point_id(p, pt, rep, id, sizeof id);
+			snprintf(r->dir, sizeof r->dir, "%s/%s", points, id);
+			bool done = mg_run_finished(r->dir, &config);
+			free(config);
+			r->state = done ? MG_RUN_SKIPPED : MG_RUN_MISSING;
+			if (!done)
+				snprintf(r->last, sizeof r->last, "%s",
+					 missing_why(r->dir));
+		}
+	load_runs(&sw);
+	int loaded = 0, missing = 0, bad = 0, wrc = 1;
+	for (int i = 0; i < nruns; i++) {
+		loaded += sw.runs[i].loaded;
+		missing += sw.runs[i].state == MG_RUN_MISSING;
+		bad += sw.runs[i].state == MG_RUN_FAILED; /* unreadable */
+	}
+	mg_sweep_summarise(&sw);
+	if (loaded) /* else keep whatever results are there */
+		wrc = write_results(&sw);
+	printf("\nmgrun: replot: %d of %d run%s loaded, nothing run\n", loaded,
+	       nruns, nruns == 1 ? "" : "s");
+	for (int k = 0; k < 2; k++) {
+		int cnt = k ? bad : missing;
+		if (cnt)
+			printf("mgrun: replot: %d run%s %s:\n", cnt,
+			       cnt == 1 ? "" : "s",
+			       k ? "unreadable" : "missing");
+		for (int i = 0; i < nruns && cnt; i++)
+			if (sw.runs[i].state ==
+			    (k ? MG_RUN_FAILED : MG_RUN_MISSING))
+				printf("  %s: %s\n", sw.runs[i].dir,
+				       sw.runs[i].last);
+	}
+	fflush(stdout);
+	if (!loaded)
+		fprintf(stderr,
+			"mgrun: replot: no finished run in %s: nothing "
+			"written\n",
+			points);
+	for (int i = 0; i < nruns; i++)
+		if (sw.runs[i].loaded)
+			mg_run_free(&sw.runs[i].run);
+	for (int pt = 0; pt < p->npoints; pt++) {
+		free(sw.pts[pt].eff);
+		free(sw.pts[pt].prof);
+	}
+	free(sw.pts);
+	free(sw.runs);
+	return loaded ? wrc : 1;
 }

@@ -1,9 +1,12 @@
 /*
  * sweep_charts.c - the charts of a sweep, as SVG files in its folder:
  * time and speedup against the x axis (one line per series), per-step
- * phase bars, profile shares (when the points were profiled) and device
- * memory over time (when the runs wrote memory.csv). The seed paper's
- * Figures 1-3 are the first three kinds.
+ * phase bars, profile shares (when the points were profiled), device
+ * memory over time (when the runs wrote memory.csv) and host/device
+ * copy throughput over the profiling window (profile_memcpy.csv). The
+ * seed paper's Figures 1-3 are the first three kinds; traffic.svg is
+ * the ZeRO-Offload I/O study's "PCIe activity between host and GPU
+ * memory over time".
  */
 #include <math.h>
 #include <stdlib.h>
@@ -630,6 +633,254 @@ static int memory_chart(const struct mg_sweep *sw, FILE *log)
 	return rc;
 }
 
+/* ---- traffic.svg --------------------------------------------------- */
+
+#define TRAFFIC_PANELS 12
+#define TRAFFIC_BINS 200
+#define TRAFFIC_MIN_BIN 50e-6 /* s */
+
+/* The first loaded repeat of a point that has profile_memcpy.csv. */
+static const struct mg_run *traffic_run(const struct mg_sweep *sw, int pt,
+					int *rep)
+{
+	for (int r = 0; r < sw->plan->repeats; r++) {
+		const struct mg_sweep_run *sr = MG_SWEEP_RUN(sw, pt, r);
+		if (sr->loaded && sr->run.has_copies) {
+			*rep = r;
+			return &sr->run;
+		}
+	}
+	return NULL;
+}
+
+/* The smallest 1, 2 or 5 x 10^k not below x. */
+static double nice_up(double x)
+{
+	double e = pow(10, floor(log10(x))), f = x / e * (1 - 1e-9);
+	return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * e;
+}
+
+/* Bytes in decimal units (the chart's GB/s are 10^9 bytes a second). */
+static void bytes_text(double b, char *buf, size_t n)
+{
+	static const char *const unit[] = {"B", "kB", "MB", "GB", "TB"};
+	int u = 0;
+	while (b >= 999.5 && u < 4) {
+		b /= 1000;
+		u++;
+	}
+	snprintf(buf, n, u ? "%.3g %s" : "%.0f %s", b, unit[u]);
+}
+
+/*
+ * Throughput of one direction in GB/s per bin: bin i covers
+ * [lo + i*bw, lo + (i+1)*bw); a copy's bytes are spread evenly over its
+ * [t, t + duration] (all in t's bin when the duration is 0), so a bin's
+ * bytes over its width is the mean throughput in it.
+ */
+static void bin_copies(const struct mg_run *r, enum mg_copy_kind kind,
+		       double lo, double bw, int nb, double *gbs, double *total)
+{
+	memset(gbs, 0, (size_t)nb * sizeof *gbs);
+	*total = 0;
+	for (int i = 0; i < r->ncopies; i++) {
+		const struct mg_copy *c = &r->copies[i];
+		if (c->kind != kind)
+			continue;
+		*total += c->bytes;
+		double a = (c->t - lo) / bw, b = (c->t + c->dur - lo) / bw;
+		int k0 = (int)floor(a), k1 = (int)floor(b);
+		if (c->dur <= 0 || k0 == k1) {
+			int k = k0 < 0 ? 0 : k0 >= nb ? nb - 1 : k0;
+			gbs[k] += c->bytes;
+			continue;
+		}
+		double rate = c->bytes / (b - a); /* bytes per bin width */
+		for (int k = k0 < 0 ? 0 : k0; k <= k1 && k < nb; k++) {
+			double from = fmax(a, k), to = fmin(b, k + 1);
+			if (to > from)
+				gbs[k] += rate * (to - from);
+		}
+	}
+	for (int k = 0; k < nb; k++)
+		gbs[k] /= bw * 1e9;
+}
+
+/* One direction's bins as a step line in a panel; runs of equal bins
+ * are one segment. */
+static void step_line(struct mg_svg *s, const struct mg_svg_plot *pl,
+		      const double *gbs, int nb, double lo_ms, double bw_ms,
+		      const char *color, double width)
+{
+	double *px = mgc_calloc(2 * (size_t)nb + 2, sizeof *px);
+	double *py = mgc_calloc(2 * (size_t)nb + 2, sizeof *py);
+	int k = 0;
+	for (int i = 0; i < nb; i++) {
+		if (i && gbs[i] == gbs[i - 1])
+			continue;
+		double y = mg_svg_py(pl, gbs[i]);
+		double x = mg_svg_px(pl, lo_ms + i * bw_ms);
+		if (k) { /* the previous level, up to here */
+			px[k] = x;
+			py[k] = py[k - 1];
+			k++;
+		}
+		px[k] = x;
+		py[k++] = y;
+	}
+	px[k] = mg_svg_px(pl, lo_ms + nb * bw_ms);
+	py[k] = py[k - 1];
+	k++;
+	mg_svg_polyline(s, px, py, k, color, width, NULL);
+	free(px);
+	free(py);
+}
+
+/*
+ * traffic.svg: host-to-device and device-to-host copy throughput over
+ * the profiling window, one panel per point (at most TRAFFIC_PANELS),
+ * stacked over one shared time axis, with the same scales in every
+ * panel so that their heights compare.
+ */
+static int traffic_chart(const struct mg_sweep *sw, FILE *log)
+{
+	const struct mg_sweep_plan *p = sw->plan;
+	int pts[TRAFFIC_PANELS], reps[TRAFFIC_PANELS], n = 0, nall = 0;
+	double lo = 0, hi = 0, end[TRAFFIC_PANELS];
+	for (int pt = 0; pt < p->npoints; pt++) {
+		int rep;
+		const struct mg_run *r = traffic_run(sw, pt, &rep);
+		if (!r)
+			continue;
+		if (nall++ >= TRAFFIC_PANELS)
+			continue;
+		/* its window: to the report's length, or the last copy */
+		end[n] = isnan(r->window_s) ? -INFINITY : r->window_s;
+		for (int i = 0; i < r->ncopies; i++) {
+			lo = fmin(lo, r->copies[i].t);
+			end[n] =
+				fmax(end[n], r->copies[i].t + r->copies[i].dur);
+		}
+		hi = fmax(hi, end[n]);
+		pts[n] = pt;
+		reps[n++] = rep;
+	}
+	if (!n || !isfinite(hi - lo))
+		return 0;
+	if (!(hi > lo))
+		hi = lo + 1e-3;
+	double bw = nice_up(fmax((hi - lo) / TRAFFIC_BINS, TRAFFIC_MIN_BIN));
+	int nb = (int)ceil((hi - lo) / bw - 1e-9);
+	if (nb < 1)
+		nb = 1;
+	/* GB/s of panel i, direction d (h2d, d2h): nb bins */
+	double *bins = mgc_calloc((size_t)n * 2 * (size_t)nb, sizeof *bins);
+#define BINS(i, d) (bins + ((size_t)(i)*2 + (size_t)(d)) * (size_t)nb)
+	double tot[TRAFFIC_PANELS][2], peak[TRAFFIC_PANELS][2], ymax = 0;
+	static const enum mg_copy_kind dir[2] = {MG_COPY_H2D, MG_COPY_D2H};
+	for (int i = 0; i < n; i++) {
+		const struct mg_sweep_run *sr =
+			MG_SWEEP_RUN(sw, pts[i], reps[i]);
+		for (int d = 0; d < 2; d++) {
+			double *b = BINS(i, d);
+			bin_copies(&sr->run, dir[d], lo, bw, nb, b, &tot[i][d]);
+			peak[i][d] = 0;
+			for (int k = 0; k < nb; k++)
+				peak[i][d] = fmax(peak[i][d], b[k]);
+			ymax = fmax(ymax, peak[i][d]);
+		}
+	}
+
+	static const char *const names[2] = {"host \u2192 device (h2d)",
+					     "device \u2192 host (d2h)"};
+	const char *colors[2] = {mg_svg_color(0), mg_svg_color(3)};
+	const double width = W + 80, label_h = 20, ph = 92, gap = 16;
+	const double top = TOP + 16;
+	double lw = legend_w(NULL, names, 2);
+	double h = top + n * (label_h + ph + gap) - gap + BOTTOM;
+	char path[4200], sub[512], sub2[512], bwt[64];
+	snprintf(path, sizeof path, "%s/traffic.svg", sw->dir);
+	if (bw >= 1e-3)
+		snprintf(bwt, sizeof bwt, "%g ms", bw * 1e3);
+	else
+		snprintf(bwt, sizeof bwt, "%g \u00b5s", bw * 1e6);
+	snprintf(sub, sizeof sub,
+		 "copy throughput over the profiling window (rank 0's "
+		 "profile_memcpy.csv, each point's first repeat with one); "
+		 "mean per %s bin",
+		 bwt);
+	if (nall > n)
+		snprintf(sub2, sizeof sub2,
+			 "the first %d of %d points with copies; same scales "
+			 "in every panel; device-to-device copies not drawn",
+			 n, nall);
+	else
+		snprintf(sub2, sizeof sub2,
+			 "same scales in every panel; device-to-device "
+			 "copies not drawn");
+	struct mg_svg s;
+	int rc = mg_svg_begin(&s, path, width, h);
+	if (rc) {
+		free(bins);
+		return rc;
+	}
+	mg_svg_text(&s, 16, 26, 15, "start", 0, true,
+		    "Host\u2013device traffic over time");
+	mg_svg_text(&s, 16, 44, 11, "start", 0, false, "%s", sub);
+	mg_svg_text(&s, 16, 59, 11, "start", 0, false, "%s", sub2);
+	struct mg_svg_plot pl = {.x = LEFT, .w = width - LEFT - lw - 36};
+	mg_svg_nice_scale(lo * 1e3, (lo + nb * bw) * 1e3, 8, &pl.xs);
+	mg_svg_nice_scale(0, ymax > 0 ? ymax * 1.05 : 1, 5, &pl.ys);
+	pl.ys.lo = 0;
+	pl.xgrid = true;
+	for (int i = 0; i < n; i++) {
+		const struct mg_sweep_run *sr =
+			MG_SWEEP_RUN(sw, pts[i], reps[i]);
+		char label[512], id[512], b0[32], b1[32], note[800];
+		double y0 = top + i * (label_h + ph + gap);
+		mg_sweep_point_label(p, pts[i], -1, label, sizeof label);
+		mg_sweep_point_id(p, pts[i], reps[i], id, sizeof id);
+		bytes_text(tot[i][0], b0, sizeof b0);
+		bytes_text(tot[i][1], b1, sizeof b1);
+		snprintf(note, sizeof note,
+			 "%s: copies=%d h2d_bytes=%.0f d2h_bytes=%.0f "
+			 "h2d_peak_GBps=%.6g d2h_peak_GBps=%.6g window_s=%.9g "
+			 "bin_s=%.9g",
+			 id, sr->run.ncopies, tot[i][0], tot[i][1], peak[i][0],
+			 peak[i][1], sr->run.window_s, bw);
+		mg_svg_comment(&s, note);
+		mg_svg_text(&s, LEFT, y0 + 13, 11, "start", 0, true, "%s",
+			    label);
+		mg_svg_text(&s, LEFT + mg_svg_text_width(label, 11) * 1.08 + 12,
+			    y0 + 13, 11, "start", 0, false, "h2d %s, d2h %s",
+			    b0, b1);
+		pl.y = y0 + label_h;
+		pl.h = ph;
+		pl.no_xlabels = i < n - 1;
+		mg_svg_axes(&s, &pl,
+			    i == n - 1 ? "milliseconds since the window opened"
+				       : NULL,
+			    "GB/s", NULL, NULL, 0);
+		/* the lines end with the point's own window */
+		int own = isfinite(end[i])
+				  ? (int)ceil((end[i] - lo) / bw - 1e-9)
+				  : nb;
+		own = own < 1 ? 1 : own > nb ? nb : own;
+		/* h2d wider, under d2h: where they coincide both show */
+		for (int d = 0; d < 2; d++)
+			step_line(&s, &pl, BINS(i, d), own, lo * 1e3, bw * 1e3,
+				  colors[d], d ? 1.3 : 2.4);
+	}
+	right_legend(&s, pl.x + pl.w + 24, top + label_h + 10, NULL, names,
+		     colors, 2, true);
+	rc = mg_svg_end(&s, path);
+	if (!rc)
+		fprintf(log, "  %s\n", path);
+	free(bins);
+	return rc;
+#undef BINS
+}
+
 int mg_sweep_charts(const struct mg_sweep *sw, FILE *log)
 {
 	int rc = 0;
@@ -637,5 +888,6 @@ int mg_sweep_charts(const struct mg_sweep *sw, FILE *log)
 	rc |= phases_chart(sw, log);
 	rc |= profile_chart(sw, log);
 	rc |= memory_chart(sw, log);
+	rc |= traffic_chart(sw, log);
 	return rc ? -1 : 0;
 }

@@ -17,8 +17,8 @@
 
 #define MIB (1024.0 * 1024.0)
 
-static const char *const state_names[] = {"not_run", "finished", "finished",
-					  "failed", "interrupted"};
+static const char *const state_names[MG_RUN_NSTATES] = {
+	"not_run", "finished", "finished", "failed", "interrupted", "missing"};
 
 static bool has_run(const struct mg_sweep_run *r)
 {
@@ -150,18 +150,22 @@ static void sec_cell(struct table *t, int row, int col, bool machine, double v)
 static const char *point_status(const struct mg_sweep *sw, int pt, char *buf,
 				size_t n)
 {
-	int counts[5] = {0}, code = 0;
+	int counts[MG_RUN_NSTATES] = {0}, code = 0;
 	for (int r = 0; r < sw->plan->repeats; r++) {
 		const struct mg_sweep_run *sr = MG_SWEEP_RUN(sw, pt, r);
 		counts[sr->state]++;
-		if (sr->state == MG_RUN_FAILED)
-			code = sr->exit_code;
+		if (sr->state == MG_RUN_FAILED && sr->exit_code)
+			code = sr->exit_code; /* 0: finished, unreadable */
 	}
-	if (counts[MG_RUN_FAILED])
+	if (counts[MG_RUN_FAILED] && code == 0)
+		snprintf(buf, n, "%d unreadable", counts[MG_RUN_FAILED]);
+	else if (counts[MG_RUN_FAILED])
 		snprintf(buf, n, "%d failed (exit %d)", counts[MG_RUN_FAILED],
 			 code);
 	else if (counts[MG_RUN_INTERRUPTED])
 		snprintf(buf, n, "interrupted");
+	else if (counts[MG_RUN_MISSING])
+		snprintf(buf, n, "%d missing", counts[MG_RUN_MISSING]);
 	else if (counts[MG_RUN_NOT_RUN])
 		snprintf(buf, n, "%d not run", counts[MG_RUN_NOT_RUN]);
 	else
@@ -440,6 +444,8 @@ static cJSON *run_json(const struct mg_sweep_run *sr, int rep)
 		cJSON_AddNumberToObject(o, "exit_code", sr->exit_code);
 		cJSON_AddStringToObject(o, "last_line", sr->last);
 	}
+	if (sr->state == MG_RUN_MISSING) /* --replot */
+		cJSON_AddStringToObject(o, "reason", sr->last);
 	if (!has_run(sr))
 		return o;
 	const struct mg_run *r = &sr->run;

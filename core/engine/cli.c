@@ -19,7 +19,9 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mgrun -c FILE [--set SECTION.KEY=VALUE]... [--resume]\n"
-		"       mgrun -c FILE [--sweep S.K=V1,V2,...]... [--repeats N]\n"
+		"       mgrun -c FILE [--sweep S.K=V1,V2,...]... [--repeats "
+		"N]\n"
+		"       mgrun -c FILE --replot [--sweep ...] [--repeats N]\n"
 		"       mgrun compare RUN_A RUN_B [--csv]\n"
 		"       mgrun -c FILE --print-config\n"
 		"       mgrun --list-plugins\n"
@@ -36,6 +38,9 @@ static void usage(FILE *f)
 		"docs/SWEEPS.md)\n"
 		"  --repeats N           runs per sweep point\n"
 		"  --no-sweep            ignore [sweep]: one ordinary run\n"
+		"  --replot              rebuild a sweep's tables and charts "
+		"from its finished\n"
+		"                        points, running nothing\n"
 		"  --plugin-path DIRS    colon-separated plugin folders, "
 		"searched first\n"
 		"  --print-config        print the effective configuration "
@@ -154,6 +159,7 @@ int mg_main(int argc, char **argv)
 		OPT_SWEEP,
 		OPT_REPEATS,
 		OPT_NO_SWEEP,
+		OPT_REPLOT,
 	};
 	static const struct option longopts[] = {
 		{"config", required_argument, 0, 'c'},
@@ -168,6 +174,7 @@ int mg_main(int argc, char **argv)
 		{"sweep", required_argument, 0, OPT_SWEEP},
 		{"repeats", required_argument, 0, OPT_REPEATS},
 		{"no-sweep", no_argument, 0, OPT_NO_SWEEP},
+		{"replot", no_argument, 0, OPT_REPLOT},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -175,7 +182,7 @@ int mg_main(int argc, char **argv)
 	const char **sets = calloc((size_t)argc + 1, sizeof *sets);
 	int nsets = 0, resume = 0, print = 0, list = 0, help_config = 0, c;
 	const char *sweeps[MG_SWEEP_MAX_AXES];
-	int nsweeps = 0, repeats = 0, no_sweep = 0;
+	int nsweeps = 0, repeats = 0, no_sweep = 0, replot = 0;
 	if (argc > 1 && !strcmp(argv[1], "compare")) {
 		free(sets);
 		return mg_compare_main(argc - 1, argv + 1);
@@ -218,6 +225,9 @@ int mg_main(int argc, char **argv)
 		}
 		case OPT_NO_SWEEP:
 			no_sweep = 1;
+			break;
+		case OPT_REPLOT:
+			replot = 1;
 			break;
 		case OPT_PATH:
 			plugin_path = optarg;
@@ -312,13 +322,20 @@ int mg_main(int argc, char **argv)
 				"([sweep] S.K = V1, V2 or --sweep)\n");
 		rc = 2;
 	}
+	if (!rc && replot && (no_sweep || resume || print)) {
+		fprintf(stderr, "mgrun: --replot with --no-sweep, --resume or "
+				"--print-config\n");
+		rc = 2;
+	}
 	if (!rc && plan.naxes && resume) {
 		fprintf(stderr, "mgrun: --resume does not apply to a sweep: "
 				"run it again to continue it\n");
 		rc = 2;
 	}
-	if (rc || (plan.naxes && !print)) {
-		if (!rc)
+	if (rc || (plan.naxes && !print) || replot) {
+		if (!rc && replot)
+			rc = mg_sweep_replot(&plan, ini, sets, nsets);
+		else if (!rc)
 			rc = mg_sweep_main(&plan, ini, sets, nsets,
 					   plugin_path);
 		mg_sweep_plan_free(&plan);
