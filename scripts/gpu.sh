@@ -12,6 +12,8 @@
 #                        equivalence with NCCL, launcher supervision
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
+#     sweeps [names...]  conf/sweep_NAME.ini (default: figure1 table2
+#                        table3 figure3 offload_io), results in sweeps.tgz
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
 #                        optimizer micro-benchmark
@@ -165,6 +167,27 @@ if [ "$what" = sharding ]; then
 	[ -x "$build/bench/bench_host_optim" ] &&
 		run bench_host_optim host_optim "$build/bench/bench_host_optim"
 	bench/sharding.sh "$mgrun" "$fashion" "$out/sharding" ${1:-4}
+fi
+if [ "$what" = sweeps ]; then
+	# The seed paper's figures and tables as conf/sweep_NAME.ini (a path
+	# ending in .ini is used as is); each sweep's table, JSON, charts and
+	# points (no checkpoints) come back in one archive, sweeps.tgz: the
+	# device tool returns only a few files. Locally, mgrun -c INI
+	# --set run.out_dir=DIR --replot re-draws them (docs/SWEEPS.md).
+	for n in ${*:-figure1 table2 table3 figure3 offload_io}; do
+		ini=conf/sweep_$n.ini
+		case $n in *.ini) ini=$n n=$(basename "$n" .ini) ;; *) n=sweep_$n ;; esac
+		MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-550} run "$n" "sweep $n" \
+			"$mgrun" -c "$ini" --set dataset.dir="$fashion" \
+			--set run.out_dir=/tmp/mgsweeps
+		mkdir -p "$out/$n"
+		dir=/tmp/mgsweeps/$n
+		cp "$dir"/*.* "$out/$n/" 2>/dev/null
+		tar czf "$out/$n/points.tgz" -C "$dir" --exclude='*.safetensors' \
+			points 2>/dev/null
+		sed -n '/^== sweep results/,$p' "$out/$n.log"
+	done
+	(cd "$out" && tar czf sweeps.tgz --remove-files sweep_*)
 fi
 if [ "$what" = scaling ]; then
 	n=$(nvidia-smi -L | wc -l)
