@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine/trainer.h"
+#include "runtime/nvtx.h"
 #ifdef MG_HAVE_CUDA
 #include "runtime/cuda/cuda_device.h"
 #endif
@@ -118,9 +119,11 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split,
 	size_t lab_bytes =
 		(size_t)in->lay.label_len * sizeof(int32_t) * (size_t)n;
 	double t0 = mg_now();
+	mg_nvtx_push("h2d");
 	rc = mg_copy_h2d(ctx, in->raw_dev.ptr, in->raw_host.ptr, raw_bytes) ||
 	     mg_copy_h2d(ctx, in->labels_dev.ptr, in->labels_host.ptr,
 			 lab_bytes);
+	mg_nvtx_pop();
 	/* Host time spent issuing copies: with pageable memory the driver
 	 * copies through its own staging buffer before returning. */
 	if (!t->stats.paused) {
