@@ -20,9 +20,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include <mg/ctx.h>
 #include <mg/log.h>
 
 #include "analysis/analysis.h"
@@ -285,13 +285,6 @@ static void on_signal(int sig)
 	errno = saved;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 struct relay {
 	int fd;
 	FILE *out;
@@ -409,19 +402,19 @@ static int run_child(char *const *argv, const char *id, char *last,
 				relay_read(&r[i], id, last, nlast);
 		if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
 			exited = true;
-			drain_until = now_s() + DRAIN_S;
+			drain_until = mg_now() + DRAIN_S;
 		}
 		if (sig_got && !termed && !exited) {
 			kill(pid, SIGTERM);
 			termed = true;
-			kill_at = now_s() + GRACE_S;
+			kill_at = mg_now() + GRACE_S;
 		}
-		if (termed && !killed && now_s() > kill_at) {
+		if (termed && !killed && mg_now() > kill_at) {
 			kill(-pid, SIGKILL);
 			killed = true;
 		}
 		/* Ranks may hold the pipes after the child is gone. */
-		if (exited && now_s() > drain_until)
+		if (exited && mg_now() > drain_until)
 			break;
 	}
 	for (int i = 0; i < 2; i++)
