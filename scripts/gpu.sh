@@ -13,7 +13,8 @@
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
 #     sweeps [names...]  conf/sweep_NAME.ini (default: figure1 table2
-#                        table3 figure3 offload_io), results in sweeps.tgz
+#                        table3 figure3 offload_io), results in sweeps.tgz;
+#                        MG_SWEEP_ARGS go to every sweep (--repeats 3)
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
 #                        optimizer micro-benchmark
@@ -179,7 +180,7 @@ if [ "$what" = sweeps ]; then
 		case $n in *.ini) ini=$n n=$(basename "$n" .ini) ;; *) n=sweep_$n ;; esac
 		MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-550} run "$n" "sweep $n" \
 			"$mgrun" -c "$ini" --set dataset.dir="$fashion" \
-			--set run.out_dir=/tmp/mgsweeps
+			--set run.out_dir=/tmp/mgsweeps ${MG_SWEEP_ARGS:-}
 		mkdir -p "$out/$n"
 		dir=/tmp/mgsweeps/$n
 		cp "$dir"/*.* "$out/$n/" 2>/dev/null
