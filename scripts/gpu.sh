@@ -12,7 +12,7 @@
 #                        equivalence with NCCL, launcher supervision
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
-#     sweeps [names...]  conf/sweep_NAME.ini (default: figure1 table2
+#     sweeps [names...]  conf/sweep_NAME.ini (default: figure1 figure2 table2
 #                        table3 figure3 offload_io), results in sweeps.tgz;
 #                        MG_SWEEP_ARGS go to every sweep (--repeats 3)
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
@@ -175,7 +175,7 @@ if [ "$what" = sweeps ]; then
 	# points (no checkpoints) come back in one archive, sweeps.tgz: the
 	# device tool returns only a few files. Locally, mgrun -c INI
 	# --set run.out_dir=DIR --replot re-draws them (docs/SWEEPS.md).
-	for n in ${*:-figure1 table2 table3 figure3 offload_io}; do
+	for n in ${*:-figure1 figure2 table2 table3 figure3 offload_io}; do
 		ini=conf/sweep_$n.ini
 		case $n in *.ini) ini=$n n=$(basename "$n" .ini) ;; *) n=sweep_$n ;; esac
 		MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-550} run "$n" "sweep $n" \
