@@ -1,7 +1,8 @@
 #!/bin/sh
-# report_valid.sh PYTHON SCHEMA WORK NRANKS LAUNCHER... -- MGRUN_ARGS...:
-# train once (through LAUNCHER, e.g. mpiexec -np N, or directly), then
-# validate the run directory's report.json, steps.csv and memory.csv.
+# report_valid.sh PYTHON SCHEMA WORK NRANKS COMMAND...: train once with
+# COMMAND (mgrun -c INI ..., or mpiexec -np N mgrun ...; the run folder's
+# --set keys are appended), then validate the run directory's
+# report.json, steps.csv and memory.csv (check_report.py --self-test).
 set -eu
 py=$1 schema=$2 work=$3 world=$4
 shift 4
