@@ -9,7 +9,7 @@
  *	sweep.c		mgrun -c FILE with axes: plan, run, summarise;
  *			--replot
  *	run_load.c	a run directory -> struct mg_run
- *	stats.c		medians, quantiles, the bootstrap noise test
+ *	stats.c		the bootstrap noise test (quantiles: runtime/series.c)
  *	sweep_table.c	per-point summary: sweep.json, table.csv/.md
  *	sweep_charts.c	the SVG charts of a sweep
  *	svg.c		a minimal SVG writer (axes, lines, bars, legend)
@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "config/config.h"
+#include "runtime/runtime.h"
 
 /* ---- sweep plan (sweep_plan.c) ------------------------------------- */
 
@@ -85,10 +86,6 @@ void mg_sweep_point_label(const struct mg_sweep_plan *p, int point, int skip,
 
 /* ---- numbers (stats.c) --------------------------------------------- */
 
-/* Quantile q in [0, 1] of v[0..n) by linear interpolation (v is not
- * changed); NAN when n == 0. */
-double mg_quantile(const double *v, int n, double q);
-double mg_median(const double *v, int n);
 /*
  * Is the ratio of medians median(b) / median(a) distinguishable from 1?
  * A percentile bootstrap (2000 resamples, fixed seed: the same inputs

@@ -1,8 +1,8 @@
 /*
- * stats.c - the few statistics sweeps and compare need: quantiles, and
- * a bootstrap test of whether two runs' per-step medians differ by more
- * than their own step-to-step noise. Deterministic (fixed seed), so the
- * same two runs always get the same verdict.
+ * stats.c - the bootstrap test of whether two runs' per-step medians
+ * differ by more than their own step-to-step noise. Deterministic (fixed
+ * seed), so the same two runs always get the same verdict. Quantiles are
+ * runtime/series.c's, the same as report.json's.
  */
 #include <math.h>
 #include <stdint.h>
@@ -10,48 +10,11 @@
 #include <string.h>
 
 #include "analysis/analysis.h"
+#include "runtime/runtime.h"
 
 #define BOOT_RESAMPLES 2000
 #define BOOT_SEED 0x6d6772756e5f6162ull /* "mgrun_ab" */
 #define BOOT_MIN_N 5
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-/* Quantile of a sorted array, linear between closest ranks (type 7,
- * numpy's default). */
-static double sorted_quantile(const double *v, int n, double q)
-{
-	if (n <= 0)
-		return NAN;
-	double h = q * (n - 1);
-	int lo = (int)floor(h);
-	if (lo >= n - 1)
-		return v[n - 1];
-	return v[lo] + (h - lo) * (v[lo + 1] - v[lo]);
-}
-
-double mg_quantile(const double *v, int n, double q)
-{
-	if (n <= 0)
-		return NAN;
-	double *s = malloc((size_t)n * sizeof *s);
-	if (!s)
-		return NAN;
-	memcpy(s, v, (size_t)n * sizeof *s);
-	qsort(s, (size_t)n, sizeof *s, cmp_double);
-	double r = sorted_quantile(s, n, q);
-	free(s);
-	return r;
-}
-
-double mg_median(const double *v, int n)
-{
-	return mg_quantile(v, n, 0.5);
-}
 
 static uint64_t splitmix64(uint64_t *s)
 {
@@ -69,8 +32,8 @@ static double resample_median(const double *v, int n, double *tmp,
 {
 	for (int i = 0; i < n; i++)
 		tmp[i] = v[splitmix64(rng) % (uint64_t)n];
-	qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
-	return sorted_quantile(tmp, n, 0.5);
+	mg_sort_doubles(tmp, (size_t)n);
+	return mg_quantile_sorted(tmp, (size_t)n, 0.5);
 }
 
 int mg_bootstrap_ratio(const double *a, int na, const double *b, int nb,
@@ -97,9 +60,9 @@ int mg_bootstrap_ratio(const double *a, int na, const double *b, int nb,
 		else
 			r[nr++] = mb > 0 ? 1e300 : 1.0;
 	}
-	qsort(r, (size_t)nr, sizeof *r, cmp_double);
-	*lo = sorted_quantile(r, nr, 0.025);
-	*hi = sorted_quantile(r, nr, 0.975);
+	mg_sort_doubles(r, (size_t)nr);
+	*lo = mg_quantile_sorted(r, (size_t)nr, 0.025);
+	*hi = mg_quantile_sorted(r, (size_t)nr, 0.975);
 	free(tmp);
 	free(r);
 	if (nr == 0)

@@ -52,11 +52,6 @@ enum { ROW_VALID = 3 * M_N, ROW_N };
  * the step a `seconds` window closes at. */
 enum { P_OFF, P_WAIT, P_OPEN, P_DONE };
 
-struct times {
-	double *v;
-	size_t n, cap;
-};
-
 struct mg_profile {
 	int state;
 	bool failed;	 /* the window could not open (mg_error set) */
@@ -65,27 +60,13 @@ struct mg_profile {
 	int64_t first, nsteps, last, cur;
 	double seconds, t_open, window_s;
 	int top;
-	int64_t c0[NPIPE], c1[NPIPE];	/* pipeline counters at open, close */
-	struct times in, before, after; /* steady steps' wall seconds */
-	double *rows;			/* world x ROW_N, after gather */
+	int64_t c0[NPIPE], c1[NPIPE]; /* pipeline counters at open, close */
+	struct mg_series in, before, after; /* steady steps' wall seconds */
+	double *rows;			    /* world x ROW_N, after gather */
 #ifdef MG_HAVE_CUDA
 	struct mg_cupti *cupti;
 #endif
 };
-
-static int times_add(struct times *t, double v)
-{
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? 2 * t->cap : 256;
-		void *p = realloc(t->v, cap * sizeof *t->v);
-		if (!p)
-			return mg_error("out of memory");
-		t->v = p;
-		t->cap = cap;
-	}
-	t->v[t->n++] = v;
-	return 0;
-}
 
 #ifdef MG_HAVE_CUDA
 /* Memory copies kept for profile_memcpy.csv (the rest are aggregated). */
@@ -105,27 +86,19 @@ static const int pipe_counters[NPIPE] = {MG_C_H2D_BYTES, MG_C_D2H_BYTES,
 static const char *const pipe_names[NPIPE] = {"h2d_bytes", "d2h_bytes",
 					      "comm_calls", "comm_bytes"};
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 /* Median of a and b together (NAN when both are empty). */
-static double median2(const struct times *a, const struct times *b)
+static double median2(const struct mg_series *a, const struct mg_series *b)
 {
-	size_t n = a->n + (b ? b->n : 0);
-	if (!n)
-		return NAN;
-	double *v = malloc(n * sizeof *v);
+	size_t nb = b ? b->n : 0, n = a->n + nb;
+	double *v = n ? malloc(n * sizeof *v) : NULL;
 	if (!v)
 		return NAN;
 	if (a->n)
 		memcpy(v, a->v, a->n * sizeof *v);
-	if (b && b->n)
-		memcpy(v + a->n, b->v, b->n * sizeof *v);
-	qsort(v, n, sizeof *v, cmp_double);
-	double m = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+	if (nb)
+		memcpy(v + a->n, b->v, nb * sizeof *v);
+	mg_sort_doubles(v, n);
+	double m = mg_quantile_sorted(v, n, 0.5);
 	free(v);
 	return m;
 }
@@ -445,10 +418,10 @@ int mg_profile_step_end(struct mg_trainer *t, int64_t step, double step_seconds)
 		step >= t->start_step + 3 && step % t->steps_per_epoch != 0;
 	int rc = 0;
 	if (p->state == P_OPEN)
-		rc = times_add(&p->in, step_seconds);
+		rc = mg_series_add(&p->in, step_seconds);
 	else if (steady)
-		rc = times_add(p->state == P_WAIT ? &p->before : &p->after,
-			       step_seconds);
+		rc = mg_series_add(p->state == P_WAIT ? &p->before : &p->after,
+				   step_seconds);
 	if (rc)
 		return rc;
 #ifdef MG_HAVE_CUDA
@@ -546,9 +519,9 @@ void mg_profile_free(struct mg_trainer *t)
 #ifdef MG_HAVE_CUDA
 	mg_cupti_free(p->cupti);
 #endif
-	free(p->in.v);
-	free(p->before.v);
-	free(p->after.v);
+	mg_series_free(&p->in);
+	mg_series_free(&p->before);
+	mg_series_free(&p->after);
 	free(p->rows);
 	free(p);
 	t->prof = NULL;

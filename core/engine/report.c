@@ -93,16 +93,7 @@ int mg_report_step_time(struct mg_trainer *t, double seconds, bool steady)
 	t->train_s += seconds;
 	if (!steady)
 		return 0;
-	if (t->nstep_s == t->step_s_cap) {
-		size_t cap = t->step_s_cap ? 2 * t->step_s_cap : 1024;
-		double *p = realloc(t->step_s, cap * sizeof *p);
-		if (!p)
-			return mg_error("out of memory");
-		t->step_s = p;
-		t->step_s_cap = cap;
-	}
-	t->step_s[t->nstep_s++] = seconds;
-	return 0;
+	return mg_series_add(&t->step_s, seconds);
 }
 
 void mg_report_close(struct mg_trainer *t)
@@ -112,40 +103,31 @@ void mg_report_close(struct mg_trainer *t)
 	t->csv = NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* The steady steps' wall times, sorted (a copy; NULL when none). */
+static double *sorted_step_times(const struct mg_trainer *t)
 {
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-/* q-quantile of sorted v[0..n) with linear interpolation (numpy's
- * default), so sweeps and compare agree with common tools. */
-static double quantile(const double *v, size_t n, double q)
-{
-	double pos = q * (double)(n - 1);
-	size_t i = (size_t)pos;
-	if (i + 1 >= n)
-		return v[n - 1];
-	return v[i] + (pos - (double)i) * (v[i + 1] - v[i]);
+	size_t n = t->step_s.n;
+	double *v = n ? malloc(n * sizeof *v) : NULL;
+	if (v) {
+		memcpy(v, t->step_s.v, n * sizeof *v);
+		mg_sort_doubles(v, n);
+	}
+	return v;
 }
 
 /* The steady steps' wall-time distribution (null before any). */
 static cJSON *step_time_json(const struct mg_trainer *t)
 {
-	size_t n = t->nstep_s;
-	if (!n)
-		return cJSON_CreateNull();
-	double *v = malloc(n * sizeof *v), sum = 0;
+	size_t n = t->step_s.n;
+	double *v = sorted_step_times(t), sum = 0;
 	if (!v)
 		return cJSON_CreateNull();
-	memcpy(v, t->step_s, n * sizeof *v);
-	qsort(v, n, sizeof *v, cmp_double);
 	for (size_t i = 0; i < n; i++)
 		sum += v[i];
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddNumberToObject(o, "median", quantile(v, n, 0.5));
-	cJSON_AddNumberToObject(o, "p10", quantile(v, n, 0.1));
-	cJSON_AddNumberToObject(o, "p90", quantile(v, n, 0.9));
+	cJSON_AddNumberToObject(o, "median", mg_quantile_sorted(v, n, 0.5));
+	cJSON_AddNumberToObject(o, "p10", mg_quantile_sorted(v, n, 0.1));
+	cJSON_AddNumberToObject(o, "p90", mg_quantile_sorted(v, n, 0.9));
 	cJSON_AddNumberToObject(o, "mean", sum / (double)n);
 	cJSON_AddNumberToObject(o, "n", (double)n);
 	free(v);
@@ -431,19 +413,16 @@ void mg_report_summary(struct mg_trainer *t, FILE *f)
 		"steps%s\n",
 		t->train_s > 0 ? samples / t->train_s : 0, t->train_s,
 		t->ctx.world > 1 ? " (all ranks)" : "");
-	if (t->nstep_s) {
-		double *v = malloc(t->nstep_s * sizeof *v);
-		if (v) {
-			memcpy(v, t->step_s, t->nstep_s * sizeof *v);
-			qsort(v, t->nstep_s, sizeof *v, cmp_double);
-			fprintf(f,
-				"step time       %.2f ms median, %.2f-%.2f ms "
-				"p10-p90 over %zu steady steps\n",
-				1e3 * quantile(v, t->nstep_s, 0.5),
-				1e3 * quantile(v, t->nstep_s, 0.1),
-				1e3 * quantile(v, t->nstep_s, 0.9), t->nstep_s);
-			free(v);
-		}
+	double *v = sorted_step_times(t);
+	if (v) {
+		size_t n = t->step_s.n;
+		fprintf(f,
+			"step time       %.2f ms median, %.2f-%.2f ms p10-p90 "
+			"over %zu steady steps\n",
+			1e3 * mg_quantile_sorted(v, n, 0.5),
+			1e3 * mg_quantile_sorted(v, n, 0.1),
+			1e3 * mg_quantile_sorted(v, n, 0.9), n);
+		free(v);
 	}
 	fprintf(f, "phase (rank 0)  seconds   ms/step   share\n");
 	for (int i = 0; i < MG_T_COUNT; i++)

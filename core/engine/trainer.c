@@ -732,7 +732,7 @@ static void teardown(struct mg_trainer *t)
 		t->comm->destroy(t->comm);
 	mg_report_close(t);
 	mg_stats_free(&t->stats);
-	free(t->step_s);
+	mg_series_free(&t->step_s);
 	free(t->ep);
 	free(t->rank_rows);
 }

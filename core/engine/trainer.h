@@ -69,10 +69,9 @@ struct mg_trainer {
 	int nep;
 	double t_begin;
 	int64_t skipped_steps;
-	double *rank_rows; /* every rank's statistics (report.c) */
-	double train_s;	   /* wall seconds in training steps */
-	double *step_s;	   /* steady steps' wall seconds (report.c) */
-	size_t nstep_s, step_s_cap;
+	double *rank_rows;	 /* every rank's statistics (report.c) */
+	double train_s;		 /* wall seconds in training steps */
+	struct mg_series step_s; /* steady steps' wall seconds */
 	struct mg_profile *prof; /* [profile]: CUPTI window, NVTX */
 };
 

@@ -58,6 +58,19 @@ int mg_stats_mem_log_start(struct mg_stats *s, size_t cap);
 /* Append a row with the current values (the end of the timeline). */
 void mg_stats_mem_log_now(struct mg_stats *s);
 void mg_stats_free(struct mg_stats *s);
+
+/* series.c: a growable list of doubles (zero-initialised is empty) and
+ * quantiles with linear interpolation (numpy's default); NAN when empty. */
+struct mg_series {
+	double *v;
+	size_t n, cap;
+};
+int mg_series_add(struct mg_series *s, double v);
+void mg_series_free(struct mg_series *s);
+void mg_sort_doubles(double *v, size_t n);
+double mg_quantile_sorted(const double *sorted, size_t n, double q);
+double mg_quantile(const double *v, size_t n, double q);
+double mg_median(const double *v, size_t n);
 void mg_stats_step_begin(struct mg_stats *s, int64_t step);
 /* Fold the step's device-side timers into the totals (after the step's
  * work has been waited for). */
