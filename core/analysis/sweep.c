@@ -107,6 +107,21 @@ static void load_runs(struct mg_sweep *sw)
 	}
 }
 
+/* What load_runs and the summaries allocated (runs and pts may be NULL). */
+static void sweep_free(struct mg_sweep *sw)
+{
+	const struct mg_sweep_plan *p = sw->plan;
+	for (int i = 0; sw->runs && i < p->npoints * p->repeats; i++)
+		if (sw->runs[i].loaded)
+			mg_run_free(&sw->runs[i].run);
+	for (int pt = 0; sw->pts && pt < p->npoints; pt++) {
+		free(sw->pts[pt].eff);
+		free(sw->pts[pt].prof);
+	}
+	free(sw->pts);
+	free(sw->runs);
+}
+
 static int write_results(struct mg_sweep *sw)
 {
 	char path[4300];
@@ -186,15 +201,7 @@ int mg_sweep_main(const struct mg_sweep_plan *p, const char *ini,
 		if (!rc)
 			rc = 1;
 	}
-	for (int i = 0; i < p->npoints * p->repeats; i++)
-		if (sw.runs[i].loaded)
-			mg_run_free(&sw.runs[i].run);
-	for (int pt = 0; pt < p->npoints; pt++) {
-		free(sw.pts[pt].eff);
-		free(sw.pts[pt].prof);
-	}
-	free(sw.pts);
-	free(sw.runs);
+	sweep_free(&sw);
 	return rc ? rc : wrc;
 }
 
@@ -329,14 +336,6 @@ int mg_sweep_replot(const struct mg_sweep_plan *p, const char *ini,
 			"mgrun: replot: no finished run in %s: nothing "
 			"written\n",
 			points);
-	for (int i = 0; i < nruns; i++)
-		if (sw.runs[i].loaded)
-			mg_run_free(&sw.runs[i].run);
-	for (int pt = 0; pt < p->npoints; pt++) {
-		free(sw.pts[pt].eff);
-		free(sw.pts[pt].prof);
-	}
-	free(sw.pts);
-	free(sw.runs);
+	sweep_free(&sw);
 	return loaded ? wrc : 1;
 }
