@@ -18,6 +18,8 @@
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
 #                        optimizer micro-benchmark
+#     kernels [sizes] [precs]  one profiled MobileNetV2 step window per
+#                        cell (batch 64): the top 40 kernels by device time
 #     profile            the [profile] window (CUPTI) against mgrun's own
 #                        counters, 1 GPU and 2 where visible
 #                        (tests/gpu/profile_check.sh; also in all)
@@ -148,6 +150,22 @@ if [ "$what" = compare ] || [ "$what" = all ]; then
 		/tmp/mgbench ${1:-28,100,224,500} ${2:-fp32,fp16,bf16}
 	cp /tmp/mgbench/bench_mbv2.json "$out/" 2>/dev/null
 	sed -n '/^ size/,$p' "$out/compare.log"
+fi
+if [ "$what" = kernels ]; then
+	for size in $(echo "${1:-100,224,500}" | tr , ' '); do
+		for prec in $(echo "${2:-fp32,fp16}" | tr , ' '); do
+			run kernels "kernels $size $prec" "$mgrun" \
+				-c conf/fashion_mnist.ini --set run.device=cuda \
+				--set dataset.dir="$fashion" --set run.batch_size=64 \
+				--set run.precision=$prec --set dataset.image_size=$size \
+				--set run.max_steps=40 --set run.eval=false \
+				--set run.checkpoint=false --set optimizer.warmup_steps=0 \
+				--set run.out_dir=/tmp/mgkernels --set run.name=k_${size}_$prec \
+				--set profile.enabled=true --set profile.first_step=20 \
+				--set profile.steps=10 --set profile.top_kernels=40
+		done
+	done
+	grep -E "^== kernels|step time|top compute|^ +[0-9]+\.[0-9]+ +[0-9]+ " "$out/kernels.log"
 fi
 
 if [ "$what" = profile ] || [ "$what" = all ]; then

@@ -10,15 +10,24 @@
  * CPU op does) so the one-pass variance stays accurate when |mean| >> std.
  * For F16/BF16 activations gamma, beta, the saved statistics and the
  * parameter gradients are F32; running statistics are F32 or F64.
+ *
+ * Both passes are memory-bound and sized for bandwidth: planes of at
+ * least MGC_VEC_MIN_HW elements reduce with 16-byte loads
+ * (mgc_chan_partial_vec), and the element-wise passes walk the flat
+ * tensor in 16-byte vectors, looking the channel up per vector (per
+ * element only where a vector straddles two planes), so odd plane sizes
+ * (125 x 125) vectorise too.
  */
 #include "ops/cuda/cuda_reduce.cuh"
 
 namespace
 {
-struct bn_coef {
-	double mean, k1, k2, k3; /* forward: k1 scale, k2 shift */
+/* Coefficients of the element-wise passes, in the arithmetic type. */
+template <typename A> struct bn_coef {
+	A mean, k1, k2, k3; /* forward: k1 scale, k2 shift */
 };
 
+/* Statistics, small planes: one element at (n, q) of channel c. */
 template <typename T> struct stat_f {
 	const T *x;
 	int64_t C, HW;
@@ -30,6 +39,37 @@ template <typename T> struct stat_f {
 			(double)mgc_ld(x, (n * C + c) * HW + q) - shift;
 		acc[0] += d;
 		acc[1] += d * d;
+	}
+};
+
+/* Statistics, large planes (mgc_chan_partial_vec). */
+template <typename T> struct stat_v {
+	typedef typename mgc_t<T>::acc A;
+	typedef A S; /* the channel's shift */
+	const T *x;
+	int64_t HW;
+	__device__ S begin(int64_t c) const
+	{
+		return mgc_ld(x, c * HW);
+	}
+	__device__ void one(const S &sh, int64_t i, double *acc) const
+	{
+		const double d = (double)mgc_ld(x, i) - (double)sh;
+		acc[0] += d;
+		acc[1] += d * d;
+	}
+	__device__ void vec(const S &sh, int64_t v, double *acc) const
+	{
+		A e[MGC_VEC(T)], s1 = 0, s2 = 0;
+		mgc_ldv(x, v, e);
+#pragma unroll
+		for (int k = 0; k < MGC_VEC(T); k++) {
+			const A d = e[k] - sh;
+			s1 += d;
+			s2 += d * d;
+		}
+		acc[0] += (double)s1;
+		acc[1] += (double)s2;
 	}
 };
 
@@ -51,8 +91,9 @@ __global__ void bn_fwd_final(const double *part, int S, int64_t C, double m,
 			     const T *x, int64_t HW, double eps, double mom,
 			     bool training, const P *gamma, const P *beta,
 			     void *rm, void *rv, bool rs64, P *save_mean,
-			     P *save_invstd, bn_coef *coef)
+			     P *save_invstd, bn_coef<typename mgc_t<T>::acc> *coef)
 {
+	typedef typename mgc_t<T>::acc A;
 	const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
 	if (c >= C)
 		return;
@@ -85,40 +126,105 @@ __global__ void bn_fwd_final(const double *part, int S, int64_t C, double m,
 		save_mean[c] = (P)mean;
 	if (save_invstd)
 		save_invstd[c] = (P)invstd;
-	coef[c].mean = mean;
-	coef[c].k1 = (double)gamma[c] * invstd;
-	coef[c].k2 = (double)beta[c];
+	coef[c].mean = (A)mean;
+	coef[c].k1 = (A)((double)gamma[c] * invstd);
+	coef[c].k2 = (A)beta[c];
+	coef[c].k3 = 0;
 }
 
-template <typename T, bool RELU6>
-__global__ void bn_fwd_apply(const T *x, T *y, const bn_coef *coef,
-			     int64_t planes, int64_t C, int64_t HW)
+/* Geometry of the flat element-wise passes: element i is in plane
+ * i / HW, channel plane % C; total < 2^31 (the launcher chunks). */
+struct flat_geom {
+	uint32_t total;
+	mgc_fdiv hw, c;
+};
+
+__device__ __forceinline__ uint32_t plane_chan(const flat_geom &g,
+						 uint32_t p)
 {
-	typedef typename mgc_t<T>::acc A;
-	const int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-	if (q >= HW)
-		return;
-	for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
-		const bn_coef k = coef[p % C];
-		const A tm = (A)k.mean, sc = (A)k.k1, sh = (A)k.k2;
-		A v = (mgc_ld(x, p * HW + q) - tm) * sc + sh;
-		if (RELU6)
-			v = v < 0 ? (A)0 : (v > 6 ? (A)6 : v);
-		y[p * HW + q] = mgc_t<T>::from(v);
+	return p - mgc_div(g.c, p) * g.c.d;
+}
+
+/*
+ * Walk the flat tensor: with VEC > 1 in 16-byte vectors (op.run), each
+ * with one coefficient lookup unless it straddles two planes or is the
+ * partial last one, which go element by element (op.one); with VEC == 1
+ * (unaligned pointers) element by element.
+ */
+template <int VEC, typename A, typename OP>
+__device__ __forceinline__ void flat_walk(const flat_geom &g,
+					  const bn_coef<A> *coef, OP op)
+{
+	const uint32_t n = (g.total + VEC - 1) / VEC;
+	for (uint32_t v = blockIdx.x * blockDim.x + threadIdx.x; v < n;
+	     v += gridDim.x * blockDim.x) {
+		const uint32_t i0 = v * VEC;
+		const uint32_t i1 = i0 + VEC < g.total ? i0 + VEC : g.total;
+		const uint32_t p0 = mgc_div(g.hw, i0);
+		if (VEC > 1 && i1 - i0 == VEC &&
+		    p0 == mgc_div(g.hw, i1 - 1)) {
+			op.run(v, coef[plane_chan(g, p0)]);
+		} else {
+			for (uint32_t i = i0; i < i1; i++)
+				op.one(i, coef[plane_chan(g, mgc_div(g.hw, i))]);
+		}
 	}
 }
 
-template <typename T, typename P> struct grad_f {
+template <typename T, bool RELU6> struct fwd_op {
+	typedef typename mgc_t<T>::acc A;
+	const T *x;
+	T *y;
+	fwd_op at(int64_t e) const
+	{
+		return fwd_op{x + e, y + e};
+	}
+	bool aligned() const
+	{
+		return mgc_aligned16(x) && mgc_aligned16(y);
+	}
+	static __device__ __forceinline__ A f(A v, const bn_coef<A> &k)
+	{
+		v = (v - k.mean) * k.k1 + k.k2;
+		if (RELU6)
+			v = v < 0 ? (A)0 : (v > 6 ? (A)6 : v);
+		return v;
+	}
+	__device__ __forceinline__ void run(uint32_t v,
+					    const bn_coef<A> &k) const
+	{
+		A e[MGC_VEC(T)];
+		mgc_ldv(x, v, e);
+#pragma unroll
+		for (int j = 0; j < MGC_VEC(T); j++)
+			e[j] = f(e[j], k);
+		mgc_stv(y, v, e);
+	}
+	__device__ __forceinline__ void one(uint32_t i,
+					    const bn_coef<A> &k) const
+	{
+		y[i] = mgc_t<T>::from(f(mgc_ld(x, i), k));
+	}
+};
+
+template <typename T, bool RELU6, int VEC>
+__global__ void bn_fwd_apply(fwd_op<T, RELU6> op, flat_geom g,
+			     const bn_coef<typename mgc_t<T>::acc> *coef)
+{
+	flat_walk<VEC>(g, coef, op);
+}
+
+/* Backward reduction, small planes. */
+template <typename T, typename P, bool RELU6> struct grad_f {
 	const T *x, *y, *dy;
 	const P *mean;
 	int64_t C, HW;
-	bool relu6;
 	__device__ void operator()(int64_t n, int64_t q, int64_t c,
 				   double *acc) const
 	{
 		const int64_t i = (n * C + c) * HW + q;
 		double dz = (double)mgc_ld(dy, i);
-		if (relu6) {
+		if (RELU6) {
 			const double yv = (double)mgc_ld(y, i);
 			if (!(yv > 0 && yv < 6))
 				dz = 0;
@@ -128,11 +234,55 @@ template <typename T, typename P> struct grad_f {
 	}
 };
 
-template <typename P>
+/* Backward reduction, large planes (mgc_chan_partial_vec). */
+template <typename T, typename P, bool RELU6> struct grad_v {
+	typedef typename mgc_t<T>::acc A;
+	typedef A S; /* the channel's mean */
+	const T *x, *y, *dy;
+	const P *mean;
+	__device__ S begin(int64_t c) const
+	{
+		return (A)mean[c];
+	}
+	__device__ void one(const S &mu, int64_t i, double *acc) const
+	{
+		double dz = (double)mgc_ld(dy, i);
+		if (RELU6) {
+			const double yv = (double)mgc_ld(y, i);
+			if (!(yv > 0 && yv < 6))
+				dz = 0;
+		}
+		acc[0] += dz;
+		acc[1] += dz * ((double)mgc_ld(x, i) - (double)mu);
+	}
+	__device__ void vec(const S &mu, int64_t v, double *acc) const
+	{
+		A g[MGC_VEC(T)], xv[MGC_VEC(T)], s1 = 0, s2 = 0;
+		mgc_ldv(dy, v, g);
+		mgc_ldv(x, v, xv);
+		if (RELU6) {
+			A yv[MGC_VEC(T)];
+			mgc_ldv(y, v, yv);
+#pragma unroll
+			for (int k = 0; k < MGC_VEC(T); k++)
+				if (!(yv[k] > 0 && yv[k] < 6))
+					g[k] = 0;
+		}
+#pragma unroll
+		for (int k = 0; k < MGC_VEC(T); k++) {
+			s1 += g[k];
+			s2 += g[k] * (xv[k] - mu);
+		}
+		acc[0] += (double)s1;
+		acc[1] += (double)s2;
+	}
+};
+
+template <typename P, typename A>
 __global__ void bn_bwd_final(const double *part, int S, int64_t C, double m,
 			     bool training, const P *gamma, const P *save_mean,
 			     const P *save_invstd, P *dgamma, P *dbeta,
-			     bn_coef *coef)
+			     bn_coef<A> *coef)
 {
 	const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
 	if (c >= C)
@@ -148,43 +298,88 @@ __global__ void bn_bwd_final(const double *part, int S, int64_t C, double m,
 	if (dbeta)
 		dbeta[c] = (P)((double)dbeta[c] + sdz);
 	const double k = (double)gamma[c] * invstd;
-	coef[c].mean = save_mean[c];
-	coef[c].k1 = k;
-	coef[c].k2 = training ? k * sdz / m : 0;
-	coef[c].k3 = training ? k * sdzx * invstd * invstd / m : 0;
+	coef[c].mean = (A)save_mean[c];
+	coef[c].k1 = (A)k;
+	coef[c].k2 = (A)(training ? k * sdz / m : 0);
+	coef[c].k3 = (A)(training ? k * sdzx * invstd * invstd / m : 0);
 }
 
-template <typename T, bool RELU6>
-__global__ void bn_bwd_apply(const T *x, const T *y, const T *dy, T *dx,
-			     const bn_coef *coef, int64_t planes, int64_t C,
-			     int64_t HW)
-{
+template <typename T, bool RELU6> struct bwd_op {
 	typedef typename mgc_t<T>::acc A;
-	const int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-	if (q >= HW)
-		return;
-	for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
-		const bn_coef k = coef[p % C];
-		const int64_t i = p * HW + q;
-		A dz = mgc_ld(dy, i);
-		if (RELU6) {
-			const A yv = mgc_ld(y, i);
-			if (!(yv > 0 && yv < 6))
-				dz = 0;
-		}
-		const A v = (A)k.k1 * dz - (A)k.k2 -
-			    (mgc_ld(x, i) - (A)k.mean) * (A)k.k3;
-		dx[i] = mgc_t<T>::from(v);
+	const T *x, *y, *dy;
+	T *dx;
+	bwd_op at(int64_t e) const
+	{
+		return bwd_op{x + e, y ? y + e : y, dy + e, dx + e};
 	}
+	bool aligned() const
+	{
+		return mgc_aligned16(x) && (!y || mgc_aligned16(y)) &&
+		       mgc_aligned16(dy) && mgc_aligned16(dx);
+	}
+	static __device__ __forceinline__ A f(A xv, A yv, A g,
+					      const bn_coef<A> &k)
+	{
+		if (RELU6 && !(yv > 0 && yv < 6))
+			g = 0;
+		return k.k1 * g - k.k2 - (xv - k.mean) * k.k3;
+	}
+	__device__ __forceinline__ void run(uint32_t v,
+					    const bn_coef<A> &k) const
+	{
+		A xv[MGC_VEC(T)], yv[MGC_VEC(T)], g[MGC_VEC(T)];
+		mgc_ldv(x, v, xv);
+		mgc_ldv(dy, v, g);
+		if (RELU6)
+			mgc_ldv(y, v, yv);
+#pragma unroll
+		for (int j = 0; j < MGC_VEC(T); j++)
+			g[j] = f(xv[j], RELU6 ? yv[j] : (A)0, g[j], k);
+		mgc_stv(dx, v, g);
+	}
+	__device__ __forceinline__ void one(uint32_t i,
+					    const bn_coef<A> &k) const
+	{
+		dx[i] = mgc_t<T>::from(f(mgc_ld(x, i),
+					 RELU6 ? mgc_ld(y, i) : (A)0,
+					 mgc_ld(dy, i), k));
+	}
+};
+
+template <typename T, bool RELU6, int VEC>
+__global__ void bn_bwd_apply(bwd_op<T, RELU6> op, flat_geom g,
+			     const bn_coef<typename mgc_t<T>::acc> *coef)
+{
+	flat_walk<VEC>(g, coef, op);
 }
 
-static dim3 plane_grid(int64_t planes, int64_t HW, int *threads)
+/*
+ * Launch an element-wise pass (K<VEC> instantiated for MGC_VEC(T) and 1)
+ * over N samples of C * HW elements, in chunks of whole samples below
+ * 2^31 elements; op.at(e) offsets the op's pointers by e elements.
+ */
+template <typename T, typename OP, typename KV, typename K1, typename A>
+static void launch_flat(cudaStream_t st, OP op, int64_t N, int64_t C,
+			int64_t HW, const bn_coef<A> *coef, KV kvec, K1 kone)
 {
-	const int th = HW >= 256 ? 256 : (HW >= 128 ? 128 : 64);
-	*threads = th;
-	const int64_t gx = (HW + th - 1) / th;
-	const int64_t gy = planes < 65535 ? planes : 65535;
-	return dim3((unsigned)gx, (unsigned)(gy > 0 ? gy : 1));
+	const int64_t per = C * HW; /* < 2^30: checked by the caller */
+	const int64_t chunk = ((int64_t)1 << 30) / per;
+	for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+		const int64_t nn = N - n0 < chunk ? N - n0 : chunk;
+		const OP o = op.at(n0 * per);
+		flat_geom g;
+		g.total = (uint32_t)(nn * per);
+		g.hw = mgc_fdiv_make((uint32_t)HW);
+		g.c = mgc_fdiv_make((uint32_t)C);
+		const int V = MGC_VEC(T);
+		const int64_t work = o.aligned() ? (g.total + V - 1) / V
+						 : g.total;
+		const unsigned blocks = mgc_blocks(work, 256);
+		if (o.aligned())
+			kvec<<<blocks, 256, 0, st>>>(o, g, coef);
+		else
+			kone<<<blocks, 256, 0, st>>>(o, g, coef);
+	}
 }
 
 struct fwd_args {
@@ -194,30 +389,44 @@ struct fwd_args {
 	void *rm, *rv, *save_mean, *save_invstd, *y;
 	bool rs64;
 	double *part;
-	bn_coef *coef;
+	void *coef; /* bn_coef<acc of T> */
 };
+
+template <typename T, bool RELU6>
+static void fwd_apply(cudaStream_t st, const fwd_args &f)
+{
+	typedef typename mgc_t<T>::acc A;
+	const fwd_op<T, RELU6> op = {(const T *)f.x, (T *)f.y};
+	launch_flat<T>(st, op, f.N, f.C, f.HW, (const bn_coef<A> *)f.coef,
+		       bn_fwd_apply<T, RELU6, MGC_VEC(T)>,
+		       bn_fwd_apply<T, RELU6, 1>);
+}
 
 template <typename T> void fwd(cudaStream_t st, const fwd_args &f)
 {
 	typedef typename mgc_param<T>::type P;
+	typedef typename mgc_t<T>::acc A;
 	int S = 1;
 	if (f.a->training) {
-		stat_f<T> fn = {(const T *)f.x, f.C, f.HW};
-		mgc_chan_reduce<2>(st, fn, f.N, f.C, f.HW, f.part, &S);
+		if (f.HW >= MGC_VEC_MIN_HW && mgc_aligned16(f.x)) {
+			const stat_v<T> fn = {(const T *)f.x, f.HW};
+			mgc_chan_reduce_vec<2, MGC_VEC(T)>(st, fn, f.N, f.C,
+							   f.HW, f.part, &S);
+		} else {
+			const stat_f<T> fn = {(const T *)f.x, f.C, f.HW};
+			mgc_chan_reduce<2>(st, fn, f.N, f.C, f.HW, f.part,
+					   &S);
+		}
 	}
 	bn_fwd_final<T, P><<<mgc_blocks(f.C, 128), 128, 0, st>>>(
 		f.part, S, f.C, (double)(f.N * f.HW), (const T *)f.x, f.HW,
 		f.a->eps, f.a->momentum, f.a->training, (const P *)f.gamma,
 		(const P *)f.beta, f.rm, f.rv, f.rs64, (P *)f.save_mean,
-		(P *)f.save_invstd, f.coef);
-	int th;
-	const dim3 grid = plane_grid(f.N * f.C, f.HW, &th);
+		(P *)f.save_invstd, (bn_coef<A> *)f.coef);
 	if (f.a->act == MG_ACT_RELU6)
-		bn_fwd_apply<T, true><<<grid, th, 0, st>>>(
-			(const T *)f.x, (T *)f.y, f.coef, f.N * f.C, f.C, f.HW);
+		fwd_apply<T, true>(st, f);
 	else
-		bn_fwd_apply<T, false><<<grid, th, 0, st>>>(
-			(const T *)f.x, (T *)f.y, f.coef, f.N * f.C, f.C, f.HW);
+		fwd_apply<T, false>(st, f);
 }
 
 struct bwd_args {
@@ -226,38 +435,47 @@ struct bwd_args {
 	const void *x, *y, *dy, *gamma, *save_mean, *save_invstd;
 	void *dx, *dgamma, *dbeta;
 	double *part;
-	bn_coef *coef;
+	void *coef; /* bn_coef<acc of T> */
 };
+
+template <typename T, bool RELU6>
+static void bwd_run(cudaStream_t st, const bwd_args &b)
+{
+	typedef typename mgc_param<T>::type P;
+	typedef typename mgc_t<T>::acc A;
+	const T *x = (const T *)b.x, *y = (const T *)b.y,
+		*dy = (const T *)b.dy;
+	int S;
+	if (b.HW >= MGC_VEC_MIN_HW && mgc_aligned16(x) &&
+	    (!RELU6 || mgc_aligned16(y)) && mgc_aligned16(dy)) {
+		const grad_v<T, P, RELU6> fn = {x, y, dy,
+						(const P *)b.save_mean};
+		mgc_chan_reduce_vec<2, MGC_VEC(T)>(st, fn, b.N, b.C, b.HW,
+						   b.part, &S);
+	} else {
+		const grad_f<T, P, RELU6> fn = {
+			x, y, dy, (const P *)b.save_mean, b.C, b.HW};
+		mgc_chan_reduce<2>(st, fn, b.N, b.C, b.HW, b.part, &S);
+	}
+	bn_bwd_final<P, A><<<mgc_blocks(b.C, 128), 128, 0, st>>>(
+		b.part, S, b.C, (double)(b.N * b.HW), b.a->training,
+		(const P *)b.gamma, (const P *)b.save_mean,
+		(const P *)b.save_invstd, (P *)b.dgamma, (P *)b.dbeta,
+		(bn_coef<A> *)b.coef);
+	if (!b.dx)
+		return;
+	const bwd_op<T, RELU6> op = {x, y, dy, (T *)b.dx};
+	launch_flat<T>(st, op, b.N, b.C, b.HW, (const bn_coef<A> *)b.coef,
+		       bn_bwd_apply<T, RELU6, MGC_VEC(T)>,
+		       bn_bwd_apply<T, RELU6, 1>);
+}
 
 template <typename T> void bwd(cudaStream_t st, const bwd_args &b)
 {
-	typedef typename mgc_param<T>::type P;
-	const bool relu6 = b.a->act == MG_ACT_RELU6;
-	int S;
-	grad_f<T, P> fn = {(const T *)b.x,
-			   (const T *)b.y,
-			   (const T *)b.dy,
-			   (const P *)b.save_mean,
-			   b.C,
-			   b.HW,
-			   relu6};
-	mgc_chan_reduce<2>(st, fn, b.N, b.C, b.HW, b.part, &S);
-	bn_bwd_final<P><<<mgc_blocks(b.C, 128), 128, 0, st>>>(
-		b.part, S, b.C, (double)(b.N * b.HW), b.a->training,
-		(const P *)b.gamma, (const P *)b.save_mean,
-		(const P *)b.save_invstd, (P *)b.dgamma, (P *)b.dbeta, b.coef);
-	if (!b.dx)
-		return;
-	int th;
-	const dim3 grid = plane_grid(b.N * b.C, b.HW, &th);
-	if (relu6)
-		bn_bwd_apply<T, true><<<grid, th, 0, st>>>(
-			(const T *)b.x, (const T *)b.y, (const T *)b.dy,
-			(T *)b.dx, b.coef, b.N * b.C, b.C, b.HW);
+	if (b.a->act == MG_ACT_RELU6)
+		bwd_run<T, true>(st, b);
 	else
-		bn_bwd_apply<T, false><<<grid, th, 0, st>>>(
-			(const T *)b.x, (const T *)b.y, (const T *)b.dy,
-			(T *)b.dx, b.coef, b.N * b.C, b.C, b.HW);
+		bwd_run<T, false>(st, b);
 }
 
 /* Parameter-side tensors must be F64 for F64 activations, else F32. */
@@ -275,17 +493,25 @@ static int param_dtype_ok(const char *op, enum mg_dtype xt,
 	return 0;
 }
 
-/* Scratch: partials for the reduction, then the coefficients. */
-static int scratch(struct mg_ctx *ctx, int64_t N, int64_t C, int64_t HW,
-		   double **part, bn_coef **coef)
+/*
+ * Scratch: partials for the reduction, then the coefficients (at most
+ * four doubles a channel). A sample must stay below 2^30 elements: the
+ * element-wise passes index with 32 bits.
+ */
+static int scratch(struct mg_ctx *ctx, const char *op, int64_t N, int64_t C,
+		   int64_t HW, double **part, void **coef)
 {
+	if (C * HW >= ((int64_t)1 << 30))
+		return mg_error("%s: one sample has %lld elements; the CUDA "
+				"op takes fewer than 2^30",
+				op, (long long)(C * HW));
 	const size_t np = (size_t)C * mgc_red_splits(N * HW) * 2;
-	const size_t bytes = np * sizeof(double) + (size_t)C * sizeof(bn_coef);
+	const size_t bytes = np * sizeof(double) + (size_t)C * 4 * sizeof(double);
 	char *p = (char *)mgc_scratch(ctx, bytes);
 	if (!p)
 		return -1;
 	*part = (double *)p;
-	*coef = (bn_coef *)(p + np * sizeof(double));
+	*coef = p + np * sizeof(double);
 	return 0;
 }
 } // namespace
@@ -326,7 +552,7 @@ mg_cuda_batchnorm2d(struct mg_ctx *ctx, const struct mg_bn_args *a,
 	f.save_mean = save_mean ? save_mean->data : NULL;
 	f.save_invstd = save_invstd ? save_invstd->data : NULL;
 	f.y = y->data;
-	if (scratch(ctx, f.N, f.C, f.HW, &f.part, &f.coef))
+	if (scratch(ctx, op, f.N, f.C, f.HW, &f.part, &f.coef))
 		return -1;
 	MGC_DISPATCH(op, x->dtype, fwd, mgc_stream(ctx), f);
 	return mgc_check_launch(op);
@@ -362,7 +588,7 @@ extern "C" int mg_cuda_batchnorm2d_backward(
 	b.dx = dx ? dx->data : NULL;
 	b.dgamma = dgamma ? dgamma->data : NULL;
 	b.dbeta = dbeta ? dbeta->data : NULL;
-	if (scratch(ctx, b.N, b.C, b.HW, &b.part, &b.coef))
+	if (scratch(ctx, op, b.N, b.C, b.HW, &b.part, &b.coef))
 		return -1;
 	MGC_DISPATCH(op, x->dtype, bwd, mgc_stream(ctx), b);
 	return mgc_check_launch(op);

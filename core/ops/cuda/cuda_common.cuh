@@ -86,6 +86,42 @@ __device__ __forceinline__ typename mgc_t<T>::acc mgc_ld(const T *p, int64_t i)
 	return mgc_t<T>::load(p[i]);
 }
 
+/*
+ * 16-byte vectors of T for memory-bound kernels: MGC_VEC(T) elements
+ * (8 F16/BF16, 4 F32, 2 F64) moved by one 128-bit load or store. v is a
+ * vector index (element v * MGC_VEC(T)); the base pointer must be 16-byte
+ * aligned (mgc_aligned16).
+ */
+#define MGC_VEC(T) ((int)(16 / sizeof(T)))
+
+template <typename T>
+__device__ __forceinline__ void mgc_ldv(const T *p, int64_t v,
+					typename mgc_t<T>::acc *out)
+{
+	const uint4 raw = reinterpret_cast<const uint4 *>(p)[v];
+	const T *e = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+	for (int k = 0; k < MGC_VEC(T); k++)
+		out[k] = mgc_t<T>::load(e[k]);
+}
+
+template <typename T>
+__device__ __forceinline__ void mgc_stv(T *p, int64_t v,
+					const typename mgc_t<T>::acc *in)
+{
+	uint4 raw;
+	T *e = reinterpret_cast<T *>(&raw);
+#pragma unroll
+	for (int k = 0; k < MGC_VEC(T); k++)
+		e[k] = mgc_t<T>::from(in[k]);
+	reinterpret_cast<uint4 *>(p)[v] = raw;
+}
+
+static inline bool mgc_aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
 /* Parameter type paired with activations T: F64 for F64, else F32. */
 template <typename T> struct mgc_param {
 	typedef float type;

@@ -8,6 +8,14 @@
  * part[(c * S + s) * NV + v] (double). Stage 2 (the caller's kernel) adds
  * the S partials of a channel in order. S depends on the shape alone, so
  * results are bitwise reproducible run to run; no float atomics.
+ *
+ * mgc_chan_partial_vec is the same reduction for large planes with
+ * 16-byte loads: a slice is walked plane segment by plane segment, the
+ * segment's aligned middle as vectors and its ends element by element.
+ * A vector's elements are summed in the functor's arithmetic type (F32
+ * for F16/BF16/F32) before entering the double accumulator, which keeps
+ * double conversions off the critical path; the order is still fixed by
+ * the shape.
  */
 #ifndef MG_CUDA_REDUCE_CUH
 #define MG_CUDA_REDUCE_CUH
@@ -75,6 +83,70 @@ static void mgc_chan_reduce(cudaStream_t st, F f, int64_t N, int64_t C,
 	const int64_t chunk = (M + s - 1) / s;
 	*S = s;
 	mgc_chan_partial<NV, F>
+		<<<dim3((unsigned)s, (unsigned)C), MGC_RED_THREADS, 0, st>>>(
+			f, N, C, HW, chunk, part);
+}
+
+/*
+ * F has: typedef S (per-channel state); S begin(c) const;
+ * void one(const S &, int64_t i, double *acc) const for the element at
+ * flat index i; void vec(const S &, int64_t v, double *acc) const for
+ * the VEC elements from flat index v * VEC (16-byte aligned).
+ */
+template <int NV, int VEC, typename F>
+__global__ void __launch_bounds__(MGC_RED_THREADS)
+	mgc_chan_partial_vec(F f, int64_t N, int64_t C, int64_t HW,
+			     int64_t chunk, double *part)
+{
+	__shared__ double sh[32];
+	const int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
+	const int64_t M = N * HW, j0 = s * chunk;
+	const int64_t j1 = j0 + chunk < M ? j0 + chunk : M;
+	const typename F::S fs = f.begin(c);
+	const int t = threadIdx.x;
+	double acc[NV];
+#pragma unroll
+	for (int v = 0; v < NV; v++)
+		acc[v] = 0;
+	for (int64_t j = j0; j < j1;) {
+		const int64_t n = j / HW, q = j - n * HW;
+		const int64_t len = HW - q < j1 - j ? HW - q : j1 - j;
+		const int64_t lo = (n * C + c) * HW + q, hi = lo + len;
+		int64_t a0 = (lo + VEC - 1) / VEC * VEC;
+		if (a0 > hi)
+			a0 = hi;
+		int64_t a1 = hi / VEC * VEC;
+		if (a1 < a0)
+			a1 = a0;
+		if (t < a0 - lo)
+			f.one(fs, lo + t, acc);
+		if (t < hi - a1)
+			f.one(fs, a1 + t, acc);
+		for (int64_t v = a0 / VEC + t; v < a1 / VEC; v += blockDim.x)
+			f.vec(fs, v, acc);
+		j += len;
+	}
+#pragma unroll
+	for (int v = 0; v < NV; v++) {
+		double r = mgc_block_sum(acc[v], sh);
+		if (t == 0)
+			part[(c * S + s) * NV + v] = r;
+	}
+}
+
+/* Planes at least this long take the vector path. */
+#define MGC_VEC_MIN_HW 512
+
+/* Launch stage 1 of the vector path; returns S through *S. */
+template <int NV, int VEC, typename F>
+static void mgc_chan_reduce_vec(cudaStream_t st, F f, int64_t N, int64_t C,
+				int64_t HW, double *part, int *S)
+{
+	const int64_t M = N * HW;
+	const int s = mgc_red_splits(M);
+	const int64_t chunk = (M + s - 1) / s;
+	*S = s;
+	mgc_chan_partial_vec<NV, VEC, F>
 		<<<dim3((unsigned)s, (unsigned)C), MGC_RED_THREADS, 0, st>>>(
 			f, N, C, HW, chunk, part);
 }
