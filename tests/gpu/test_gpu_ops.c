@@ -48,6 +48,7 @@ static char lbl[160];
 
 struct conv_case {
 	int N, C, H, W, K, kh, kw, sh, sw, ph, pw, groups, bias;
+	int nodx; /* backward without dx (a network's first layer) */
 };
 
 static void conv_check(enum mg_dtype dt, const struct conv_case *k,
@@ -87,13 +88,16 @@ static void conv_check(enum mg_dtype dt, const struct conv_case *k,
 	gt_poison(&dx);
 	gt_rand(&dw, -1, 1);
 	gt_rand(&db, -1, 1);
-	CPU(mg_op_conv2d_backward(&gt_cpu, &a, &x.c, &w.c, &dy.c, &dx.c, &dw.c,
+	CPU(mg_op_conv2d_backward(&gt_cpu, &a, &x.c, &w.c, &dy.c,
+				  k->nodx ? NULL : &dx.c, &dw.c,
 				  k->bias ? &db.c : NULL, NULL),
 	    name);
-	if (!gt_ok(CALL(conv2d_backward, dt, &a, &x.g, &w.g, &dy.g, &dx.g,
-			&dw.g, k->bias ? &db.g : NULL, &gws),
+	if (!gt_ok(CALL(conv2d_backward, dt, &a, &x.g, &w.g, &dy.g,
+			k->nodx ? NULL : &dx.g, &dw.g, k->bias ? &db.g : NULL,
+			&gws),
 		   name)) {
-		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		if (!k->nodx)
+			gt_check(LBL("%s dx", name), dt, &dx, tol);
 		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
 		if (k->bias)
 			gt_check_delta(LBL("%s db", name), dt, &db, tol);
@@ -112,17 +116,22 @@ static void test_conv(void)
 {
 	static const struct conv_case cases[] = {
 		/* MobileNetV2 224 px stem, expand/project 1x1, head */
-		{8, 3, 224, 224, 32, 3, 3, 2, 2, 1, 1, 1, 0},
-		{8, 16, 112, 112, 96, 1, 1, 1, 1, 0, 0, 1, 0},
-		{64, 32, 28, 28, 192, 1, 1, 1, 1, 0, 0, 1, 0},
-		{64, 144, 14, 14, 24, 1, 1, 1, 1, 0, 0, 1, 0},
-		{64, 320, 7, 7, 1280, 1, 1, 1, 1, 0, 0, 1, 0},
+		{8, 3, 224, 224, 32, 3, 3, 2, 2, 1, 1, 1, 0, 0},
+		{8, 16, 112, 112, 96, 1, 1, 1, 1, 0, 0, 1, 0, 0},
+		{64, 32, 28, 28, 192, 1, 1, 1, 1, 0, 0, 1, 0, 0},
+		{64, 144, 14, 14, 24, 1, 1, 1, 1, 0, 0, 1, 0, 0},
+		{64, 320, 7, 7, 1280, 1, 1, 1, 1, 0, 0, 1, 0, 0},
 		/* Fashion-MNIST 28 px stem with bias */
-		{64, 1, 28, 28, 32, 3, 3, 2, 2, 1, 1, 1, 1},
+		{64, 1, 28, 28, 32, 3, 3, 2, 2, 1, 1, 1, 1, 0},
 		/* odd: rectangular window, mixed stride/pad, groups, bias */
-		{3, 6, 13, 11, 4, 3, 5, 2, 1, 1, 2, 2, 1},
-		{5, 7, 9, 9, 11, 2, 2, 3, 3, 0, 0, 1, 1},
-		{3, 5, 7, 9, 6, 1, 1, 1, 1, 0, 0, 1, 1},
+		{3, 6, 13, 11, 4, 3, 5, 2, 1, 1, 2, 2, 1, 0},
+		{5, 7, 9, 9, 11, 2, 2, 3, 3, 0, 0, 1, 1, 0},
+		{3, 5, 7, 9, 6, 1, 1, 1, 1, 0, 0, 1, 1, 0},
+		/* stems without dx (the band kernels with a channel
+		 * multiplier), 100 px, an odd 125 px, 2 groups of 4 */
+		{8, 1, 100, 100, 32, 3, 3, 2, 2, 1, 1, 1, 0, 1},
+		{4, 1, 125, 125, 32, 3, 3, 2, 2, 1, 1, 1, 0, 1},
+		{3, 2, 40, 40, 8, 3, 3, 1, 1, 1, 1, 2, 1, 1},
 	};
 	const size_t nc = sizeof cases / sizeof *cases;
 	for (size_t d = 0; d < 4; d++)
@@ -141,15 +150,22 @@ static void test_conv(void)
 static void test_depthwise(void)
 {
 	static const struct conv_case cases[] = {
-		{8, 32, 112, 112, 32, 3, 3, 1, 1, 1, 1, 32, 0},
-		{8, 96, 112, 112, 96, 3, 3, 2, 2, 1, 1, 96, 0},
-		{64, 144, 28, 28, 144, 3, 3, 1, 1, 1, 1, 144, 0},
-		{64, 192, 28, 28, 192, 3, 3, 2, 2, 1, 1, 192, 0},
-		{64, 960, 7, 7, 960, 3, 3, 1, 1, 1, 1, 960, 1},
-		{3, 5, 9, 13, 5, 3, 3, 2, 2, 1, 1, 5, 1},
-		{2, 7, 10, 11, 7, 5, 5, 1, 1, 2, 2, 7, 1},
-		{2, 4, 8, 9, 4, 3, 3, 3, 3, 0, 0, 4, 0},
-		{3, 6, 7, 8, 6, 3, 1, 1, 2, 1, 0, 6, 1},
+		{8, 32, 112, 112, 32, 3, 3, 1, 1, 1, 1, 32, 0, 0},
+		{8, 96, 112, 112, 96, 3, 3, 2, 2, 1, 1, 96, 0, 0},
+		{64, 144, 28, 28, 144, 3, 3, 1, 1, 1, 1, 144, 0, 0},
+		{64, 192, 28, 28, 192, 3, 3, 2, 2, 1, 1, 192, 0, 0},
+		{64, 960, 7, 7, 960, 3, 3, 1, 1, 1, 1, 960, 1, 0},
+		{3, 5, 9, 13, 5, 3, 3, 2, 2, 1, 1, 5, 1, 0},
+		{2, 7, 10, 11, 7, 5, 5, 1, 1, 2, 2, 7, 1, 0},
+		{2, 4, 8, 9, 4, 3, 3, 3, 3, 0, 0, 4, 0, 0},
+		{3, 6, 7, 8, 6, 3, 1, 1, 2, 1, 0, 6, 1, 0},
+		/* band kernels: odd planes (unaligned rows, a partial last
+		 * band), a 250-wide plane, and one too wide for a band in
+		 * shared memory (F64) */
+		{4, 24, 125, 125, 24, 3, 3, 2, 2, 1, 1, 24, 0, 0},
+		{3, 16, 63, 63, 16, 3, 3, 1, 1, 1, 1, 16, 1, 0},
+		{2, 8, 250, 250, 8, 3, 3, 1, 1, 1, 1, 8, 0, 0},
+		{1, 2, 20, 2000, 2, 3, 3, 1, 1, 1, 1, 2, 0, 0},
 	};
 	for (size_t d = 0; d < 4; d++)
 		for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)

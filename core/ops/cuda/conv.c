@@ -320,11 +320,26 @@ static bool gemm_pointwise(struct mg_ctx *ctx, const struct mgc_conv_geom *g)
 	       g->N * g->H * g->W * (g->C > g->K ? g->C : g->K) < (1ll << 31);
 }
 
-static bool own_depthwise(struct mg_ctx *ctx, const struct mgc_conv_geom *g)
+/*
+ * Own kernels for depthwise convolutions (groups == C == K), and for a
+ * channel multiplier (groups == C, K = M * C: the 1-channel stem) where
+ * the band kernels take every pass asked for (pass_mask: 1 << MGC_DW_*);
+ * cuDNN does the rest.
+ */
+static bool own_depthwise(struct mg_ctx *ctx, const struct mgc_conv_geom *g,
+			  enum mg_dtype dt, unsigned pass_mask)
 {
 	struct mgc_state *st = mgc_state(ctx);
-	return g->groups > 1 && g->groups == g->C && g->K == g->C && st &&
-	       !st->opt[MG_CUDA_OPT_DEPTHWISE_CUDNN];
+	if (!st || st->opt[MG_CUDA_OPT_DEPTHWISE_CUDNN] || g->groups != g->C)
+		return false;
+	if (g->groups > 1 && g->K == g->C)
+		return true;
+	if (g->K % g->C != 0 || g->K == g->C)
+		return false;
+	for (int p = MGC_DW_FWD; p <= MGC_DW_BWD_FILTER; p++)
+		if ((pass_mask >> p & 1) && !mgc_dw_band_rows(g, dt, p))
+			return false;
+	return true;
 }
 
 /* Scaling factors in the type cuDNN wants for dt. */
@@ -353,7 +368,7 @@ int mg_cuda_conv2d(struct mg_ctx *ctx, const struct mg_conv2d_args *a,
 	conv_geom(a, x, w, &g);
 	if (g.N == 0 || g.K == 0 || g.OH * g.OW == 0)
 		return 0;
-	if (own_depthwise(ctx, &g))
+	if (own_depthwise(ctx, &g, dt, 1u << MGC_DW_FWD))
 		return mgc_depthwise_fwd(ctx, &g, dt, x->data, w->data,
 					 bias ? bias->data : NULL, y->data);
 	if (gemm_pointwise(ctx, &g)) {
@@ -409,7 +424,9 @@ int mg_cuda_conv2d_backward(struct mg_ctx *ctx, const struct mg_conv2d_args *a,
 	if (dbias && mgc_channel_sum_acc(ctx, op, dt, dy->data, g.N, g.K,
 					 g.OH * g.OW, dbias->data))
 		return -1;
-	if (own_depthwise(ctx, &g)) {
+	if (own_depthwise(ctx, &g, dt,
+			  (dx ? 1u << MGC_DW_BWD_DATA : 0) |
+				  (dw ? 1u << MGC_DW_BWD_FILTER : 0))) {
 		if (dx && mgc_depthwise_bwd_data(ctx, &g, dt, w->data, dy->data,
 						 dx->data))
 			return -1;

@@ -359,6 +359,13 @@ void bwd_filter(cudaStream_t st, const dw_geom &g, int64_t N, const void *x,
 			part, S, 1, t, g.C, taps, (T *)dw);
 	}
 }
+/* dw += the band kernels' NS slices per channel, added in order. */
+template <typename T>
+void final_sum(cudaStream_t st, const double *part, int NS, int K, void *dw)
+{
+	dw_final<T><<<mgc_blocks((int64_t)K * 9, 128), 128, 0, st>>>(
+		part, NS, 9, 0, K, 9, (T *)dw);
+}
 } // namespace
 
 extern "C" int mgc_depthwise_fwd(struct mg_ctx *ctx,
@@ -366,6 +373,9 @@ extern "C" int mgc_depthwise_fwd(struct mg_ctx *ctx,
 				 enum mg_dtype dt, const void *x, const void *w,
 				 const void *bias, void *y)
 {
+	const int R = mgc_dw_band_rows(g, dt, MGC_DW_FWD);
+	if (R)
+		return mgc_dw_band_fwd(ctx, g, R, dt, x, w, bias, y);
 	const dw_geom d = make(g);
 	MGC_DISPATCH("conv2d (depthwise)", dt, fwd, mgc_stream(ctx), d, x, w,
 		     bias, y);
@@ -377,6 +387,9 @@ extern "C" int mgc_depthwise_bwd_data(struct mg_ctx *ctx,
 				      enum mg_dtype dt, const void *w,
 				      const void *dy, void *dx)
 {
+	const int R = mgc_dw_band_rows(g, dt, MGC_DW_BWD_DATA);
+	if (R)
+		return mgc_dw_band_bwd_data(ctx, g, R, dt, w, dy, dx);
 	const dw_geom d = make(g);
 	MGC_DISPATCH("conv2d_backward (depthwise dx)", dt, bwd_data,
 		     mgc_stream(ctx), d, w, dy, dx);
@@ -388,6 +401,19 @@ extern "C" int mgc_depthwise_bwd_filter(struct mg_ctx *ctx,
 					enum mg_dtype dt, const void *x,
 					const void *dy, void *dw)
 {
+	const int R = mgc_dw_band_rows(g, dt, MGC_DW_BWD_FILTER);
+	if (R) {
+		double *part = (double *)mgc_scratch(
+			ctx, (size_t)g->K * 9 * mgc_dw_band_filter_slices(g) *
+				     sizeof(double));
+		int NS;
+		if (!part || mgc_dw_band_bwd_filter(ctx, g, R, dt, x, dy, part,
+						    &NS))
+			return -1;
+		MGC_DISPATCH("conv2d_backward (depthwise dw)", dt, final_sum,
+			     mgc_stream(ctx), part, NS, (int)g->K, dw);
+		return mgc_check_launch("conv2d_backward (depthwise dw)");
+	}
 	const dw_geom d = make(g);
 	const int nv = d.kh == 3 && d.kw == 3 ? 9 : 1;
 	double *part = (double *)mgc_scratch(
