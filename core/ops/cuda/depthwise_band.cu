@@ -3,31 +3,36 @@
  * 2) over bands of rows staged in shared memory: the kernels behind
  * MobileNetV2's large planes (250 x 250 ... 16 x 16 at 500 px).
  *
- * A block owns R consecutive output rows of one plane. It copies the
- * input rows those outputs read (with a zero border: one column each
- * side, rows outside the plane) into shared memory in coalesced row
- * sweeps, then every thread computes outputs from shared memory without
- * bounds checks. Global memory is read about once per element instead
- * of nine times through L1 with a division per tap, which is what held
- * the flat kernels of depthwise.cu to a fraction of the bandwidth.
+ * A block owns R consecutive output rows of one plane. The input rows
+ * those outputs read are contiguous in global memory, so the block copies
+ * them verbatim into shared memory with 16-byte loads (the flat kernels
+ * of depthwise.cu read 2-byte elements one dependent load at a time and
+ * reached a third of the bandwidth). Threads then compute strips of VB
+ * vertically adjacent outputs, so each staged value is read from shared
+ * memory (3 + VB - 1) * 3 times per VB outputs instead of 9 times each;
+ * positions outside the plane read as zero.
+ *
+ * Backward data with stride 1 is the forward pass over dy with the
+ * window flipped; stride 2 gathers the taps whose parity matches.
  *
  * Channel multiplier M = K / C (groups == C): output channel k reads
  * input channel k / M, so the 1-channel stem (C = 1, K = 32) runs here
  * too. Backward data is only for M == 1 (MobileNetV2's stem needs none).
  *
- * The weight gradient sums per block in F32 (F64 for F64) over one band,
- * then in double across the bands of a block's samples, then block-wide
- * in a fixed order; the S sample slices of a channel are added in order
- * by depthwise.cu's final kernel: bitwise reproducible.
+ * The weight gradient sums per block in the arithmetic type (F32 for
+ * F16/BF16/F32) over one band, then in double across the bands of the
+ * block's samples, then block-wide in a fixed order; depthwise.cu's final
+ * kernel adds a channel's sample slices in order: bitwise reproducible.
  */
 #include "ops/cuda/cuda_reduce.cuh"
 
 namespace
 {
 const int BAND_THREADS = 256;
-const int BAND_OUTPUTS = 2048; /* outputs a block aims for */
-const size_t BAND_SMEM = 24 * 1024;	  /* a band's aim: several blocks an SM */
-const size_t BAND_SMEM_MAX = 40 * 1024; /* one row band, under the 48 KB */
+const int BAND_OUTPUTS = 4096; /* outputs a block aims for */
+const int VB = 4;	       /* outputs a thread computes, stacked */
+const size_t BAND_SMEM = 24 * 1024;	/* a band's aim: several blocks an SM */
+const size_t BAND_SMEM_MAX = 40 * 1024; /* one strip, under the 48 KB */
 /* Weight-gradient blocks to aim for: twice what a 132-SM H100 holds at
  * 8 blocks an SM. */
 const int FILTER_BLOCKS = 2 * 132 * 8;
@@ -35,187 +40,255 @@ const int FILTER_BLOCKS = 2 * 132 * 8;
 /* Geometry of one band pass: outputs (OH, OW) from inputs (IH, IW). */
 struct band_geom {
 	int IH, IW, OH, OW; /* the pass's input and output planes */
-	int R, bands;	    /* rows per band, bands per plane */
+	int R, bands;	    /* rows per band (a multiple of VB), bands */
 	int K, M;	    /* output channels, multiplier (K / C) */
 	int C;		    /* input channels */
-	int64_t planes;	    /* output planes N * K */
+	int64_t planes;	    /* output planes */
 };
 
-/* Input rows [lo, lo + rows) a band of outputs starting at r0 reads. */
-template <bool BWD, int S>
-__device__ __forceinline__ int band_lo(int r0)
+/*
+ * Copy n elements from src into sm with 16-byte loads and stores, from
+ * src rounded down to 16 bytes (the copy may include up to 15 bytes
+ * either side, inside the same 16-byte blocks as valid data). Returns
+ * where src[0] landed, in elements.
+ */
+template <typename T>
+__device__ __forceinline__ int stage(T *sm, const T *src, int64_t n)
 {
-	if (!BWD)
-		return r0 * S - 1;
-	return S == 1 ? r0 - 1 : ((r0 - 1) >> 1);
+	if (n <= 0)
+		return 0;
+	const uintptr_t s = (uintptr_t)src, a = s & ~(uintptr_t)15;
+	const uintptr_t e = (s + (uintptr_t)n * sizeof(T) + 15) & ~(uintptr_t)15;
+	const int nv = (int)((e - a) >> 4);
+	const uint4 *g = reinterpret_cast<const uint4 *>(a);
+	uint4 *d = reinterpret_cast<uint4 *>(sm);
+#pragma unroll 4
+	for (int v = threadIdx.x; v < nv; v += blockDim.x)
+		d[v] = g[v];
+	return (int)((s - a) / sizeof(T));
 }
 
-template <bool BWD, int S> __host__ __device__ inline int band_rows(int R)
+/* Staged rows [h0, h1) of a plane of width W, row h0 at p. */
+template <typename T> struct rows_view {
+	const T *p;
+	int h0, h1, W;
+	__device__ __forceinline__ typename mgc_t<T>::acc at(int h,
+							     int c) const
+	{
+		typedef typename mgc_t<T>::acc A;
+		return h >= h0 && h < h1 && (unsigned)c < (unsigned)W
+			       ? mgc_ld(p, (int64_t)(h - h0) * W + c)
+			       : (A)0;
+	}
+};
+
+/* Stage input rows [lo, lo + rows) of plane xp (clipped to [0, IH)). */
+template <typename T>
+__device__ __forceinline__ rows_view<T> stage_rows(T *sm, const T *xp,
+						   int lo, int rows, int IH,
+						   int IW)
 {
-	if (!BWD)
-		return (R - 1) * S + 3;
-	return S == 1 ? R + 2 : R / 2 + 3;
+	rows_view<T> v;
+	v.h0 = lo > 0 ? lo : 0;
+	v.h1 = lo + rows < IH ? lo + rows : IH;
+	v.W = IW;
+	const int64_t n = v.h1 > v.h0 ? (int64_t)(v.h1 - v.h0) * IW : 0;
+	v.p = sm + stage(sm, xp + (int64_t)v.h0 * IW, n);
+	return v;
+}
+
+/* Input rows a band of R outputs reads, forward / flipped stride 1. */
+template <int S> __host__ __device__ inline int fwd_rows(int R)
+{
+	return (R - 1) * S + 3;
+}
+
+/* Input (dy) rows a band of R dx rows reads with stride 2. */
+__host__ __device__ inline int bwd2_rows(int R)
+{
+	return R / 2 + 3;
 }
 
 /*
- * Stage input rows [lo, lo + rows) of plane xp (IH x IW) into sm as
- * rows of IW + 2 values, column c at c + 1, zeros outside the plane.
+ * Forward, stride S: y[oh][ow] = b + sum w[i][j] x[oh S - 1 + i][ow S - 1
+ * + j]. With FLIP (stride 1 only) the window is w[2 - i][2 - j]: backward
+ * data, the pass's input being dy. One block per (plane, band); threads
+ * take strips of VB outputs down a column.
  */
-template <typename T, typename A>
-__device__ void stage(A *sm, const T *__restrict__ xp, int lo, int rows,
-		      int IH, int IW)
-{
-	const int width = IW + 2, lane = threadIdx.x & 31,
-		  warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	for (int r = warp; r < rows; r += nw) {
-		const int h = lo + r;
-		A *row = sm + r * width;
-		if (h < 0 || h >= IH) {
-			for (int c = lane; c < width; c += 32)
-				row[c] = 0;
-			continue;
-		}
-		const T *src = xp + (int64_t)h * IW;
-		for (int c = lane; c < IW; c += 32)
-			row[c + 1] = mgc_ld(src, c);
-		if (lane == 0) {
-			row[0] = 0;
-			row[IW + 1] = 0;
-		}
-	}
-}
-
-/* Output (oh, ow) of the pass from the staged rows (first row lo). */
-template <bool BWD, int S, typename A>
-__device__ __forceinline__ A band_out(const A *sm, int width, int lo, int oh,
-				      int ow, const A *wk)
-{
-	A acc = 0;
-	if constexpr (!BWD) {
-		const A *p = sm + (oh * S - 1 - lo) * width + ow * S;
-#pragma unroll
-		for (int i = 0; i < 3; i++)
-#pragma unroll
-			for (int j = 0; j < 3; j++)
-				acc += wk[i * 3 + j] * p[i * width + j];
-	} else if constexpr (S == 1) {
-		/* dx[h][w] = sum w[i][j] dy[h + 1 - i][w + 1 - j] */
-		const A *p = sm + (oh + 1 - lo) * width + ow + 2;
-#pragma unroll
-		for (int i = 0; i < 3; i++)
-#pragma unroll
-			for (int j = 0; j < 3; j++)
-				acc += wk[i * 3 + j] * p[-i * width - j];
-	} else {
-		/* stride 2: only taps with h + 1 - i and w + 1 - j even */
-#pragma unroll
-		for (int i = 0; i < 3; i++) {
-			const int th = oh + 1 - i;
-			if (th & 1)
-				continue;
-			const A *p = sm + ((th >> 1) - lo) * width + 1;
-#pragma unroll
-			for (int j = 0; j < 3; j++) {
-				const int tw = ow + 1 - j;
-				if (!(tw & 1))
-					acc += wk[i * 3 + j] * p[tw >> 1];
-			}
-		}
-	}
-	return acc;
-}
-
-/*
- * Forward (BWD false: y from x) or backward data (BWD true, M == 1: dx
- * from dy, the pass's "input" being dy). One block per (plane, band).
- */
-template <typename T, bool BWD, int S>
+template <typename T, int S, bool FLIP>
 __global__ void __launch_bounds__(BAND_THREADS)
-	dw_band(band_geom g, mgc_fdiv ow_div, const T *__restrict__ in,
-		const T *__restrict__ w, const T *__restrict__ bias,
-		T *__restrict__ out)
+	dw_band_fwd(band_geom g, mgc_fdiv ow_div, const T *__restrict__ in,
+		    const T *__restrict__ w, const T *__restrict__ bias,
+		    T *__restrict__ out)
 {
 	typedef typename mgc_t<T>::acc A;
 	extern __shared__ __align__(16) unsigned char smraw[];
-	A *sm = reinterpret_cast<A *>(smraw);
 	const int64_t blk = blockIdx.x;
 	const int64_t p = blk / g.bands; /* output plane n * K + k */
 	const int r0 = (int)(blk - p * g.bands) * g.R;
-	const int R = g.OH - r0 < g.R ? g.OH - r0 : g.R;
+	const int rend = g.OH < r0 + g.R ? g.OH : r0 + g.R;
 	const int64_t n = p / g.K;
 	const int k = (int)(p - n * g.K);
-	const int64_t ip = n * g.C + k / g.M;
+	A wk[9];
+#pragma unroll
+	for (int t = 0; t < 9; t++)
+		wk[t] = mgc_ld(w, (int64_t)k * 9 + (FLIP ? 8 - t : t));
+	const A b0 = bias ? mgc_ld(bias, k) : (A)0;
+	const rows_view<T> x = stage_rows(
+		reinterpret_cast<T *>(smraw),
+		in + (n * g.C + k / g.M) * g.IH * g.IW, r0 * S - 1,
+		fwd_rows<S>(rend - r0), g.IH, g.IW);
+	__syncthreads();
+	T *op = out + p * g.OH * g.OW;
+	const uint32_t cnt = (uint32_t)((rend - r0 + VB - 1) / VB * g.OW);
+	for (uint32_t e = threadIdx.x; e < cnt; e += blockDim.x) {
+		const int strip = (int)mgc_div(ow_div, e);
+		const int ow = (int)(e - (uint32_t)strip * g.OW);
+		const int oh0 = r0 + strip * VB;
+		A acc[VB];
+#pragma unroll
+		for (int v = 0; v < VB; v++)
+			acc[v] = b0;
+#pragma unroll
+		for (int ii = 0; ii < (VB - 1) * S + 3; ii++) {
+			const int h = oh0 * S - 1 + ii, c = ow * S - 1;
+			const A v0 = x.at(h, c), v1 = x.at(h, c + 1),
+				v2 = x.at(h, c + 2);
+#pragma unroll
+			for (int v = 0; v < VB; v++) {
+				const int i = ii - v * S;
+				if (i >= 0 && i < 3)
+					acc[v] += wk[i * 3] * v0 +
+						  wk[i * 3 + 1] * v1 +
+						  wk[i * 3 + 2] * v2;
+			}
+		}
+#pragma unroll
+		for (int v = 0; v < VB; v++)
+			if (oh0 + v < rend)
+				op[(int64_t)(oh0 + v) * g.OW + ow] =
+					mgc_t<T>::from(acc[v]);
+	}
+}
+
+/*
+ * Backward data, stride 2 (M == 1): dx[h][w] = sum over taps with h + 1 -
+ * i and w + 1 - j even of w[i][j] dy[(h + 1 - i) / 2][(w + 1 - j) / 2].
+ */
+template <typename T>
+__global__ void __launch_bounds__(BAND_THREADS)
+	dw_band_bwd2(band_geom g, mgc_fdiv ow_div, const T *__restrict__ dy,
+		     const T *__restrict__ w, T *__restrict__ dx)
+{
+	typedef typename mgc_t<T>::acc A;
+	extern __shared__ __align__(16) unsigned char smraw[];
+	const int64_t blk = blockIdx.x;
+	const int64_t p = blk / g.bands;
+	const int r0 = (int)(blk - p * g.bands) * g.R;
+	const int rend = g.OH < r0 + g.R ? g.OH : r0 + g.R;
+	const int k = (int)(p % g.K);
 	A wk[9];
 #pragma unroll
 	for (int t = 0; t < 9; t++)
 		wk[t] = mgc_ld(w, (int64_t)k * 9 + t);
-	const A b0 = bias ? mgc_ld(bias, k) : (A)0;
-	const int lo = band_lo<BWD, S>(r0);
-	const int width = g.IW + 2;
-	stage<T, A>(sm, in + ip * g.IH * g.IW, lo, band_rows<BWD, S>(R), g.IH,
-		    g.IW);
+	const rows_view<T> d =
+		stage_rows(reinterpret_cast<T *>(smraw), dy + p * g.IH * g.IW,
+			   (r0 - 1) >> 1, bwd2_rows(rend - r0), g.IH, g.IW);
 	__syncthreads();
-	T *op = out + p * g.OH * g.OW + (int64_t)r0 * g.OW;
-	const uint32_t cnt = (uint32_t)(R * g.OW);
+	T *op = dx + p * g.OH * g.OW;
+	const uint32_t cnt = (uint32_t)((rend - r0) * g.OW);
 	for (uint32_t e = threadIdx.x; e < cnt; e += blockDim.x) {
 		const int rr = (int)mgc_div(ow_div, e);
 		const int ow = (int)(e - (uint32_t)rr * g.OW);
-		const A v = band_out<BWD, S, A>(sm, width, lo, r0 + rr, ow, wk);
-		op[e] = mgc_t<T>::from(v + b0);
+		const int h = r0 + rr;
+		A acc = 0;
+#pragma unroll
+		for (int i = 0; i < 3; i++) {
+			const int th = h + 1 - i;
+			if (th & 1)
+				continue;
+#pragma unroll
+			for (int j = 0; j < 3; j++) {
+				const int tw = ow + 1 - j;
+				if (!(tw & 1))
+					acc += wk[i * 3 + j] *
+					       d.at(th >> 1, tw >> 1);
+			}
+		}
+		op[(int64_t)h * g.OW + ow] = mgc_t<T>::from(acc);
 	}
 }
 
 /*
  * Weight gradient: block (s, k) sums dy[n, k] * x[n, k / M] over the
  * samples n of slice s, every band of each plane, into part[(k * NS +
- * s) * 9 + t].
+ * s) * 9 + t]. The x rows and the dy rows of a band are staged.
  */
 template <typename T, int S>
 __global__ void __launch_bounds__(BAND_THREADS)
 	dw_band_filter(band_geom g, mgc_fdiv ow_div, int64_t N, int chunk,
-		       const T *__restrict__ x, const T *__restrict__ dy,
-		       double *part)
+		       size_t dy_at, const T *__restrict__ x,
+		       const T *__restrict__ dy, double *part)
 {
 	typedef typename mgc_t<T>::acc A;
 	extern __shared__ __align__(16) unsigned char smraw[];
 	__shared__ double red[32];
-	A *sm = reinterpret_cast<A *>(smraw);
+	T *smx = reinterpret_cast<T *>(smraw);
+	T *smd = reinterpret_cast<T *>(smraw + dy_at);
 	const int k = blockIdx.y, s = blockIdx.x, NS = gridDim.x;
-	const int width = g.IW + 2;
 	double acc[9];
 #pragma unroll
 	for (int t = 0; t < 9; t++)
 		acc[t] = 0;
-	const int64_t n1 = (int64_t)(s + 1) * chunk < N ? (int64_t)(s + 1) * chunk
-						      : N;
+	const int64_t n1 = (int64_t)(s + 1) * chunk < N
+				   ? (int64_t)(s + 1) * chunk
+				   : N;
 	for (int64_t n = (int64_t)s * chunk; n < n1; n++) {
 		const T *xp = x + (n * g.C + k / g.M) * g.IH * g.IW;
 		const T *dyp = dy + (n * g.K + k) * g.OH * g.OW;
 		for (int r0 = 0; r0 < g.OH; r0 += g.R) {
-			const int R = g.OH - r0 < g.R ? g.OH - r0 : g.R;
-			const int lo = band_lo<false, S>(r0);
+			const int rend = g.OH < r0 + g.R ? g.OH : r0 + g.R;
 			__syncthreads(); /* the previous band is consumed */
-			stage<T, A>(sm, xp, lo, band_rows<false, S>(R), g.IH,
-				    g.IW);
+			const rows_view<T> xv =
+				stage_rows(smx, xp, r0 * S - 1,
+					   fwd_rows<S>(rend - r0), g.IH, g.IW);
+			const T *dv = smd + stage(smd, dyp + (int64_t)r0 * g.OW,
+						  (int64_t)(rend - r0) * g.OW);
 			__syncthreads();
 			A a[9];
 #pragma unroll
 			for (int t = 0; t < 9; t++)
 				a[t] = 0;
-			const uint32_t cnt = (uint32_t)(R * g.OW);
-			const T *d = dyp + (int64_t)r0 * g.OW;
+			const uint32_t cnt =
+				(uint32_t)((rend - r0 + VB - 1) / VB * g.OW);
 			for (uint32_t e = threadIdx.x; e < cnt;
 			     e += blockDim.x) {
-				const int rr = (int)mgc_div(ow_div, e);
-				const int ow = (int)(e - (uint32_t)rr * g.OW);
-				const A dv = mgc_ld(d, e);
-				const A *p = sm + (rr * S) * width + ow * S;
+				const int strip = (int)mgc_div(ow_div, e);
+				const int ow = (int)(e - (uint32_t)strip * g.OW);
+				const int oh0 = r0 + strip * VB;
+				A d[VB];
 #pragma unroll
-				for (int i = 0; i < 3; i++)
+				for (int v = 0; v < VB; v++)
+					d[v] = oh0 + v < rend
+						       ? mgc_ld(dv, (int64_t)(oh0 + v - r0) * g.OW + ow)
+						       : (A)0;
 #pragma unroll
-					for (int j = 0; j < 3; j++)
-						a[i * 3 + j] +=
-							dv * p[i * width + j];
+				for (int ii = 0; ii < (VB - 1) * S + 3; ii++) {
+					const int h = oh0 * S - 1 + ii,
+						  c = ow * S - 1;
+					const A v0 = xv.at(h, c),
+						v1 = xv.at(h, c + 1),
+						v2 = xv.at(h, c + 2);
+#pragma unroll
+					for (int v = 0; v < VB; v++) {
+						const int i = ii - v * S;
+						if (i >= 0 && i < 3) {
+							a[i * 3] += d[v] * v0;
+							a[i * 3 + 1] += d[v] * v1;
+							a[i * 3 + 2] += d[v] * v2;
+						}
+					}
+				}
 			}
 #pragma unroll
 			for (int t = 0; t < 9; t++)
@@ -230,28 +303,40 @@ __global__ void __launch_bounds__(BAND_THREADS)
 	}
 }
 
-/* Rows per band for a pass over OW-wide outputs whose staged input rows
- * are IW + 2 wide; 0 when even one row does not fit. */
-template <bool BWD, int S>
-static int band_r(int OH, int OW, int IW, size_t es)
+/* Shared memory of a pass with R-row bands, elements of es bytes: the
+ * staged rows (and for the weight gradient the dy rows) plus the slack
+ * of the 16-byte copies. */
+static size_t band_smem(int pass, int S, int R, int IW, int OW, size_t es)
 {
-	const size_t row = (size_t)(IW + 2) * es;
-	if (band_rows<BWD, S>(1) * row > BAND_SMEM_MAX)
-		return 0;
-	int R = BAND_OUTPUTS / OW;
-	if (R < 1)
-		R = 1;
-	if (R > OH)
-		R = OH;
-	while (R > 1 && band_rows<BWD, S>(R) * row > BAND_SMEM)
-		R--;
-	return R;
+	if (pass == MGC_DW_BWD_DATA && S == 2)
+		return (size_t)bwd2_rows(R) * IW * es + 32;
+	const size_t x = (size_t)(S == 1 ? fwd_rows<1>(R) : fwd_rows<2>(R)) *
+				 IW * es + 32;
+	if (pass != MGC_DW_BWD_FILTER)
+		return x;
+	return ((x + 15) & ~(size_t)15) + (size_t)R * OW * es + 32;
 }
 
-template <bool BWD, int S>
-static size_t band_smem(int R, int IW, size_t es)
+/* Offset of the dy rows in the weight gradient's shared memory. */
+static size_t filter_dy_at(int S, int R, int IW, size_t es)
 {
-	return (size_t)band_rows<BWD, S>(R) * (IW + 2) * es;
+	return (band_smem(MGC_DW_FWD, S, R, IW, 0, es) + 15) & ~(size_t)15;
+}
+
+/* Rows per band (a multiple of VB or all OH), 0 when even VB rows do not
+ * fit in shared memory. */
+static int band_r(int pass, int S, int OH, int OW, int IW, size_t es)
+{
+	int R = BAND_OUTPUTS / OW;
+	if (R >= OH)
+		R = OH;
+	else
+		R = R / VB * VB > VB ? R / VB * VB : VB;
+	while (R > VB && band_smem(pass, S, R, IW, OW, es) > BAND_SMEM)
+		R -= VB;
+	if (band_smem(pass, S, R, IW, OW, es) > BAND_SMEM_MAX)
+		return 0;
+	return R;
 }
 
 static band_geom make(const struct mgc_conv_geom *g, bool bwd, int R)
@@ -270,37 +355,46 @@ static band_geom make(const struct mgc_conv_geom *g, bool bwd, int R)
 	return b;
 }
 
-template <typename T, bool BWD, int S>
-static void run(cudaStream_t st, const struct mgc_conv_geom *g, int R,
-		const void *in, const void *w, const void *bias, void *out)
+/* Divisor of a pass's flat work index: output width, or strips of VB
+ * rows of it. */
+static mgc_fdiv ow_div(const band_geom &b)
 {
-	typedef typename mgc_t<T>::acc A;
-	const band_geom b = make(g, BWD, R);
-	const size_t smem = band_smem<BWD, S>(R, b.IW, sizeof(A));
-	const int64_t blocks = b.planes * b.bands;
-	dw_band<T, BWD, S><<<(unsigned)blocks, BAND_THREADS, smem, st>>>(
-		b, mgc_fdiv_make((uint32_t)b.OW), (const T *)in, (const T *)w,
-		(const T *)bias, (T *)out);
+	return mgc_fdiv_make((uint32_t)b.OW);
 }
 
 template <typename T>
 static void fwd(cudaStream_t st, const struct mgc_conv_geom *g, int R,
-		const void *x, const void *w, const void *b, void *y)
+		const void *x, const void *w, const void *bias, void *y)
 {
+	const band_geom b = make(g, false, R);
+	const size_t smem = band_smem(MGC_DW_FWD, (int)g->sh, R, b.IW, b.OW,
+				      sizeof(T));
+	const unsigned blocks = (unsigned)(b.planes * b.bands);
 	if (g->sh == 1)
-		run<T, false, 1>(st, g, R, x, w, b, y);
+		dw_band_fwd<T, 1, false><<<blocks, BAND_THREADS, smem, st>>>(
+			b, ow_div(b), (const T *)x, (const T *)w,
+			(const T *)bias, (T *)y);
 	else
-		run<T, false, 2>(st, g, R, x, w, b, y);
+		dw_band_fwd<T, 2, false><<<blocks, BAND_THREADS, smem, st>>>(
+			b, ow_div(b), (const T *)x, (const T *)w,
+			(const T *)bias, (T *)y);
 }
 
 template <typename T>
 static void bwd_data(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 		     const void *w, const void *dy, void *dx)
 {
+	const band_geom b = make(g, true, R);
+	const size_t smem = band_smem(MGC_DW_BWD_DATA, (int)g->sh, R, b.IW,
+				      b.OW, sizeof(T));
+	const unsigned blocks = (unsigned)(b.planes * b.bands);
 	if (g->sh == 1)
-		run<T, true, 1>(st, g, R, dy, w, NULL, dx);
+		dw_band_fwd<T, 1, true><<<blocks, BAND_THREADS, smem, st>>>(
+			b, ow_div(b), (const T *)dy, (const T *)w, NULL,
+			(T *)dx);
 	else
-		run<T, true, 2>(st, g, R, dy, w, NULL, dx);
+		dw_band_bwd2<T><<<blocks, BAND_THREADS, smem, st>>>(
+			b, ow_div(b), (const T *)dy, (const T *)w, (T *)dx);
 }
 
 /* Sample slices per channel: enough blocks to fill the GPU twice. */
@@ -318,31 +412,24 @@ template <typename T>
 static void filter(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 		   const void *x, const void *dy, double *part, int *NS)
 {
-	typedef typename mgc_t<T>::acc A;
 	const band_geom b = make(g, false, R);
 	const int ns = filter_slices(g);
 	const int chunk = (int)((g->N + ns - 1) / ns);
 	const int used = (int)((g->N + chunk - 1) / chunk);
 	const dim3 grid((unsigned)used, (unsigned)g->K);
-	const mgc_fdiv od = mgc_fdiv_make((uint32_t)b.OW);
+	const int S = (int)g->sh;
+	const size_t smem = band_smem(MGC_DW_BWD_FILTER, S, R, b.IW, b.OW,
+				      sizeof(T));
+	const size_t dy_at = filter_dy_at(S, R, b.IW, sizeof(T));
 	*NS = used;
-	if (g->sh == 1)
-		dw_band_filter<T, 1>
-			<<<grid, BAND_THREADS,
-			   band_smem<false, 1>(R, b.IW, sizeof(A)), st>>>(
-				b, od, g->N, chunk, (const T *)x,
-				(const T *)dy, part);
+	if (S == 1)
+		dw_band_filter<T, 1><<<grid, BAND_THREADS, smem, st>>>(
+			b, ow_div(b), g->N, chunk, dy_at, (const T *)x,
+			(const T *)dy, part);
 	else
-		dw_band_filter<T, 2>
-			<<<grid, BAND_THREADS,
-			   band_smem<false, 2>(R, b.IW, sizeof(A)), st>>>(
-				b, od, g->N, chunk, (const T *)x,
-				(const T *)dy, part);
-}
-
-static size_t acc_size(enum mg_dtype dt)
-{
-	return dt == MG_F64 ? sizeof(double) : sizeof(float);
+		dw_band_filter<T, 2><<<grid, BAND_THREADS, smem, st>>>(
+			b, ow_div(b), g->N, chunk, dy_at, (const T *)x,
+			(const T *)dy, part);
 }
 } // namespace
 
@@ -360,14 +447,11 @@ extern "C" int mgc_dw_band_rows(const struct mgc_conv_geom *g,
 	const bool bwd = pass == MGC_DW_BWD_DATA;
 	const int64_t OH = bwd ? g->H : g->OH, OW = bwd ? g->W : g->OW;
 	const int64_t IW = bwd ? g->OW : g->W;
-	if (OW < 16 || g->N * g->K * OH * OW >= ((int64_t)1 << 31))
+	if (OW < 16 || g->N * g->K * OH * OW >= ((int64_t)1 << 31) ||
+	    g->H * g->W >= ((int64_t)1 << 30))
 		return 0;
-	const size_t es = acc_size(dt);
-	if (bwd)
-		return g->sh == 1 ? band_r<true, 1>((int)OH, (int)OW, (int)IW, es)
-				  : band_r<true, 2>((int)OH, (int)OW, (int)IW, es);
-	return g->sh == 1 ? band_r<false, 1>((int)OH, (int)OW, (int)IW, es)
-			  : band_r<false, 2>((int)OH, (int)OW, (int)IW, es);
+	return band_r(pass, (int)g->sh, (int)OH, (int)OW, (int)IW,
+		      mg_dtype_size(dt));
 }
 
 extern "C" int mgc_dw_band_fwd(struct mg_ctx *ctx,
