@@ -70,15 +70,27 @@ __device__ __forceinline__ int stage(T *sm, const T *src, int64_t n)
 
 /* Staged rows [h0, h1) of a plane of width W, row h0 at p. */
 template <typename T> struct rows_view {
+	typedef typename mgc_t<T>::acc A;
 	const T *p;
 	int h0, h1, W;
-	__device__ __forceinline__ typename mgc_t<T>::acc at(int h,
-							     int c) const
+	__device__ __forceinline__ A at(int h, int c) const
 	{
-		typedef typename mgc_t<T>::acc A;
 		return h >= h0 && h < h1 && (unsigned)c < (unsigned)W
-			       ? mgc_ld(p, (int64_t)(h - h0) * W + c)
+			       ? mgc_ld(p, (h - h0) * W + c)
 			       : (A)0;
+	}
+	/* Row h at columns cc - 1, cc, cc + 1, where 0 <= cc < W. */
+	__device__ __forceinline__ void row3(int h, int cc, A &v0, A &v1,
+					     A &v2) const
+	{
+		if (h < h0 || h >= h1) {
+			v0 = v1 = v2 = 0;
+			return;
+		}
+		const T *r = p + (h - h0) * W + cc;
+		v1 = mgc_ld(r, 0);
+		v0 = cc > 0 ? mgc_ld(r, -1) : (A)0;
+		v2 = cc + 1 < W ? mgc_ld(r, 1) : (A)0;
 	}
 };
 
@@ -103,10 +115,11 @@ template <int S> __host__ __device__ inline int fwd_rows(int R)
 	return (R - 1) * S + 3;
 }
 
-/* Input (dy) rows a band of R dx rows reads with stride 2. */
+/* Input (dy) rows a band of R dx rows (from an even row) reads with
+ * stride 2. */
 __host__ __device__ inline int bwd2_rows(int R)
 {
-	return R / 2 + 3;
+	return (R + 1) / 2 + 1;
 }
 
 /*
@@ -151,9 +164,8 @@ __global__ void __launch_bounds__(BAND_THREADS)
 			acc[v] = b0;
 #pragma unroll
 		for (int ii = 0; ii < (VB - 1) * S + 3; ii++) {
-			const int h = oh0 * S - 1 + ii, c = ow * S - 1;
-			const A v0 = x.at(h, c), v1 = x.at(h, c + 1),
-				v2 = x.at(h, c + 2);
+			A v0, v1, v2;
+			x.row3(oh0 * S - 1 + ii, ow * S, v0, v1, v2);
 #pragma unroll
 			for (int v = 0; v < VB; v++) {
 				const int i = ii - v * S;
@@ -172,12 +184,19 @@ __global__ void __launch_bounds__(BAND_THREADS)
 }
 
 /*
- * Backward data, stride 2 (M == 1): dx[h][w] = sum over taps with h + 1 -
- * i and w + 1 - j even of w[i][j] dy[(h + 1 - i) / 2][(w + 1 - j) / 2].
+ * Backward data, stride 2 (M == 1): dx[h][w] = sum over the taps with
+ * h + 1 - i and w + 1 - j even of w[i][j] dy[(h + 1 - i) / 2][(w + 1 - j)
+ * / 2]. A thread computes the 2 x 2 block of dx at (2a, 2b), which needs
+ * dy at rows a, a + 1 and columns b, b + 1 only (D00 = dy[a][b], ...):
+ *   dx[2a][2b]         = w11 D00
+ *   dx[2a][2b+1]       = w10 D01 + w12 D00
+ *   dx[2a+1][2b]       = w01 D10 + w21 D00
+ *   dx[2a+1][2b+1]     = w00 D11 + w02 D10 + w20 D01 + w22 D00
+ * so no lane skips taps the others take. Bands start at even rows.
  */
 template <typename T>
 __global__ void __launch_bounds__(BAND_THREADS)
-	dw_band_bwd2(band_geom g, mgc_fdiv ow_div, const T *__restrict__ dy,
+	dw_band_bwd2(band_geom g, mgc_fdiv bw_div, const T *__restrict__ dy,
 		     const T *__restrict__ w, T *__restrict__ dx)
 {
 	typedef typename mgc_t<T>::acc A;
@@ -193,29 +212,30 @@ __global__ void __launch_bounds__(BAND_THREADS)
 		wk[t] = mgc_ld(w, (int64_t)k * 9 + t);
 	const rows_view<T> d =
 		stage_rows(reinterpret_cast<T *>(smraw), dy + p * g.IH * g.IW,
-			   (r0 - 1) >> 1, bwd2_rows(rend - r0), g.IH, g.IW);
+			   r0 >> 1, bwd2_rows(rend - r0), g.IH, g.IW);
 	__syncthreads();
 	T *op = dx + p * g.OH * g.OW;
-	const uint32_t cnt = (uint32_t)((rend - r0) * g.OW);
+	const int nb = (g.OW + 1) >> 1;
+	const uint32_t cnt = (uint32_t)(((rend - r0 + 1) >> 1) * nb);
 	for (uint32_t e = threadIdx.x; e < cnt; e += blockDim.x) {
-		const int rr = (int)mgc_div(ow_div, e);
-		const int ow = (int)(e - (uint32_t)rr * g.OW);
-		const int h = r0 + rr;
-		A acc = 0;
-#pragma unroll
-		for (int i = 0; i < 3; i++) {
-			const int th = h + 1 - i;
-			if (th & 1)
-				continue;
-#pragma unroll
-			for (int j = 0; j < 3; j++) {
-				const int tw = ow + 1 - j;
-				if (!(tw & 1))
-					acc += wk[i * 3 + j] *
-					       d.at(th >> 1, tw >> 1);
-			}
+		const int ai = (int)mgc_div(bw_div, e);
+		const int b = (int)(e - (uint32_t)ai * nb);
+		const int a = (r0 >> 1) + ai;
+		const A d00 = d.at(a, b), d01 = d.at(a, b + 1),
+			d10 = d.at(a + 1, b), d11 = d.at(a + 1, b + 1);
+		const int h = 2 * a, x0 = 2 * b;
+		T *row = op + (int64_t)h * g.OW + x0;
+		const bool right = x0 + 1 < g.OW, down = h + 1 < rend;
+		row[0] = mgc_t<T>::from(wk[4] * d00);
+		if (right)
+			row[1] = mgc_t<T>::from(wk[3] * d01 + wk[5] * d00);
+		if (down) {
+			row[g.OW] = mgc_t<T>::from(wk[1] * d10 + wk[7] * d00);
+			if (right)
+				row[g.OW + 1] = mgc_t<T>::from(
+					wk[0] * d11 + wk[2] * d10 +
+					wk[6] * d01 + wk[8] * d00);
 		}
-		op[(int64_t)h * g.OW + ow] = mgc_t<T>::from(acc);
 	}
 }
 
@@ -274,11 +294,9 @@ __global__ void __launch_bounds__(BAND_THREADS)
 						       : (A)0;
 #pragma unroll
 				for (int ii = 0; ii < (VB - 1) * S + 3; ii++) {
-					const int h = oh0 * S - 1 + ii,
-						  c = ow * S - 1;
-					const A v0 = xv.at(h, c),
-						v1 = xv.at(h, c + 1),
-						v2 = xv.at(h, c + 2);
+					A v0, v1, v2;
+					xv.row3(oh0 * S - 1 + ii, ow * S, v0,
+						v1, v2);
 #pragma unroll
 					for (int v = 0; v < VB; v++) {
 						const int i = ii - v * S;
@@ -394,7 +412,8 @@ static void bwd_data(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 			(T *)dx);
 	else
 		dw_band_bwd2<T><<<blocks, BAND_THREADS, smem, st>>>(
-			b, ow_div(b), (const T *)dy, (const T *)w, (T *)dx);
+			b, mgc_fdiv_make((uint32_t)((b.OW + 1) / 2)),
+			(const T *)dy, (const T *)w, (T *)dx);
 }
 
 /* Sample slices per channel: enough blocks to fill the GPU twice. */
