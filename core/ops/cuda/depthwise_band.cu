@@ -136,12 +136,11 @@ __global__ void __launch_bounds__(BAND_THREADS)
 {
 	typedef typename mgc_t<T>::acc A;
 	extern __shared__ __align__(16) unsigned char smraw[];
-	const int64_t blk = blockIdx.x;
-	const int64_t p = blk / g.bands; /* output plane n * K + k */
-	const int r0 = (int)(blk - p * g.bands) * g.R;
+	/* grid (bands, channels, samples): no 64-bit divisions */
+	const int r0 = (int)blockIdx.x * g.R;
 	const int rend = g.OH < r0 + g.R ? g.OH : r0 + g.R;
-	const int64_t n = p / g.K;
-	const int k = (int)(p - n * g.K);
+	const int k = (int)blockIdx.y;
+	const int64_t n = blockIdx.z, p = n * g.K + k;
 	A wk[9];
 #pragma unroll
 	for (int t = 0; t < 9; t++)
@@ -201,11 +200,10 @@ __global__ void __launch_bounds__(BAND_THREADS)
 {
 	typedef typename mgc_t<T>::acc A;
 	extern __shared__ __align__(16) unsigned char smraw[];
-	const int64_t blk = blockIdx.x;
-	const int64_t p = blk / g.bands;
-	const int r0 = (int)(blk - p * g.bands) * g.R;
+	const int r0 = (int)blockIdx.x * g.R;
 	const int rend = g.OH < r0 + g.R ? g.OH : r0 + g.R;
-	const int k = (int)(p % g.K);
+	const int k = (int)blockIdx.y;
+	const int64_t p = (int64_t)blockIdx.z * g.K + k;
 	A wk[9];
 #pragma unroll
 	for (int t = 0; t < 9; t++)
@@ -373,6 +371,20 @@ static band_geom make(const struct mgc_conv_geom *g, bool bwd, int R)
 	return b;
 }
 
+/* Grid of a pass: (bands, channels, samples). */
+static dim3 band_grid(const band_geom &b, int64_t N)
+{
+	return dim3((unsigned)b.bands, (unsigned)(b.planes / N), (unsigned)N);
+}
+
+/* Threads for a band of `work` items: small planes (16 x 16: 64 strips)
+ * get small blocks rather than idle threads. */
+static int band_threads(int work)
+{
+	const int t = (work + 31) / 32 * 32;
+	return t < 64 ? 64 : (t > BAND_THREADS ? BAND_THREADS : t);
+}
+
 /* Divisor of a pass's flat work index: output width, or strips of VB
  * rows of it. */
 static mgc_fdiv ow_div(const band_geom &b)
@@ -387,13 +399,14 @@ static void fwd(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 	const band_geom b = make(g, false, R);
 	const size_t smem = band_smem(MGC_DW_FWD, (int)g->sh, R, b.IW, b.OW,
 				      sizeof(T));
-	const unsigned blocks = (unsigned)(b.planes * b.bands);
+	const dim3 grid = band_grid(b, g->N);
+	const int th = band_threads((b.R + VB - 1) / VB * b.OW);
 	if (g->sh == 1)
-		dw_band_fwd<T, 1, false><<<blocks, BAND_THREADS, smem, st>>>(
+		dw_band_fwd<T, 1, false><<<grid, th, smem, st>>>(
 			b, ow_div(b), (const T *)x, (const T *)w,
 			(const T *)bias, (T *)y);
 	else
-		dw_band_fwd<T, 2, false><<<blocks, BAND_THREADS, smem, st>>>(
+		dw_band_fwd<T, 2, false><<<grid, th, smem, st>>>(
 			b, ow_div(b), (const T *)x, (const T *)w,
 			(const T *)bias, (T *)y);
 }
@@ -405,13 +418,16 @@ static void bwd_data(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 	const band_geom b = make(g, true, R);
 	const size_t smem = band_smem(MGC_DW_BWD_DATA, (int)g->sh, R, b.IW,
 				      b.OW, sizeof(T));
-	const unsigned blocks = (unsigned)(b.planes * b.bands);
+	const dim3 grid = band_grid(b, g->N);
 	if (g->sh == 1)
-		dw_band_fwd<T, 1, true><<<blocks, BAND_THREADS, smem, st>>>(
-			b, ow_div(b), (const T *)dy, (const T *)w, NULL,
-			(T *)dx);
+		dw_band_fwd<T, 1, true>
+			<<<grid, band_threads((b.R + VB - 1) / VB * b.OW), smem,
+			   st>>>(b, ow_div(b), (const T *)dy, (const T *)w, NULL,
+				 (T *)dx);
 	else
-		dw_band_bwd2<T><<<blocks, BAND_THREADS, smem, st>>>(
+		dw_band_bwd2<T>
+			<<<grid, band_threads((b.R + 1) / 2 * ((b.OW + 1) / 2)),
+			   smem, st>>>(
 			b, mgc_fdiv_make((uint32_t)((b.OW + 1) / 2)),
 			(const T *)dy, (const T *)w, (T *)dx);
 }
@@ -467,7 +483,8 @@ extern "C" int mgc_dw_band_rows(const struct mgc_conv_geom *g,
 	const int64_t OH = bwd ? g->H : g->OH, OW = bwd ? g->W : g->OW;
 	const int64_t IW = bwd ? g->OW : g->W;
 	if (OW < 16 || g->N * g->K * OH * OW >= ((int64_t)1 << 31) ||
-	    g->H * g->W >= ((int64_t)1 << 30))
+	    g->H * g->W >= ((int64_t)1 << 30) || g->N > 65535 ||
+	    g->K > 65535)
 		return 0;
 	return band_r(pass, (int)g->sh, (int)OH, (int)OW, (int)IW,
 		      mg_dtype_size(dt));
