@@ -20,8 +20,11 @@
 
 namespace
 {
-/* Partial elements a chunk of samples may use (64 MB in F32). */
-const int64_t PART_ELEMS = (int64_t)16 << 20;
+/* Partial elements a chunk of samples may use (32 MB in F32). At 28 px
+ * the per-sample partials of the 320 -> 1280 layer were most of the
+ * device memory (64 MB, 96 MB once the scratch grew); 8M elements costs
+ * a few more GEMM chunks on the 7 x 7 layers only. */
+const int64_t PART_ELEMS = (int64_t)8 << 20;
 
 struct pw_types {
 	cudaDataType_t data, part;
