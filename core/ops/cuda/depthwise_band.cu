@@ -79,6 +79,23 @@ template <typename T> struct rows_view {
 			       ? mgc_ld(p, (h - h0) * W + c)
 			       : (A)0;
 	}
+	/* Row h at columns c0 ... c0 + NC - 1. */
+	template <int NC>
+	__device__ __forceinline__ void row(int h, int c0, A *v) const
+	{
+		if (h < h0 || h >= h1) {
+#pragma unroll
+			for (int j = 0; j < NC; j++)
+				v[j] = 0;
+			return;
+		}
+		const T *r = p + (h - h0) * W;
+#pragma unroll
+		for (int j = 0; j < NC; j++)
+			v[j] = (unsigned)(c0 + j) < (unsigned)W
+				       ? mgc_ld(r, c0 + j)
+				       : (A)0;
+	}
 	/* Row h at columns cc - 1, cc, cc + 1, where 0 <= cc < W. */
 	__device__ __forceinline__ void row3(int h, int cc, A &v0, A &v1,
 					     A &v2) const
@@ -130,7 +147,7 @@ __host__ __device__ inline int bwd2_rows(int R)
  */
 template <typename T, int S, bool FLIP>
 __global__ void __launch_bounds__(BAND_THREADS)
-	dw_band_fwd(band_geom g, mgc_fdiv ow_div, const T *__restrict__ in,
+	dw_band_fwd(band_geom g, mgc_fdiv pair_div, const T *__restrict__ in,
 		    const T *__restrict__ w, const T *__restrict__ bias,
 		    T *__restrict__ out)
 {
@@ -152,33 +169,45 @@ __global__ void __launch_bounds__(BAND_THREADS)
 		fwd_rows<S>(rend - r0), g.IH, g.IW);
 	__syncthreads();
 	T *op = out + p * g.OH * g.OW;
-	const uint32_t cnt = (uint32_t)((rend - r0 + VB - 1) / VB * g.OW);
+	/* work item: a strip of VB rows by 2 columns (ow, ow + 1), which
+	 * read NC columns of each input row */
+	const int NP = (g.OW + 1) >> 1;
+	const int NC = S == 1 ? 4 : 5;
+	const uint32_t cnt = (uint32_t)((rend - r0 + VB - 1) / VB * NP);
 	for (uint32_t e = threadIdx.x; e < cnt; e += blockDim.x) {
-		const int strip = (int)mgc_div(ow_div, e);
-		const int ow = (int)(e - (uint32_t)strip * g.OW);
+		const int strip = (int)mgc_div(pair_div, e);
+		const int ow = 2 * (int)(e - (uint32_t)strip * NP);
 		const int oh0 = r0 + strip * VB;
-		A acc[VB];
+		A acc[VB][2];
 #pragma unroll
 		for (int v = 0; v < VB; v++)
-			acc[v] = b0;
+			acc[v][0] = acc[v][1] = b0;
 #pragma unroll
 		for (int ii = 0; ii < (VB - 1) * S + 3; ii++) {
-			A v0, v1, v2;
-			x.row3(oh0 * S - 1 + ii, ow * S, v0, v1, v2);
+			A c[NC];
+			x.template row<NC>(oh0 * S - 1 + ii, ow * S - 1, c);
 #pragma unroll
 			for (int v = 0; v < VB; v++) {
 				const int i = ii - v * S;
-				if (i >= 0 && i < 3)
-					acc[v] += wk[i * 3] * v0 +
-						  wk[i * 3 + 1] * v1 +
-						  wk[i * 3 + 2] * v2;
+				if (i >= 0 && i < 3) {
+					acc[v][0] += wk[i * 3] * c[0] +
+						     wk[i * 3 + 1] * c[1] +
+						     wk[i * 3 + 2] * c[2];
+					acc[v][1] += wk[i * 3] * c[S] +
+						     wk[i * 3 + 1] * c[S + 1] +
+						     wk[i * 3 + 2] * c[S + 2];
+				}
 			}
 		}
+		const bool right = ow + 1 < g.OW;
 #pragma unroll
 		for (int v = 0; v < VB; v++)
-			if (oh0 + v < rend)
-				op[(int64_t)(oh0 + v) * g.OW + ow] =
-					mgc_t<T>::from(acc[v]);
+			if (oh0 + v < rend) {
+				T *o = op + (int64_t)(oh0 + v) * g.OW + ow;
+				o[0] = mgc_t<T>::from(acc[v][0]);
+				if (right)
+					o[1] = mgc_t<T>::from(acc[v][1]);
+			}
 	}
 }
 
@@ -244,7 +273,7 @@ __global__ void __launch_bounds__(BAND_THREADS)
  */
 template <typename T, int S>
 __global__ void __launch_bounds__(BAND_THREADS)
-	dw_band_filter(band_geom g, mgc_fdiv ow_div, int64_t N, int chunk,
+	dw_band_filter(band_geom g, mgc_fdiv pair_div, int64_t N, int chunk,
 		       size_t dy_at, const T *__restrict__ x,
 		       const T *__restrict__ dy, double *part)
 {
@@ -277,31 +306,42 @@ __global__ void __launch_bounds__(BAND_THREADS)
 #pragma unroll
 			for (int t = 0; t < 9; t++)
 				a[t] = 0;
+			const int NP = (g.OW + 1) >> 1;
+			const int NC = S == 1 ? 4 : 5;
 			const uint32_t cnt =
-				(uint32_t)((rend - r0 + VB - 1) / VB * g.OW);
+				(uint32_t)((rend - r0 + VB - 1) / VB * NP);
 			for (uint32_t e = threadIdx.x; e < cnt;
 			     e += blockDim.x) {
-				const int strip = (int)mgc_div(ow_div, e);
-				const int ow = (int)(e - (uint32_t)strip * g.OW);
+				const int strip = (int)mgc_div(pair_div, e);
+				const int ow =
+					2 * (int)(e - (uint32_t)strip * NP);
 				const int oh0 = r0 + strip * VB;
-				A d[VB];
+				const bool right = ow + 1 < g.OW;
+				A d[VB][2];
 #pragma unroll
-				for (int v = 0; v < VB; v++)
-					d[v] = oh0 + v < rend
-						       ? mgc_ld(dv, (int64_t)(oh0 + v - r0) * g.OW + ow)
-						       : (A)0;
+				for (int v = 0; v < VB; v++) {
+					const bool in = oh0 + v < rend;
+					const T *dr =
+						dv + (oh0 + v - r0) * g.OW + ow;
+					d[v][0] = in ? mgc_ld(dr, 0) : (A)0;
+					d[v][1] = in && right ? mgc_ld(dr, 1)
+							      : (A)0;
+				}
 #pragma unroll
 				for (int ii = 0; ii < (VB - 1) * S + 3; ii++) {
-					A v0, v1, v2;
-					xv.row3(oh0 * S - 1 + ii, ow * S, v0,
-						v1, v2);
+					A c[NC];
+					xv.template row<NC>(oh0 * S - 1 + ii,
+							    ow * S - 1, c);
 #pragma unroll
 					for (int v = 0; v < VB; v++) {
 						const int i = ii - v * S;
 						if (i >= 0 && i < 3) {
-							a[i * 3] += d[v] * v0;
-							a[i * 3 + 1] += d[v] * v1;
-							a[i * 3 + 2] += d[v] * v2;
+#pragma unroll
+							for (int j = 0; j < 3;
+							     j++)
+								a[i * 3 + j] +=
+									d[v][0] * c[j] +
+									d[v][1] * c[S + j];
 						}
 					}
 				}
@@ -385,11 +425,16 @@ static int band_threads(int work)
 	return t < 64 ? 64 : (t > BAND_THREADS ? BAND_THREADS : t);
 }
 
-/* Divisor of a pass's flat work index: output width, or strips of VB
- * rows of it. */
-static mgc_fdiv ow_div(const band_geom &b)
+/* Work items of a band: strips of VB rows by column pairs; the divisor
+ * of the flat item index is the pairs a row. */
+static mgc_fdiv pair_div(const band_geom &b)
 {
-	return mgc_fdiv_make((uint32_t)b.OW);
+	return mgc_fdiv_make((uint32_t)((b.OW + 1) / 2));
+}
+
+static int band_items(const band_geom &b)
+{
+	return (b.R + VB - 1) / VB * ((b.OW + 1) / 2);
 }
 
 template <typename T>
@@ -400,14 +445,14 @@ static void fwd(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 	const size_t smem = band_smem(MGC_DW_FWD, (int)g->sh, R, b.IW, b.OW,
 				      sizeof(T));
 	const dim3 grid = band_grid(b, g->N);
-	const int th = band_threads((b.R + VB - 1) / VB * b.OW);
+	const int th = band_threads(band_items(b));
 	if (g->sh == 1)
 		dw_band_fwd<T, 1, false><<<grid, th, smem, st>>>(
-			b, ow_div(b), (const T *)x, (const T *)w,
+			b, pair_div(b), (const T *)x, (const T *)w,
 			(const T *)bias, (T *)y);
 	else
 		dw_band_fwd<T, 2, false><<<grid, th, smem, st>>>(
-			b, ow_div(b), (const T *)x, (const T *)w,
+			b, pair_div(b), (const T *)x, (const T *)w,
 			(const T *)bias, (T *)y);
 }
 
@@ -421,8 +466,8 @@ static void bwd_data(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 	const dim3 grid = band_grid(b, g->N);
 	if (g->sh == 1)
 		dw_band_fwd<T, 1, true>
-			<<<grid, band_threads((b.R + VB - 1) / VB * b.OW), smem,
-			   st>>>(b, ow_div(b), (const T *)dy, (const T *)w, NULL,
+			<<<grid, band_threads(band_items(b)), smem,
+			   st>>>(b, pair_div(b), (const T *)dy, (const T *)w, NULL,
 				 (T *)dx);
 	else
 		dw_band_bwd2<T>
@@ -459,11 +504,11 @@ static void filter(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 	*NS = used;
 	if (S == 1)
 		dw_band_filter<T, 1><<<grid, BAND_THREADS, smem, st>>>(
-			b, ow_div(b), g->N, chunk, dy_at, (const T *)x,
+			b, pair_div(b), g->N, chunk, dy_at, (const T *)x,
 			(const T *)dy, part);
 	else
 		dw_band_filter<T, 2><<<grid, BAND_THREADS, smem, st>>>(
-			b, ow_div(b), g->N, chunk, dy_at, (const T *)x,
+			b, pair_div(b), g->N, chunk, dy_at, (const T *)x,
 			(const T *)dy, part);
 }
 } // namespace
