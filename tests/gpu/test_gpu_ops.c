@@ -260,9 +260,9 @@ static void test_batchnorm(void)
 {
 	/* 125x125 and 63x63: large planes whose starts are not 16-byte
 	 * aligned (the vector paths' ends and straddling vectors) */
-	static const int shapes[][4] = {
-		{8, 32, 112, 112}, {64, 960, 7, 7}, {64, 16, 28, 28},
-		{3, 5, 7, 3},	   {4, 6, 125, 125}, {3, 7, 63, 63}};
+	static const int shapes[][4] = {{8, 32, 112, 112}, {64, 960, 7, 7},
+					{64, 16, 28, 28},  {3, 5, 7, 3},
+					{4, 6, 125, 125},  {3, 7, 63, 63}};
 	for (size_t d = 0; d < 4; d++) {
 		const enum mg_dtype dt = all_dt[d];
 		const enum mg_dtype rs = dt == MG_F64 ? MG_F64 : MG_F32;

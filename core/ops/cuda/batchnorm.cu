@@ -87,11 +87,11 @@ __device__ __forceinline__ void rs_set(void *p, bool f64, int64_t c, double v)
 }
 
 template <typename T, typename P>
-__global__ void bn_fwd_final(const double *part, int S, int64_t C, double m,
-			     const T *x, int64_t HW, double eps, double mom,
-			     bool training, const P *gamma, const P *beta,
-			     void *rm, void *rv, bool rs64, P *save_mean,
-			     P *save_invstd, bn_coef<typename mgc_t<T>::acc> *coef)
+__global__ void
+bn_fwd_final(const double *part, int S, int64_t C, double m, const T *x,
+	     int64_t HW, double eps, double mom, bool training, const P *gamma,
+	     const P *beta, void *rm, void *rv, bool rs64, P *save_mean,
+	     P *save_invstd, bn_coef<typename mgc_t<T>::acc> *coef)
 {
 	typedef typename mgc_t<T>::acc A;
 	const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -139,8 +139,7 @@ struct flat_geom {
 	mgc_fdiv hw, c;
 };
 
-__device__ __forceinline__ uint32_t plane_chan(const flat_geom &g,
-						 uint32_t p)
+__device__ __forceinline__ uint32_t plane_chan(const flat_geom &g, uint32_t p)
 {
 	return p - mgc_div(g.c, p) * g.c.d;
 }
@@ -161,12 +160,12 @@ __device__ __forceinline__ void flat_walk(const flat_geom &g,
 		const uint32_t i0 = v * VEC;
 		const uint32_t i1 = i0 + VEC < g.total ? i0 + VEC : g.total;
 		const uint32_t p0 = mgc_div(g.hw, i0);
-		if (VEC > 1 && i1 - i0 == VEC &&
-		    p0 == mgc_div(g.hw, i1 - 1)) {
+		if (VEC > 1 && i1 - i0 == VEC && p0 == mgc_div(g.hw, i1 - 1)) {
 			op.run(v, coef[plane_chan(g, p0)]);
 		} else {
 			for (uint32_t i = i0; i < i1; i++)
-				op.one(i, coef[plane_chan(g, mgc_div(g.hw, i))]);
+				op.one(i,
+				       coef[plane_chan(g, mgc_div(g.hw, i))]);
 		}
 	}
 }
@@ -372,8 +371,8 @@ static void launch_flat(cudaStream_t st, OP op, int64_t N, int64_t C,
 		g.hw = mgc_fdiv_make((uint32_t)HW);
 		g.c = mgc_fdiv_make((uint32_t)C);
 		const int V = MGC_VEC(T);
-		const int64_t work = o.aligned() ? (g.total + V - 1) / V
-						 : g.total;
+		const int64_t work =
+			o.aligned() ? (g.total + V - 1) / V : g.total;
 		const unsigned blocks = mgc_blocks(work, 256);
 		if (o.aligned())
 			kvec<<<blocks, 256, 0, st>>>(o, g, coef);
@@ -414,8 +413,7 @@ template <typename T> void fwd(cudaStream_t st, const fwd_args &f)
 							   f.HW, f.part, &S);
 		} else {
 			const stat_f<T> fn = {(const T *)f.x, f.C, f.HW};
-			mgc_chan_reduce<2>(st, fn, f.N, f.C, f.HW, f.part,
-					   &S);
+			mgc_chan_reduce<2>(st, fn, f.N, f.C, f.HW, f.part, &S);
 		}
 	}
 	bn_fwd_final<T, P><<<mgc_blocks(f.C, 128), 128, 0, st>>>(
@@ -443,8 +441,7 @@ static void bwd_run(cudaStream_t st, const bwd_args &b)
 {
 	typedef typename mgc_param<T>::type P;
 	typedef typename mgc_t<T>::acc A;
-	const T *x = (const T *)b.x, *y = (const T *)b.y,
-		*dy = (const T *)b.dy;
+	const T *x = (const T *)b.x, *y = (const T *)b.y, *dy = (const T *)b.dy;
 	int S;
 	if (b.HW >= MGC_VEC_MIN_HW && mgc_aligned16(x) &&
 	    (!RELU6 || mgc_aligned16(y)) && mgc_aligned16(dy)) {
@@ -506,7 +503,8 @@ static int scratch(struct mg_ctx *ctx, const char *op, int64_t N, int64_t C,
 				"op takes fewer than 2^30",
 				op, (long long)(C * HW));
 	const size_t np = (size_t)C * mgc_red_splits(N * HW) * 2;
-	const size_t bytes = np * sizeof(double) + (size_t)C * 4 * sizeof(double);
+	const size_t bytes =
+		np * sizeof(double) + (size_t)C * 4 * sizeof(double);
 	char *p = (char *)mgc_scratch(ctx, bytes);
 	if (!p)
 		return -1;

@@ -170,8 +170,7 @@ int mgc_depthwise_bwd_filter(struct mg_ctx *ctx, const struct mgc_conv_geom *g,
 /* Band kernels for large 3x3 depthwise planes (depthwise_band.cu), also
  * with a channel multiplier K = M * C (the 1-channel stem). */
 enum { MGC_DW_FWD, MGC_DW_BWD_DATA, MGC_DW_BWD_FILTER };
-int mgc_dw_band_rows(const struct mgc_conv_geom *g, enum mg_dtype dt,
-		     int pass);
+int mgc_dw_band_rows(const struct mgc_conv_geom *g, enum mg_dtype dt, int pass);
 int mgc_dw_band_fwd(struct mg_ctx *ctx, const struct mgc_conv_geom *g, int R,
 		    enum mg_dtype dt, const void *x, const void *w,
 		    const void *bias, void *y);

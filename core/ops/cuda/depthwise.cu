@@ -407,8 +407,8 @@ extern "C" int mgc_depthwise_bwd_filter(struct mg_ctx *ctx,
 			ctx, (size_t)g->K * 9 * mgc_dw_band_filter_slices(g) *
 				     sizeof(double));
 		int NS;
-		if (!part || mgc_dw_band_bwd_filter(ctx, g, R, dt, x, dy, part,
-						    &NS))
+		if (!part ||
+		    mgc_dw_band_bwd_filter(ctx, g, R, dt, x, dy, part, &NS))
 			return -1;
 		MGC_DISPATCH("conv2d_backward (depthwise dw)", dt, final_sum,
 			     mgc_stream(ctx), part, NS, (int)g->K, dw);

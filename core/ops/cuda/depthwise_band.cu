@@ -29,8 +29,8 @@
 namespace
 {
 const int BAND_THREADS = 256;
-const int BAND_OUTPUTS = 4096; /* outputs a block aims for */
-const int VB = 4;	       /* outputs a thread computes, stacked */
+const int BAND_OUTPUTS = 4096;		/* outputs a block aims for */
+const int VB = 4;			/* outputs a thread computes, stacked */
 const size_t BAND_SMEM = 24 * 1024;	/* a band's aim: several blocks an SM */
 const size_t BAND_SMEM_MAX = 40 * 1024; /* one strip, under the 48 KB */
 /* Weight-gradient blocks to aim for: twice what a 132-SM H100 holds at
@@ -58,7 +58,8 @@ __device__ __forceinline__ int stage(T *sm, const T *src, int64_t n)
 	if (n <= 0)
 		return 0;
 	const uintptr_t s = (uintptr_t)src, a = s & ~(uintptr_t)15;
-	const uintptr_t e = (s + (uintptr_t)n * sizeof(T) + 15) & ~(uintptr_t)15;
+	const uintptr_t e =
+		(s + (uintptr_t)n * sizeof(T) + 15) & ~(uintptr_t)15;
 	const int nv = (int)((e - a) >> 4);
 	const uint4 *g = reinterpret_cast<const uint4 *>(a);
 	uint4 *d = reinterpret_cast<uint4 *>(sm);
@@ -113,9 +114,8 @@ template <typename T> struct rows_view {
 
 /* Stage input rows [lo, lo + rows) of plane xp (clipped to [0, IH)). */
 template <typename T>
-__device__ __forceinline__ rows_view<T> stage_rows(T *sm, const T *xp,
-						   int lo, int rows, int IH,
-						   int IW)
+__device__ __forceinline__ rows_view<T> stage_rows(T *sm, const T *xp, int lo,
+						   int rows, int IH, int IW)
 {
 	rows_view<T> v;
 	v.h0 = lo > 0 ? lo : 0;
@@ -163,10 +163,10 @@ __global__ void __launch_bounds__(BAND_THREADS)
 	for (int t = 0; t < 9; t++)
 		wk[t] = mgc_ld(w, (int64_t)k * 9 + (FLIP ? 8 - t : t));
 	const A b0 = bias ? mgc_ld(bias, k) : (A)0;
-	const rows_view<T> x = stage_rows(
-		reinterpret_cast<T *>(smraw),
-		in + (n * g.C + k / g.M) * g.IH * g.IW, r0 * S - 1,
-		fwd_rows<S>(rend - r0), g.IH, g.IW);
+	const rows_view<T> x =
+		stage_rows(reinterpret_cast<T *>(smraw),
+			   in + (n * g.C + k / g.M) * g.IH * g.IW, r0 * S - 1,
+			   fwd_rows<S>(rend - r0), g.IH, g.IW);
 	__syncthreads();
 	T *op = out + p * g.OH * g.OW;
 	/* work item: a strip of VB rows by 2 columns (ow, ow + 1), which
@@ -287,9 +287,8 @@ __global__ void __launch_bounds__(BAND_THREADS)
 #pragma unroll
 	for (int t = 0; t < 9; t++)
 		acc[t] = 0;
-	const int64_t n1 = (int64_t)(s + 1) * chunk < N
-				   ? (int64_t)(s + 1) * chunk
-				   : N;
+	const int64_t n1 =
+		(int64_t)(s + 1) * chunk < N ? (int64_t)(s + 1) * chunk : N;
 	for (int64_t n = (int64_t)s * chunk; n < n1; n++) {
 		const T *xp = x + (n * g.C + k / g.M) * g.IH * g.IW;
 		const T *dyp = dy + (n * g.K + k) * g.OH * g.OW;
@@ -340,8 +339,11 @@ __global__ void __launch_bounds__(BAND_THREADS)
 							for (int j = 0; j < 3;
 							     j++)
 								a[i * 3 + j] +=
-									d[v][0] * c[j] +
-									d[v][1] * c[S + j];
+									d[v]
+									 [0] * c[j] +
+									d[v]
+									 [1] * c[S +
+										 j];
 						}
 					}
 				}
@@ -366,8 +368,9 @@ static size_t band_smem(int pass, int S, int R, int IW, int OW, size_t es)
 {
 	if (pass == MGC_DW_BWD_DATA && S == 2)
 		return (size_t)bwd2_rows(R) * IW * es + 32;
-	const size_t x = (size_t)(S == 1 ? fwd_rows<1>(R) : fwd_rows<2>(R)) *
-				 IW * es + 32;
+	const size_t x =
+		(size_t)(S == 1 ? fwd_rows<1>(R) : fwd_rows<2>(R)) * IW * es +
+		32;
 	if (pass != MGC_DW_BWD_FILTER)
 		return x;
 	return ((x + 15) & ~(size_t)15) + (size_t)R * OW * es + 32;
@@ -442,8 +445,8 @@ static void fwd(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 		const void *x, const void *w, const void *bias, void *y)
 {
 	const band_geom b = make(g, false, R);
-	const size_t smem = band_smem(MGC_DW_FWD, (int)g->sh, R, b.IW, b.OW,
-				      sizeof(T));
+	const size_t smem =
+		band_smem(MGC_DW_FWD, (int)g->sh, R, b.IW, b.OW, sizeof(T));
 	const dim3 grid = band_grid(b, g->N);
 	const int th = band_threads(band_items(b));
 	if (g->sh == 1)
@@ -466,15 +469,15 @@ static void bwd_data(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 	const dim3 grid = band_grid(b, g->N);
 	if (g->sh == 1)
 		dw_band_fwd<T, 1, true>
-			<<<grid, band_threads(band_items(b)), smem,
-			   st>>>(b, pair_div(b), (const T *)dy, (const T *)w, NULL,
-				 (T *)dx);
+			<<<grid, band_threads(band_items(b)), smem, st>>>(
+				b, pair_div(b), (const T *)dy, (const T *)w,
+				NULL, (T *)dx);
 	else
 		dw_band_bwd2<T>
 			<<<grid, band_threads((b.R + 1) / 2 * ((b.OW + 1) / 2)),
 			   smem, st>>>(
-			b, mgc_fdiv_make((uint32_t)((b.OW + 1) / 2)),
-			(const T *)dy, (const T *)w, (T *)dx);
+				b, mgc_fdiv_make((uint32_t)((b.OW + 1) / 2)),
+				(const T *)dy, (const T *)w, (T *)dx);
 }
 
 /* Sample slices per channel: enough blocks to fill the GPU twice. */
@@ -498,8 +501,8 @@ static void filter(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 	const int used = (int)((g->N + chunk - 1) / chunk);
 	const dim3 grid((unsigned)used, (unsigned)g->K);
 	const int S = (int)g->sh;
-	const size_t smem = band_smem(MGC_DW_BWD_FILTER, S, R, b.IW, b.OW,
-				      sizeof(T));
+	const size_t smem =
+		band_smem(MGC_DW_BWD_FILTER, S, R, b.IW, b.OW, sizeof(T));
 	const size_t dy_at = filter_dy_at(S, R, b.IW, sizeof(T));
 	*NS = used;
 	if (S == 1)
@@ -516,20 +519,18 @@ static void filter(cudaStream_t st, const struct mgc_conv_geom *g, int R,
 /* Rows per band for the pass, or 0 when the band kernels do not apply:
  * 3x3, padding 1, square stride 1 or 2, outputs at least 16 wide, a
  * channel multiplier only forward and for the weight gradient. */
-extern "C" int mgc_dw_band_rows(const struct mgc_conv_geom *g,
-				enum mg_dtype dt, int pass)
+extern "C" int mgc_dw_band_rows(const struct mgc_conv_geom *g, enum mg_dtype dt,
+				int pass)
 {
 	if (g->kh != 3 || g->kw != 3 || g->ph != 1 || g->pw != 1 ||
-	    g->sh != g->sw || (g->sh != 1 && g->sh != 2) ||
-	    g->groups != g->C || g->K % g->C != 0 ||
-	    (pass == MGC_DW_BWD_DATA && g->K != g->C))
+	    g->sh != g->sw || (g->sh != 1 && g->sh != 2) || g->groups != g->C ||
+	    g->K % g->C != 0 || (pass == MGC_DW_BWD_DATA && g->K != g->C))
 		return 0;
 	const bool bwd = pass == MGC_DW_BWD_DATA;
 	const int64_t OH = bwd ? g->H : g->OH, OW = bwd ? g->W : g->OW;
 	const int64_t IW = bwd ? g->OW : g->W;
 	if (OW < 16 || g->N * g->K * OH * OW >= ((int64_t)1 << 31) ||
-	    g->H * g->W >= ((int64_t)1 << 30) || g->N > 65535 ||
-	    g->K > 65535)
+	    g->H * g->W >= ((int64_t)1 << 30) || g->N > 65535 || g->K > 65535)
 		return 0;
 	return band_r(pass, (int)g->sh, (int)OH, (int)OW, (int)IW,
 		      mg_dtype_size(dt));
@@ -540,8 +541,8 @@ extern "C" int mgc_dw_band_fwd(struct mg_ctx *ctx,
 			       enum mg_dtype dt, const void *x, const void *w,
 			       const void *bias, void *y)
 {
-	MGC_DISPATCH("conv2d (depthwise band)", dt, fwd, mgc_stream(ctx), g,
-		     R, x, w, bias, y);
+	MGC_DISPATCH("conv2d (depthwise band)", dt, fwd, mgc_stream(ctx), g, R,
+		     x, w, bias, y);
 	return mgc_check_launch("conv2d (depthwise band)");
 }
 
