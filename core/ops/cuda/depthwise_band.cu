@@ -7,13 +7,13 @@
  * those outputs read are contiguous in global memory, so the block copies
  * them verbatim into shared memory with 16-byte loads (the flat kernels
  * of depthwise.cu read 2-byte elements one dependent load at a time and
- * reached a third of the bandwidth). Threads then compute strips of VB
- * vertically adjacent outputs, so each staged value is read from shared
- * memory (3 + VB - 1) * 3 times per VB outputs instead of 9 times each;
- * positions outside the plane read as zero.
+ * reached a third of the bandwidth). A thread then computes VB rows by 2
+ * columns of outputs from (VB - 1) * S + 3 staged rows of 4 (stride 1) or
+ * 5 (stride 2) values, instead of 9 reads an output; positions outside
+ * the plane read as zero.
  *
  * Backward data with stride 1 is the forward pass over dy with the
- * window flipped; stride 2 gathers the taps whose parity matches.
+ * window flipped; stride 2 computes 2 x 2 blocks of dx from 4 dy values.
  *
  * Channel multiplier M = K / C (groups == C): output channel k reads
  * input channel k / M, so the 1-channel stem (C = 1, K = 32) runs here
@@ -96,19 +96,6 @@ template <typename T> struct rows_view {
 			v[j] = (unsigned)(c0 + j) < (unsigned)W
 				       ? mgc_ld(r, c0 + j)
 				       : (A)0;
-	}
-	/* Row h at columns cc - 1, cc, cc + 1, where 0 <= cc < W. */
-	__device__ __forceinline__ void row3(int h, int cc, A &v0, A &v1,
-					     A &v2) const
-	{
-		if (h < h0 || h >= h1) {
-			v0 = v1 = v2 = 0;
-			return;
-		}
-		const T *r = p + (h - h0) * W + cc;
-		v1 = mgc_ld(r, 0);
-		v0 = cc > 0 ? mgc_ld(r, -1) : (A)0;
-		v2 = cc + 1 < W ? mgc_ld(r, 1) : (A)0;
 	}
 };
 
