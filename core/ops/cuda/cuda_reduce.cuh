@@ -40,10 +40,16 @@ static inline int mgc_red_splits(int64_t M)
  * position q of channel c (flat NCHW index (n * C + c) * HW + q) into
  * double acc[NV].
  */
-template <int NV, typename F>
+/*
+ * With I32 (a channel's N * HW elements below 2^31) the thread's (n, q)
+ * comes from a multiply-shift division of the flat index each step; the
+ * general path carries (n, q) along, which divides by HW in 64 bits on
+ * every step once HW < blockDim (7 x 7 planes: most of the kernel).
+ */
+template <int NV, typename F, bool I32>
 __global__ void __launch_bounds__(MGC_RED_THREADS)
-	mgc_chan_partial(F f, int64_t N, int64_t C, int64_t HW, int64_t chunk,
-			 double *part)
+	mgc_chan_partial(F f, int64_t N, int64_t C, int64_t HW, mgc_fdiv hwd,
+			 int64_t chunk, double *part)
 {
 	__shared__ double sh[32];
 	const int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
@@ -54,7 +60,12 @@ __global__ void __launch_bounds__(MGC_RED_THREADS)
 	for (int v = 0; v < NV; v++)
 		acc[v] = 0;
 	int64_t j = j0 + threadIdx.x;
-	if (j < j1) {
+	if (I32) {
+		for (; j < j1; j += blockDim.x) {
+			const uint32_t n = mgc_div(hwd, (uint32_t)j);
+			f((int64_t)n, j - (int64_t)n * HW, c, acc);
+		}
+	} else if (j < j1) {
 		int64_t n = j / HW, q = j - n * HW;
 		for (; j < j1; j += blockDim.x) {
 			f(n, q, c, acc);
@@ -81,10 +92,15 @@ static void mgc_chan_reduce(cudaStream_t st, F f, int64_t N, int64_t C,
 	const int64_t M = N * HW;
 	const int s = mgc_red_splits(M);
 	const int64_t chunk = (M + s - 1) / s;
+	const dim3 grid((unsigned)s, (unsigned)C);
 	*S = s;
-	mgc_chan_partial<NV, F>
-		<<<dim3((unsigned)s, (unsigned)C), MGC_RED_THREADS, 0, st>>>(
-			f, N, C, HW, chunk, part);
+	if (M < ((int64_t)1 << 31))
+		mgc_chan_partial<NV, F, true><<<grid, MGC_RED_THREADS, 0, st>>>(
+			f, N, C, HW, mgc_fdiv_make((uint32_t)HW), chunk, part);
+	else
+		mgc_chan_partial<NV, F, false>
+			<<<grid, MGC_RED_THREADS, 0, st>>>(
+				f, N, C, HW, mgc_fdiv(), chunk, part);
 }
 
 /*

@@ -16,6 +16,7 @@ namespace
 struct dw_geom {
 	int64_t planes;
 	int C, H, W, OH, OW, kh, kw, sh, sw, ph, pw;
+	mgc_fdiv owd; /* by OW: output position -> row */
 };
 
 static dw_geom make(const struct mgc_conv_geom *g)
@@ -33,6 +34,7 @@ static dw_geom make(const struct mgc_conv_geom *g)
 	d.sw = (int)g->sw;
 	d.ph = (int)g->ph;
 	d.pw = (int)g->pw;
+	d.owd = mgc_fdiv_make((uint32_t)(d.OW > 0 ? d.OW : 1));
 	return d;
 }
 
@@ -252,7 +254,8 @@ template <typename T, int NT> struct dw_f {
 				   double *acc) const
 	{
 		const int64_t p = n * g.C + c;
-		const int oh = (int)(q / g.OW), ow = (int)(q - oh * g.OW);
+		const int oh = (int)mgc_div(g.owd, (uint32_t)q),
+			  ow = (int)q - oh * g.OW;
 		const double d = (double)mgc_ld(dy, p * g.OH * g.OW + q);
 		const T *xp = x + p * g.H * g.W;
 		const int h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
