@@ -39,8 +39,7 @@ static inline int mgc_red_splits(int64_t M)
  * F is a functor: f(n, q, c, acc) adds the element at sample n, spatial
  * position q of channel c (flat NCHW index (n * C + c) * HW + q) into
  * double acc[NV].
- */
-/*
+ *
  * With I32 (a channel's N * HW elements below 2^31) the thread's (n, q)
  * comes from a multiply-shift division of the flat index each step; the
  * general path carries (n, q) along, which divides by HW in 64 bits on

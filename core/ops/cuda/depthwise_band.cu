@@ -129,8 +129,8 @@ __host__ __device__ inline int bwd2_rows(int R)
 /*
  * Forward, stride S: y[oh][ow] = b + sum w[i][j] x[oh S - 1 + i][ow S - 1
  * + j]. With FLIP (stride 1 only) the window is w[2 - i][2 - j]: backward
- * data, the pass's input being dy. One block per (plane, band); threads
- * take strips of VB outputs down a column.
+ * data, the pass's input being dy. One block per (band, channel,
+ * sample); a thread computes tiles of VB rows by 2 columns.
  */
 template <typename T, int S, bool FLIP>
 __global__ void __launch_bounds__(BAND_THREADS)
