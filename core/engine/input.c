@@ -21,35 +21,73 @@
 #include "runtime/cuda/cuda_device.h"
 #endif
 
-int mg_input_init(struct mg_trainer *t, int64_t cap)
+/* Token rows of a micro-batch are padded to a multiple of this: fewer
+ * distinct shapes for kernels (and CUDA graphs) to see. */
+#define MG_SEQ_ROUND 16
+
+int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 {
 	struct mg_input *in = &t->in;
 	struct mg_ctx *ctx = &t->ctx;
+	memset(&in->lay, 0, sizeof in->lay);
 	if (t->data->layout(t->inst[MG_SEC_DATASET], &in->lay))
 		return mg_error_prefix("dataset layout");
 	const struct mg_sample_layout *l = &in->lay;
+	const char *dname = t->s->plugin[MG_SEC_DATASET].desc->name;
+	in->tokens = t->s->plugin[MG_SEC_DATASET].desc->abi_minor >= 3 &&
+		     l->seq_len > 0;
+	if (in->tokens) {
+		if (!t->data->read_tokens)
+			return mg_error("dataset '%s' declares token rows "
+					"(seq_len %lld) but no read_tokens",
+					dname, (long long)l->seq_len);
+		if (l->raw_dtype != MG_I32 || l->label_len != l->seq_len ||
+		    l->seq_len > (1 << 24))
+			return mg_error("dataset '%s': token layout must be "
+					"I32 rows of seq_len (1..16M) ids and "
+					"labels",
+					dname);
+	} else if (!t->data->read || !t->data->transform)
+		return mg_error("dataset '%s' has no read/transform",
+				dname);
 	in->raw_sample = mg_dtype_size(l->raw_dtype);
 	for (int i = 0; i < l->raw_ndim; i++)
 		in->raw_sample *= (size_t)l->raw_shape[i];
+	if (in->tokens)
+		in->raw_sample = (size_t)l->seq_len * sizeof(int32_t);
 	size_t in_sample = mg_dtype_size(ctx->compute_dtype);
 	for (int i = 0; i < l->input_ndim; i++)
 		in_sample *= (size_t)l->input_shape[i];
 	size_t lab = (size_t)l->label_len * sizeof(int32_t);
+	size_t total = (size_t)cap * (size_t)slots;
 	in->cap = cap;
-	in->idx = calloc((size_t)cap, sizeof *in->idx);
-	if (!in->idx)
+	in->slots = slots;
+	in->idx = calloc(total, sizeof *in->idx);
+	in->slot = calloc((size_t)slots, sizeof *in->slot);
+	if (!in->idx || !in->slot)
 		return mg_error("out of memory");
 	bool pin = mg_opt_bool(t->s->run, "pin_memory");
-	if (mg_buf_alloc_host(ctx, &in->raw_host, in->raw_sample * (size_t)cap,
+	if (mg_buf_alloc_host(ctx, &in->raw_host, in->raw_sample * total,
 			      MG_MEM_INPUT, pin) ||
-	    mg_buf_alloc_host(ctx, &in->labels_host, lab * (size_t)cap,
-			      MG_MEM_INPUT, pin) ||
-	    mg_buf_alloc(ctx, &in->raw_dev, in->raw_sample * (size_t)cap,
+	    mg_buf_alloc_host(ctx, &in->labels_host, lab * total, MG_MEM_INPUT,
+			      pin) ||
+	    mg_buf_alloc(ctx, &in->raw_dev, in->raw_sample * total,
 			 MG_MEM_INPUT) ||
-	    mg_buf_alloc(ctx, &in->labels_dev, lab * (size_t)cap,
-			 MG_MEM_INPUT) ||
-	    mg_buf_alloc(ctx, &in->input_dev, in_sample * (size_t)cap,
-			 MG_MEM_INPUT))
+	    mg_buf_alloc(ctx, &in->labels_dev, lab * total, MG_MEM_INPUT))
+		return -1;
+	if (in->tokens) {
+		if (mg_buf_alloc_host(ctx, &in->pos_host, lab * total,
+				      MG_MEM_INPUT, pin) ||
+		    mg_buf_alloc_host(ctx, &in->lens_host,
+				      sizeof(int32_t) * total, MG_MEM_INPUT,
+				      pin) ||
+		    mg_buf_alloc(ctx, &in->pos_dev, lab * total,
+				 MG_MEM_INPUT) ||
+		    mg_buf_alloc(ctx, &in->lens_dev, sizeof(int32_t) * total,
+				 MG_MEM_INPUT))
+			return -1;
+	} else if (mg_buf_alloc(ctx, &in->input_dev, in_sample * (size_t)cap,
+				MG_MEM_INPUT))
 		return -1;
 #ifdef MG_HAVE_CUDA
 	if (ctx->dev->kind == MG_DEV_CUDA && mg_cuda_event_create(&in->copied))
@@ -62,17 +100,21 @@ void mg_input_free(struct mg_trainer *t)
 {
 	struct mg_input *in = &t->in;
 	struct mg_ctx *ctx = &t->ctx;
-	mg_buf_free(ctx, &in->raw_host);
-	mg_buf_free(ctx, &in->labels_host);
-	mg_buf_free(ctx, &in->raw_dev);
-	mg_buf_free(ctx, &in->labels_dev);
-	mg_buf_free(ctx, &in->input_dev);
+	struct mg_buf *bufs[] = {&in->raw_host, &in->labels_host,
+				 &in->raw_dev,	&in->labels_dev,
+				 &in->input_dev, &in->pos_host,
+				 &in->lens_host, &in->pos_dev,
+				 &in->lens_dev};
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		mg_buf_free(ctx, bufs[i]);
 #ifdef MG_HAVE_CUDA
 	mg_cuda_event_destroy(in->copied);
 #endif
 	in->copied = NULL;
 	free(in->idx);
+	free(in->slot);
 	in->idx = NULL;
+	in->slot = NULL;
 }
 
 /* Tensor over samples [begin, begin+count) of a batched buffer. */
@@ -92,15 +134,88 @@ static struct mg_tensor slice(void *base, enum mg_dtype dt,
 			      ndim + 1, full);
 }
 
-int mg_input_fetch(struct mg_trainer *t, enum mg_split split,
-		   const int64_t *idx, int64_t n)
+/* Read a slot's token rows, check them, count the computed rows' label
+ * tokens and trim the rows in place to the slot's padded length. Returns
+ * the bytes of one array (ids, labels or positions) to copy, or 0 on
+ * error. */
+static size_t read_tokens(struct mg_trainer *t, enum mg_split split,
+			  int slot, const int64_t *idx, int64_t n,
+			  int64_t cbegin, int64_t ccount)
+{
+	struct mg_input *in = &t->in;
+	const int64_t L = in->lay.seq_len;
+	const size_t off = (size_t)slot * (size_t)in->cap;
+	int32_t *ids = (int32_t *)in->raw_host.ptr + off * (size_t)L;
+	int32_t *lab = (int32_t *)in->labels_host.ptr + off * (size_t)L;
+	int32_t *pos = (int32_t *)in->pos_host.ptr + off * (size_t)L;
+	int32_t *lens = (int32_t *)in->lens_host.ptr + off;
+	struct mg_token_rows rows = {L, ids, lab, pos, lens};
+	const char *dname = t->s->plugin[MG_SEC_DATASET].desc->name;
+	if (t->data->read_tokens(t->inst[MG_SEC_DATASET], split, idx, n,
+				 &rows)) {
+		mg_error_prefix("dataset '%s' read", dname);
+		return 0;
+	}
+	int64_t longest = 1, counted = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (lens[i] < 1 || lens[i] > L) {
+			mg_error("dataset '%s': sample %lld has %d tokens "
+				 "(1..%lld allowed)",
+				 dname, (long long)idx[i], lens[i],
+				 (long long)L);
+			return 0;
+		}
+		if (lens[i] > longest)
+			longest = lens[i];
+		const int32_t *r = ids + i * L, *y = lab + i * L;
+		for (int64_t j = 0; j < lens[i]; j++) {
+			bool bad_y = y[j] != MG_IGNORE_INDEX &&
+				     (y[j] < 0 || y[j] >= in->lay.vocab_size);
+			if (r[j] < 0 || r[j] >= in->lay.vocab_size || bad_y) {
+				mg_error("dataset '%s': sample %lld token %lld: "
+					 "%s %d outside the vocabulary of "
+					 "%lld",
+					 dname, (long long)idx[i],
+					 (long long)j, bad_y ? "label" : "id",
+					 bad_y ? y[j] : r[j],
+					 (long long)in->lay.vocab_size);
+				return 0;
+			}
+			if (i >= cbegin && i < cbegin + ccount &&
+			    y[j] != MG_IGNORE_INDEX)
+				counted++;
+		}
+	}
+	int64_t T = (longest + MG_SEQ_ROUND - 1) / MG_SEQ_ROUND * MG_SEQ_ROUND;
+	if (T > L)
+		T = L;
+	/* Trim rows to stride T (forward moves, so in place is safe), and
+	 * make the padding what the contract promises. */
+	for (int64_t i = 0; i < n; i++) {
+		int32_t *a[3] = {ids, lab, pos};
+		static const int32_t fill[3] = {0, MG_IGNORE_INDEX, 0};
+		for (int k = 0; k < 3; k++) {
+			int32_t *dst = a[k] + i * T;
+			memmove(dst, a[k] + i * L, (size_t)lens[i] * 4);
+			for (int64_t j = lens[i]; j < T; j++)
+				dst[j] = fill[k];
+		}
+	}
+	in->slot[slot].seq = T;
+	in->slot[slot].label_tokens = counted;
+	return (size_t)(n * T) * sizeof(int32_t);
+}
+
+int mg_input_fetch(struct mg_trainer *t, enum mg_split split, int slot,
+		   const int64_t *idx, int64_t n, int64_t cbegin,
+		   int64_t ccount)
 {
 	struct mg_input *in = &t->in;
 	struct mg_ctx *ctx = &t->ctx;
-	if (n > in->cap)
-		return mg_error("input: batch of %lld exceeds the %lld-sample "
-				"buffers",
-				(long long)n, (long long)in->cap);
+	if (n > in->cap || slot < 0 || slot >= in->slots)
+		return mg_error("input: batch of %lld (slot %d) exceeds the "
+				"%lld-sample buffers",
+				(long long)n, slot, (long long)in->cap);
 	mg_timer_start(ctx, MG_T_DATA);
 #ifdef MG_HAVE_CUDA
 	/* The previous copy out of the staging buffer must be done. */
@@ -108,21 +223,46 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split,
 		return -1;
 	in->copy_pending = false;
 #endif
-	int rc = t->data->read(t->inst[MG_SEC_DATASET], split, idx, n,
-			       in->raw_host.ptr, in->labels_host.ptr);
+	const size_t off = (size_t)slot * (size_t)in->cap;
+	const size_t lab_row = (size_t)in->lay.label_len * sizeof(int32_t);
+	size_t raw_bytes, lab_bytes;
+	char *raw_h = (char *)in->raw_host.ptr + off * in->raw_sample;
+	char *lab_h = (char *)in->labels_host.ptr + off * lab_row;
+	char *raw_d = (char *)in->raw_dev.ptr + off * in->raw_sample;
+	char *lab_d = (char *)in->labels_dev.ptr + off * lab_row;
+	int rc = 0;
+	if (in->tokens) {
+		raw_bytes = lab_bytes =
+			read_tokens(t, split, slot, idx, n, cbegin, ccount);
+		rc = raw_bytes == 0;
+	} else {
+		rc = t->data->read(t->inst[MG_SEC_DATASET], split, idx, n,
+				   raw_h, (int32_t *)lab_h);
+		if (rc)
+			mg_error_prefix(
+				"dataset '%s' read",
+				t->s->plugin[MG_SEC_DATASET].desc->name);
+		raw_bytes = in->raw_sample * (size_t)n;
+		lab_bytes = lab_row * (size_t)n;
+	}
 	mg_timer_stop(ctx, MG_T_DATA);
 	if (rc)
-		return mg_error_prefix("dataset '%s' read",
-				       t->s->plugin[MG_SEC_DATASET].desc->name);
+		return -1;
 	mg_count(ctx, MG_C_SAMPLES_READ, n);
-	size_t raw_bytes = in->raw_sample * (size_t)n;
-	size_t lab_bytes =
-		(size_t)in->lay.label_len * sizeof(int32_t) * (size_t)n;
 	double t0 = mg_now();
+	size_t extra = 0;
 	mg_nvtx_push("h2d");
-	rc = mg_copy_h2d(ctx, in->raw_dev.ptr, in->raw_host.ptr, raw_bytes) ||
-	     mg_copy_h2d(ctx, in->labels_dev.ptr, in->labels_host.ptr,
-			 lab_bytes);
+	rc = mg_copy_h2d(ctx, raw_d, raw_h, raw_bytes) ||
+	     mg_copy_h2d(ctx, lab_d, lab_h, lab_bytes);
+	if (!rc && in->tokens) {
+		char *pos_h = (char *)in->pos_host.ptr + off * lab_row;
+		char *pos_d = (char *)in->pos_dev.ptr + off * lab_row;
+		char *len_h = (char *)in->lens_host.ptr + off * 4;
+		char *len_d = (char *)in->lens_dev.ptr + off * 4;
+		extra = raw_bytes + (size_t)n * 4;
+		rc = mg_copy_h2d(ctx, pos_d, pos_h, raw_bytes) ||
+		     mg_copy_h2d(ctx, len_d, len_h, (size_t)n * 4);
+	}
 	mg_nvtx_pop();
 	/* Host time spent issuing copies: with pageable memory the driver
 	 * copies through its own staging buffer before returning. */
@@ -139,25 +279,56 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split,
 		in->copy_pending = true;
 	}
 #endif
-	in->fetched = n;
-	mg_count(ctx, MG_C_H2D_BYTES, (int64_t)(raw_bytes + lab_bytes));
+	in->slot[slot].fetched = n;
+	mg_count(ctx, MG_C_H2D_BYTES, (int64_t)(raw_bytes + lab_bytes + extra));
 	return 0;
 }
 
-int mg_input_transform(struct mg_trainer *t, int64_t begin, int64_t count,
-		       struct mg_batch *batch)
+/* A slot's token rows [begin, begin+count) as the batch. */
+static void token_batch(struct mg_trainer *t, int slot, int64_t begin,
+			int64_t count, struct mg_batch *batch)
+{
+	struct mg_input *in = &t->in;
+	const enum mg_device_kind dk = t->ctx.dev->kind;
+	const size_t off = (size_t)slot * (size_t)in->cap;
+	const size_t row_off = off * (size_t)in->lay.seq_len;
+	int64_t T = in->slot[slot].seq;
+	int32_t *ids = (int32_t *)in->raw_dev.ptr + row_off;
+	int32_t *lab = (int32_t *)in->labels_dev.ptr + row_off;
+	int32_t *pos = (int32_t *)in->pos_dev.ptr + row_off;
+	int32_t *lens = (int32_t *)in->lens_dev.ptr + off;
+	batch->input = slice(ids, MG_I32, dk, 1, &T, begin, count);
+	batch->labels = slice(lab, MG_I32, dk, 1, &T, begin, count);
+	batch->positions = slice(pos, MG_I32, dk, 1, &T, begin, count);
+	batch->lens = slice(lens, MG_I32, dk, 0, NULL, begin, count);
+	batch->lens_host = (const int32_t *)in->lens_host.ptr + off + begin;
+	batch->seq = T;
+}
+
+int mg_input_transform(struct mg_trainer *t, int slot, int64_t begin,
+		       int64_t count, struct mg_batch *batch)
 {
 	struct mg_input *in = &t->in;
 	struct mg_ctx *ctx = &t->ctx;
 	const struct mg_sample_layout *l = &in->lay;
-	if (begin < 0 || begin + count > in->fetched)
+	memset(batch, 0, sizeof *batch);
+	if (slot < 0 || slot >= in->slots || begin < 0 ||
+	    begin + count > in->slot[slot].fetched)
 		return mg_error("input: samples %lld..%lld of a batch of %lld",
 				(long long)begin, (long long)(begin + count),
-				(long long)in->fetched);
+				(long long)(slot >= 0 && slot < in->slots
+						    ? in->slot[slot].fetched
+						    : 0));
+	batch->n = count;
+	if (in->tokens) {
+		token_batch(t, slot, begin, count, batch);
+		return 0;
+	}
+	const size_t off = (size_t)slot * (size_t)in->cap;
 	/* Transform only the samples this rank computes. */
-	struct mg_tensor raw =
-		slice(in->raw_dev.ptr, l->raw_dtype, ctx->dev->kind,
-		      l->raw_ndim, l->raw_shape, begin, count);
+	struct mg_tensor raw = slice(
+		(char *)in->raw_dev.ptr + off * in->raw_sample, l->raw_dtype,
+		ctx->dev->kind, l->raw_ndim, l->raw_shape, begin, count);
 	struct mg_tensor input =
 		slice(in->input_dev.ptr, ctx->compute_dtype, ctx->dev->kind,
 		      l->input_ndim, l->input_shape, 0, count);
@@ -165,18 +336,17 @@ int mg_input_transform(struct mg_trainer *t, int64_t begin, int64_t count,
 		return mg_error_prefix("dataset transform");
 	int64_t lshape[1] = {l->label_len};
 	batch->input = input;
-	batch->labels = slice(in->labels_dev.ptr, MG_I32, ctx->dev->kind,
-			      l->label_len > 1 ? 1 : 0, lshape, begin, count);
-	batch->n = count;
-	batch->global_offset = 0;
+	batch->labels = slice((int32_t *)in->labels_dev.ptr +
+				      off * (size_t)l->label_len,
+			      MG_I32, ctx->dev->kind, l->label_len > 1 ? 1 : 0,
+			      lshape, begin, count);
 	return 0;
 }
 
 int mg_input_load(struct mg_trainer *t, enum mg_split split, const int64_t *idx,
-		  int64_t n, int64_t begin, int64_t count,
-		  struct mg_batch *batch)
+		  int64_t n, struct mg_batch *batch)
 {
-	if (mg_input_fetch(t, split, idx, n))
+	if (mg_input_fetch(t, split, 0, idx, n, 0, n))
 		return -1;
-	return mg_input_transform(t, begin, count, batch);
+	return mg_input_transform(t, 0, 0, n, batch);
 }

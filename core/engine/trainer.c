@@ -98,6 +98,40 @@ static int create_instances(struct mg_trainer *t)
 	return 0;
 }
 
+/* The model's metric declarations (ABI 1.3), or the classifier's
+ * default; checked so a bad declaration is refused naming the model. */
+static int load_metric_spec(struct mg_trainer *t)
+{
+	const struct mg_plugin *mp = t->s->plugin[MG_SEC_MODEL].desc;
+	struct mg_metric_spec *ms = &t->mspec;
+	memset(ms, 0, sizeof *ms);
+	if (mp->abi_minor < 3 || !t->model->metrics) {
+		mg_metric_spec_classifier(ms);
+		return 0;
+	}
+	if (t->model->metrics(t->inst[MG_SEC_MODEL], ms))
+		return mg_error_prefix("model '%s' metrics", mp->name);
+	if (ms->nsums < MG_METRIC_N || ms->nsums > MG_METRIC_MAX ||
+	    ms->ndecl < 1 || ms->ndecl > MG_METRIC_MAX)
+		return mg_error("model '%s' (%s) declares %d metric sums and "
+				"%d metrics (%d..%d sums, 1..%d metrics "
+				"allowed)",
+				mp->name, t->s->plugin[MG_SEC_MODEL].path,
+				ms->nsums, ms->ndecl, MG_METRIC_N,
+				MG_METRIC_MAX, MG_METRIC_MAX);
+	for (int i = 0; i < ms->ndecl; i++) {
+		const struct mg_metric_decl *d = &ms->decl[i];
+		if (!d->name[0] || memchr(d->name, 0, sizeof d->name) == NULL ||
+		    d->num < 0 || d->num >= ms->nsums || d->den >= ms->nsums ||
+		    (unsigned)d->show > MG_SHOW_EXP)
+			return mg_error("model '%s': metric %d ('%.31s') is "
+					"malformed (sums %d/%d of %d)",
+					mp->name, i, d->name, d->num, d->den,
+					ms->nsums);
+	}
+	return 0;
+}
+
 static int setup(struct mg_trainer *t)
 {
 	const struct mg_opts *run = t->s->run;
@@ -137,6 +171,7 @@ static int setup(struct mg_trainer *t)
 		return mg_error_prefix("communicator for rank %d of %d (%s)",
 				       env.rank, env.world, env.source);
 	ctx->struct_size = sizeof *ctx;
+	ctx->micro_count = 1;
 	ctx->dev = &t->dev;
 	ctx->comm = t->comm;
 	switch (mg_opt_enum(run, "precision")) {
@@ -176,6 +211,18 @@ static int setup(struct mg_trainer *t)
 		return -1;
 	if (t->model->declare(t->inst[MG_SEC_MODEL], &t->spec))
 		return mg_error_prefix("model declare");
+	if (load_metric_spec(t))
+		return -1;
+	t->accum = mg_opt_int(run, "grad_accum");
+	const struct mg_plugin *stp = t->s->plugin[MG_SEC_STRATEGY].desc;
+	if (t->accum > 1 &&
+	    !(stp->abi_minor >= 3 && (t->strat->caps & MG_STRATEGY_GRAD_ACCUM)))
+		return mg_error("run.grad_accum = %lld: strategy '%s' (%s) does "
+				"not declare gradient accumulation "
+				"(MG_STRATEGY_GRAD_ACCUM)",
+				(long long)t->accum, stp->name,
+				t->s->plugin[MG_SEC_STRATEGY].path);
+	ctx->micro_count = (int)t->accum;
 	if (t->strat->setup(t->inst[MG_SEC_STRATEGY], &t->spec))
 		return mg_error_prefix(
 			"strategy '%s' setup",
@@ -191,11 +238,25 @@ static int setup(struct mg_trainer *t)
 	int64_t eb = mg_opt_int(run, "eval_batch_size");
 	if (eb > cap)
 		cap = eb;
-	if (mg_input_init(t, cap))
+	if (mg_input_init(t, cap, (int)t->accum))
 		return -1;
-	int64_t one = 1, nm = MG_METRIC_N;
-	if (mg_buf_alloc(ctx, &t->metrics, MG_METRIC_N * sizeof(float),
-			 MG_MEM_OTHER) ||
+	if (t->mspec.per_token && !t->in.tokens)
+		return mg_error("model '%s' averages its loss per token, but "
+				"dataset '%s' does not hand out token rows",
+				t->s->plugin[MG_SEC_MODEL].desc->name,
+				t->s->plugin[MG_SEC_DATASET].desc->name);
+	t->plans = calloc((size_t)t->accum, sizeof *t->plans);
+	t->next_plans = calloc((size_t)t->accum, sizeof *t->next_plans);
+	t->graph_key = calloc((size_t)t->accum * 3, sizeof *t->graph_key);
+	if (!t->plans || !t->next_plans || !t->graph_key)
+		return mg_error("out of memory");
+	int64_t one = 1;
+	size_t mbytes = (size_t)t->accum * MG_METRIC_MAX * sizeof(float);
+	if (mg_buf_alloc(ctx, &t->metrics, mbytes, MG_MEM_OTHER) ||
+	    mg_memset_dev(ctx, t->metrics.ptr, 0, mbytes) ||
+	    mg_buf_alloc(ctx, &t->count_dev, sizeof(float), MG_MEM_OTHER) ||
+	    mg_buf_alloc_host(ctx, &t->count_host, sizeof(float), MG_MEM_OTHER,
+			      true) ||
 	    mg_buf_alloc(ctx, &t->grad_scale, sizeof(float), MG_MEM_OTHER) ||
 	    mg_buf_alloc(ctx, &t->vals_dev, sizeof(struct mg_optim_vals),
 			 MG_MEM_OTHER) ||
@@ -209,16 +270,18 @@ static int setup(struct mg_trainer *t)
 	ctx->optim_vals = t->vals_dev.ptr;
 	ctx->grad_scale = mg_tensor_make(t->grad_scale.ptr, MG_F32,
 					 ctx->dev->kind, 1, &one);
-	t->metrics_t =
-		mg_tensor_make(t->metrics.ptr, MG_F32, ctx->dev->kind, 1, &nm);
 	int64_t ntrain =
 		t->data->count(t->inst[MG_SEC_DATASET], MG_SPLIT_TRAIN);
+	/* The sampler plans micro-batches; K of them make a step. */
 	t->steps_per_epoch = t->strat->steps_per_epoch(t->inst[MG_SEC_STRATEGY],
-						       ntrain, t->batch);
+						       ntrain, t->batch) /
+			     t->accum;
 	if (t->steps_per_epoch <= 0)
 		return mg_error("the training set has %lld samples, fewer than "
-				"one batch of %lld",
-				(long long)ntrain, (long long)t->batch);
+				"one step of %lld x %lld (batch_size x "
+				"grad_accum)",
+				(long long)ntrain, (long long)t->batch,
+				(long long)t->accum);
 	t->total_steps = t->steps_per_epoch * t->epochs;
 	int64_t max_steps = mg_opt_int(run, "max_steps");
 	if (max_steps > 0 && max_steps < t->total_steps)
@@ -236,14 +299,30 @@ const char *mg_device_desc(const struct mg_trainer *t)
 	return "cpu";
 }
 
-/* Read the F32 metrics the model wrote. */
-static int read_metrics(struct mg_trainer *t, double m[MG_METRIC_N])
+/* The metrics row micro-batch `micro` writes. */
+static struct mg_tensor metrics_row(struct mg_trainer *t, int micro)
 {
-	float f[MG_METRIC_N];
-	if (mg_copy_d2h(&t->ctx, f, t->metrics.ptr, sizeof f))
-		return -1;
-	for (int i = 0; i < MG_METRIC_N; i++)
-		m[i] = f[i];
+	int64_t n = t->mspec.nsums;
+	return mg_tensor_make((float *)t->metrics.ptr + micro * MG_METRIC_MAX,
+			      MG_F32, t->ctx.dev->kind, 1, &n);
+}
+
+/* Read the F32 metric sums of `rows` micro-batches, added up. */
+static int read_metrics(struct mg_trainer *t, int rows,
+			double m[MG_METRIC_MAX])
+{
+	float f[MG_METRIC_MAX * 64];
+	memset(m, 0, MG_METRIC_MAX * sizeof *m);
+	for (int r0 = 0; r0 < rows; r0 += 64) {
+		int nr = rows - r0 < 64 ? rows - r0 : 64;
+		if (mg_copy_d2h(&t->ctx, f,
+				(float *)t->metrics.ptr + r0 * MG_METRIC_MAX,
+				(size_t)nr * MG_METRIC_MAX * sizeof *f))
+			return -1;
+		for (int r = 0; r < nr; r++)
+			for (int i = 0; i < MG_METRIC_MAX; i++)
+				m[i] += f[r * MG_METRIC_MAX + i];
+	}
 	return 0;
 }
 
@@ -253,7 +332,8 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 	void *data = t->inst[MG_SEC_DATASET];
 	int64_t n = t->data->count(data, MG_SPLIT_TEST);
 	int64_t eb = mg_opt_int(t->s->run, "eval_batch_size");
-	double tot[MG_METRIC_N] = {0};
+	double tot[MG_METRIC_MAX] = {0};
+	struct mg_tensor mrow = metrics_row(t, 0);
 	ctx->training = false;
 	t->stats.paused = true; /* the report times training steps */
 	/* Each rank evaluates every world-th batch; sums are reduced. */
@@ -262,18 +342,17 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 		for (int64_t i = 0; i < cnt; i++)
 			t->in.idx[i] = b + i;
 		struct mg_batch batch;
-		double m[MG_METRIC_N];
-		if (mg_input_load(t, MG_SPLIT_TEST, t->in.idx, cnt, 0, cnt,
-				  &batch) ||
+		double m[MG_METRIC_MAX];
+		if (mg_input_load(t, MG_SPLIT_TEST, t->in.idx, cnt, &batch) ||
 		    t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
-				      &t->metrics_t) ||
-		    read_metrics(t, m))
+				      &mrow) ||
+		    read_metrics(t, 1, m))
 			return mg_error_prefix("evaluation");
-		for (int i = 0; i < MG_METRIC_N; i++)
+		for (int i = 0; i < MG_METRIC_MAX; i++)
 			tot[i] += m[i];
 	}
 	t->stats.paused = false;
-	if (t->comm->all_reduce_host(t->comm, tot, MG_METRIC_N, MG_F64,
+	if (t->comm->all_reduce_host(t->comm, tot, MG_METRIC_MAX, MG_F64,
 				     MG_REDUCE_SUM))
 		return mg_error_prefix("evaluation metrics");
 	*loss = tot[MG_METRIC_COUNT] > 0
@@ -377,59 +456,108 @@ static int load_checkpoint(struct mg_trainer *t)
 	return 0;
 }
 
-/* Plan step `step` and fetch its batch (host read, queued copy). */
-static int fetch_step(struct mg_trainer *t, int64_t step, struct mg_plan *p)
+/* Plan step `step`'s micro-batches and fetch them (host read, queued
+ * copy), one input slot each. */
+static int fetch_step(struct mg_trainer *t, int64_t step, struct mg_plan *ps)
 {
 	int64_t ntrain =
 		t->data->count(t->inst[MG_SEC_DATASET], MG_SPLIT_TRAIN);
-	memset(p, 0, sizeof *p);
-	p->read_idx = t->in.idx;
-	p->read_cap = t->in.cap;
-	if (t->strat->plan(t->inst[MG_SEC_STRATEGY], ntrain, t->batch,
-			   step / t->steps_per_epoch, step % t->steps_per_epoch,
-			   p))
-		return mg_error_prefix("strategy plan");
-	return mg_input_fetch(t, MG_SPLIT_TRAIN, p->read_idx, p->n_read);
+	for (int m = 0; m < t->accum; m++) {
+		struct mg_plan *p = &ps[m];
+		/* Micro-batch m of step s is the sampler's step s*K+m: the
+		 * same samples, in the same order, as one K-times batch. */
+		int64_t micro = step * t->accum + m;
+		int64_t mpe = t->steps_per_epoch * t->accum;
+		memset(p, 0, sizeof *p);
+		p->read_idx = t->in.idx + m * t->in.cap;
+		p->read_cap = t->in.cap;
+		if (t->strat->plan(t->inst[MG_SEC_STRATEGY], ntrain, t->batch,
+				   micro / mpe, micro % mpe, p))
+			return mg_error_prefix("strategy plan");
+		const char *sn = t->s->plugin[MG_SEC_STRATEGY].desc->name;
+		if (p->global_count <= 0 || p->compute_count < 0 ||
+		    p->n_read < 0 || p->n_read > p->read_cap ||
+		    p->compute_begin < 0 ||
+		    p->compute_begin + p->compute_count > p->n_read)
+			return mg_error("strategy '%s' plan() for step %lld: "
+					"reads %lld, computes %lld from %lld, "
+					"global count %lld: out of range",
+					sn, (long long)micro,
+					(long long)p->n_read,
+					(long long)p->compute_count,
+					(long long)p->compute_begin,
+					(long long)p->global_count);
+		if (mg_input_fetch(t, MG_SPLIT_TRAIN, m, p->read_idx, p->n_read,
+				   p->compute_begin, p->compute_count))
+			return -1;
+	}
+	return 0;
 }
 
 /*
- * The device work of one step: transform, zero gradients, forward,
- * backward, reductions and optimizer. No host synchronisation happens in
- * here (every per-step value is read from device memory), so it can be
- * captured once as a CUDA graph and replayed.
+ * The device work of one step: for each micro-batch transform, forward
+ * and backward (gradients accumulate), then reductions and optimizer. No
+ * host synchronisation happens in here (every per-step value is read
+ * from device memory), so it can be captured once as a CUDA graph and
+ * replayed.
  */
-static int step_compute(struct mg_trainer *t, const struct mg_plan *p,
+static int step_compute(struct mg_trainer *t, const struct mg_plan *ps,
 			struct mg_step_report *sr)
 {
 	struct mg_ctx *ctx = &t->ctx;
 	void *strat = t->inst[MG_SEC_STRATEGY];
-	struct mg_batch batch;
-	mg_timer_start(ctx, MG_T_FORWARD);
-	if (mg_input_transform(t, p->compute_begin, p->compute_count, &batch))
-		return -1;
-	batch.global_offset = p->global_offset;
 	if (t->strat->begin_step(strat))
 		return mg_error_prefix("strategy begin_step");
-	int rc = t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
-				   &t->metrics_t);
-	mg_timer_stop(ctx, MG_T_FORWARD);
-	if (rc)
-		return mg_error_prefix("forward at step %lld",
-				       (long long)ctx->step);
-	/* The step's loss and accuracy over all ranks, reduced while
-	 * backward runs (the strategy's wait or ours below orders it). */
-	if (ctx->world > 1 &&
-	    t->comm->all_reduce(t->comm, t->metrics.ptr, MG_METRIC_N, MG_F32,
-				MG_REDUCE_SUM))
-		return mg_error_prefix("metrics all-reduce");
-	mg_timer_start(ctx, MG_T_BACKWARD);
-	rc = t->model->backward(t->inst[MG_SEC_MODEL], ctx);
-	mg_timer_stop(ctx, MG_T_BACKWARD);
-	if (rc)
-		return mg_error_prefix("backward at step %lld",
-				       (long long)ctx->step);
+	/* Token-weighted loss over several ranks: the step's label tokens
+	 * summed over ranks, then grad_scale = loss scale / tokens, all on
+	 * the device before the first backward. */
+	if (t->mspec.per_token && ctx->world > 1) {
+		int64_t one = 1;
+		struct mg_tensor cnt = mg_tensor_make(
+			t->count_dev.ptr, MG_F32, ctx->dev->kind, 1, &one);
+		if (t->comm->all_reduce(t->comm, t->count_dev.ptr, 1, MG_F32,
+					MG_REDUCE_SUM) ||
+		    t->comm->wait(t->comm) ||
+		    mg_op_reciprocal_scale(ctx, &cnt, t->loss_scale,
+					   &ctx->grad_scale))
+			return mg_error_prefix("label-token count");
+	}
+	int64_t offset = 0; /* of micro-batch m in the step's global batch */
+	for (int m = 0; m < t->accum; m++) {
+		const struct mg_plan *p = &ps[m];
+		struct mg_batch batch;
+		struct mg_tensor mrow = metrics_row(t, m);
+		ctx->micro = m;
+		mg_timer_start(ctx, MG_T_FORWARD);
+		if (mg_input_transform(t, m, p->compute_begin, p->compute_count,
+				       &batch))
+			return -1;
+		batch.global_offset = offset + p->global_offset;
+		offset += p->global_count;
+		int rc = t->model->forward(t->inst[MG_SEC_MODEL], ctx, &batch,
+					   &mrow);
+		mg_timer_stop(ctx, MG_T_FORWARD);
+		if (rc)
+			return mg_error_prefix("forward at step %lld",
+					       (long long)ctx->step);
+		/* The step's metrics over all ranks, reduced while the last
+		 * backward runs (the strategy's wait or ours below orders
+		 * it). */
+		if (m + 1 == t->accum && ctx->world > 1 &&
+		    t->comm->all_reduce(t->comm, t->metrics.ptr,
+					t->accum * MG_METRIC_MAX, MG_F32,
+					MG_REDUCE_SUM))
+			return mg_error_prefix("metrics all-reduce");
+		mg_timer_start(ctx, MG_T_BACKWARD);
+		rc = t->model->backward(t->inst[MG_SEC_MODEL], ctx);
+		mg_timer_stop(ctx, MG_T_BACKWARD);
+		if (rc)
+			return mg_error_prefix("backward at step %lld",
+					       (long long)ctx->step);
+	}
+	ctx->micro = 0;
 	mg_timer_start(ctx, MG_T_OPTIM);
-	rc = t->strat->step(strat, &t->hp, sr);
+	int rc = t->strat->step(strat, &t->hp, sr);
 	if (!rc && ctx->world > 1)
 		rc = t->comm->wait(t->comm);
 	mg_timer_stop(ctx, MG_T_OPTIM);
@@ -439,15 +567,32 @@ static int step_compute(struct mg_trainer *t, const struct mg_plan *p,
 	return 0;
 }
 
+/* Has the captured graph been built for these micro-batches (slices and
+ * token lengths)? With `set`, make it so. */
+static bool graph_key_same(struct mg_trainer *t, const struct mg_plan *ps,
+			   bool set)
+{
+	bool same = true;
+	for (int m = 0; m < t->accum; m++) {
+		int64_t k[3] = {ps[m].compute_begin, ps[m].compute_count,
+				t->in.slot[m].seq};
+		for (int j = 0; j < 3; j++) {
+			same = same && t->graph_key[3 * m + j] == k[j];
+			if (set)
+				t->graph_key[3 * m + j] = k[j];
+		}
+	}
+	return same;
+}
+
 /* Run step_compute eagerly, or as a CUDA graph once the first steps have
  * reserved every buffer and chosen every algorithm. */
 static int launch_compute(struct mg_trainer *t, int64_t step,
-			  const struct mg_plan *p, struct mg_step_report *sr)
+			  const struct mg_plan *ps, struct mg_step_report *sr)
 {
 #ifdef MG_HAVE_CUDA
 	struct mg_device *dev = t->ctx.dev;
-	bool same = t->graph && t->graph_begin == p->compute_begin &&
-		    t->graph_count == p->compute_count;
+	bool same = t->graph && graph_key_same(t, ps, false);
 	if (t->use_graph && !same && step >= t->start_step + 2) {
 		mg_cuda_graph_free(t->graph);
 		t->graph = NULL;
@@ -455,7 +600,7 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 			return -1;
 		t->comm->capture(t->comm, MG_COMM_CAPTURE_BEGIN);
 		mg_stats_capture(&t->stats, true, false);
-		int rc = step_compute(t, p, sr);
+		int rc = step_compute(t, ps, sr);
 		void *g = NULL;
 		int rc2 = mg_cuda_graph_end(dev, &g);
 		t->comm->capture(t->comm, rc || rc2 ? MG_COMM_CAPTURE_ABORT
@@ -469,12 +614,11 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 				mg_last_error());
 			mg_cuda_graph_free(g);
 			t->use_graph = false;
-			return step_compute(t, p, sr);
+			return step_compute(t, ps, sr);
 		}
 		mg_cuda_timers_mark_captured(dev);
 		t->graph = g;
-		t->graph_begin = p->compute_begin;
-		t->graph_count = p->compute_count;
+		graph_key_same(t, ps, true);
 		mg_info("run.cuda_graph: step captured at step %lld; replaying",
 			(long long)step);
 		same = true;
@@ -488,16 +632,33 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 #else
 	(void)step;
 #endif
-	return step_compute(t, p, sr);
+	return step_compute(t, ps, sr);
 }
 
 /* Upload this step's values, read on the device by the loss and the
  * optimizer (so a captured step needs no new kernel arguments). */
 static int upload_step_values(struct mg_trainer *t, int64_t step,
-			      const struct mg_plan *p)
+			      const struct mg_plan *ps)
 {
 	struct mg_ctx *ctx = &t->ctx;
-	float gs = (float)(t->loss_scale / (double)p->global_count);
+	/* The loss is a mean over the step's samples, or over its label
+	 * tokens (every rank and micro-batch). */
+	double divisor = 0, tokens = 0;
+	for (int m = 0; m < t->accum; m++) {
+		divisor += (double)ps[m].global_count;
+		tokens += (double)t->in.slot[m].label_tokens;
+	}
+	if (t->mspec.per_token) {
+		/* One rank knows the total; several sum it on the device
+		 * (step_compute), from this rank's count. */
+		divisor = tokens > 0 ? tokens : 1;
+		*(float *)t->count_host.ptr = (float)tokens;
+		if (ctx->world > 1 &&
+		    mg_copy_h2d(ctx, t->count_dev.ptr, t->count_host.ptr,
+				sizeof(float)))
+			return -1;
+	}
+	float gs = (float)(t->loss_scale / divisor);
 	struct mg_optim_vals *v = t->vals_host.ptr;
 	int64_t k = t->opt_step + 1;
 	memset(v, 0, sizeof *v);
@@ -542,7 +703,7 @@ static int finish_step(struct mg_trainer *t, double *m, double *lr,
 {
 	struct mg_ctx *ctx = &t->ctx;
 	struct mg_optim_vals *v = t->vals_host.ptr;
-	int rc = read_metrics(t, m);
+	int rc = read_metrics(t, (int)t->accum, m);
 	if (!rc)
 		rc = mg_copy_d2h(ctx, v, t->vals_dev.ptr, sizeof *v);
 	mg_stats_step_end(ctx);
@@ -624,39 +785,43 @@ static int run_loop(struct mg_trainer *t)
 	int64_t end = t->total_steps;
 	if (stop_after > 0 && t->start_step + stop_after < end)
 		end = t->start_step + stop_after;
-	double ep_m[MG_METRIC_N] = {0}, ep_t0 = mg_now();
+	double ep_m[MG_METRIC_MAX] = {0}, ep_t0 = mg_now();
 	int64_t ep_steps = 0;
-	struct mg_plan plan, next;
 	bool fetched = false;
 	for (int64_t step = t->start_step; step < end; step++) {
 		mg_profile_step_begin(t, step); /* before t0: opens CUPTI */
-		double m[MG_METRIC_N] = {0}, t0 = mg_now(), lr = 0, gnorm = 0;
+		double m[MG_METRIC_MAX] = {0}, t0 = mg_now(), lr = 0, gnorm = 0;
 		struct mg_step_report sr = {0};
 		int skipped = 0;
 		bool epoch_end = (step + 1) % t->steps_per_epoch == 0 ||
 				 step + 1 == t->total_steps;
 		mg_stats_step_begin(&t->stats, step);
-		if (!fetched && fetch_step(t, step, &plan))
+		if (!fetched && fetch_step(t, step, t->plans))
 			return -1;
 		ctx->epoch = step / t->steps_per_epoch;
 		ctx->step = step;
 		ctx->training = true;
-		mg_count(ctx, MG_C_SAMPLES_COMPUTED, plan.compute_count);
-		if (upload_step_values(t, step, &plan) ||
-		    launch_compute(t, step, &plan, &sr))
+		for (int mi = 0; mi < t->accum; mi++)
+			mg_count(ctx, MG_C_SAMPLES_COMPUTED,
+				 t->plans[mi].compute_count);
+		if (upload_step_values(t, step, t->plans) ||
+		    launch_compute(t, step, t->plans, &sr))
 			return -1;
 		/* Read the next batch while the device computes this one
 		 * (not across an epoch end: evaluation uses the buffers). */
 		fetched = false;
 		if (!epoch_end && step + 1 < end) {
-			if (fetch_step(t, step + 1, &next))
+			if (fetch_step(t, step + 1, t->next_plans))
 				return -1;
 			fetched = true;
 		}
 		if (finish_step(t, m, &lr, &gnorm, &skipped))
 			return -1;
-		if (fetched)
-			plan = next;
+		if (fetched) {
+			struct mg_plan *tmp = t->plans;
+			t->plans = t->next_plans;
+			t->next_plans = tmp;
+		}
 		double dt = mg_now() - t0;
 		if (mg_profile_step_end(t, step, dt))
 			return -1;
@@ -666,7 +831,7 @@ static int run_loop(struct mg_trainer *t)
 			return mg_error("loss is %g at step %lld: training "
 					"diverged (lower optimizer.lr?)",
 					loss, (long long)step);
-		for (int i = 0; i < MG_METRIC_N; i++)
+		for (int i = 0; i < MG_METRIC_MAX; i++)
 			ep_m[i] += m[i];
 		ep_steps++;
 		/* Steady steps exclude the eager warm-up and capture steps
@@ -716,6 +881,8 @@ static void teardown(struct mg_trainer *t)
 		mg_buf_free(ctx, &t->grad_scale);
 		mg_buf_free(ctx, &t->vals_dev);
 		mg_buf_free(ctx, &t->vals_host);
+		mg_buf_free(ctx, &t->count_dev);
+		mg_buf_free(ctx, &t->count_host);
 	}
 	static const int order[] = {MG_SEC_STRATEGY, MG_SEC_MODEL,
 				    MG_SEC_DATASET};
@@ -735,6 +902,9 @@ static void teardown(struct mg_trainer *t)
 	mg_series_free(&t->step_s);
 	free(t->ep);
 	free(t->rank_rows);
+	free(t->plans);
+	free(t->next_plans);
+	free(t->graph_key);
 }
 
 int mg_train(struct mg_session *s, bool resume)

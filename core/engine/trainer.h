@@ -11,16 +11,36 @@
 #include "engine/session.h"
 #include "runtime/runtime.h"
 
-/* Host staging and device buffers for one batch. */
+/* One micro-batch slot of the input buffers: what was fetched into it. */
+struct mg_input_slot {
+	int64_t fetched; /* samples read into the slot */
+	int64_t seq;	 /* token data: padded row length T of the slot */
+	/* token data: label tokens (labels != MG_IGNORE_INDEX) in the rows
+	 * this rank computes, counted on the host at fetch */
+	int64_t label_tokens;
+};
+
+/*
+ * Host staging and device buffers for one step: `slots` micro-batches
+ * (run.grad_accum) of up to `cap` samples each, so a whole step is read
+ * before its first backward (token-weighted losses need every label
+ * count up front). Image data is transformed into one input buffer per
+ * micro-batch; token rows are copied as they are, trimmed to the slot's
+ * longest row.
+ */
 struct mg_input {
 	struct mg_sample_layout lay;
-	int64_t cap;			     /* samples the buffers hold */
+	bool tokens;			     /* lay.seq_len > 0 */
+	int64_t cap;			     /* samples a slot holds */
+	int slots;			     /* micro-batch slots */
 	size_t raw_sample;		     /* bytes of one raw sample */
 	struct mg_buf raw_host, labels_host; /* host staging */
 	struct mg_buf raw_dev, labels_dev, input_dev;
-	int64_t *idx;	 /* plan indices, cap of them */
-	int64_t fetched; /* samples in the device buffers */
-	void *copied;	 /* CUDA event: staging buffer copied out */
+	/* token data: positions (I32 rows) and row lengths (I32) */
+	struct mg_buf pos_host, lens_host, pos_dev, lens_dev;
+	int64_t *idx; /* plan indices, cap per slot */
+	struct mg_input_slot *slot;
+	void *copied; /* CUDA event: staging buffer copied out */
 	bool copy_pending;
 };
 
@@ -49,16 +69,26 @@ struct mg_trainer {
 	struct mg_model_spec spec;
 	struct mg_optim_hparams hp;
 	struct mg_input in;
+	/* F32 [grad_accum][MG_METRIC_MAX]: each micro-batch's forward writes
+	 * its sums into its own row */
 	struct mg_buf metrics, grad_scale;
-	struct mg_tensor metrics_t;	   /* F32 [MG_METRIC_N] over metrics */
+	struct mg_metric_spec mspec; /* what the model reports */
+	int64_t accum;		     /* run.grad_accum */
+	struct mg_plan *plans;	     /* [accum]: the step's micro-batches */
+	struct mg_plan *next_plans;  /* [accum]: the prefetched step's */
+	/* Token-weighted loss on several ranks: this rank's label tokens
+	 * (F32, uploaded each step), summed over ranks on the device and
+	 * turned into grad_scale there */
+	struct mg_buf count_dev, count_host;
 	struct mg_buf vals_dev, vals_host; /* struct mg_optim_vals */
 	struct mg_buf scale_host;	   /* pinned source of grad_scale */
 	int64_t opt_step;		   /* optimizer steps applied so far */
 	double loss_scale;		   /* fp16: dynamic; otherwise 1 */
 	int64_t good_steps; /* fp16: steps since the scale last changed */
 	bool dynamic_scale;
-	void *graph;			  /* CUDA graph of the step's compute */
-	int64_t graph_begin, graph_count; /* the batch slice it was built for */
+	void *graph; /* CUDA graph of the step's compute */
+	/* What it was built for: (begin, count, seq) per micro-batch */
+	int64_t *graph_key;
 	bool use_graph;
 
 	int64_t batch, epochs, steps_per_epoch, total_steps;
@@ -76,20 +106,22 @@ struct mg_trainer {
 };
 
 /* input.c */
-int mg_input_init(struct mg_trainer *t, int64_t cap);
+int mg_input_init(struct mg_trainer *t, int64_t cap, int slots);
 void mg_input_free(struct mg_trainer *t);
-/* Read samples idx[0..n) of split on the host and queue their copy to
- * the device (the staging buffer is reused once the last copy is done). */
-int mg_input_fetch(struct mg_trainer *t, enum mg_split split,
-		   const int64_t *idx, int64_t n);
-/* Transform samples [begin, begin+count) of the fetched batch on the
- * device into the model's input (capturable: no host synchronisation). */
-int mg_input_transform(struct mg_trainer *t, int64_t begin, int64_t count,
-		       struct mg_batch *batch);
-/* fetch + transform. */
+/* Read samples idx[0..n) of split on the host into slot `slot` and queue
+ * their copy to the device (the staging buffer is reused once the last
+ * copy is done). Token data: [cbegin, cbegin+ccount) are the rows this
+ * rank computes, whose label tokens are counted. */
+int mg_input_fetch(struct mg_trainer *t, enum mg_split split, int slot,
+		   const int64_t *idx, int64_t n, int64_t cbegin,
+		   int64_t ccount);
+/* Samples [begin, begin+count) of a fetched slot as the model's input,
+ * transformed on the device (capturable: no host synchronisation). */
+int mg_input_transform(struct mg_trainer *t, int slot, int64_t begin,
+		       int64_t count, struct mg_batch *batch);
+/* fetch + transform, slot 0, computing every sample read. */
 int mg_input_load(struct mg_trainer *t, enum mg_split split, const int64_t *idx,
-		  int64_t n, int64_t begin, int64_t count,
-		  struct mg_batch *batch);
+		  int64_t n, struct mg_batch *batch);
 
 /* schedule.c */
 double mg_schedule_lr(const struct mg_trainer *t, int64_t step);

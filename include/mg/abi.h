@@ -16,8 +16,18 @@
 extern "C" {
 #endif
 
+/*
+ * Minor versions add fields at the end of structs and optional callbacks;
+ * the core reads an addition only from plugins built for that minor or
+ * later, so older plugins keep loading unchanged.
+ *   1.1  strategy max_read
+ *   1.2  ctx local_world, mg_copy_async / mg_host_call
+ *   1.3  sequence models: token batches (ids, labels with MG_IGNORE_INDEX,
+ *        positions, lengths), dataset read_tokens, model-declared metrics,
+ *        gradient accumulation (ctx micro / micro_count, strategy caps)
+ */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 2
+#define MG_ABI_MINOR 3
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

@@ -83,6 +83,13 @@ struct mg_ctx {
 
 	/* Added in ABI 1.2 (valid when struct_size covers it). */
 	int local_world; /* ranks on this node (FSDP hybrid groups) */
+
+	/* Added in ABI 1.3: gradient accumulation. A step runs micro_count
+	 * forward/backward passes (run.grad_accum) before one optimizer step;
+	 * micro is the current one. Gradients accumulate (+=) across them;
+	 * a strategy with MG_STRATEGY_GRAD_ACCUM reduces once, after the last
+	 * (micro == micro_count - 1), like PyTorch DDP's no_sync(). */
+	int micro, micro_count;
 };
 
 /* Borrow unit's full tensors for a phase; NULL on error (error set). */

@@ -68,23 +68,78 @@ MG_EXPORT void mg_spec_free(struct mg_model_spec *s);
 /* Totals over the spec (elements). */
 MG_EXPORT int64_t mg_spec_numel(const struct mg_model_spec *s, int flag_mask);
 
-/* One step's inputs on the context's device, after the dataset's
+/* A label that carries no loss: prompt and padding positions of token
+ * batches (the value Hugging Face and torchtune use). */
+#define MG_IGNORE_INDEX (-100)
+
+/* One micro-batch's inputs on the context's device, after the dataset's
  * transform. */
 struct mg_batch {
-	struct mg_tensor input;	 /* images [n, C, H, W] or tokens [n, T] */
-	struct mg_tensor labels; /* I32 [n] (classes) or [n, T] (tokens) */
-	int64_t n;		 /* samples */
-	/* Position of sample 0 in the step's global batch: random per-sample
-	 * choices (dropout) key on it, so N ranks draw what 1 rank would. */
+	/* images [n, C, H, W] in the compute dtype, or token ids I32 [n, T] */
+	struct mg_tensor input;
+	/* I32 [n] (classes) or [n, T] (next-token targets, already shifted:
+	 * labels[i][t] is the token that should follow position t, or
+	 * MG_IGNORE_INDEX) */
+	struct mg_tensor labels;
+	int64_t n; /* samples */
+	/* Position of sample 0 in the step's global batch (all ranks and
+	 * micro-batches): random per-sample choices (dropout) key on it, so
+	 * N ranks draw what 1 rank would. */
 	int64_t global_offset;
+
+	/* Added in ABI 1.3; empty (ndim 0, data NULL) for non-token data. */
+	/* I32 [n, T]: position of each token in its document. Positions
+	 * restart at 0 where a packed row starts a new document; attention
+	 * never crosses such a boundary. */
+	struct mg_tensor positions;
+	/* I32 [n]: valid tokens per row; the rest of a row is padding (ids 0,
+	 * labels MG_IGNORE_INDEX). Host copy in lens_host. */
+	struct mg_tensor lens;
+	const int32_t *lens_host;
+	int64_t seq; /* T: padded row length of this micro-batch */
 };
 
-/* Metrics a forward pass writes (F32 on the device, not accumulated). */
+/*
+ * Metrics. A forward pass writes sums (F32 on the device, not
+ * accumulated) into metrics[0..nsums): the first MG_METRIC_N are fixed,
+ * later ones are the model's own. The core adds them over micro-batches,
+ * ranks and epochs; what it shows is what the model declares (ABI 1.3)
+ * as ratios of those sums.
+ */
 enum {
 	MG_METRIC_LOSS_SUM = 0, /* sum of per-sample (or per-token) losses */
-	MG_METRIC_CORRECT,	/* correct predictions */
-	MG_METRIC_COUNT,	/* samples or tokens the loss is over */
+	MG_METRIC_CORRECT,	/* correct predictions (samples or tokens) */
+	MG_METRIC_COUNT,	/* samples or label tokens the loss is over */
 	MG_METRIC_N,
+};
+#define MG_METRIC_MAX 16 /* sums a model may write */
+
+enum mg_metric_show {
+	MG_SHOW_PLAIN = 0, /* the ratio as is (loss) */
+	MG_SHOW_PERCENT,   /* 100 x ratio (accuracy) */
+	MG_SHOW_EXP,	   /* exp(ratio) (perplexity from a mean NLL) */
+};
+
+/* One reported metric: value = sums[num] / sums[den] (den < 0: the sum
+ * itself), shown as `show` under `name` in the progress line, steps.csv,
+ * report.json, sweeps and `mgrun compare`. */
+struct mg_metric_decl {
+	char name[32]; /* "loss", "acc", "ppl", "rewards/margins" */
+	int num, den;
+	enum mg_metric_show show;
+	int lower_is_better; /* for compare's "better"/"worse" */
+};
+
+/* What a model declares about its metrics and its inputs. */
+struct mg_metric_spec {
+	int nsums; /* sums forward writes, MG_METRIC_N..MG_METRIC_MAX */
+	int ndecl;
+	struct mg_metric_decl decl[MG_METRIC_MAX];
+	/* The loss is averaged per label token (language models) rather than
+	 * per sample: the core then divides the loss gradient by the label
+	 * tokens of the whole step (every rank and micro-batch), counted
+	 * before backward. */
+	int per_token;
 };
 
 struct mg_ctx;
@@ -104,7 +159,7 @@ struct mg_model_ops {
 	/*
 	 * Forward pass over batch b. When ctx->training, keep what backward
 	 * needs and update buffers (BN running statistics). Writes
-	 * metrics[MG_METRIC_N] (F32, device). Calls mg_acquire/mg_release
+	 * metrics[0..nsums) (F32, device). Calls mg_acquire/mg_release
 	 * around each unit.
 	 */
 	int (*forward)(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
@@ -116,7 +171,18 @@ struct mg_model_ops {
 	 * when a unit's gradients are complete.
 	 */
 	int (*backward)(void *self, struct mg_ctx *ctx);
+
+	/* Added in ABI 1.3, optional: declare the metrics (NULL: loss and
+	 * accuracy of a classifier, per sample). Called once after create. */
+	int (*metrics)(void *self, struct mg_metric_spec *out);
 };
+
+/* The classifier default (loss, acc), for models and the core. */
+MG_EXPORT void mg_metric_spec_classifier(struct mg_metric_spec *out);
+/* Append a declaration; returns its index or -1 when full. */
+MG_EXPORT int mg_metric_declare(struct mg_metric_spec *s, const char *name,
+				int num, int den, enum mg_metric_show show,
+				int lower_is_better);
 
 #ifdef __cplusplus
 }

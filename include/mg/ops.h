@@ -7,6 +7,7 @@
 #define MG_OPS_H
 
 #include "ops_image.h"
+#include "ops_llm.h"
 #include "ops_nn.h"
 
 #endif

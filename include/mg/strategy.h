@@ -90,6 +90,18 @@ struct mg_strategy_ops {
 	 * this rank to read in one step at per-rank batch size batch, so the
 	 * core can size its input buffers (ddp_rr reads the global batch). */
 	int64_t (*max_read)(void *self, int64_t batch);
+
+	/* Added in ABI 1.3: MG_STRATEGY_* capabilities. */
+	uint32_t caps;
+};
+
+/* Capabilities a strategy declares in mg_strategy_ops.caps. */
+enum {
+	/* Gradients lent in MG_PHASE_BACKWARD persist from begin_step to
+	 * step() across ctx->micro_count backward passes (the model adds to
+	 * them), and reductions happen once per step. Without it the core
+	 * refuses run.grad_accum > 1. */
+	MG_STRATEGY_GRAD_ACCUM = 1u << 0,
 };
 
 #ifdef __cplusplus

@@ -112,6 +112,12 @@ MG_EXPORT int mg_memset_dev(struct mg_ctx *ctx, void *dst, int value,
  * device, rounding to nearest even. dst and src must not overlap. */
 MG_EXPORT int mg_op_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
 			    const void *src, enum mg_dtype st, int64_t n);
+/* y[0] = s / max(x[0], 1) for F32 scalars on ctx's device: a loss
+ * gradient multiplier from a count summed on the device (the label
+ * tokens of a step over every rank), without a host round trip. */
+MG_EXPORT int mg_op_reciprocal_scale(struct mg_ctx *ctx,
+				     const struct mg_tensor *x, double s,
+				     struct mg_tensor *y);
 /* Host scalar conversions used by CPU twins and tests. */
 MG_EXPORT float mg_half_to_float(uint16_t h);
 MG_EXPORT uint16_t mg_float_to_half(float f);

@@ -70,6 +70,30 @@ buckets)
 	echo "collectives on 2 ranks: $calls"
 	test "$calls" -eq $((2 * (12 * (4 + 1) + 1)))
 	;;
+grad_accum)
+	# run.grad_accum = K micro-batches of B before one optimizer step
+	# trains what one step of K x B does: on one rank, and on 2 ddp_ds
+	# ranks that reduce once per step (no_sync on the first micro-batch).
+	run single 1 "$mlp" --set run.batch_size=64
+	run accum4 1 "$mlp" --set run.grad_accum=4
+	same single accum4 1e-10
+	run ds2_accum2 2 "$mlp" --set strategy.name=ddp_ds --set run.grad_accum=2
+	same single ds2_accum2 1e-10
+	# One gradient all-reduce (one 25 MiB bucket) and one metrics
+	# all-reduce a step, plus the setup broadcast, on each of 2 ranks:
+	# no reduction after the first micro-batch.
+	calls=$(counter ds2_accum2 calls)
+	echo "collectives on 2 ranks with grad_accum 2: $calls"
+	test "$calls" -eq $((2 * (12 * 2 + 1)))
+	# A strategy that does not declare accumulation is refused, named.
+	if "$mgrun" -c "$mlp" --set strategy.name=fsdp --set run.grad_accum=2 \
+		--set run.out_dir="$work" >"$work/refused.log" 2>&1; then
+		echo "FAIL: fsdp with grad_accum 2 was not refused"
+		exit 1
+	fi
+	grep -q "strategy 'fsdp'.*does not declare gradient accumulation" \
+		"$work/refused.log"
+	;;
 uneven)
 	# drop_last = false: the last global batch is padded to equal
 	# shares, as PyTorch's DistributedSampler pads.

@@ -167,6 +167,11 @@ int mg_ddp_grads_ready(void *self, int unit)
 {
 	struct mg_ddp *d = self;
 	const struct mg_unit_decl *u = &d->rep.spec->units[unit];
+	/* Gradient accumulation: the replica's gradients persist across
+	 * micro-batches, so only the last one's backward reduces (PyTorch
+	 * DDP's no_sync() around the others). */
+	if (d->ctx->micro + 1 < d->ctx->micro_count)
+		return 0;
 	for (int k = 0; k < u->nparams; k++) {
 		int bi = d->param_bucket[u->first_param + k];
 		if (bi < 0)

@@ -71,6 +71,7 @@ int mg_ddp_load(void *self, struct mg_ckpt *ck);
 	.setup = mg_ddp_setup, .begin_step = mg_ddp_begin_step,                \
 	.acquire = mg_ddp_acquire, .release = mg_ddp_release,                  \
 	.grads_ready = mg_ddp_grads_ready, .step = mg_ddp_step,                \
-	.save = mg_ddp_save, .load = mg_ddp_load
+	.save = mg_ddp_save, .load = mg_ddp_load,                              \
+	.caps = MG_STRATEGY_GRAD_ACCUM
 
 #endif

@@ -143,6 +143,8 @@ static const struct mg_strategy_ops single_ops = {
 	.step = single_step,
 	.save = single_save,
 	.load = single_load,
+	/* Gradients live in the replica from begin_step to step. */
+	.caps = MG_STRATEGY_GRAD_ACCUM,
 };
 
 static const struct mg_plugin single_plugin = {

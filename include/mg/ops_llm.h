@@ -1,0 +1,105 @@
+/*
+ * ops_llm.h - the decoder-only transformer's ops (LLaMA and its kin):
+ * token embedding, RMSNorm, rotary position embedding, causal grouped-
+ * query attention over packed documents, and the SwiGLU gate. GEMMs are
+ * mg_op_linear, the loss mg_op_softmax_xent (ops_nn.h).
+ *
+ * The conventions of ops_nn.h hold: contiguous tensors on ctx's device,
+ * one float dtype per call (F32 or F64 on the CPU; F32, BF16 or F16 on
+ * CUDA, accumulating in F32), backward writes activation gradients (=)
+ * and accumulates parameter gradients (+=), NULL gradient outputs are
+ * not computed, results are deterministic. Saved statistics (rstd, lse)
+ * are F32, or F64 when the data is F64. Token ids and positions are I32.
+ */
+#ifndef MG_OPS_LLM_H
+#define MG_OPS_LLM_H
+
+#include "abi.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mg_ctx;
+
+/* y[r, :] = table[ids[r], :]. ids I32 [...] (R values), table [V, D],
+ * y [..., D] (R rows). An id outside [0, V) is an error on the CPU and a
+ * zero row on CUDA (checked when the batch is read). */
+MG_EXPORT int mg_op_embedding(struct mg_ctx *ctx, const struct mg_tensor *ids,
+			      const struct mg_tensor *table,
+			      struct mg_tensor *y);
+/* dtable[ids[r], :] += dy[r, :], rows in a fixed order per id. */
+MG_EXPORT int mg_op_embedding_backward(struct mg_ctx *ctx,
+				       const struct mg_tensor *ids,
+				       const struct mg_tensor *dy,
+				       struct mg_tensor *dtable);
+
+/* y = x / sqrt(mean(x^2) + eps) * w over the last dim. x, y [..., D]
+ * (R rows), w [D] in x's dtype or F32 (a norm weight kept in fp32),
+ * rstd [R] saved for backward (NULL: not saved). y may alias x. */
+MG_EXPORT int mg_op_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
+			    const struct mg_tensor *w, double eps,
+			    struct mg_tensor *y, struct mg_tensor *rstd);
+/* dx written, dw += (dw in w's dtype). */
+MG_EXPORT int mg_op_rmsnorm_backward(struct mg_ctx *ctx,
+				     const struct mg_tensor *x,
+				     const struct mg_tensor *w,
+				     const struct mg_tensor *rstd,
+				     const struct mg_tensor *dy,
+				     struct mg_tensor *dx, struct mg_tensor *dw);
+
+/*
+ * Rotary position embedding in place, Hugging Face's rotate-half layout:
+ * for pair j < hd/2 of each head, (x[j], x[j + hd/2]) is rotated by angle
+ * positions[n, t] * inv_freq[j] (angle, cos and sin in F32, as HF
+ * computes them). x [N, T, H, hd], positions I32 [N, T], inv_freq F32
+ * [hd/2] (the model folds rope scaling such as llama3's into it).
+ * rope_backward rotates a gradient back (by minus the angle), in place.
+ */
+MG_EXPORT int mg_op_rope(struct mg_ctx *ctx, struct mg_tensor *x,
+			 const struct mg_tensor *positions,
+			 const struct mg_tensor *inv_freq);
+MG_EXPORT int mg_op_rope_backward(struct mg_ctx *ctx, struct mg_tensor *dx,
+				  const struct mg_tensor *positions,
+				  const struct mg_tensor *inv_freq);
+
+/*
+ * Causal self-attention with grouped-query heads over packed documents:
+ * q [N, T, Hq, hd], k and v [N, T, Hkv, hd] with Hq a multiple of Hkv
+ * (query head h reads key/value head h / (Hq / Hkv), never a repeated
+ * copy). Query t attends keys s with t - positions[n, t] <= s <= t: its
+ * own document up to itself (positions restart at 0 where a packed
+ * document begins; padding rows, position 0, attend only themselves).
+ * o [N, T, Hq, hd] = softmax(scale * q k^T) v; lse [N, Hq, T] saves the
+ * log-sum-exp of the scaled scores for backward (NULL: not saved).
+ */
+MG_EXPORT int mg_op_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
+			      const struct mg_tensor *k,
+			      const struct mg_tensor *v,
+			      const struct mg_tensor *positions, double scale,
+			      struct mg_tensor *o, struct mg_tensor *lse);
+/* dq, dk, dv written (GQA: a key/value head sums the gradients of its
+ * query heads). o and lse are the forward's. */
+MG_EXPORT int mg_op_attention_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *q, const struct mg_tensor *k,
+	const struct mg_tensor *v, const struct mg_tensor *positions,
+	double scale, const struct mg_tensor *o, const struct mg_tensor *lse,
+	const struct mg_tensor *dout, struct mg_tensor *dq,
+	struct mg_tensor *dk, struct mg_tensor *dv);
+
+/* SwiGLU: h = silu(g) * u, element-wise (silu(g) = g / (1 + e^-g)).
+ * g, u, h of equal numel; h may alias g or u. */
+MG_EXPORT int mg_op_swiglu(struct mg_ctx *ctx, const struct mg_tensor *g,
+			   const struct mg_tensor *u, struct mg_tensor *h);
+/* dg, du written from dh; either may alias dh. */
+MG_EXPORT int mg_op_swiglu_backward(struct mg_ctx *ctx,
+				    const struct mg_tensor *g,
+				    const struct mg_tensor *u,
+				    const struct mg_tensor *dh,
+				    struct mg_tensor *dg, struct mg_tensor *du);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
