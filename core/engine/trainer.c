@@ -384,6 +384,8 @@ static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		mg_st_writer_meta(&ck.w, "seed", v);
 		snprintf(v, sizeof v, "%lld", (long long)t->skipped_steps);
 		mg_st_writer_meta(&ck.w, "skipped_steps", v);
+		snprintf(v, sizeof v, "%lld", (long long)t->accum);
+		mg_st_writer_meta(&ck.w, "grad_accum", v);
 		mg_st_writer_meta(&ck.w, "model",
 				  t->s->plugin[MG_SEC_MODEL].desc->name);
 		mg_st_writer_meta(&ck.w, "strategy",
@@ -447,6 +449,13 @@ static int load_checkpoint(struct mg_trainer *t)
 			      "order)",
 			      path, (long long)seed,
 			      (unsigned long long)t->ctx.seed);
+	else if (mg_st_meta(&ck.f, "grad_accum") &&
+		 meta_int(&ck.f, "grad_accum", &bad) != t->accum)
+		rc = mg_error("%s was written with run.grad_accum = %s, this "
+			      "run has %lld (resuming would change the data "
+			      "order)",
+			      path, mg_st_meta(&ck.f, "grad_accum"),
+			      (long long)t->accum);
 	else
 		rc = t->strat->load(t->inst[MG_SEC_STRATEGY], &ck);
 	mg_ckpt_free(&ck);

@@ -1,0 +1,181 @@
+/*
+ * llama.c - the llama model plugin: Llama 2 / 3 / 3.x decoders from a
+ * preset shape, explicit options or a Hugging Face folder, declared as
+ * one unit for the embedding, one per decoder layer and one for the
+ * final norm with the output head (FSDP wraps a layer at a time).
+ * Parameter names are the Hugging Face ones ("model.layers.3" +
+ * "self_attn.q_proj.weight"), so checkpoints map one to one.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama.h"
+
+static const struct mg_option llama_options[] = {
+	MG_OPT_E("preset", "tiny",
+		 "tiny|llama2-7b|llama3-8b|llama3.2-1b|llama3.2-3b",
+		 "architecture to start from (published shapes; tiny: 2 "
+		 "layers of 64 for tests); the size options below override "
+		 "it"),
+	MG_OPT_P("hf_dir", "",
+		 "Hugging Face model folder (config.json, model.safetensors "
+		 "or its sharded index) to take the architecture and weights "
+		 "from; empty: random weights of the preset"),
+	MG_OPT_I("vocab_size", "0", 0, 1 << 24, "vocabulary (0: preset's)"),
+	MG_OPT_I("hidden_size", "0", 0, 1 << 20, "model width (0: preset's)"),
+	MG_OPT_I("intermediate_size", "0", 0, 1 << 22,
+		 "SwiGLU width (0: preset's)"),
+	MG_OPT_I("num_layers", "0", 0, 4096, "decoder layers (0: preset's)"),
+	MG_OPT_I("num_heads", "0", 0, 4096, "query heads (0: preset's)"),
+	MG_OPT_I("num_kv_heads", "0", 0, 4096,
+		 "key/value heads, a divisor of num_heads (0: preset's)"),
+	MG_OPT_I("head_dim", "0", 0, 4096,
+		 "per-head width (0: preset's, or hidden_size / num_heads "
+		 "when those are set)"),
+	MG_OPT_F("rope_theta", "0", 0, 1e12, "rotary base (0: preset's)"),
+	MG_OPT_F("rms_norm_eps", "0", 0, 1, "RMSNorm epsilon (0: preset's)"),
+	MG_OPT_E("tie_embeddings", "auto", "auto|yes|no",
+		 "output head shares the embedding matrix (auto: preset's)"),
+	MG_OPT_END,
+};
+
+static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
+			void **self)
+{
+	struct llama *m = calloc(1, sizeof *m);
+	if (!m)
+		return mg_error("llama: out of memory");
+	m->ctx = ctx;
+	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir)) {
+		free(m);
+		return -1;
+	}
+	/* Rotary frequencies live on the device, computed once. */
+	int64_t half = m->c.head_dim / 2;
+	float *f = malloc((size_t)half * sizeof *f);
+	if (!f || mg_buf_alloc(ctx, &m->inv_freq, (size_t)half * sizeof *f,
+			       MG_MEM_PARAMS)) {
+		free(f);
+		free(m);
+		return mg_error_prefix("llama: rotary table");
+	}
+	llama_inv_freq(&m->c, f);
+	int rc = mg_copy_h2d(ctx, m->inv_freq.ptr, f, (size_t)half * sizeof *f);
+	free(f);
+	if (rc) {
+		mg_buf_free(ctx, &m->inv_freq);
+		free(m);
+		return -1;
+	}
+	*self = m;
+	return 0;
+}
+
+static void llama_destroy(void *self)
+{
+	struct llama *m = self;
+	if (!m)
+		return;
+	mg_buf_free(m->ctx, &m->inv_freq);
+	mg_buf_free(m->ctx, &m->arena);
+	mg_buf_free(m->ctx, &m->work);
+	free(m);
+}
+
+static int add(struct mg_model_spec *s, const char *name, int flags, int64_t a,
+	       int64_t b)
+{
+	int64_t shape[2] = {a, b};
+	return mg_spec_add_param(s, name, MG_DTYPE_AUTO, flags, b ? 2 : 1,
+				 shape) < 0;
+}
+
+static int llama_declare(void *self, struct mg_model_spec *s)
+{
+	const struct llama_cfg *c = &((struct llama *)self)->c;
+	const int64_t D = c->dim, qd = c->heads * c->head_dim,
+		      kvd = c->kv_heads * c->head_dim;
+	/* Norm weights stay fp32 under mixed precision, as HF's autocast
+	 * keeps them; they and nothing else skip weight decay. */
+	const int W = MG_P_TRAIN, N = MG_P_TRAIN | MG_P_NO_DECAY | MG_P_FP32;
+	if (mg_spec_add_unit(s, "model.embed_tokens") < 0 ||
+	    add(s, "weight", W, c->vocab, D))
+		return -1;
+	for (int64_t l = 0; l < c->layers; l++) {
+		char name[64];
+		snprintf(name, sizeof name, "model.layers.%lld", (long long)l);
+		if (mg_spec_add_unit(s, name) < 0 ||
+		    add(s, "input_layernorm.weight", N, D, 0) ||
+		    add(s, "self_attn.q_proj.weight", W, qd, D) ||
+		    add(s, "self_attn.k_proj.weight", W, kvd, D) ||
+		    add(s, "self_attn.v_proj.weight", W, kvd, D) ||
+		    add(s, "self_attn.o_proj.weight", W, D, qd) ||
+		    add(s, "post_attention_layernorm.weight", N, D, 0) ||
+		    add(s, "mlp.gate_proj.weight", W, c->ffn, D) ||
+		    add(s, "mlp.up_proj.weight", W, c->ffn, D) ||
+		    add(s, "mlp.down_proj.weight", W, D, c->ffn))
+			return -1;
+	}
+	if (mg_spec_add_unit(s, "head") < 0 ||
+	    add(s, "model.norm.weight", N, D, 0) ||
+	    (!c->tie_embeddings && add(s, "lm_head.weight", W, c->vocab, D)))
+		return -1;
+	return 0;
+}
+
+static int llama_metrics(void *self, struct mg_metric_spec *ms)
+{
+	(void)self;
+	memset(ms, 0, sizeof *ms);
+	ms->nsums = MG_METRIC_N;
+	ms->per_token = 1;
+	mg_metric_declare(ms, "loss", MG_METRIC_LOSS_SUM, MG_METRIC_COUNT,
+			  MG_SHOW_PLAIN, 1);
+	mg_metric_declare(ms, "ppl", MG_METRIC_LOSS_SUM, MG_METRIC_COUNT,
+			  MG_SHOW_EXP, 1);
+	mg_metric_declare(ms, "acc", MG_METRIC_CORRECT, MG_METRIC_COUNT,
+			  MG_SHOW_PERCENT, 0);
+	return 0;
+}
+
+static int llama_init(void *self, int unit, struct mg_tensor *params,
+		      uint64_t seed)
+{
+	return llama_init_unit(self, unit, params, seed);
+}
+
+static int llama_fwd(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
+		     struct mg_tensor *metrics)
+{
+	return llama_forward(self, ctx, b, metrics);
+}
+
+static int llama_bwd(void *self, struct mg_ctx *ctx)
+{
+	return llama_backward(self, ctx);
+}
+
+static const struct mg_model_ops llama_ops = {
+	.declare = llama_declare,
+	.init_unit = llama_init,
+	.forward = llama_fwd,
+	.backward = llama_bwd,
+	.metrics = llama_metrics,
+};
+
+static const struct mg_plugin llama_plugin = {
+	MG_PLUGIN_HEADER,
+	.kind = MG_PLUGIN_MODEL,
+	.name = "llama",
+	.version = "0.1",
+	.description = "Llama 2 / 3 / 3.x decoder (RMSNorm, RoPE with llama3 "
+		       "scaling, GQA, SwiGLU), per-token loss; presets or a "
+		       "Hugging Face folder",
+	.options = llama_options,
+	.create = llama_create,
+	.destroy = llama_destroy,
+	.ops = &llama_ops,
+};
+
+MG_PLUGIN_DEFINE(llama_plugin)

@@ -1,0 +1,87 @@
+/*
+ * llama.h - the llama model plugin's shared state: the architecture, the
+ * activation arena's layout, and what each file provides.
+ */
+#ifndef MG_LLAMA_H
+#define MG_LLAMA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mg/mg.h"
+
+/* The architecture, as Hugging Face's LlamaConfig names it. */
+struct llama_cfg {
+	int64_t vocab;	       /* vocab_size */
+	int64_t dim;	       /* hidden_size */
+	int64_t ffn;	       /* intermediate_size */
+	int64_t layers;	       /* num_hidden_layers */
+	int64_t heads;	       /* num_attention_heads */
+	int64_t kv_heads;      /* num_key_value_heads */
+	int64_t head_dim;      /* head_dim (hidden_size / heads by default) */
+	double norm_eps;       /* rms_norm_eps */
+	double rope_theta;     /* rope_theta */
+	bool tie_embeddings;   /* tie_word_embeddings */
+	double init_std;       /* initializer_range */
+	/* rope_scaling (rope_type "llama3"); factor 0: none */
+	double rs_factor, rs_low, rs_high;
+	int64_t rs_orig_max;
+	int64_t max_positions; /* max_position_embeddings */
+};
+
+/* Fill cfg from the plugin's options: a preset's shape, overridden by
+ * explicit options, or an HF folder's config.json (hf_dir). */
+int llama_cfg_from_opts(struct llama_cfg *c, const struct mg_opts *o,
+			char *hf_dir, size_t hf_len);
+/* Parse a Hugging Face config.json (transformers 4 rope_theta /
+ * rope_scaling and transformers 5 rope_parameters). */
+int llama_cfg_from_hf(struct llama_cfg *c, const char *path);
+/* inv_freq[j] for j < head_dim / 2, rope scaling applied. */
+void llama_inv_freq(const struct llama_cfg *c, float *out);
+/* Check a configuration's consistency; errors name the field. */
+int llama_cfg_check(const struct llama_cfg *c);
+
+/* Unit indices: 0 the embedding, 1..layers the decoder layers, then the
+ * final norm with the output head. */
+#define LLAMA_UNIT_EMBED 0
+#define LLAMA_UNIT_LAYER(l) (1 + (l))
+#define LLAMA_UNIT_HEAD(c) (1 + (int)(c)->layers)
+
+/* Parameter indices within a decoder layer unit. */
+enum {
+	LP_IN_NORM = 0,
+	LP_Q,
+	LP_K,
+	LP_V,
+	LP_O,
+	LP_POST_NORM,
+	LP_GATE,
+	LP_UP,
+	LP_DOWN,
+	LP_COUNT,
+};
+
+struct llama {
+	struct llama_cfg c;
+	struct mg_ctx *ctx;
+	char hf_dir[4096]; /* weights to start from, or "" */
+	struct mg_buf inv_freq; /* F32 [head_dim / 2] on the device */
+	struct mg_buf arena;	/* activations kept for backward */
+	struct mg_buf work;	/* backward's gradient buffers */
+	int64_t n, T;		/* batch the arena is laid out for */
+	bool have_fwd;
+	bool warned_len; /* rows longer than max_position_embeddings */
+	struct mg_tensor ids, labels, positions; /* of the last forward */
+};
+
+/* llama_init.c: a unit's initial values (HF's initialisation: normal
+ * with initializer_range, norms one) or the HF checkpoint's. */
+int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
+		    uint64_t seed);
+
+/* llama_model.c */
+int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
+		  struct mg_tensor *metrics);
+int llama_backward(struct llama *m, struct mg_ctx *ctx);
+
+#endif

@@ -1,0 +1,300 @@
+/*
+ * llama_config.c - the llama architecture: presets of the published
+ * shapes, explicit options over them, or a Hugging Face config.json; and
+ * the rotary frequencies with llama3's scaling.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "llama.h"
+
+/* Shapes of the published models (their config.json files). */
+static const struct {
+	const char *name;
+	struct llama_cfg c;
+} presets[] = {
+	{"tiny", {256, 64, 176, 2, 4, 2, 16, 1e-5, 10000, false, 0.02, 0, 0, 0,
+		  0, 2048}},
+	{"llama2-7b", {32000, 4096, 11008, 32, 32, 32, 128, 1e-5, 10000, false,
+		       0.02, 0, 0, 0, 0, 4096}},
+	{"llama3-8b", {128256, 4096, 14336, 32, 32, 8, 128, 1e-5, 500000,
+		       false, 0.02, 0, 0, 0, 0, 8192}},
+	{"llama3.2-1b", {128256, 2048, 8192, 16, 32, 8, 64, 1e-5, 500000, true,
+			 0.02, 32, 1, 4, 8192, 131072}},
+	{"llama3.2-3b", {128256, 3072, 8192, 28, 24, 8, 128, 1e-5, 500000,
+			 true, 0.02, 32, 1, 4, 8192, 131072}},
+};
+
+int llama_cfg_check(const struct llama_cfg *c)
+{
+	if (c->vocab < 2 || c->dim < 2 || c->ffn < 1 || c->layers < 1 ||
+	    c->heads < 1 || c->kv_heads < 1 || c->head_dim < 2)
+		return mg_error("llama: sizes must be positive (vocab %lld, "
+				"hidden %lld, intermediate %lld, layers %lld, "
+				"heads %lld, kv heads %lld, head_dim %lld)",
+				(long long)c->vocab, (long long)c->dim,
+				(long long)c->ffn, (long long)c->layers,
+				(long long)c->heads, (long long)c->kv_heads,
+				(long long)c->head_dim);
+	if (c->heads % c->kv_heads)
+		return mg_error("llama: num_attention_heads %lld is not a "
+				"multiple of num_key_value_heads %lld",
+				(long long)c->heads, (long long)c->kv_heads);
+	if (c->head_dim % 2)
+		return mg_error("llama: head_dim %lld is odd (rotary pairs)",
+				(long long)c->head_dim);
+	if (!(c->norm_eps > 0) || !(c->rope_theta > 1))
+		return mg_error("llama: rms_norm_eps %g and rope_theta %g must "
+				"be positive (theta > 1)",
+				c->norm_eps, c->rope_theta);
+	if (c->rs_factor != 0 &&
+	    (!(c->rs_factor >= 1) || !(c->rs_high > c->rs_low) ||
+	     !(c->rs_low > 0) || c->rs_orig_max < 1))
+		return mg_error("llama: rope_scaling (llama3) needs factor >= "
+				"1, 0 < low_freq_factor < high_freq_factor "
+				"and original_max_position_embeddings >= 1");
+	return 0;
+}
+
+/* Option value n (> 0) overrides *field. */
+static void over(int64_t *field, const struct mg_opts *o, const char *n)
+{
+	int64_t v = mg_opt_int(o, n);
+	if (v > 0)
+		*field = v;
+}
+
+int llama_cfg_from_opts(struct llama_cfg *c, const struct mg_opts *o,
+			char *hf_dir, size_t hf_len)
+{
+	const char *dir = mg_opt_str(o, "hf_dir");
+	snprintf(hf_dir, hf_len, "%s", dir);
+	if (dir[0]) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s/config.json", dir);
+		if (llama_cfg_from_hf(c, path))
+			return -1;
+	} else {
+		int p = mg_opt_enum(o, "preset");
+		*c = presets[p].c;
+		over(&c->vocab, o, "vocab_size");
+		over(&c->dim, o, "hidden_size");
+		over(&c->ffn, o, "intermediate_size");
+		over(&c->layers, o, "num_layers");
+		over(&c->heads, o, "num_heads");
+		over(&c->kv_heads, o, "num_kv_heads");
+		int64_t hd = mg_opt_int(o, "head_dim");
+		/* A changed width or head count re-derives head_dim. */
+		if (hd > 0)
+			c->head_dim = hd;
+		else if (mg_opt_int(o, "hidden_size") > 0 ||
+			 mg_opt_int(o, "num_heads") > 0)
+			c->head_dim = c->dim / c->heads;
+		if (mg_opt_float(o, "rope_theta") > 0)
+			c->rope_theta = mg_opt_float(o, "rope_theta");
+		if (mg_opt_float(o, "rms_norm_eps") > 0)
+			c->norm_eps = mg_opt_float(o, "rms_norm_eps");
+		int tie = mg_opt_enum(o, "tie_embeddings"); /* auto|yes|no */
+		if (tie)
+			c->tie_embeddings = tie == 1;
+	}
+	return llama_cfg_check(c);
+}
+
+/* ---- config.json -------------------------------------------------- */
+
+static int json_int(const cJSON *j, const char *key, int64_t *out, bool need,
+		    const char *path)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+	if (!v || cJSON_IsNull(v)) {
+		if (need)
+			return mg_error("%s: '%s' is missing", path, key);
+		return 0;
+	}
+	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+	    v->valuedouble < 0 || v->valuedouble > 9e15)
+		return mg_error("%s: '%s' is not a non-negative integer", path,
+				key);
+	*out = (int64_t)v->valuedouble;
+	return 0;
+}
+
+static int json_num(const cJSON *j, const char *key, double *out,
+		    const char *path)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+	if (!v || cJSON_IsNull(v))
+		return 0;
+	if (!cJSON_IsNumber(v))
+		return mg_error("%s: '%s' is not a number", path, key);
+	*out = v->valuedouble;
+	return 0;
+}
+
+static int json_false(const cJSON *j, const char *key, const char *path)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+	if (v && cJSON_IsTrue(v))
+		return mg_error("%s: '%s' is true; the llama model has no "
+				"attention or MLP biases",
+				path, key);
+	return 0;
+}
+
+/* rope_scaling (transformers 4) or rope_parameters (5): theta (5 only),
+ * and llama3 scaling; "default" (or none) is unscaled. */
+static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
+{
+	if (!r || cJSON_IsNull(r))
+		return 0;
+	if (!cJSON_IsObject(r))
+		return mg_error("%s: rope parameters are not an object", path);
+	if (json_num(r, "rope_theta", &c->rope_theta, path))
+		return -1;
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "rope_type");
+	if (!t)
+		t = cJSON_GetObjectItemCaseSensitive(r, "type");
+	const char *type = cJSON_IsString(t) ? t->valuestring : "default";
+	if (!strcmp(type, "default"))
+		return 0;
+	if (strcmp(type, "llama3"))
+		return mg_error("%s: rope type '%s' is not supported (default "
+				"and llama3 are)",
+				path, type);
+	if (json_num(r, "factor", &c->rs_factor, path) ||
+	    json_num(r, "low_freq_factor", &c->rs_low, path) ||
+	    json_num(r, "high_freq_factor", &c->rs_high, path) ||
+	    json_int(r, "original_max_position_embeddings", &c->rs_orig_max,
+		     true, path))
+		return -1;
+	return 0;
+}
+
+static char *read_small_file(const char *path, size_t cap)
+{
+	struct stat st;
+	if (stat(path, &st)) {
+		mg_error("%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		mg_error("%s: not a regular file", path);
+		return NULL;
+	}
+	if ((size_t)st.st_size > cap) {
+		mg_error("%s: %lld bytes, more than a config file should be",
+			 path, (long long)st.st_size);
+		return NULL;
+	}
+	FILE *f = fopen(path, "rb");
+	char *buf = malloc((size_t)st.st_size + 1);
+	size_t n = f && buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+	if (f)
+		fclose(f);
+	if (!f || !buf || n != (size_t)st.st_size) {
+		free(buf);
+		mg_error("%s: cannot read: %s", path, strerror(errno));
+		return NULL;
+	}
+	buf[n] = 0;
+	return buf;
+}
+
+int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
+{
+	char *text = read_small_file(path, 1 << 20);
+	if (!text)
+		return -1;
+	cJSON *j = cJSON_Parse(text);
+	free(text);
+	if (!j || !cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		return mg_error("%s: not a JSON object", path);
+	}
+	int rc = 0;
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+	if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "llama"))
+		rc = mg_error("%s: model_type is %s%s%s, not \"llama\"", path,
+			      cJSON_IsString(mt) ? "\"" : "",
+			      cJSON_IsString(mt) ? mt->valuestring : "missing",
+			      cJSON_IsString(mt) ? "\"" : "");
+	memset(c, 0, sizeof *c);
+	c->norm_eps = 1e-6;
+	c->rope_theta = 10000;
+	c->init_std = 0.02;
+	c->max_positions = 2048;
+	if (!rc)
+		rc = json_int(j, "vocab_size", &c->vocab, true, path) ||
+		     json_int(j, "hidden_size", &c->dim, true, path) ||
+		     json_int(j, "intermediate_size", &c->ffn, true, path) ||
+		     json_int(j, "num_hidden_layers", &c->layers, true, path) ||
+		     json_int(j, "num_attention_heads", &c->heads, true,
+			      path) ||
+		     json_int(j, "max_position_embeddings", &c->max_positions,
+			      false, path) ||
+		     json_num(j, "rms_norm_eps", &c->norm_eps, path) ||
+		     json_num(j, "rope_theta", &c->rope_theta, path) ||
+		     json_num(j, "initializer_range", &c->init_std, path) ||
+		     json_false(j, "attention_bias", path) ||
+		     json_false(j, "mlp_bias", path);
+	if (!rc) {
+		c->kv_heads = c->heads;
+		c->head_dim = c->heads ? c->dim / c->heads : 0;
+		rc = json_int(j, "num_key_value_heads", &c->kv_heads, false,
+			      path) ||
+		     json_int(j, "head_dim", &c->head_dim, false, path) ||
+		     rope_params(c,
+				 cJSON_GetObjectItemCaseSensitive(
+					 j, "rope_scaling"),
+				 path) ||
+		     rope_params(c,
+				 cJSON_GetObjectItemCaseSensitive(
+					 j, "rope_parameters"),
+				 path);
+	}
+	const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
+	if (!rc && act && (!cJSON_IsString(act) || strcmp(act->valuestring,
+							   "silu")))
+		rc = mg_error("%s: hidden_act is not \"silu\"", path);
+	const cJSON *tie =
+		cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
+	c->tie_embeddings = tie && cJSON_IsTrue(tie);
+	cJSON_Delete(j);
+	if (rc)
+		return -1;
+	if (llama_cfg_check(c))
+		return mg_error_prefix("%s", path);
+	return 0;
+}
+
+void llama_inv_freq(const struct llama_cfg *c, float *out)
+{
+	const int64_t half = c->head_dim / 2;
+	for (int64_t j = 0; j < half; j++) {
+		/* As transformers computes it: in float32. */
+		float f = 1.0f / powf((float)c->rope_theta,
+				      (float)(2 * j) / (float)c->head_dim);
+		if (c->rs_factor > 0) {
+			/* llama3: long wavelengths slowed by factor, short
+			 * ones kept, a smooth blend between. */
+			double lo_wl = (double)c->rs_orig_max / c->rs_low;
+			double hi_wl = (double)c->rs_orig_max / c->rs_high;
+			double wl = 2 * M_PI / f;
+			if (wl > lo_wl) {
+				f = (float)(f / c->rs_factor);
+			} else if (wl >= hi_wl) {
+				double s = ((double)c->rs_orig_max / wl -
+					    c->rs_low) /
+					   (c->rs_high - c->rs_low);
+				f = (float)((1 - s) * f / c->rs_factor + s * f);
+			}
+		}
+		out[j] = f;
+	}
+}

@@ -1,0 +1,45 @@
+/*
+ * llama_init.c - a unit's initial values. Random weights follow
+ * transformers' LlamaPreTrainedModel: linear and embedding weights
+ * normal(0, initializer_range), RMSNorm weights one. Each value is a pure
+ * function of (seed, parameter, element), so every rank count and shard
+ * layout starts from the same model.
+ */
+#include "llama.h"
+
+static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones)
+{
+	int64_t n = mg_tensor_numel(t);
+	for (int64_t j = 0; j < n; j++) {
+		double x = ones ? 1.0 : std * mg_rng_normal(key, (uint64_t)j);
+		if (t->dtype == MG_F64)
+			((double *)t->data)[j] = x;
+		else
+			((float *)t->data)[j] = (float)x;
+	}
+}
+
+int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
+		    uint64_t seed)
+{
+	const struct llama_cfg *c = &m->c;
+	int np;
+	if (unit == LLAMA_UNIT_EMBED)
+		np = 1;
+	else if (unit == LLAMA_UNIT_HEAD(c))
+		np = c->tie_embeddings ? 1 : 2;
+	else if (unit > 0 && unit <= c->layers)
+		np = LP_COUNT;
+	else
+		return mg_error("llama: no unit %d", unit);
+	for (int i = 0; i < np; i++) {
+		if (params[i].dtype != MG_F32 && params[i].dtype != MG_F64)
+			return mg_error("llama: storage dtype %s is not f32/f64",
+					mg_dtype_name(params[i].dtype));
+		/* Norm weights are the unit's 1-D parameters. */
+		bool norm = params[i].ndim == 1;
+		fill(&params[i], mg_rng_key(seed, (uint64_t)i), c->init_std,
+		     norm);
+	}
+	return 0;
+}

@@ -1,0 +1,415 @@
+/*
+ * llama_model.c - the decoder's forward and backward through the core's
+ * ops (mg_op_*), a unit at a time between mg_acquire and mg_release.
+ *
+ * Per layer, forward keeps what backward needs: the layer input x (the
+ * residual stream), the normed inputs h1 and h2 with their rstd, q and k
+ * after the rotation, v, the attention output o with its log-sum-exp,
+ * the mid-layer residual xm, and the gate, up and SwiGLU products. The
+ * loss is a sum over label tokens; backward seeds it with ctx->grad_scale
+ * (loss scale / the step's label tokens over every rank and micro-batch),
+ * so N ranks and one rank train the same model.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "llama.h"
+
+/* Byte offsets of the activation arena for a batch of R = n x T rows. */
+struct lay {
+	size_t x;	/* [layers + 1] residual stream inputs, [R, D] each */
+	size_t layer;	/* first layer's saved block */
+	size_t per;	/* bytes of one layer's saved block */
+	size_t h1, q, k, v, o, xm, h2, g, u, s; /* within a layer block */
+	size_t rstd1, rstd2, lse;		/* stats, within the block */
+	size_t hn, rstdn, logits;		/* the head's */
+	size_t total;
+	/* the backward work buffer */
+	size_t dx, dxm, dh, dt, ds, du, dq, dk, dv, dout, wtotal;
+};
+
+static size_t al(size_t b)
+{
+	return (b + 255) & ~(size_t)255;
+}
+
+static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
+{
+	const struct llama_cfg *c = &m->c;
+	const size_t es = mg_dtype_size(m->ctx->compute_dtype);
+	const size_t ss = m->ctx->compute_dtype == MG_F64 ? 8 : 4;
+	const size_t R = (size_t)(n * T), D = (size_t)c->dim,
+		     qd = (size_t)(c->heads * c->head_dim),
+		     kvd = (size_t)(c->kv_heads * c->head_dim),
+		     I = (size_t)c->ffn, H = (size_t)c->heads;
+	size_t o = 0;
+	memset(L, 0, sizeof *L);
+	L->x = o;
+	o += al(R * D * es) * (size_t)(c->layers + 1);
+	L->layer = o;
+	size_t p = 0;
+#define SLOT(f, bytes)                                                         \
+	do {                                                                   \
+		L->f = p;                                                      \
+		p += al(bytes);                                                \
+	} while (0)
+	SLOT(h1, R * D * es);
+	SLOT(q, R * qd * es);
+	SLOT(k, R * kvd * es);
+	SLOT(v, R * kvd * es);
+	SLOT(o, R * qd * es);
+	SLOT(xm, R * D * es);
+	SLOT(h2, R * D * es);
+	SLOT(g, R * I * es);
+	SLOT(u, R * I * es);
+	SLOT(s, R * I * es);
+	SLOT(rstd1, R * ss);
+	SLOT(rstd2, R * ss);
+	SLOT(lse, R * H * ss);
+	L->per = p;
+	o += p * (size_t)c->layers;
+	L->hn = o;
+	o += al(R * D * es);
+	L->rstdn = o;
+	o += al(R * ss);
+	L->logits = o;
+	o += al(R * (size_t)c->vocab * es);
+	L->total = o;
+	p = 0;
+	SLOT(dx, R * D * es);
+	SLOT(dxm, R * D * es);
+	SLOT(dh, R * D * es);
+	SLOT(dt, R * D * es);
+	SLOT(ds, R * I * es);
+	SLOT(du, R * I * es);
+	SLOT(dq, R * qd * es);
+	SLOT(dk, R * kvd * es);
+	SLOT(dv, R * kvd * es);
+	SLOT(dout, R * qd * es);
+#undef SLOT
+	L->wtotal = p;
+}
+
+/* A tensor of compute dtype (or `dt`) at byte offset off of base. */
+static struct mg_tensor at(const struct llama *m, void *base, size_t off,
+			   enum mg_dtype dt, int ndim, int64_t a, int64_t b,
+			   int64_t c, int64_t d)
+{
+	int64_t shape[4] = {a, b, c, d};
+	return mg_tensor_make((char *)base + off, dt, m->ctx->dev->kind, ndim,
+			      shape);
+}
+
+/* Everything one layer's forward and backward see. */
+struct lt {
+	struct mg_tensor x, xn; /* layer input and output (residual) */
+	struct mg_tensor h1, q, k, v, o, xm, h2, g, u, s;
+	struct mg_tensor q4, k4, v4, o4; /* [n, T, heads, head_dim] views */
+	struct mg_tensor rstd1, rstd2, lse;
+};
+
+static void layer_tensors(const struct llama *m, const struct lay *L, int l,
+			  struct lt *t)
+{
+	const struct llama_cfg *c = &m->c;
+	const enum mg_dtype dt = m->ctx->compute_dtype;
+	const enum mg_dtype st = dt == MG_F64 ? MG_F64 : MG_F32;
+	const int64_t n = m->n, T = m->T, R = n * T, D = c->dim,
+		      qd = c->heads * c->head_dim,
+		      kvd = c->kv_heads * c->head_dim, I = c->ffn;
+	void *A = m->arena.ptr;
+	const size_t xs = al((size_t)(R * D) * mg_dtype_size(dt));
+	const size_t b = L->layer + L->per * (size_t)l;
+	t->x = at(m, A, L->x + xs * (size_t)l, dt, 2, R, D, 0, 0);
+	t->xn = at(m, A, L->x + xs * (size_t)(l + 1), dt, 2, R, D, 0, 0);
+	t->h1 = at(m, A, b + L->h1, dt, 2, R, D, 0, 0);
+	t->q = at(m, A, b + L->q, dt, 2, R, qd, 0, 0);
+	t->k = at(m, A, b + L->k, dt, 2, R, kvd, 0, 0);
+	t->v = at(m, A, b + L->v, dt, 2, R, kvd, 0, 0);
+	t->o = at(m, A, b + L->o, dt, 2, R, qd, 0, 0);
+	t->q4 = at(m, A, b + L->q, dt, 4, n, T, c->heads, c->head_dim);
+	t->k4 = at(m, A, b + L->k, dt, 4, n, T, c->kv_heads, c->head_dim);
+	t->v4 = at(m, A, b + L->v, dt, 4, n, T, c->kv_heads, c->head_dim);
+	t->o4 = at(m, A, b + L->o, dt, 4, n, T, c->heads, c->head_dim);
+	t->xm = at(m, A, b + L->xm, dt, 2, R, D, 0, 0);
+	t->h2 = at(m, A, b + L->h2, dt, 2, R, D, 0, 0);
+	t->g = at(m, A, b + L->g, dt, 2, R, I, 0, 0);
+	t->u = at(m, A, b + L->u, dt, 2, R, I, 0, 0);
+	t->s = at(m, A, b + L->s, dt, 2, R, I, 0, 0);
+	t->rstd1 = at(m, A, b + L->rstd1, st, 1, R, 0, 0, 0);
+	t->rstd2 = at(m, A, b + L->rstd2, st, 1, R, 0, 0, 0);
+	t->lse = at(m, A, b + L->lse, st, 3, n, c->heads, T, 0);
+}
+
+static struct mg_tensor inv_freq(const struct llama *m)
+{
+	int64_t half = m->c.head_dim / 2;
+	return mg_tensor_make(m->inv_freq.ptr, MG_F32, m->ctx->dev->kind, 1,
+			      &half);
+}
+
+static double attn_scale(const struct llama *m)
+{
+	return 1.0 / sqrt((double)m->c.head_dim);
+}
+
+static int layer_forward(struct llama *m, struct mg_ctx *ctx,
+			 const struct mg_tensor *W, struct lt *t,
+			 const struct mg_tensor *pos)
+{
+	struct mg_tensor f = inv_freq(m);
+	double eps = m->c.norm_eps;
+	return mg_op_rmsnorm(ctx, &t->x, &W[LP_IN_NORM], eps, &t->h1,
+			     &t->rstd1) ||
+	       mg_op_linear(ctx, &t->h1, &W[LP_Q], NULL, &t->q) ||
+	       mg_op_linear(ctx, &t->h1, &W[LP_K], NULL, &t->k) ||
+	       mg_op_linear(ctx, &t->h1, &W[LP_V], NULL, &t->v) ||
+	       mg_op_rope(ctx, &t->q4, pos, &f) ||
+	       mg_op_rope(ctx, &t->k4, pos, &f) ||
+	       mg_op_attention(ctx, &t->q4, &t->k4, &t->v4, pos,
+			       attn_scale(m), &t->o4, &t->lse) ||
+	       /* xm = x + o W_o^T, through xn as scratch */
+	       mg_op_linear(ctx, &t->o, &W[LP_O], NULL, &t->xn) ||
+	       mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
+	       mg_op_rmsnorm(ctx, &t->xm, &W[LP_POST_NORM], eps, &t->h2,
+			     &t->rstd2) ||
+	       mg_op_linear(ctx, &t->h2, &W[LP_GATE], NULL, &t->g) ||
+	       mg_op_linear(ctx, &t->h2, &W[LP_UP], NULL, &t->u) ||
+	       mg_op_swiglu(ctx, &t->g, &t->u, &t->s) ||
+	       mg_op_linear(ctx, &t->s, &W[LP_DOWN], NULL, &t->xn) ||
+	       mg_op_add(ctx, &t->xm, &t->xn, &t->xn);
+}
+
+static int check_batch(struct llama *m, const struct mg_batch *b)
+{
+	const struct mg_tensor *in = &b->input;
+	if (in->dtype != MG_I32 || in->ndim != 2 || b->positions.ndim != 2 ||
+	    !b->positions.data || b->seq < 1 || in->shape[1] != b->seq ||
+	    in->shape[0] != b->n || b->n < 1)
+		return mg_error("llama: the input is not a token batch (I32 "
+				"ids [n, T] with positions); use a token "
+				"dataset such as random_tokens");
+	if (b->seq > m->c.max_positions && !m->warned_len) {
+		mg_warn("llama: rows of %lld tokens exceed "
+			"max_position_embeddings %lld",
+			(long long)b->seq, (long long)m->c.max_positions);
+		m->warned_len = true;
+	}
+	return 0;
+}
+
+int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
+		  struct mg_tensor *metrics)
+{
+	const struct llama_cfg *c = &m->c;
+	m->have_fwd = false;
+	if (check_batch(m, b))
+		return -1;
+	const int64_t n = b->n, T = b->seq, R = n * T;
+	struct lay L;
+	layout(m, n, T, &L);
+	if (mg_buf_reserve(ctx, &m->arena, L.total, MG_MEM_ACTIVATIONS))
+		return mg_error_prefix("llama activations");
+	m->n = n;
+	m->T = T;
+	const enum mg_phase ph =
+		ctx->training ? MG_PHASE_FORWARD : MG_PHASE_EVAL;
+	const enum mg_dtype dt = ctx->compute_dtype;
+	struct mg_tensor x0 = at(m, m->arena.ptr, L.x, dt, 2, R, c->dim, 0, 0);
+	struct mg_unit_view *v = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
+	if (!v)
+		return -1;
+	int rc = mg_op_embedding(ctx, &b->input, &v->params[0], &x0);
+	mg_release(ctx, LLAMA_UNIT_EMBED, ph);
+	if (rc)
+		return mg_error_prefix("llama embedding");
+	for (int l = 0; l < c->layers; l++) {
+		struct lt t;
+		layer_tensors(m, &L, l, &t);
+		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), ph);
+		if (!v)
+			return -1;
+		rc = layer_forward(m, ctx, v->params, &t, &b->positions);
+		mg_release(ctx, LLAMA_UNIT_LAYER(l), ph);
+		if (rc)
+			return mg_error_prefix("llama layer %d", l);
+	}
+	/* Final norm, output head (the embedding's matrix when tied), and
+	 * the summed token loss. */
+	const int head = LLAMA_UNIT_HEAD(c);
+	struct lt last;
+	layer_tensors(m, &L, (int)c->layers - 1, &last);
+	struct mg_tensor hn = at(m, m->arena.ptr, L.hn, dt, 2, R, c->dim, 0, 0);
+	struct mg_tensor rstdn =
+		at(m, m->arena.ptr, L.rstdn, dt == MG_F64 ? MG_F64 : MG_F32, 1,
+		   R, 0, 0, 0);
+	struct mg_tensor logits =
+		at(m, m->arena.ptr, L.logits, dt, 2, R, c->vocab, 0, 0);
+	v = mg_acquire(ctx, head, ph);
+	if (!v)
+		return -1;
+	rc = mg_op_rmsnorm(ctx, &last.xn, &v->params[0], c->norm_eps, &hn,
+			   &rstdn);
+	if (!rc && c->tie_embeddings) {
+		struct mg_unit_view *e = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
+		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, &logits);
+		if (e)
+			mg_release(ctx, LLAMA_UNIT_EMBED, ph);
+	} else if (!rc) {
+		rc = mg_op_linear(ctx, &hn, &v->params[1], NULL, &logits);
+	}
+	mg_release(ctx, head, ph);
+	if (!rc)
+		rc = mg_op_softmax_xent(ctx, &logits, &b->labels, metrics);
+	if (rc)
+		return mg_error_prefix("llama head");
+	if (ctx->training) {
+		m->ids = b->input;
+		m->labels = b->labels;
+		m->positions = b->positions;
+		m->have_fwd = true;
+	}
+	return 0;
+}
+
+/* Backward through one layer: dx holds d(loss)/d(layer output) and
+ * receives d(loss)/d(layer input). */
+static int layer_backward(struct llama *m, struct mg_ctx *ctx,
+			  const struct mg_tensor *W, struct mg_tensor *G,
+			  struct lt *t, const struct lay *L,
+			  struct mg_tensor *dx)
+{
+	const struct llama_cfg *c = &m->c;
+	const enum mg_dtype dt = ctx->compute_dtype;
+	const int64_t n = m->n, T = m->T, R = n * T, D = c->dim,
+		      qd = c->heads * c->head_dim,
+		      kvd = c->kv_heads * c->head_dim, I = c->ffn;
+	void *B = m->work.ptr;
+	struct mg_tensor dxm = at(m, B, L->dxm, dt, 2, R, D, 0, 0),
+			 dh = at(m, B, L->dh, dt, 2, R, D, 0, 0),
+			 dtmp = at(m, B, L->dt, dt, 2, R, D, 0, 0),
+			 ds = at(m, B, L->ds, dt, 2, R, I, 0, 0),
+			 du = at(m, B, L->du, dt, 2, R, I, 0, 0),
+			 dq = at(m, B, L->dq, dt, 2, R, qd, 0, 0),
+			 dk = at(m, B, L->dk, dt, 2, R, kvd, 0, 0),
+			 dv = at(m, B, L->dv, dt, 2, R, kvd, 0, 0),
+			 dout = at(m, B, L->dout, dt, 2, R, qd, 0, 0),
+			 dq4 = at(m, B, L->dq, dt, 4, n, T, c->heads,
+				  c->head_dim),
+			 dk4 = at(m, B, L->dk, dt, 4, n, T, c->kv_heads,
+				  c->head_dim),
+			 dv4 = at(m, B, L->dv, dt, 4, n, T, c->kv_heads,
+				  c->head_dim),
+			 do4 = at(m, B, L->dout, dt, 4, n, T, c->heads,
+				  c->head_dim);
+	struct mg_tensor f = inv_freq(m);
+	const double eps = c->norm_eps;
+	/* MLP: xn = xm + down(swiglu(gate(h2), up(h2))) */
+	return mg_op_linear_backward(ctx, &t->s, &W[LP_DOWN], dx, &ds,
+				     &G[LP_DOWN], NULL) ||
+	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
+	       mg_op_linear_backward(ctx, &t->h2, &W[LP_GATE], &ds, &dh,
+				     &G[LP_GATE], NULL) ||
+	       mg_op_linear_backward(ctx, &t->h2, &W[LP_UP], &du, &dtmp,
+				     &G[LP_UP], NULL) ||
+	       mg_op_add(ctx, &dh, &dtmp, &dh) ||
+	       mg_op_rmsnorm_backward(ctx, &t->xm, &W[LP_POST_NORM],
+				      &t->rstd2, &dh, &dtmp,
+				      &G[LP_POST_NORM]) ||
+	       mg_op_add(ctx, dx, &dtmp, &dxm) ||
+	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
+	       mg_op_linear_backward(ctx, &t->o, &W[LP_O], &dxm, &dout,
+				     &G[LP_O], NULL) ||
+	       mg_op_attention_backward(ctx, &t->q4, &t->k4, &t->v4,
+					&m->positions, attn_scale(m), &t->o4,
+					&t->lse, &do4, &dq4, &dk4, &dv4) ||
+	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
+	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
+	       mg_op_linear_backward(ctx, &t->h1, &W[LP_Q], &dq, &dh,
+				     &G[LP_Q], NULL) ||
+	       mg_op_linear_backward(ctx, &t->h1, &W[LP_K], &dk, &dtmp,
+				     &G[LP_K], NULL) ||
+	       mg_op_add(ctx, &dh, &dtmp, &dh) ||
+	       mg_op_linear_backward(ctx, &t->h1, &W[LP_V], &dv, &dtmp,
+				     &G[LP_V], NULL) ||
+	       mg_op_add(ctx, &dh, &dtmp, &dh) ||
+	       mg_op_rmsnorm_backward(ctx, &t->x, &W[LP_IN_NORM], &t->rstd1,
+				      &dh, &dtmp, &G[LP_IN_NORM]) ||
+	       mg_op_add(ctx, &dxm, &dtmp, dx);
+}
+
+int llama_backward(struct llama *m, struct mg_ctx *ctx)
+{
+	const struct llama_cfg *c = &m->c;
+	if (!m->have_fwd)
+		return mg_error("llama: backward() needs a training forward()");
+	m->have_fwd = false;
+	struct lay L;
+	layout(m, m->n, m->T, &L);
+	if (mg_buf_reserve(ctx, &m->work, L.wtotal, MG_MEM_ACTIVATIONS))
+		return mg_error_prefix("llama gradient buffers");
+	const enum mg_dtype dt = ctx->compute_dtype;
+	const int64_t R = m->n * m->T;
+	const int head = LLAMA_UNIT_HEAD(c);
+	struct mg_tensor dx = at(m, m->work.ptr, L.dx, dt, 2, R, c->dim, 0, 0);
+	struct mg_tensor dhn = at(m, m->work.ptr, L.dh, dt, 2, R, c->dim, 0, 0);
+	struct mg_tensor hn = at(m, m->arena.ptr, L.hn, dt, 2, R, c->dim, 0, 0);
+	struct mg_tensor rstdn =
+		at(m, m->arena.ptr, L.rstdn, dt == MG_F64 ? MG_F64 : MG_F32, 1,
+		   R, 0, 0, 0);
+	struct mg_tensor logits =
+		at(m, m->arena.ptr, L.logits, dt, 2, R, c->vocab, 0, 0);
+	struct lt last;
+	layer_tensors(m, &L, (int)c->layers - 1, &last);
+	/* d(loss)/d(logits), in place. */
+	if (mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
+					&ctx->grad_scale, &logits))
+		return mg_error_prefix("llama loss backward");
+	struct mg_unit_view *v = mg_acquire(ctx, head, MG_PHASE_BACKWARD);
+	if (!v)
+		return -1;
+	int rc;
+	if (c->tie_embeddings) {
+		struct mg_unit_view *e =
+			mg_acquire(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
+		rc = !e || mg_op_linear_backward(ctx, &hn, &e->params[0],
+						 &logits, &dhn, &e->grads[0],
+						 NULL);
+		if (e)
+			mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
+	} else {
+		rc = mg_op_linear_backward(ctx, &hn, &v->params[1], &logits,
+					   &dhn, &v->grads[1], NULL);
+	}
+	if (!rc)
+		rc = mg_op_rmsnorm_backward(ctx, &last.xn, &v->params[0],
+					    &rstdn, &dhn, &dx, &v->grads[0]);
+	if (!rc)
+		rc = mg_grads_ready(ctx, head);
+	mg_release(ctx, head, MG_PHASE_BACKWARD);
+	if (rc)
+		return mg_error_prefix("llama head backward");
+	for (int l = (int)c->layers - 1; l >= 0; l--) {
+		struct lt t;
+		layer_tensors(m, &L, l, &t);
+		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), MG_PHASE_BACKWARD);
+		if (!v)
+			return -1;
+		rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, &dx);
+		if (!rc)
+			rc = mg_grads_ready(ctx, LLAMA_UNIT_LAYER(l));
+		mg_release(ctx, LLAMA_UNIT_LAYER(l), MG_PHASE_BACKWARD);
+		if (rc)
+			return mg_error_prefix("llama layer %d backward", l);
+	}
+	v = mg_acquire(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
+	if (!v)
+		return -1;
+	rc = mg_op_embedding_backward(ctx, &m->ids, &dx, &v->grads[0]);
+	if (!rc)
+		rc = mg_grads_ready(ctx, LLAMA_UNIT_EMBED);
+	mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
+	if (rc)
+		return mg_error_prefix("llama embedding backward");
+	return 0;
+}
