@@ -1,7 +1,7 @@
 /*
- * activation.c - element-wise ops: ReLU6 forward/backward and the residual
- * add (forward, and its backward, which passes the gradient to both
- * inputs). Memory-bound loops, parallelised when large enough to pay.
+ * activation.c - CPU kernels of the element-wise ops: ReLU6 forward and
+ * backward and the residual add (and its backward). Memory-bound loops,
+ * parallelised when large enough to pay.
  */
 #include "cpu_ops.h"
 
@@ -12,29 +12,9 @@
 #define FN(n) n##_f64
 #include "activation_impl.h"
 
-/* Two tensors of one float dtype with equal numel (shapes may differ:
- * these ops are element-wise). */
-static int ew_pair(const char *op, struct mg_ctx *ctx, const char *an,
-		   const struct mg_tensor *a, const char *bn,
-		   const struct mg_tensor *b)
+int mg_cpu_relu6(struct mg_ctx *ctx, const struct mg_tensor *x,
+		 struct mg_tensor *y)
 {
-	if (mgo_check(op, an, ctx, a, -1, -1) ||
-	    mgo_check(op, bn, ctx, b, a->dtype, -1))
-		return -1;
-	if (mg_tensor_numel(a) != mg_tensor_numel(b))
-		return mgo_same_shape(op, an, a, bn, b);
-	return 0;
-}
-
-int mg_op_relu6(struct mg_ctx *ctx, const struct mg_tensor *x,
-		struct mg_tensor *y)
-{
-	static const char op[] = "relu6";
-	if (mgo_check_ctx(op, ctx) || ew_pair(op, ctx, "x", x, "y", y))
-		return -1;
-	MGO_CUDA(ctx, mg_cuda_relu6(ctx, x, y));
-	if (ctx->dev->kind != MG_DEV_CPU)
-		return mgo_no_device(op, ctx);
 	const int64_t n = mg_tensor_numel(x);
 	const int nt = mgo_threads_for(ctx, n);
 	if (x->dtype == MG_F32)
@@ -44,16 +24,9 @@ int mg_op_relu6(struct mg_ctx *ctx, const struct mg_tensor *x,
 	return 0;
 }
 
-int mg_op_relu6_backward(struct mg_ctx *ctx, const struct mg_tensor *y,
-			 const struct mg_tensor *dy, struct mg_tensor *dx)
+int mg_cpu_relu6_backward(struct mg_ctx *ctx, const struct mg_tensor *y,
+			  const struct mg_tensor *dy, struct mg_tensor *dx)
 {
-	static const char op[] = "relu6_backward";
-	if (mgo_check_ctx(op, ctx) || ew_pair(op, ctx, "y", y, "dy", dy) ||
-	    ew_pair(op, ctx, "y", y, "dx", dx))
-		return -1;
-	MGO_CUDA(ctx, mg_cuda_relu6_backward(ctx, y, dy, dx));
-	if (ctx->dev->kind != MG_DEV_CPU)
-		return mgo_no_device(op, ctx);
 	const int64_t n = mg_tensor_numel(y);
 	const int nt = mgo_threads_for(ctx, n);
 	if (y->dtype == MG_F32)
@@ -63,16 +36,9 @@ int mg_op_relu6_backward(struct mg_ctx *ctx, const struct mg_tensor *y,
 	return 0;
 }
 
-int mg_op_add(struct mg_ctx *ctx, const struct mg_tensor *a,
-	      const struct mg_tensor *b, struct mg_tensor *y)
+int mg_cpu_add(struct mg_ctx *ctx, const struct mg_tensor *a,
+	       const struct mg_tensor *b, struct mg_tensor *y)
 {
-	static const char op[] = "add";
-	if (mgo_check_ctx(op, ctx) || ew_pair(op, ctx, "a", a, "b", b) ||
-	    ew_pair(op, ctx, "a", a, "y", y))
-		return -1;
-	MGO_CUDA(ctx, mg_cuda_add(ctx, a, b, y));
-	if (ctx->dev->kind != MG_DEV_CPU)
-		return mgo_no_device(op, ctx);
 	const int64_t n = mg_tensor_numel(a);
 	const int nt = mgo_threads_for(ctx, n);
 	if (a->dtype == MG_F32)
@@ -82,17 +48,9 @@ int mg_op_add(struct mg_ctx *ctx, const struct mg_tensor *a,
 	return 0;
 }
 
-int mg_op_add_backward(struct mg_ctx *ctx, const struct mg_tensor *dy,
-		       struct mg_tensor *da, struct mg_tensor *db)
+int mg_cpu_add_backward(struct mg_ctx *ctx, const struct mg_tensor *dy,
+			struct mg_tensor *da, struct mg_tensor *db)
 {
-	static const char op[] = "add_backward";
-	if (mgo_check_ctx(op, ctx) || mgo_check(op, "dy", ctx, dy, -1, -1) ||
-	    (da && ew_pair(op, ctx, "dy", dy, "da", da)) ||
-	    (db && ew_pair(op, ctx, "dy", dy, "db", db)))
-		return -1;
-	MGO_CUDA(ctx, mg_cuda_add_backward(ctx, dy, da, db));
-	if (ctx->dev->kind != MG_DEV_CPU)
-		return mgo_no_device(op, ctx);
 	const int64_t n = mg_tensor_numel(dy);
 	const int nt = mgo_threads_for(ctx, n);
 	struct mg_tensor *g[2] = {da, db};

@@ -1,15 +1,15 @@
 /*
  * convert.c - float dtype conversions (F32, F64, F16, BF16) with
- * round-to-nearest-even, the CPU twin of the CUDA conversion kernels and
+ * round-to-nearest-even: the public scalar conversions and the CPU
+ * backend of mg_op_convert, the twin of the CUDA conversion kernels and
  * the oracle GPU tests use for half-precision results.
  */
 #include <math.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
-#ifdef MG_HAVE_CUDA
-#include "ops/cuda/cuda_optim.h"
-#endif
+
+#include "cpu_ops.h"
 
 float mg_half_to_float(uint16_t h)
 {
@@ -109,21 +109,9 @@ static void store(void *p, enum mg_dtype t, int64_t i, double v)
 	}
 }
 
-static bool is_float(enum mg_dtype t)
+int mg_cpu_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
+		   const void *src, enum mg_dtype st, int64_t n)
 {
-	return t == MG_F32 || t == MG_F64 || t == MG_F16 || t == MG_BF16;
-}
-
-int mg_op_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
-		  const void *src, enum mg_dtype st, int64_t n)
-{
-	if (!is_float(dt) || !is_float(st))
-		return mg_error("convert: %s -> %s is not a float conversion",
-				mg_dtype_name(st), mg_dtype_name(dt));
-#ifdef MG_HAVE_CUDA
-	if (ctx->dev->kind == MG_DEV_CUDA)
-		return mg_cuda_convert(ctx, dst, dt, src, st, n);
-#endif
 	(void)ctx;
 	if (dt == st) {
 		memcpy(dst, src, (size_t)n * mg_dtype_size(dt));

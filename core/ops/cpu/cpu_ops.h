@@ -1,7 +1,14 @@
 /*
- * cpu_ops.h - private helpers shared by the CPU NN ops: argument checks
- * that produce readable errors, the OpenMP thread count, scratch memory,
- * typed GEMM wrappers, and the macros the *_impl.h type templates use.
+ * cpu_ops.h - the CPU backend of the ops: the mg_cpu_* entry points the
+ * dispatchers (core/ops/FAMILY.c) call once the arguments are checked, and
+ * the helpers the CPU kernels share: the OpenMP thread count, scratch
+ * memory, typed GEMM wrappers, tap ranges, and the macros the *_impl.h
+ * type templates use.
+ *
+ * core/ops/cpu is a leaf: it includes only the mg/ headers, runtime.h and
+ * ops/ops_geom.h, never the dispatch layer or another backend. Its
+ * functions have hidden visibility (libmg's default) like everything not
+ * declared MG_EXPORT.
  *
  * Each op family keeps its kernels in NAME_impl.h, written once against
  * the macros T (element type) and FN(name) (type-suffixed function name),
@@ -19,18 +26,7 @@
 
 #include "mg/mg.h"
 
-#ifdef MG_HAVE_CUDA
-#include "ops/cuda/cuda_ops.h"
-/* After the shared checks: run the op's CUDA twin (core/ops/cuda, same
- * arguments) when ctx computes on a CUDA device. */
-#define MGO_CUDA(ctx, call)                                                    \
-	do {                                                                   \
-		if ((ctx)->dev->kind == MG_DEV_CUDA)                           \
-			return (call);                                         \
-	} while (0)
-#else
-#define MGO_CUDA(ctx, call) ((void)0)
-#endif
+#include "ops/ops_geom.h"
 
 /* Work (elements) below which a loop is not worth parallelising. */
 #define MGO_PAR_MIN 32768
@@ -48,31 +44,6 @@ static inline int mgo_threads_for(const struct mg_ctx *ctx, int64_t work)
 {
 	return work < MGO_PAR_MIN ? 1 : mgo_threads(ctx);
 }
-
-/* Does ctx have a usable device? Errors name the op. */
-int mgo_check_ctx(const char *op, const struct mg_ctx *ctx);
-
-/*
- * Check a tensor argument: present, data set (unless it has no elements),
- * on ctx's device, of dtype dt (dt < 0: MG_F32 or MG_F64) and with ndim
- * dims (ndim < 0: any). Errors name the op and the argument.
- */
-int mgo_check(const char *op, const char *name, const struct mg_ctx *ctx,
-	      const struct mg_tensor *t, int dt, int ndim);
-/* Same check, but t may be NULL (an optional argument). */
-int mgo_check_opt(const char *op, const char *name, const struct mg_ctx *ctx,
-		  const struct mg_tensor *t, int dt, int ndim);
-/* Equal shapes (ndim and every dim); error shows both. */
-int mgo_same_shape(const char *op, const char *an, const struct mg_tensor *a,
-		   const char *bn, const struct mg_tensor *b);
-/* t is exactly [n] (one dimension). */
-int mgo_check_vec(const char *op, const char *name, const struct mg_tensor *t,
-		  int64_t n);
-/* Format a shape as "[2, 3, 4]" into buf (returns buf). */
-const char *mgo_shape_str(const struct mg_tensor *t, char *buf, size_t len);
-/* The error for a device kind without an implementation of op (a CUDA
- * context in a build without the CUDA backend). */
-int mgo_no_device(const char *op, const struct mg_ctx *ctx);
 
 /* Read and write element i of an F32 or F64 tensor as double (small
  * per-channel vectors only). */
@@ -139,20 +110,6 @@ static inline void mgo_tap_range(int64_t out, int64_t in, int64_t s, int64_t p,
 #define MGO_RELU6(v) ((v) > 0 ? ((v) < 6 ? (v) : 6) : 0)
 #define MGO_RELU6_PASS(y) (((y) > 0) & ((y) < 6))
 
-/* A validated 2-D convolution's sizes (conv.c fills it). */
-struct mgo_conv_geom {
-	int64_t N, C, H, W; /* input */
-	int64_t K, OH, OW;  /* output channels and extent */
-	int64_t kh, kw;	    /* window */
-	int64_t sh, sw;	    /* stride */
-	int64_t ph, pw;	    /* padding */
-	int64_t groups;
-	int64_t Cg, Kg; /* channels per group in and out */
-	int64_t krow;	/* GEMM depth per group: Cg * kh * kw */
-	int64_t HW, OHW;
-	bool pointwise; /* 1x1, stride 1, no padding: im2col is a copy */
-};
-
 /* Depthwise kernels (depthwise.c), for groups == C == K. */
 int mgo_depthwise_fwd(struct mg_ctx *ctx, const struct mgo_conv_geom *g,
 		      const struct mg_tensor *x, const struct mg_tensor *w,
@@ -162,5 +119,83 @@ int mgo_depthwise_bwd(struct mg_ctx *ctx, const struct mgo_conv_geom *g,
 		      const struct mg_tensor *dy, struct mg_tensor *dx,
 		      struct mg_tensor *dw, struct mg_tensor *dbias,
 		      struct mg_buf *ws);
+
+/*
+ * The CPU backend: each mg_cpu_NAME() takes the arguments of the public
+ * mg_op_NAME() (include/mg/ops_nn.h, ops_image.h, tensor.h, optim.h),
+ * already validated by it, and computes on the host. The convolutions take
+ * the geometry the dispatcher computed instead of the mg_conv2d_args.
+ */
+int mg_cpu_conv2d(struct mg_ctx *ctx, const struct mgo_conv_geom *g,
+		  const struct mg_tensor *x, const struct mg_tensor *w,
+		  const struct mg_tensor *bias, struct mg_tensor *y,
+		  struct mg_buf *ws);
+int mg_cpu_conv2d_backward(struct mg_ctx *ctx, const struct mgo_conv_geom *g,
+			   const struct mg_tensor *x, const struct mg_tensor *w,
+			   const struct mg_tensor *dy, struct mg_tensor *dx,
+			   struct mg_tensor *dw, struct mg_tensor *dbias,
+			   struct mg_buf *ws);
+int mg_cpu_batchnorm2d(struct mg_ctx *ctx, const struct mg_bn_args *a,
+		       const struct mg_tensor *x, const struct mg_tensor *gamma,
+		       const struct mg_tensor *beta,
+		       struct mg_tensor *running_mean,
+		       struct mg_tensor *running_var,
+		       struct mg_tensor *save_mean,
+		       struct mg_tensor *save_invstd, struct mg_tensor *y);
+int mg_cpu_batchnorm2d_backward(struct mg_ctx *ctx, const struct mg_bn_args *a,
+				const struct mg_tensor *x,
+				const struct mg_tensor *y,
+				const struct mg_tensor *dy,
+				const struct mg_tensor *gamma,
+				const struct mg_tensor *save_mean,
+				const struct mg_tensor *save_invstd,
+				struct mg_tensor *dx, struct mg_tensor *dgamma,
+				struct mg_tensor *dbeta);
+int mg_cpu_relu6(struct mg_ctx *ctx, const struct mg_tensor *x,
+		 struct mg_tensor *y);
+int mg_cpu_relu6_backward(struct mg_ctx *ctx, const struct mg_tensor *y,
+			  const struct mg_tensor *dy, struct mg_tensor *dx);
+int mg_cpu_add(struct mg_ctx *ctx, const struct mg_tensor *a,
+	       const struct mg_tensor *b, struct mg_tensor *y);
+int mg_cpu_add_backward(struct mg_ctx *ctx, const struct mg_tensor *dy,
+			struct mg_tensor *da, struct mg_tensor *db);
+int mg_cpu_dropout(struct mg_ctx *ctx, const struct mg_tensor *x,
+		   struct mg_tensor *y, double p, uint64_t key, int64_t offset);
+int mg_cpu_dropout_backward(struct mg_ctx *ctx, const struct mg_tensor *dy,
+			    struct mg_tensor *dx, double p, uint64_t key,
+			    int64_t offset);
+int mg_cpu_global_avgpool(struct mg_ctx *ctx, const struct mg_tensor *x,
+			  struct mg_tensor *y);
+int mg_cpu_global_avgpool_backward(struct mg_ctx *ctx,
+				   const struct mg_tensor *dy,
+				   struct mg_tensor *dx);
+int mg_cpu_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
+		  const struct mg_tensor *w, const struct mg_tensor *b,
+		  struct mg_tensor *y);
+int mg_cpu_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
+			   const struct mg_tensor *w,
+			   const struct mg_tensor *dy, struct mg_tensor *dx,
+			   struct mg_tensor *dw, struct mg_tensor *db);
+/* The loss ops also check that every label is below the class count (the
+ * CUDA twin cannot without a host sync). */
+int mg_cpu_softmax_xent(struct mg_ctx *ctx, const struct mg_tensor *logits,
+			const struct mg_tensor *labels,
+			struct mg_tensor *metrics);
+int mg_cpu_softmax_xent_backward(struct mg_ctx *ctx,
+				 const struct mg_tensor *logits,
+				 const struct mg_tensor *labels,
+				 const struct mg_tensor *scale,
+				 struct mg_tensor *dlogits);
+int mg_cpu_resize_normalize_u8(struct mg_ctx *ctx, const struct mg_tensor *src,
+			       struct mg_tensor *dst, double mean, double std);
+int mg_cpu_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,
+		   const void *src, enum mg_dtype st, int64_t n);
+int mg_cpu_optim_sumsq(struct mg_ctx *ctx, struct mg_optim_vals *vals,
+		       enum mg_dtype dt, const void *grad, int64_t n);
+int mg_cpu_optim_finalize(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
+			  struct mg_optim_vals *vals);
+int mg_cpu_optim_update(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
+			const struct mg_optim_vals *vals,
+			const struct mg_optim_slice *s);
 
 #endif

@@ -2,8 +2,8 @@
  * depthwise.c - depthwise convolution (groups == Cin == Cout, MobileNet's
  * 3x3 layers) on the CPU: a direct loop per (sample, channel) plane. A
  * GEMM per channel would be a 1 x 9 by 9 x OH*OW product, all overhead;
- * the direct loop reads each plane from cache. conv.c validates the
- * arguments and calls in here.
+ * the direct loop reads each plane from cache. ops/conv.c validates the
+ * arguments and cpu/conv.c calls in here.
  */
 #include <string.h>
 

@@ -1,30 +1,15 @@
 /*
  * optim.c - SGD (momentum, dampening, Nesterov, L2) and AdamW (decoupled
  * weight decay) with PyTorch's semantics, the gradient norm, clipping and
- * the non-finite skip. The CPU version is the reference for the CUDA twin
- * and the kernel an offload strategy runs on the host.
+ * the non-finite skip on the CPU: the reference for the CUDA twin and the
+ * kernel an offload strategy runs on the host. ops/optim.c dispatches.
  */
 #include <math.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
-#ifdef MG_HAVE_CUDA
-#include "ops/cuda/cuda_optim.h"
-#endif
 
-int mg_optim_state_slots(const struct mg_optim_hparams *h)
-{
-	if (h->kind == MG_OPTIM_ADAMW)
-		return 2;
-	return h->momentum != 0.0 ? 1 : 0;
-}
-
-const char *mg_optim_slot_name(const struct mg_optim_hparams *h, int slot)
-{
-	if (h->kind == MG_OPTIM_ADAMW)
-		return slot == 0 ? "exp_avg" : "exp_avg_sq";
-	return "momentum";
-}
+#include "cpu_ops.h"
 
 /* One body, instantiated for float and double. */
 #define DEFINE_UPDATE(T, SQRT)                                                 \
@@ -81,13 +66,9 @@ const char *mg_optim_slot_name(const struct mg_optim_hparams *h, int slot)
 DEFINE_UPDATE(float, sqrtf)
 DEFINE_UPDATE(double, sqrt)
 
-int mg_optim_sumsq(struct mg_ctx *ctx, struct mg_optim_vals *vals,
-		   enum mg_dtype dt, const void *grad, int64_t n)
+int mg_cpu_optim_sumsq(struct mg_ctx *ctx, struct mg_optim_vals *vals,
+		       enum mg_dtype dt, const void *grad, int64_t n)
 {
-#ifdef MG_HAVE_CUDA
-	if (ctx->dev->kind == MG_DEV_CUDA)
-		return mg_cuda_optim_sumsq(ctx, vals, dt, grad, n);
-#endif
 	(void)ctx;
 	double s = 0;
 	if (dt == MG_F64) {
@@ -106,13 +87,9 @@ int mg_optim_sumsq(struct mg_ctx *ctx, struct mg_optim_vals *vals,
 	return 0;
 }
 
-int mg_optim_finalize(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
-		      struct mg_optim_vals *vals)
+int mg_cpu_optim_finalize(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
+			  struct mg_optim_vals *vals)
 {
-#ifdef MG_HAVE_CUDA
-	if (ctx->dev->kind == MG_DEV_CUDA)
-		return mg_cuda_optim_finalize(ctx, h, vals);
-#endif
 	(void)ctx;
 	float norm = sqrtf(vals->sumsq) * fabsf(vals->grad_mul);
 	vals->grad_norm = norm;
@@ -122,14 +99,10 @@ int mg_optim_finalize(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
 	return 0;
 }
 
-int mg_optim_update(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
-		    const struct mg_optim_vals *vals,
-		    const struct mg_optim_slice *s)
+int mg_cpu_optim_update(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
+			const struct mg_optim_vals *vals,
+			const struct mg_optim_slice *s)
 {
-#ifdef MG_HAVE_CUDA
-	if (ctx->dev->kind == MG_DEV_CUDA)
-		return mg_cuda_optim_update(ctx, h, vals, s);
-#endif
 	(void)ctx;
 	if (s->dtype != MG_F32 && s->dtype != MG_F64)
 		return mg_error("optimizer: master dtype %s unsupported",

@@ -44,6 +44,7 @@ struct mgc_state *mgc_state(struct mg_ctx *ctx)
 	st->opt[MG_CUDA_OPT_POINTWISE_GEMM] =
 		env_choice("MG_CUDA_POINTWISE", "gemm", 1);
 	cd->ops_state = st;
+	cd->ops_state_free = mg_cuda_ops_free;
 	return st;
 }
 

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/cuda/cuda_ops.h"
 #include "runtime/cuda/cuda_device.h"
 
 int mg_cuda_fail(cudaError_t e, const char *what, const char *file, int line)
@@ -85,7 +84,8 @@ void mg_cuda_device_free(struct mg_device *dev)
 	if (!cd)
 		return;
 	cudaDeviceSynchronize();
-	mg_cuda_ops_free(dev); /* plan cache, scratch (needs the handles) */
+	if (cd->ops_state_free) /* plan cache, scratch (needs the handles) */
+		cd->ops_state_free(dev);
 	if (dev->cudnn)
 		cudnnDestroy(dev->cudnn);
 	if (dev->cublas)

@@ -23,6 +23,9 @@ struct mg_cuda_device {
 	size_t blas_workspace_bytes;
 	struct cudaDeviceProp prop;
 	void *ops_state; /* core/ops/cuda: algorithm cache, scratch */
+	/* Set by core/ops/cuda with ops_state; mg_cuda_device_free calls it
+	 * (before the handles go) so the runtime needs no ops header. */
+	void (*ops_state_free)(struct mg_device *dev);
 };
 
 /* Select GPU ordinal, create streams, cuBLAS and cuDNN handles. */
