@@ -198,4 +198,7 @@ int mg_cpu_optim_update(struct mg_ctx *ctx, const struct mg_optim_hparams *h,
 			const struct mg_optim_vals *vals,
 			const struct mg_optim_slice *s);
 
+/* y[0] = s / max(x[0], 1) (scalar.c). */
+int mg_cpu_reciprocal_scale(const float *x, double s, float *y);
+
 #endif

@@ -1,7 +1,7 @@
 /*
  * scalar.c - CPU twins of the device scalar ops (core/ops/scalar.c).
  */
-int mg_cpu_reciprocal_scale(const float *x, double s, float *y);
+#include "cpu_ops.h"
 
 int mg_cpu_reciprocal_scale(const float *x, double s, float *y)
 {

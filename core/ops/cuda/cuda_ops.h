@@ -99,6 +99,9 @@ MG_EXPORT int mg_cuda_resize_normalize_u8(struct mg_ctx *ctx,
 					  const struct mg_tensor *src,
 					  struct mg_tensor *dst, float mean,
 					  float std);
+/* y[0] = s / max(x[0], 1), one thread on the stream (scalar.cu). */
+MG_EXPORT int mg_cuda_reciprocal_scale(struct mg_ctx *ctx, const float *x,
+				       double s, float *y);
 
 /* ---- tuning knobs (benchmarks and tests) ---- */
 enum mg_cuda_opt {

@@ -303,7 +303,6 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 			 do4 = at(m, B, L->dout, dt, 4, n, T, c->heads,
 				  c->head_dim);
 	struct mg_tensor f = inv_freq(m);
-	const double eps = c->norm_eps;
 	/* MLP: xn = xm + down(swiglu(gate(h2), up(h2))) */
 	return mg_op_linear_backward(ctx, &t->s, &W[LP_DOWN], dx, &ds,
 				     &G[LP_DOWN], NULL) ||
