@@ -1,0 +1,48 @@
+/*
+ * cpu_llm.h - the CPU reference kernels of the decoder-only transformer's
+ * ops (include/mg/ops_llm.h), called by the dispatcher core/ops/llm.c
+ * after its argument checks, with the public ops' arguments. F32 and F64.
+ */
+#ifndef MG_CPU_LLM_H
+#define MG_CPU_LLM_H
+
+#include "mg/mg.h"
+
+int mg_cpu_embedding(struct mg_ctx *ctx, const struct mg_tensor *ids,
+		     const struct mg_tensor *table, struct mg_tensor *y);
+int mg_cpu_embedding_backward(struct mg_ctx *ctx, const struct mg_tensor *ids,
+			      const struct mg_tensor *dy,
+			      struct mg_tensor *dtable);
+int mg_cpu_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
+		   const struct mg_tensor *w, double eps, struct mg_tensor *y,
+		   struct mg_tensor *rstd);
+int mg_cpu_rmsnorm_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
+			    const struct mg_tensor *w,
+			    const struct mg_tensor *rstd,
+			    const struct mg_tensor *dy, struct mg_tensor *dx,
+			    struct mg_tensor *dw);
+/* sign +1: forward rotation, -1: backward. */
+int mg_cpu_rope(struct mg_ctx *ctx, struct mg_tensor *x,
+		const struct mg_tensor *positions,
+		const struct mg_tensor *inv_freq, int sign);
+int mg_cpu_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
+		     const struct mg_tensor *k, const struct mg_tensor *v,
+		     const struct mg_tensor *positions, double scale,
+		     struct mg_tensor *o, struct mg_tensor *lse);
+int mg_cpu_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
+			      const struct mg_tensor *k,
+			      const struct mg_tensor *v,
+			      const struct mg_tensor *positions, double scale,
+			      const struct mg_tensor *o,
+			      const struct mg_tensor *lse,
+			      const struct mg_tensor *dout,
+			      struct mg_tensor *dq, struct mg_tensor *dk,
+			      struct mg_tensor *dv);
+int mg_cpu_swiglu(struct mg_ctx *ctx, const struct mg_tensor *g,
+		  const struct mg_tensor *u, struct mg_tensor *h);
+int mg_cpu_swiglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,
+			   const struct mg_tensor *u,
+			   const struct mg_tensor *dh, struct mg_tensor *dg,
+			   struct mg_tensor *du);
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * llm_attention.c - CPU causal grouped-query attention over packed
+ * documents (ops_llm.h; checks in core/ops/llm.c): the reference the CUDA
+ * kernels are tested against. Direct loops, one query (forward, dq) or
+ * one key (dk, dv) per OpenMP iteration; backward recomputes the
+ * probabilities from the saved log-sum-exp.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu_llm.h"
+#include "cpu_ops.h"
+
+struct llm_attn_geom {
+	int64_t N, S, Hq, Hkv, hd; /* S: sequence length */
+};
+
+/* First key query t attends: t - pos, clamped to [0, t]. */
+static inline int64_t llm_lo(int64_t t, int32_t pos)
+{
+	int64_t lo = t - (int64_t)pos;
+	return lo < 0 ? 0 : (lo > t ? t : lo);
+}
+
+#define T float
+#define FN(n) n##_f32
+#include "llm_attention_impl.h"
+#define T double
+#define FN(n) n##_f64
+#include "llm_attention_impl.h"
+
+static struct llm_attn_geom geom(const struct mg_tensor *q,
+				 const struct mg_tensor *k)
+{
+	struct llm_attn_geom g = {q->shape[0], q->shape[1], q->shape[2],
+				  k->shape[2], q->shape[3]};
+	return g;
+}
+
+int mg_cpu_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
+		     const struct mg_tensor *k, const struct mg_tensor *v,
+		     const struct mg_tensor *positions, double scale,
+		     struct mg_tensor *o, struct mg_tensor *lse)
+{
+	const struct llm_attn_geom g = geom(q, k);
+	if (mg_tensor_numel(q) == 0)
+		return 0;
+	const int nt = mgo_threads_for(ctx, g.N * g.Hq * g.S * g.S * g.hd);
+	if (q->dtype == MG_F32)
+		attn_fwd_f32(&g, q->data, k->data, v->data, positions->data,
+			     scale, o->data, lse ? lse->data : NULL, nt);
+	else
+		attn_fwd_f64(&g, q->data, k->data, v->data, positions->data,
+			     scale, o->data, lse ? lse->data : NULL, nt);
+	return 0;
+}
+
+int mg_cpu_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
+			      const struct mg_tensor *k,
+			      const struct mg_tensor *v,
+			      const struct mg_tensor *positions, double scale,
+			      const struct mg_tensor *o,
+			      const struct mg_tensor *lse,
+			      const struct mg_tensor *dout,
+			      struct mg_tensor *dq, struct mg_tensor *dk,
+			      struct mg_tensor *dv)
+{
+	const struct llm_attn_geom g = geom(q, k);
+	if (mg_tensor_numel(q) == 0)
+		return 0;
+	const int nt = mgo_threads_for(ctx, g.N * g.Hq * g.S * g.S * g.hd);
+	struct mgo_scratch sc;
+	double *Dt = mgo_scratch_get(ctx, &sc, NULL,
+				     (size_t)(g.N * g.Hq * g.S) * sizeof *Dt);
+	if (!Dt)
+		return -1;
+	if (q->dtype == MG_F32)
+		attn_bwd_f32(&g, q->data, k->data, v->data, positions->data,
+			     scale, o->data, lse->data, dout->data,
+			     dq ? dq->data : NULL, dk ? dk->data : NULL,
+			     dv ? dv->data : NULL, Dt, nt);
+	else
+		attn_bwd_f64(&g, q->data, k->data, v->data, positions->data,
+			     scale, o->data, lse->data, dout->data,
+			     dq ? dq->data : NULL, dk ? dk->data : NULL,
+			     dv ? dv->data : NULL, Dt, nt);
+	mgo_scratch_done(ctx, &sc);
+	return 0;
+}

@@ -1,0 +1,57 @@
+/*
+ * cuda_llm.h - CUDA twins of the LLM ops (include/mg/ops_llm.h), called
+ * by core/ops/llm.c after its argument checks with the public ops'
+ * arguments. F32, BF16 and F16 (F32 accumulation; saved statistics F32).
+ * All work is queued on dev->stream, no host synchronisation.
+ */
+#ifndef MG_CUDA_LLM_H
+#define MG_CUDA_LLM_H
+
+#include "mg/mg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+MG_EXPORT int mg_cuda_embedding(struct mg_ctx *ctx, const struct mg_tensor *ids,
+				const struct mg_tensor *table,
+				struct mg_tensor *y);
+MG_EXPORT int mg_cuda_embedding_backward(struct mg_ctx *ctx,
+					 const struct mg_tensor *ids,
+					 const struct mg_tensor *dy,
+					 struct mg_tensor *dtable);
+MG_EXPORT int mg_cuda_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
+			      const struct mg_tensor *w, double eps,
+			      struct mg_tensor *y, struct mg_tensor *rstd);
+MG_EXPORT int mg_cuda_rmsnorm_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *x,
+	const struct mg_tensor *w, const struct mg_tensor *rstd,
+	const struct mg_tensor *dy, struct mg_tensor *dx, struct mg_tensor *dw);
+/* sign +1: forward rotation, -1: backward. */
+MG_EXPORT int mg_cuda_rope(struct mg_ctx *ctx, struct mg_tensor *x,
+			   const struct mg_tensor *positions,
+			   const struct mg_tensor *inv_freq, int sign);
+MG_EXPORT int mg_cuda_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
+				const struct mg_tensor *k,
+				const struct mg_tensor *v,
+				const struct mg_tensor *positions, double scale,
+				struct mg_tensor *o, struct mg_tensor *lse);
+MG_EXPORT int
+mg_cuda_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
+			   const struct mg_tensor *k, const struct mg_tensor *v,
+			   const struct mg_tensor *positions, double scale,
+			   const struct mg_tensor *o,
+			   const struct mg_tensor *lse,
+			   const struct mg_tensor *dout, struct mg_tensor *dq,
+			   struct mg_tensor *dk, struct mg_tensor *dv);
+MG_EXPORT int mg_cuda_swiglu(struct mg_ctx *ctx, const struct mg_tensor *g,
+			     const struct mg_tensor *u, struct mg_tensor *h);
+MG_EXPORT int
+mg_cuda_swiglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,
+			const struct mg_tensor *u, const struct mg_tensor *dh,
+			struct mg_tensor *dg, struct mg_tensor *du);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
