@@ -17,5 +17,6 @@
 #include "rng.h"
 #include "strategy.h"
 #include "tensor.h"
+#include "tensor_file.h"
 
 #endif

@@ -61,9 +61,17 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 		return mg_error_prefix("llama: rotary table");
 	}
 	llama_inv_freq(&m->c, f);
+	if (m->hf_dir[0] && llama_hf_open(m)) {
+		free(f);
+		llama_hf_close(m);
+		mg_buf_free(ctx, &m->inv_freq);
+		free(m);
+		return -1;
+	}
 	int rc = mg_copy_h2d(ctx, m->inv_freq.ptr, f, (size_t)half * sizeof *f);
 	free(f);
 	if (rc) {
+		llama_hf_close(m);
 		mg_buf_free(ctx, &m->inv_freq);
 		free(m);
 		return -1;
@@ -77,6 +85,7 @@ static void llama_destroy(void *self)
 	struct llama *m = self;
 	if (!m)
 		return;
+	llama_hf_close(m);
 	mg_buf_free(m->ctx, &m->inv_freq);
 	mg_buf_free(m->ctx, &m->arena);
 	mg_buf_free(m->ctx, &m->work);

@@ -64,7 +64,8 @@ enum {
 struct llama {
 	struct llama_cfg c;
 	struct mg_ctx *ctx;
-	char hf_dir[4096]; /* weights to start from, or "" */
+	char hf_dir[4096];    /* weights to start from, or "" */
+	struct llama_hf *hf; /* its open files (llama_hf.c) */
 	struct mg_buf inv_freq; /* F32 [head_dim / 2] on the device */
 	struct mg_buf arena;	/* activations kept for backward */
 	struct mg_buf work;	/* backward's gradient buffers */
@@ -78,6 +79,14 @@ struct llama {
  * with initializer_range, norms one) or the HF checkpoint's. */
 int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 		    uint64_t seed);
+
+/* llama_hf.c: the HF folder's safetensors (open at create when hf_dir
+ * is set); load converts tensor `name` into a host tensor of equal shape
+ * (errors name the file and the tensor). */
+struct llama_hf;
+int llama_hf_open(struct llama *m);
+void llama_hf_close(struct llama *m);
+int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst);
 
 /* llama_model.c */
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,

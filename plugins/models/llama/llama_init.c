@@ -3,8 +3,11 @@
  * transformers' LlamaPreTrainedModel: linear and embedding weights
  * normal(0, initializer_range), RMSNorm weights one. Each value is a pure
  * function of (seed, parameter, element), so every rank count and shard
- * layout starts from the same model.
+ * layout starts from the same model. With model.hf_dir the values come
+ * from the folder's safetensors instead (llama_hf.c).
  */
+#include <stdio.h>
+
 #include "llama.h"
 
 static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones)
@@ -32,10 +35,34 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 		np = LP_COUNT;
 	else
 		return mg_error("llama: no unit %d", unit);
+	static const char *const layer_names[LP_COUNT] = {
+		"input_layernorm.weight",	  "self_attn.q_proj.weight",
+		"self_attn.k_proj.weight",	  "self_attn.v_proj.weight",
+		"self_attn.o_proj.weight",	  "post_attention_layernorm.weight",
+		"mlp.gate_proj.weight",		  "mlp.up_proj.weight",
+		"mlp.down_proj.weight"};
 	for (int i = 0; i < np; i++) {
 		if (params[i].dtype != MG_F32 && params[i].dtype != MG_F64)
 			return mg_error("llama: storage dtype %s is not f32/f64",
 					mg_dtype_name(params[i].dtype));
+		if (m->hf) {
+			/* The HF name: the unit's prefix and the parameter. */
+			char name[160];
+			if (unit == LLAMA_UNIT_EMBED)
+				snprintf(name, sizeof name,
+					 "model.embed_tokens.weight");
+			else if (unit == LLAMA_UNIT_HEAD(c))
+				snprintf(name, sizeof name, "%s",
+					 i ? "lm_head.weight"
+					   : "model.norm.weight");
+			else
+				snprintf(name, sizeof name,
+					 "model.layers.%d.%s", unit - 1,
+					 layer_names[i]);
+			if (llama_hf_load(m, name, &params[i]))
+				return -1;
+			continue;
+		}
 		/* Norm weights are the unit's 1-D parameters. */
 		bool norm = params[i].ndim == 1;
 		fill(&params[i], mg_rng_key(seed, (uint64_t)i), c->init_std,

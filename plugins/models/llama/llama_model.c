@@ -219,7 +219,9 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	struct mg_unit_view *v = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
 	if (!v)
 		return -1;
-	int rc = mg_op_embedding(ctx, &b->input, &v->params[0], &x0);
+	struct mg_tensor ids = mg_tensor_make(b->input.data, MG_I32,
+					      ctx->dev->kind, 1, &R);
+	int rc = mg_op_embedding(ctx, &ids, &v->params[0], &x0);
 	mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	if (rc)
 		return mg_error_prefix("llama embedding");
@@ -404,7 +406,9 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 	v = mg_acquire(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 	if (!v)
 		return -1;
-	rc = mg_op_embedding_backward(ctx, &m->ids, &dx, &v->grads[0]);
+	struct mg_tensor ids = mg_tensor_make(m->ids.data, MG_I32,
+					      ctx->dev->kind, 1, &R);
+	rc = mg_op_embedding_backward(ctx, &ids, &dx, &v->grads[0]);
 	if (!rc)
 		rc = mg_grads_ready(ctx, LLAMA_UNIT_EMBED);
 	mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);

@@ -1,0 +1,99 @@
+/*
+ * tensor_file.c - the plugins' read access to safetensors files
+ * (include/mg/tensor_file.h), over the core's validated, memory-mapped
+ * reader (safetensors.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+#include "runtime/safetensors.h"
+
+struct mg_tensor_file {
+	struct mg_st_file st;
+};
+
+struct mg_tensor_file *mg_tensor_file_open(const char *path)
+{
+	struct mg_tensor_file *f = calloc(1, sizeof *f);
+	if (!f) {
+		mg_error("%s: out of memory", path);
+		return NULL;
+	}
+	if (mg_st_open(&f->st, path)) {
+		mg_st_close(&f->st);
+		free(f);
+		return NULL;
+	}
+	return f;
+}
+
+void mg_tensor_file_close(struct mg_tensor_file *f)
+{
+	if (!f)
+		return;
+	mg_st_close(&f->st);
+	free(f);
+}
+
+const char *mg_tensor_file_path(const struct mg_tensor_file *f)
+{
+	return f->st.path;
+}
+
+int mg_tensor_file_get(const struct mg_tensor_file *f, const char *name,
+		       struct mg_tensor *view)
+{
+	const struct mg_st_entry *e = mg_st_find(&f->st, name);
+	if (!e)
+		return 0;
+	*view = mg_tensor_make((void *)e->data, e->dtype, MG_DEV_CPU, e->ndim,
+			       e->shape);
+	return 1;
+}
+
+const char *mg_tensor_file_meta(const struct mg_tensor_file *f,
+				const char *key)
+{
+	return mg_st_meta(&f->st, key);
+}
+
+/* Element i of a float tensor as double. */
+static double get(const struct mg_tensor *t, int64_t i)
+{
+	switch (t->dtype) {
+	case MG_F64:
+		return ((const double *)t->data)[i];
+	case MG_F32:
+		return ((const float *)t->data)[i];
+	case MG_F16:
+		return mg_half_to_float(((const uint16_t *)t->data)[i]);
+	default:
+		return mg_bf16_to_float(((const uint16_t *)t->data)[i]);
+	}
+}
+
+int mg_tensor_convert_host(struct mg_tensor *dst, const struct mg_tensor *src)
+{
+	const enum mg_dtype s = src->dtype, d = dst->dtype;
+	if ((s != MG_F32 && s != MG_F64 && s != MG_F16 && s != MG_BF16) ||
+	    (d != MG_F32 && d != MG_F64))
+		return mg_error("convert: %s to %s is not supported",
+				mg_dtype_name(s), mg_dtype_name(d));
+	int64_t n = mg_tensor_numel(src);
+	if (n != mg_tensor_numel(dst))
+		return mg_error("convert: %lld elements into %lld",
+				(long long)n, (long long)mg_tensor_numel(dst));
+	if (s == d) {
+		memcpy(dst->data, src->data, mg_tensor_bytes(src));
+		return 0;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		double v = get(src, i);
+		if (d == MG_F64)
+			((double *)dst->data)[i] = v;
+		else
+			((float *)dst->data)[i] = (float)v;
+	}
+	return 0;
+}
