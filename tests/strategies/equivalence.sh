@@ -204,6 +204,13 @@ llama)
 	# a different number of label tokens: only a divisor summed over the
 	# whole step (ranks and micro-batches) makes these equal.
 	run single 1 "$llama" --set run.batch_size=16
+	# Control: other data must give another model (training moves the
+	# parameters, so the equalities below are not trivial).
+	run other 1 "$llama" --set run.batch_size=16 --set dataset.seed=99
+	if same single other 1e-6; then
+		echo "FAIL: training on other data gave the same parameters"
+		exit 1
+	fi
 	run accum4 1 "$llama" --set run.grad_accum=4
 	same single accum4 1e-10
 	run ds4 4 "$llama" --set strategy.name=ddp_ds

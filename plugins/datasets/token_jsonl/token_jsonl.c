@@ -1,0 +1,286 @@
+/*
+ * token_jsonl.c - pre-tokenized data: one JSON object per line with
+ * "input_ids" (and optionally "labels", both as Hugging Face datasets
+ * hold them: labels aligned with the ids, -100 where no loss counts; the
+ * reader shifts them into next-token targets). Without labels every
+ * next token counts.
+ *
+ * Why: the exact rows a user (or a reference script) tokenized, with no
+ * tokenizer in the loop - what the transformers comparison tests feed
+ * both sides. Files are read once into memory; a bad line is reported
+ * with its file and line number.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "mg/mg.h"
+
+struct split {
+	int64_t rows, cap;
+	int64_t *off;	 /* [rows + 1] into ids/labels */
+	int32_t *ids;	 /* concatenated rows */
+	int32_t *labels; /* shifted targets, MG_IGNORE_INDEX where none */
+	int64_t ntok, captok;
+};
+
+struct tj {
+	struct split s[2];
+	int64_t seq_len, vocab;
+	int64_t truncated;
+};
+
+static const struct mg_option tj_options[] = {
+	MG_OPT_P("train", "", "JSON Lines file of training rows"),
+	MG_OPT_P("test", "",
+		 "JSON Lines file of held-out rows (empty: the train file)"),
+	MG_OPT_I("seq_len", "2048", 2, 1 << 20,
+		 "longest row; longer rows are cut (and counted)"),
+	MG_OPT_I("vocab_size", "0", 0, 1 << 24,
+		 "vocabulary (0: the largest id seen plus one)"),
+	MG_OPT_END,
+};
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	int64_t nc = *cap ? *cap * 2 : 1024;
+	while (nc < need)
+		nc *= 2;
+	void *q = realloc(*p, (size_t)nc * elem);
+	if (!q)
+		return mg_error("token_jsonl: out of memory");
+	*p = q;
+	*cap = nc;
+	return 0;
+}
+
+/* An array of integers (ids or labels) of length n, into out. */
+static int int_array(const cJSON *a, const char *what, int64_t n, int32_t *out,
+		     bool labels, const char *path, int64_t line)
+{
+	int64_t i = 0;
+	const cJSON *v;
+	cJSON_ArrayForEach(v, a)
+	{
+		if (i == n)
+			break;
+		double x = cJSON_IsNumber(v) ? v->valuedouble : -1e30;
+		if (x != (int32_t)x || (!labels && x < 0) ||
+		    (labels && x < 0 && x != MG_IGNORE_INDEX))
+			return mg_error("%s:%lld: %s[%lld] is not a valid "
+					"token id",
+					path, (long long)line, what,
+					(long long)i);
+		out[i++] = (int32_t)x;
+	}
+	return 0;
+}
+
+static int parse_line(struct tj *d, struct split *s, const char *text,
+		      const char *path, int64_t line)
+{
+	cJSON *j = cJSON_Parse(text);
+	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "input_ids");
+	const cJSON *lab = cJSON_GetObjectItemCaseSensitive(j, "labels");
+	int rc = 0;
+	int64_t n = cJSON_GetArraySize(ids);
+	if (!cJSON_IsObject(j) || !cJSON_IsArray(ids) || n < 1)
+		rc = mg_error("%s:%lld: not an object with a non-empty "
+			      "\"input_ids\" array",
+			      path, (long long)line);
+	else if (lab && (!cJSON_IsArray(lab) || cJSON_GetArraySize(lab) != n))
+		rc = mg_error("%s:%lld: \"labels\" is not an array as long as "
+			      "\"input_ids\" (%lld)",
+			      path, (long long)line, (long long)n);
+	if (!rc && n > d->seq_len) {
+		n = d->seq_len;
+		d->truncated++;
+	}
+	if (!rc)
+		rc = grow((void **)&s->off, &s->cap, s->rows + 2,
+			  sizeof *s->off) ||
+		     grow((void **)&s->ids, &s->captok, s->ntok + n, 4);
+	if (!rc) {
+		/* labels share the ids' capacity */
+		int32_t *l = realloc(s->labels, (size_t)s->captok * 4);
+		if (!l)
+			rc = mg_error("token_jsonl: out of memory");
+		else
+			s->labels = l;
+	}
+	if (!rc) {
+		int32_t *x = s->ids + s->ntok, *y = s->labels + s->ntok;
+		rc = int_array(ids, "input_ids", n, x, false, path, line);
+		/* HF labels are aligned with the ids; ours are the next
+		 * token's: y[t] = labels[t + 1]. */
+		if (!rc && lab) {
+			rc = int_array(lab, "labels", n, y, true, path, line);
+			memmove(y, y + 1, (size_t)(n - 1) * 4);
+		} else if (!rc) {
+			memcpy(y, x + 1, (size_t)(n - 1) * 4);
+		}
+		y[n - 1] = MG_IGNORE_INDEX;
+		for (int64_t t = 0; !rc && t < n; t++) {
+			if (x[t] + 1 > d->vocab)
+				d->vocab = x[t] + 1;
+			if (y[t] + 1 > d->vocab)
+				d->vocab = y[t] + 1;
+		}
+	}
+	if (!rc) {
+		if (s->rows == 0)
+			s->off[0] = 0;
+		s->ntok += n;
+		s->off[++s->rows] = s->ntok;
+	}
+	cJSON_Delete(j);
+	return rc;
+}
+
+static int load(struct tj *d, struct split *s, const char *path)
+{
+	struct stat st;
+	if (stat(path, &st))
+		return mg_error("token_jsonl: %s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return mg_error("token_jsonl: %s: not a regular file", path);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return mg_error("token_jsonl: %s: %s", path, strerror(errno));
+	char *buf = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int64_t line = 0;
+	int rc = 0;
+	while (!rc && (len = getline(&buf, &cap, f)) >= 0) {
+		line++;
+		if (strspn(buf, " \t\r\n") == (size_t)len)
+			continue; /* blank line */
+		rc = parse_line(d, s, buf, path, line);
+	}
+	if (!rc && ferror(f))
+		rc = mg_error("token_jsonl: %s: read error", path);
+	free(buf);
+	fclose(f);
+	if (!rc && s->rows == 0)
+		rc = mg_error("token_jsonl: %s has no rows", path);
+	return rc;
+}
+
+static void tj_destroy(void *self)
+{
+	struct tj *d = self;
+	if (!d)
+		return;
+	for (int i = 0; i < 2; i++) {
+		free(d->s[i].off);
+		free(d->s[i].ids);
+		free(d->s[i].labels);
+	}
+	free(d);
+}
+
+static int tj_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
+{
+	(void)ctx;
+	struct tj *d = calloc(1, sizeof *d);
+	if (!d)
+		return mg_error("token_jsonl: out of memory");
+	d->seq_len = mg_opt_int(o, "seq_len");
+	const char *train = mg_opt_str(o, "train"), *test = mg_opt_str(o, "test");
+	int rc = 0;
+	if (!train[0])
+		rc = mg_error("token_jsonl: dataset.train names no file");
+	if (!rc)
+		rc = load(d, &d->s[MG_SPLIT_TRAIN], train);
+	if (!rc)
+		rc = load(d, &d->s[MG_SPLIT_TEST], test[0] ? test : train);
+	int64_t v = mg_opt_int(o, "vocab_size");
+	if (!rc && v > 0 && d->vocab > v)
+		rc = mg_error("token_jsonl: ids up to %lld, more than "
+			      "vocab_size %lld",
+			      (long long)d->vocab - 1, (long long)v);
+	if (rc) {
+		tj_destroy(d);
+		return -1;
+	}
+	if (v > 0)
+		d->vocab = v;
+	if (d->truncated)
+		mg_warn("token_jsonl: %lld rows cut to seq_len %lld",
+			(long long)d->truncated, (long long)d->seq_len);
+	*self = d;
+	return 0;
+}
+
+static int64_t tj_count(void *self, enum mg_split split)
+{
+	return ((struct tj *)self)->s[split == MG_SPLIT_TEST].rows;
+}
+
+static int tj_layout(void *self, struct mg_sample_layout *l)
+{
+	const struct tj *d = self;
+	l->raw_dtype = MG_I32;
+	l->raw_ndim = 1;
+	l->raw_shape[0] = d->seq_len;
+	l->label_len = d->seq_len;
+	l->input_ndim = 1;
+	l->input_shape[0] = d->seq_len;
+	l->seq_len = d->seq_len;
+	l->vocab_size = d->vocab;
+	return 0;
+}
+
+static int tj_read_tokens(void *self, enum mg_split split, const int64_t *idx,
+			  int64_t n, const struct mg_token_rows *out)
+{
+	const struct tj *d = self;
+	const struct split *s = &d->s[split == MG_SPLIT_TEST];
+	for (int64_t i = 0; i < n; i++) {
+		if (idx[i] < 0 || idx[i] >= s->rows)
+			return mg_error("token_jsonl: row %lld of %lld",
+					(long long)idx[i], (long long)s->rows);
+		int64_t a = s->off[idx[i]], len = s->off[idx[i] + 1] - a;
+		int32_t *x = out->ids + i * out->stride,
+			*y = out->labels + i * out->stride,
+			*p = out->positions + i * out->stride;
+		memcpy(x, s->ids + a, (size_t)len * 4);
+		memcpy(y, s->labels + a, (size_t)len * 4);
+		for (int64_t t = 0; t < d->seq_len; t++) {
+			p[t] = t < len ? (int32_t)t : 0;
+			if (t >= len) {
+				x[t] = 0;
+				y[t] = MG_IGNORE_INDEX;
+			}
+		}
+		out->lens[i] = (int32_t)len;
+	}
+	return 0;
+}
+
+static const struct mg_dataset_ops tj_ops = {
+	.count = tj_count,
+	.layout = tj_layout,
+	.read_tokens = tj_read_tokens,
+};
+
+static const struct mg_plugin tj_plugin = {
+	MG_PLUGIN_HEADER,
+	.kind = MG_PLUGIN_DATASET,
+	.name = "token_jsonl",
+	.version = "1.0",
+	.description = "pre-tokenized rows from JSON Lines (input_ids, "
+		       "optional HF-style labels)",
+	.options = tj_options,
+	.create = tj_create,
+	.destroy = tj_destroy,
+	.ops = &tj_ops,
+};
+
+MG_PLUGIN_DEFINE(tj_plugin)
