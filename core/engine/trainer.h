@@ -5,6 +5,8 @@
 #ifndef MG_TRAINER_H
 #define MG_TRAINER_H
 
+#include "../mg_internal.h"
+
 #include <limits.h>
 #include <stdio.h>
 
@@ -130,6 +132,6 @@ void mg_progress_end(struct mg_trainer *t);
 
 /* trainer.c */
 const char *mg_device_desc(const struct mg_trainer *t);
-int mg_train(struct mg_session *s, bool resume);
+MG_INTERNAL int mg_train(struct mg_session *s, bool resume);
 
 #endif
