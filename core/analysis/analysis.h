@@ -1,7 +1,8 @@
 /*
  * analysis.h - what mgrun does with finished runs: sweeps over
  * configuration axes (plan, children, tables, charts) and the A/B
- * comparison of two run directories. Private to libmg.
+ * comparison of two run directories. The mg_analysis library, linked
+ * into the mgrun executable (core/cli), not into libmg.
  *
  * The pieces, one file each:
  *	sweep_plan.c	[sweep] + --sweep/--repeats -> axes and points (pure)

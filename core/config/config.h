@@ -20,6 +20,8 @@
 #ifndef MG_CONFIG_CONFIG_H
 #define MG_CONFIG_CONFIG_H
 
+#include "../mg_internal.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -51,10 +53,11 @@ struct mg_diag {
 };
 
 /* Add one diagnostic. loc may be NULL (no location); strings are copied. */
-void mg_diag_add(struct mg_diag *d, const struct mg_loc *loc,
-		 const char *section, const char *key, const char *fmt, ...)
+MG_INTERNAL void mg_diag_add(struct mg_diag *d, const struct mg_loc *loc,
+			     const char *section, const char *key,
+			     const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
-size_t mg_diag_count(const struct mg_diag *d);
+MG_INTERNAL size_t mg_diag_count(const struct mg_diag *d);
 /*
  * Print every diagnostic, one a line, as
  *	file:line: [section] key: message
@@ -63,17 +66,17 @@ size_t mg_diag_count(const struct mg_diag *d);
  * Order: file diagnostics by file then line, then --set ones in the order
  * given, then those without a location; ties keep insertion order.
  */
-void mg_diag_print(FILE *f, const struct mg_diag *d);
+MG_INTERNAL void mg_diag_print(FILE *f, const struct mg_diag *d);
 /* Release the items; d is empty (and reusable) afterwards. */
-void mg_diag_free(struct mg_diag *d);
+MG_INTERNAL void mg_diag_free(struct mg_diag *d);
 
 /*
  * The candidate closest to word by edit distance (transpositions count
  * one), when it is close enough to be a plausible typo; NULL otherwise.
  * For "did you mean" hints on keys, sections, enum values, plugin names.
  */
-const char *mg_suggest(const char *word, const char *const *candidates,
-		       size_t n);
+MG_INTERNAL const char *mg_suggest(const char *word,
+				   const char *const *candidates, size_t n);
 
 /* ---- the parsed file --------------------------------------------------- */
 
@@ -110,15 +113,18 @@ struct mg_config {
  * the rest of the file is still parsed, so the result is usable for further
  * checks. Returns NULL only when the file cannot be read (diag says why).
  */
-struct mg_config *mg_config_parse_file(const char *path, struct mg_diag *diag);
+MG_INTERNAL struct mg_config *mg_config_parse_file(const char *path,
+						   struct mg_diag *diag);
 /*
  * The same for text in memory. name is used in locations (NULL: none);
  * dir is the folder relative PATH values are resolved against (NULL: the
  * current directory). Never returns NULL.
  */
-struct mg_config *mg_config_parse_string(const char *text, const char *name,
-					 const char *dir, struct mg_diag *diag);
-void mg_config_free(struct mg_config *cfg);
+MG_INTERNAL struct mg_config *mg_config_parse_string(const char *text,
+						     const char *name,
+						     const char *dir,
+						     struct mg_diag *diag);
+MG_INTERNAL void mg_config_free(struct mg_config *cfg);
 
 /*
  * Apply a command-line override "section.key=value" (the section is what
@@ -127,10 +133,11 @@ void mg_config_free(struct mg_config *cfg);
  * located at `--set <arg>`. Returns 0, or -1 after adding a diagnostic for
  * a malformed argument.
  */
-int mg_config_set(struct mg_config *cfg, const char *arg, struct mg_diag *diag);
+MG_INTERNAL int mg_config_set(struct mg_config *cfg, const char *arg,
+			      struct mg_diag *diag);
 
-const struct mg_config_section *mg_config_section(const struct mg_config *cfg,
-						  const char *section);
+MG_INTERNAL const struct mg_config_section *
+mg_config_section(const struct mg_config *cfg, const char *section);
 /* The entry for section.key, NULL when absent. */
 const struct mg_config_entry *mg_config_get(const struct mg_config *cfg,
 					    const char *section,
@@ -169,16 +176,18 @@ size_t mg_config_check_sections(const struct mg_config *cfg,
  * result does not refer to cfg or to the schemas (plugins may be unloaded
  * before it is freed).
  */
-struct mg_opts *mg_opts_build(const struct mg_config *cfg, const char *section,
-			      const struct mg_option *const *schemas,
-			      size_t nschemas, struct mg_diag *diag);
-void mg_opts_free(struct mg_opts *o);
+MG_INTERNAL struct mg_opts *
+mg_opts_build(const struct mg_config *cfg, const char *section,
+	      const struct mg_option *const *schemas, size_t nschemas,
+	      struct mg_diag *diag);
+MG_INTERNAL void mg_opts_free(struct mg_opts *o);
 
 const char *mg_opts_section(const struct mg_opts *o);
 /* Where a key's value was written; NULL when it was defaulted. Aborts for
  * an undeclared key, like the accessors. For the engine's cross-key checks:
  *	mg_diag_add(d, mg_opts_where(o, "batch"), "run", "batch", ...) */
-const struct mg_loc *mg_opts_where(const struct mg_opts *o, const char *key);
+MG_INTERNAL const struct mg_loc *mg_opts_where(const struct mg_opts *o,
+					       const char *key);
 
 /*
  * Write the effective section as INI text that parses back to the same
@@ -194,6 +203,6 @@ void mg_opts_print(FILE *f, const struct mg_opts *o); /* NULL: nothing */
  * Describe a schema for --help-plugin, one option a line in aligned
  * columns: name, type, default (or "required"), range or choices, help.
  */
-void mg_schema_print_help(FILE *f, const struct mg_option *schema);
+MG_INTERNAL void mg_schema_print_help(FILE *f, const struct mg_option *schema);
 
 #endif

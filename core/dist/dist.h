@@ -8,6 +8,8 @@
 #ifndef MG_DIST_H
 #define MG_DIST_H
 
+#include "../mg_internal.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -27,7 +29,7 @@ struct mg_dist_env {
 
 /* Read the environment. Inconsistent values (rank >= world, a number
  * that does not parse) are an error naming the variable. */
-int mg_dist_env_detect(struct mg_dist_env *e);
+MG_INTERNAL int mg_dist_env_detect(struct mg_dist_env *e);
 
 /* Environment variables the launcher sets in each rank. */
 #define MG_ENV_RANK "MG_RANK"
@@ -59,7 +61,7 @@ struct mg_launch_opts {
 	double grace_s; /* <= 0: 5 s */
 	bool quiet;	/* tests: do not relay the ranks' output */
 };
-int mg_launch(const struct mg_launch_opts *o);
+MG_INTERNAL int mg_launch(const struct mg_launch_opts *o);
 
 /* Rank 0's n-byte blob reaches every rank through the TCP rendezvous
  * (see the variables above); gives up with an error after timeout_s. */

@@ -6,12 +6,14 @@
 #ifndef MG_CORE_SCHEMA_H
 #define MG_CORE_SCHEMA_H
 
+#include "../mg_internal.h"
+
 #include "mg/mg.h"
 
-extern const struct mg_option mg_run_schema[];
-extern const struct mg_option mg_optimizer_schema[];
-extern const struct mg_option mg_profile_schema[];
-extern const struct mg_option mg_plugin_section_schema[];
+MG_INTERNAL extern const struct mg_option mg_run_schema[];
+MG_INTERNAL extern const struct mg_option mg_optimizer_schema[];
+MG_INTERNAL extern const struct mg_option mg_profile_schema[];
+MG_INTERNAL extern const struct mg_option mg_plugin_section_schema[];
 
 /* Index of run.precision / run.device choices. */
 enum { MG_PREC_FP32 = 0, MG_PREC_FP64, MG_PREC_FP16, MG_PREC_BF16 };

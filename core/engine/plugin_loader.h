@@ -4,6 +4,8 @@
 #ifndef MG_PLUGIN_LOADER_H
 #define MG_PLUGIN_LOADER_H
 
+#include "../mg_internal.h"
+
 #include <limits.h>
 
 #include "mg/mg.h"
@@ -24,10 +26,11 @@ struct mg_search_path {
 /* Build the search path: --plugin-path entries (colon-separated, may be
  * NULL), then MG_PLUGIN_PATH, then the build tree, then the install dir.
  * The current directory is never searched implicitly. */
-void mg_search_path_init(struct mg_search_path *sp, const char *cli_dirs);
-void mg_search_path_free(struct mg_search_path *sp);
+MG_INTERNAL void mg_search_path_init(struct mg_search_path *sp,
+				     const char *cli_dirs);
+MG_INTERNAL void mg_search_path_free(struct mg_search_path *sp);
 
-const char *mg_plugin_kind_name(enum mg_plugin_kind k);
+MG_INTERNAL const char *mg_plugin_kind_name(enum mg_plugin_kind k);
 
 /* Open path and validate its descriptor. want_kind 0 accepts any kind;
  * want_name NULL accepts any name. On error the message names the plugin,
@@ -42,8 +45,9 @@ void mg_plugin_close(struct mg_loaded_plugin *p);
 
 /* Call fn for every valid plugin found along sp (first one of each name
  * wins, as for loading). Invalid files are reported through warn. */
-void mg_plugin_foreach(const struct mg_search_path *sp,
-		       void (*fn)(const struct mg_loaded_plugin *, void *),
-		       void *arg);
+MG_INTERNAL void mg_plugin_foreach(const struct mg_search_path *sp,
+				   void (*fn)(const struct mg_loaded_plugin *,
+					      void *),
+				   void *arg);
 
 #endif

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/trainer.h"
+#include "engine/report.h"
 
 #define REPORT_SCHEMA "mgrun-report-2"
 
@@ -50,76 +50,82 @@ static int trim_csv(const char *path, int64_t keep_below)
 	return rename(tmp, path) ? mg_error("rename %s", tmp) : 0;
 }
 
-int mg_report_open(struct mg_trainer *t, bool resume)
+int mg_report_open(const struct mg_run_view *rs, bool resume)
 {
-	if (t->ctx.rank != 0)
+	struct mg_report *rep = rs->rep;
+	if (rs->rank != 0)
 		return 0;
 	char path[PATH_MAX + 16];
-	snprintf(path, sizeof path, "%s/steps.csv", t->run_dir);
+	snprintf(path, sizeof path, "%s/steps.csv", rs->run_dir);
 	if (resume) {
-		if (trim_csv(path, t->start_step))
+		if (trim_csv(path, rs->start_step))
 			return -1;
-		t->csv = fopen(path, "a");
+		rep->csv = fopen(path, "a");
 	} else {
-		t->csv = fopen(path, "w");
-		if (t->csv)
-			fputs(csv_header, t->csv);
+		rep->csv = fopen(path, "w");
+		if (rep->csv)
+			fputs(csv_header, rep->csv);
 	}
-	if (!t->csv)
+	if (!rep->csv)
 		return mg_error("%s: cannot open for writing", path);
 	return 0;
 }
 
-void mg_report_step(struct mg_trainer *t, int64_t step, double loss, double acc,
-		    double lr, double grad_norm, int skipped, double seconds)
+void mg_report_step(const struct mg_run_view *rs, int64_t step, double loss,
+		    double acc, double lr, double grad_norm, int skipped,
+		    double seconds)
 {
-	if (!t->csv)
+	FILE *csv = rs->rep->csv;
+	if (!csv)
 		return;
-	const struct mg_stats *st = &t->stats;
+	const struct mg_stats *st = rs->stats;
 	const double *ts = st->t_step;
 	double overlapped = st->comm_busy_step - ts[MG_T_COMM];
-	fprintf(t->csv,
+	fprintf(csv,
 		"%lld,%lld,%.9g,%.6g,%.9g,%.6g,%d,%.6f,%.6f,%.6f,%.6f,%.6f,"
 		"%.6f,%.6f,%.6f,%lld,%lld\n",
-		(long long)step, (long long)(step / t->steps_per_epoch), loss,
+		(long long)step, (long long)(step / rs->steps_per_epoch), loss,
 		acc, lr, grad_norm, skipped, seconds, ts[MG_T_DATA],
 		ts[MG_T_H2D], ts[MG_T_FORWARD], ts[MG_T_BACKWARD],
 		ts[MG_T_COMM], overlapped > 0 ? overlapped : 0, ts[MG_T_OPTIM],
 		(long long)st->mem_total_cur, (long long)st->mem_step_peak);
 }
 
-int mg_report_step_time(struct mg_trainer *t, double seconds, bool steady)
+int mg_report_step_time(struct mg_report *rep, double seconds, bool steady)
 {
-	t->train_s += seconds;
+	rep->train_s += seconds;
 	if (!steady)
 		return 0;
-	return mg_series_add(&t->step_s, seconds);
+	return mg_series_add(&rep->step_s, seconds);
 }
 
-void mg_report_close(struct mg_trainer *t)
+void mg_report_close(struct mg_report *rep)
 {
-	if (t->csv)
-		fclose(t->csv);
-	t->csv = NULL;
+	if (rep->csv)
+		fclose(rep->csv);
+	rep->csv = NULL;
+	mg_series_free(&rep->step_s);
+	free(rep->rank_rows);
+	rep->rank_rows = NULL;
 }
 
 /* The steady steps' wall times, sorted (a copy; NULL when none). */
-static double *sorted_step_times(const struct mg_trainer *t)
+static double *sorted_step_times(const struct mg_report *rep)
 {
-	size_t n = t->step_s.n;
+	size_t n = rep->step_s.n;
 	double *v = n ? malloc(n * sizeof *v) : NULL;
 	if (v) {
-		memcpy(v, t->step_s.v, n * sizeof *v);
+		memcpy(v, rep->step_s.v, n * sizeof *v);
 		mg_sort_doubles(v, n);
 	}
 	return v;
 }
 
 /* The steady steps' wall-time distribution (null before any). */
-static cJSON *step_time_json(const struct mg_trainer *t)
+static cJSON *step_time_json(const struct mg_report *rep)
 {
-	size_t n = t->step_s.n;
-	double *v = sorted_step_times(t), sum = 0;
+	size_t n = rep->step_s.n;
+	double *v = sorted_step_times(rep), sum = 0;
 	if (!v)
 		return cJSON_CreateNull();
 	for (size_t i = 0; i < n; i++)
@@ -136,11 +142,11 @@ static cJSON *step_time_json(const struct mg_trainer *t)
 
 /* memory.csv: the accounted device bytes by category over the run, one
  * row per change, and a last row for now. */
-static int write_memory_csv(struct mg_trainer *t)
+static int write_memory_csv(const struct mg_run_view *rs)
 {
-	struct mg_stats *st = &t->stats;
+	struct mg_stats *st = rs->stats;
 	char path[PATH_MAX + 16];
-	snprintf(path, sizeof path, "%s/memory.csv", t->run_dir);
+	snprintf(path, sizeof path, "%s/memory.csv", rs->run_dir);
 	FILE *f = fopen(path, "w");
 	if (!f)
 		return mg_error("%s: cannot open for writing", path);
@@ -203,9 +209,9 @@ enum {
 	ROW_N,
 };
 
-static void fill_row(const struct mg_trainer *t, double *row)
+static void fill_row(const struct mg_run_view *rs, double *row)
 {
-	const struct mg_stats *st = &t->stats;
+	const struct mg_stats *st = rs->stats;
 	for (int i = 0; i < MG_T_COUNT; i++)
 		row[ROW_TIME + i] = st->t_total[i];
 	for (int i = 0; i < MG_C_COUNT; i++)
@@ -218,21 +224,21 @@ static void fill_row(const struct mg_trainer *t, double *row)
 }
 
 /* Every rank calls this: rank r fills row r, the sum is the table. */
-static int gather_rows(struct mg_trainer *t)
+static int gather_rows(const struct mg_run_view *rs)
 {
-	const int world = t->ctx.world;
+	const int world = rs->world;
 	double *rows = calloc((size_t)world * ROW_N, sizeof *rows);
 	if (!rows)
 		return mg_error("out of memory");
-	fill_row(t, rows + (size_t)t->ctx.rank * ROW_N);
+	fill_row(rs, rows + (size_t)rs->rank * ROW_N);
 	if (world > 1 &&
-	    t->comm->all_reduce_host(t->comm, rows, (int64_t)world * ROW_N,
-				     MG_F64, MG_REDUCE_SUM)) {
+	    rs->comm->all_reduce_host(rs->comm, rows, (int64_t)world * ROW_N,
+				      MG_F64, MG_REDUCE_SUM)) {
 		free(rows);
 		return mg_error_prefix("gathering per-rank statistics");
 	}
-	free(t->rank_rows);
-	t->rank_rows = rows;
+	free(rs->rep->rank_rows);
+	rs->rep->rank_rows = rows;
 	return 0;
 }
 
@@ -266,55 +272,57 @@ static cJSON *rank_json(const double *row, int rank)
 	return r;
 }
 
-int mg_report_write(struct mg_trainer *t, bool final)
+int mg_report_write(const struct mg_run_view *rs, bool final)
 {
-	if (gather_rows(t) || mg_profile_gather(t))
+	const struct mg_report *rep = rs->rep;
+	if (gather_rows(rs) ||
+	    (rs->profile_gather && rs->profile_gather(rs->profile_arg)))
 		return -1;
-	if (t->ctx.rank != 0)
+	if (rs->rank != 0)
 		return 0;
-	if (t->csv)
-		fflush(t->csv);
+	if (rep->csv)
+		fflush(rep->csv);
 	cJSON *root = cJSON_CreateObject();
 	cJSON_AddStringToObject(root, "schema", REPORT_SCHEMA);
 	cJSON_AddStringToObject(root, "mgrun_version", MG_VERSION);
 	cJSON_AddStringToObject(root, "status", final ? "finished" : "running");
-	cJSON_AddStringToObject(root, "ini", t->s->ini_path);
-	cJSON_AddItemToObject(root, "config", config_json(t->s));
-	cJSON_AddItemToObject(root, "plugins", plugins_json(t->s));
+	cJSON_AddStringToObject(root, "ini", rs->s->ini_path);
+	cJSON_AddItemToObject(root, "config", config_json(rs->s));
+	cJSON_AddItemToObject(root, "plugins", plugins_json(rs->s));
 	cJSON *run = cJSON_AddObjectToObject(root, "run");
-	cJSON_AddNumberToObject(run, "world", t->ctx.world);
-	cJSON_AddStringToObject(run, "device", mg_device_desc(t));
-	cJSON_AddStringToObject(run, "precision",
-				mg_dtype_name(t->ctx.compute_dtype));
-	cJSON_AddNumberToObject(run, "batch_size", (double)t->batch);
+	cJSON_AddNumberToObject(run, "world", rs->world);
+	cJSON_AddStringToObject(run, "device", rs->device);
+	cJSON_AddStringToObject(run, "precision", mg_dtype_name(rs->precision));
+	cJSON_AddNumberToObject(run, "batch_size", (double)rs->batch);
 	cJSON_AddNumberToObject(run, "steps_per_epoch",
-				(double)t->steps_per_epoch);
-	cJSON_AddNumberToObject(run, "total_steps", (double)t->total_steps);
-	cJSON_AddNumberToObject(run, "resumed_at_step", (double)t->start_step);
-	cJSON_AddNumberToObject(run, "skipped_steps", (double)t->skipped_steps);
+				(double)rs->steps_per_epoch);
+	cJSON_AddNumberToObject(run, "total_steps", (double)rs->total_steps);
+	cJSON_AddNumberToObject(run, "resumed_at_step", (double)rs->start_step);
+	cJSON_AddNumberToObject(run, "skipped_steps",
+				(double)rs->skipped_steps);
 	cJSON_AddNumberToObject(run, "trainable_parameters",
-				(double)mg_spec_numel(&t->spec, MG_P_TRAIN));
-	cJSON_AddNumberToObject(run, "wall_s", mg_now() - t->t_begin);
+				(double)rs->trainable_parameters);
+	cJSON_AddNumberToObject(run, "wall_s", mg_now() - rs->t_begin);
 	double samples = 0;
-	for (int i = 0; i < t->nep; i++)
-		samples += (double)t->ep[i].samples;
-	cJSON_AddNumberToObject(run, "train_s", t->train_s);
+	for (int i = 0; i < rs->nep; i++)
+		samples += (double)rs->ep[i].samples;
+	cJSON_AddNumberToObject(run, "train_s", rep->train_s);
 	cJSON_AddNumberToObject(run, "samples_per_s",
-				t->train_s > 0 ? samples / t->train_s : 0);
-	cJSON_AddItemToObject(run, "step_s", step_time_json(t));
-	if (t->nep && t->ep[t->nep - 1].has_test)
+				rep->train_s > 0 ? samples / rep->train_s : 0);
+	cJSON_AddItemToObject(run, "step_s", step_time_json(rep));
+	if (rs->nep && rs->ep[rs->nep - 1].has_test)
 		cJSON_AddNumberToObject(run, "test_accuracy",
-					t->ep[t->nep - 1].test_acc);
+					rs->ep[rs->nep - 1].test_acc);
 	else
 		cJSON_AddNullToObject(run, "test_accuracy");
 	cJSON *files = cJSON_AddObjectToObject(root, "files");
 	cJSON_AddStringToObject(files, "steps", "steps.csv");
 	cJSON_AddStringToObject(files, "memory", "memory.csv");
 	cJSON_AddNumberToObject(files, "memory_rows_dropped",
-				(double)t->stats.mem_log_dropped);
+				(double)rs->stats->mem_log_dropped);
 	cJSON *eps = cJSON_AddArrayToObject(root, "epochs");
-	for (int i = 0; i < t->nep; i++) {
-		const struct mg_epoch_stats *e = &t->ep[i];
+	for (int i = 0; i < rs->nep; i++) {
+		const struct mg_epoch_stats *e = &rs->ep[i];
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddNumberToObject(o, "epoch", (double)e->epoch);
 		cJSON_AddNumberToObject(o, "steps", (double)e->steps);
@@ -333,16 +341,18 @@ int mg_report_write(struct mg_trainer *t, bool final)
 		cJSON_AddItemToArray(eps, o);
 	}
 	cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
-	for (int r = 0; r < t->ctx.world; r++)
+	for (int r = 0; r < rs->world; r++)
 		cJSON_AddItemToArray(
-			ranks, rank_json(t->rank_rows + (size_t)r * ROW_N, r));
-	cJSON *prof = mg_profile_json(t);
+			ranks,
+			rank_json(rep->rank_rows + (size_t)r * ROW_N, r));
+	cJSON *prof =
+		rs->profile_json ? rs->profile_json(rs->profile_arg) : NULL;
 	if (prof)
 		cJSON_AddItemToObject(root, "profile", prof);
 	char *text = cJSON_Print(root);
 	cJSON_Delete(root);
 	char path[PATH_MAX + 16], tmp[PATH_MAX + 32];
-	snprintf(path, sizeof path, "%s/report.json", t->run_dir);
+	snprintf(path, sizeof path, "%s/report.json", rs->run_dir);
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	FILE *f = fopen(tmp, "w");
 	int rc = 0;
@@ -353,7 +363,7 @@ int mg_report_write(struct mg_trainer *t, bool final)
 	if (!rc && rename(tmp, path))
 		rc = mg_error("rename %s", tmp);
 	free(text);
-	return rc ? rc : write_memory_csv(t);
+	return rc ? rc : write_memory_csv(rs);
 }
 
 static void human_bytes(char *out, size_t n, double b)
@@ -369,12 +379,12 @@ static void human_bytes(char *out, size_t n, double b)
 
 /* Per rank: what it read, copied and computed, and what its collectives
  * cost - the numbers that tell ddp, ddp_rr and ddp_ds apart. */
-static void rank_table(const struct mg_trainer *t, FILE *f)
+static void rank_table(const struct mg_run_view *rs, FILE *f)
 {
 	fprintf(f, "rank  read     computed  h2d         comm        "
 		   "comm busy  exposed  overlapped\n");
-	for (int r = 0; r < t->ctx.world; r++) {
-		const double *row = t->rank_rows + (size_t)r * ROW_N;
+	for (int r = 0; r < rs->world; r++) {
+		const double *row = rs->rep->rank_rows + (size_t)r * ROW_N;
 		char h[32], c[32];
 		human_bytes(h, sizeof h, row[ROW_COUNT + MG_C_H2D_BYTES]);
 		human_bytes(c, sizeof c, row[ROW_COUNT + MG_C_COMM_BYTES]);
@@ -389,33 +399,34 @@ static void rank_table(const struct mg_trainer *t, FILE *f)
 	}
 }
 
-void mg_report_summary(struct mg_trainer *t, FILE *f)
+void mg_report_summary(const struct mg_run_view *rs, FILE *f)
 {
-	const struct mg_stats *st = &t->stats;
+	const struct mg_report *rep = rs->rep;
+	const struct mg_stats *st = rs->stats;
 	double busy = 0;
 	for (int i = 0; i < MG_T_COUNT; i++)
 		busy += st->t_total[i];
-	fprintf(f, "\n== summary (%s) ==\n", t->run_dir);
-	if (t->nep) {
-		const struct mg_epoch_stats *e = &t->ep[t->nep - 1];
+	fprintf(f, "\n== summary (%s) ==\n", rs->run_dir);
+	if (rs->nep) {
+		const struct mg_epoch_stats *e = &rs->ep[rs->nep - 1];
 		if (e->has_test)
 			fprintf(f, "test accuracy   %.2f%%  (loss %.4f)\n",
 				100 * e->test_acc, e->test_loss);
 		fprintf(f, "train loss      %.4f  (last epoch)\n",
 			e->train_loss);
 	}
-	double samples = 0, steps = (double)(t->total_steps - t->start_step);
-	for (int i = 0; i < t->nep; i++)
-		samples += (double)t->ep[i].samples;
-	double wall = mg_now() - t->t_begin;
+	double samples = 0, steps = (double)(rs->total_steps - rs->start_step);
+	for (int i = 0; i < rs->nep; i++)
+		samples += (double)rs->ep[i].samples;
+	double wall = mg_now() - rs->t_begin;
 	fprintf(f,
 		"throughput      %.1f samples/s over %.1f s of training "
 		"steps%s\n",
-		t->train_s > 0 ? samples / t->train_s : 0, t->train_s,
-		t->ctx.world > 1 ? " (all ranks)" : "");
-	double *v = sorted_step_times(t);
+		rep->train_s > 0 ? samples / rep->train_s : 0, rep->train_s,
+		rs->world > 1 ? " (all ranks)" : "");
+	double *v = sorted_step_times(rep);
 	if (v) {
-		size_t n = t->step_s.n;
+		size_t n = rep->step_s.n;
 		fprintf(f,
 			"step time       %.2f ms median, %.2f-%.2f ms p10-p90 "
 			"over %zu steady steps\n",
@@ -449,9 +460,10 @@ void mg_report_summary(struct mg_trainer *t, FILE *f)
 	fprintf(f, "  %-12s %12s\n", "total", b);
 	human_bytes(b, sizeof b, (double)st->counters[MG_C_H2D_BYTES]);
 	fprintf(f, "host->device    %s\n", b);
-	if (t->ctx.world > 1)
-		rank_table(t, f);
-	mg_profile_summary(t, f);
+	if (rs->world > 1)
+		rank_table(rs, f);
+	if (rs->profile_summary)
+		rs->profile_summary(rs->profile_arg, f);
 	fprintf(f, "wall time       %.1f s; report %s/report.json\n", wall,
-		t->run_dir);
+		rs->run_dir);
 }

@@ -6,6 +6,8 @@
 #ifndef MG_SESSION_H
 #define MG_SESSION_H
 
+#include "../mg_internal.h"
+
 #include "config/config.h"
 #include "engine/plugin_loader.h"
 
@@ -29,11 +31,11 @@ extern const char *const mg_section_names[MG_SEC_PLUGIN_COUNT];
 
 /* Parse, apply overrides, load plugins, validate. Returns 0; 2 after
  * printing every configuration error to stderr; -1 on other failures. */
-int mg_session_open(struct mg_session *s, const char *ini,
-		    const char *const *sets, int nsets,
-		    const char *plugin_path);
-void mg_session_close(struct mg_session *s);
+MG_INTERNAL int mg_session_open(struct mg_session *s, const char *ini,
+				const char *const *sets, int nsets,
+				const char *plugin_path);
+MG_INTERNAL void mg_session_close(struct mg_session *s);
 /* --print-config: the effective configuration as INI text. */
-void mg_session_print(const struct mg_session *s, FILE *f);
+MG_INTERNAL void mg_session_print(const struct mg_session *s, FILE *f);
 
 #endif

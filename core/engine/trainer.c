@@ -845,11 +845,12 @@ static int run_loop(struct mg_trainer *t)
 		ep_steps++;
 		/* Steady steps exclude the eager warm-up and capture steps
 		 * and the re-capture after each evaluation. */
-		if (mg_report_step_time(t, dt,
+		if (mg_report_step_time(&t->rep, dt,
 					step >= t->start_step + 3 &&
 						step % t->steps_per_epoch != 0))
 			return -1;
-		mg_report_step(t, step, loss, acc, lr, gnorm, skipped, dt);
+		mg_report_step(mg_run_view(t), step, loss, acc, lr, gnorm,
+			       skipped, dt);
 		mg_progress_step(t, step, loss, acc, lr,
 				 m[MG_METRIC_COUNT] / dt);
 		if (epoch_end) {
@@ -865,7 +866,7 @@ static int run_loop(struct mg_trainer *t)
 				  (ck_every > 0 && (step + 1) % ck_every == 0));
 		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
-		if (epoch_end && mg_report_write(t, false))
+		if (epoch_end && mg_report_write(mg_run_view(t), false))
 			return -1;
 	}
 	if (end < t->total_steps && t->ctx.rank == 0)
@@ -873,6 +874,51 @@ static int run_loop(struct mg_trainer *t)
 			"continue with --resume",
 			(long long)end, (long long)t->total_steps);
 	return 0;
+}
+
+/* The profiler's part of the report (report.h: profile_*). */
+static int profile_gather(void *t)
+{
+	return mg_profile_gather(t);
+}
+
+static struct cJSON *profile_json(const void *t)
+{
+	return mg_profile_json(t);
+}
+
+static void profile_summary(const void *t, FILE *f)
+{
+	mg_profile_summary(t, f);
+}
+
+const struct mg_run_view *mg_run_view(struct mg_trainer *t)
+{
+	t->rs = (struct mg_run_view){
+		.rep = &t->rep,
+		.s = t->s,
+		.rank = t->ctx.rank,
+		.world = t->ctx.world,
+		.comm = t->comm,
+		.stats = &t->stats,
+		.run_dir = t->run_dir,
+		.device = mg_device_desc(t),
+		.precision = t->ctx.compute_dtype,
+		.batch = t->batch,
+		.steps_per_epoch = t->steps_per_epoch,
+		.total_steps = t->total_steps,
+		.start_step = t->start_step,
+		.skipped_steps = t->skipped_steps,
+		.trainable_parameters = mg_spec_numel(&t->spec, MG_P_TRAIN),
+		.t_begin = t->t_begin,
+		.ep = t->ep,
+		.nep = t->nep,
+		.profile_gather = profile_gather,
+		.profile_json = profile_json,
+		.profile_summary = profile_summary,
+		.profile_arg = t,
+	};
+	return &t->rs;
 }
 
 static void teardown(struct mg_trainer *t)
@@ -906,11 +952,9 @@ static void teardown(struct mg_trainer *t)
 #endif
 	if (t->comm)
 		t->comm->destroy(t->comm);
-	mg_report_close(t);
+	mg_report_close(&t->rep);
 	mg_stats_free(&t->stats);
-	mg_series_free(&t->step_s);
 	free(t->ep);
-	free(t->rank_rows);
 	free(t->plans);
 	free(t->next_plans);
 	free(t->graph_key);
@@ -936,7 +980,7 @@ int mg_train(struct mg_session *s, bool resume)
 			mg_dtype_name(t.ctx.compute_dtype), mg_device_desc(&t),
 			(long long)t.total_steps, (long long)t.batch,
 			t.run_dir);
-		rc = mg_report_open(&t, resume);
+		rc = mg_report_open(mg_run_view(&t), resume);
 	}
 	if (!rc) /* before the first CUDA graph capture */
 		rc = mg_profile_init(&t);
@@ -945,9 +989,9 @@ int mg_train(struct mg_session *s, bool resume)
 	if (!rc)
 		rc = mg_profile_finish(&t);
 	if (!rc)
-		rc = mg_report_write(&t, true);
+		rc = mg_report_write(mg_run_view(&t), true);
 	if (!rc && t.ctx.rank == 0)
-		mg_report_summary(&t, stdout);
+		mg_report_summary(mg_run_view(&t), stdout);
 	if (rc) {
 		mg_log(MG_LOG_ERROR, "%s", mg_last_error());
 		/* The other ranks would wait for this one in their next

@@ -5,9 +5,12 @@
 #ifndef MG_TRAINER_H
 #define MG_TRAINER_H
 
+#include "../mg_internal.h"
+
 #include <limits.h>
 #include <stdio.h>
 
+#include "engine/report.h"
 #include "engine/session.h"
 #include "runtime/runtime.h"
 
@@ -47,15 +50,6 @@ struct mg_input {
 struct mg_profile; /* profile.c */
 struct cJSON;
 
-/* Per-epoch numbers for the report. */
-struct mg_epoch_stats {
-	int64_t epoch, steps, samples;
-	double train_loss, train_acc;
-	double test_loss, test_acc;
-	double seconds;
-	int has_test;
-};
-
 struct mg_trainer {
 	struct mg_session *s;
 	struct mg_ctx ctx;
@@ -94,15 +88,13 @@ struct mg_trainer {
 	int64_t batch, epochs, steps_per_epoch, total_steps;
 	int64_t start_step; /* first step this process runs (resume) */
 	char run_dir[PATH_MAX];
-	FILE *csv;
 	struct mg_epoch_stats *ep; /* epochs done, for report.json */
 	int nep;
 	double t_begin;
 	int64_t skipped_steps;
-	double *rank_rows;	 /* every rank's statistics (report.c) */
-	double train_s;		 /* wall seconds in training steps */
-	struct mg_series step_s; /* steady steps' wall seconds */
+	struct mg_report rep;	 /* report.c's state */
 	struct mg_profile *prof; /* [profile]: CUPTI window, NVTX */
+	struct mg_run_view rs;	 /* mg_run_view()'s */
 };
 
 /* input.c */
@@ -127,16 +119,8 @@ int mg_input_load(struct mg_trainer *t, enum mg_split split, const int64_t *idx,
 double mg_schedule_lr(const struct mg_trainer *t, int64_t step);
 void mg_optim_from_opts(struct mg_optim_hparams *h, const struct mg_opts *o);
 
-/* report.c */
-int mg_report_open(struct mg_trainer *t, bool resume);
-void mg_report_step(struct mg_trainer *t, int64_t step, double loss, double acc,
-		    double lr, double grad_norm, int skipped, double seconds);
-int mg_report_write(struct mg_trainer *t, bool final);
-void mg_report_close(struct mg_trainer *t);
-/* Account one step's wall time (steady: not a warm-up or capture step,
- * so it enters the step-time distribution). */
-int mg_report_step_time(struct mg_trainer *t, double seconds, bool steady);
-void mg_report_summary(struct mg_trainer *t, FILE *f);
+/* report.c (report.h) sees the run through this view, filled from t. */
+const struct mg_run_view *mg_run_view(struct mg_trainer *t);
 
 /* profile.c: the [profile] window (docs/ARCHITECTURE.md, Profiler). */
 int mg_profile_init(struct mg_trainer *t);
@@ -162,6 +146,6 @@ void mg_progress_end(struct mg_trainer *t);
 
 /* trainer.c */
 const char *mg_device_desc(const struct mg_trainer *t);
-int mg_train(struct mg_session *s, bool resume);
+MG_INTERNAL int mg_train(struct mg_session *s, bool resume);
 
 #endif

@@ -5,6 +5,8 @@
 #ifndef MG_RUNTIME_H
 #define MG_RUNTIME_H
 
+#include "../mg_internal.h"
+
 #include <stdio.h>
 
 #include "mg/mg.h"
@@ -67,10 +69,10 @@ struct mg_series {
 };
 int mg_series_add(struct mg_series *s, double v);
 void mg_series_free(struct mg_series *s);
-void mg_sort_doubles(double *v, size_t n);
-double mg_quantile_sorted(const double *sorted, size_t n, double q);
-double mg_quantile(const double *v, size_t n, double q);
-double mg_median(const double *v, size_t n);
+MG_INTERNAL void mg_sort_doubles(double *v, size_t n);
+MG_INTERNAL double mg_quantile_sorted(const double *sorted, size_t n, double q);
+MG_INTERNAL double mg_quantile(const double *v, size_t n, double q);
+MG_INTERNAL double mg_median(const double *v, size_t n);
 void mg_stats_step_begin(struct mg_stats *s, int64_t step);
 /* Fold the step's device-side timers into the totals (after the step's
  * work has been waited for). */

@@ -10,31 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/test_util.h"
 #include "analysis/analysis.h"
-
-static int failures;
-
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
-
-#define CHECK_STR(actual, expected)                                            \
-	do {                                                                   \
-		const char *a_ = (actual), *e_ = (expected);                   \
-		if (!a_ || strcmp(a_, e_)) {                                   \
-			fprintf(stderr,                                        \
-				"%s:%d: %s\n  got:      \"%s\"\n"              \
-				"  expected: \"%s\"\n",                        \
-				__FILE__, __LINE__, #actual,                   \
-				a_ ? a_ : "(null)", e_);                       \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
 
 /* Build a plan from INI text named "sweep.ini"; *diag gets the printed
  * diagnostics (malloc'd, "" when none). */

@@ -17,47 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/test_util.h"
 #include "config/config.h"
-
-static int failures;
-
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
-
-#define CHECK_STR(actual, expected)                                            \
-	check_str(__FILE__, __LINE__, #actual, (actual), (expected))
-#define CHECK_INT(actual, expected)                                            \
-	check_int(__FILE__, __LINE__, #actual, (long long)(actual),            \
-		  (long long)(expected))
-
-static void check_str(const char *file, int line, const char *what,
-		      const char *actual, const char *expected)
-{
-	if (actual && expected && strcmp(actual, expected) == 0)
-		return;
-	if (!actual && !expected)
-		return;
-	fprintf(stderr, "%s:%d: %s\n--- expected:\n%s\n--- actual:\n%s\n---\n",
-		file, line, what, expected ? expected : "(null)",
-		actual ? actual : "(null)");
-	failures++;
-}
-
-static void check_int(const char *file, int line, const char *what,
-		      long long actual, long long expected)
-{
-	if (actual == expected)
-		return;
-	fprintf(stderr, "%s:%d: %s: expected %lld, got %lld\n", file, line,
-		what, expected, actual);
-	failures++;
-}
 
 /* The test schemas. */
 static const struct mg_option run_schema[] = {

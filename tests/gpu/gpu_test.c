@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "../common/test_util.h"
 #include "gpu_test.h"
 #include "ops/cuda/cuda_ops.h"
 #include "runtime/cuda/cuda_device.h"
@@ -117,52 +118,6 @@ double gt_tol(enum mg_dtype dt)
 	}
 }
 
-static void put(void *p, enum mg_dtype dt, int64_t i, double v)
-{
-	switch (dt) {
-	case MG_F32:
-		((float *)p)[i] = (float)v;
-		break;
-	case MG_F64:
-		((double *)p)[i] = v;
-		break;
-	case MG_F16:
-		((uint16_t *)p)[i] = mg_float_to_half((float)v);
-		break;
-	case MG_BF16:
-		((uint16_t *)p)[i] = mg_float_to_bf16((float)v);
-		break;
-	case MG_I32:
-		((int32_t *)p)[i] = (int32_t)v;
-		break;
-	case MG_U8:
-		((uint8_t *)p)[i] = (uint8_t)v;
-		break;
-	default:
-		break;
-	}
-}
-
-static double get(const void *p, enum mg_dtype dt, int64_t i)
-{
-	switch (dt) {
-	case MG_F32:
-		return ((const float *)p)[i];
-	case MG_F64:
-		return ((const double *)p)[i];
-	case MG_F16:
-		return mg_half_to_float(((const uint16_t *)p)[i]);
-	case MG_BF16:
-		return mg_bf16_to_float(((const uint16_t *)p)[i]);
-	case MG_I32:
-		return ((const int32_t *)p)[i];
-	case MG_U8:
-		return ((const uint8_t *)p)[i];
-	default:
-		return NAN;
-	}
-}
-
 static void *xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 8);
@@ -204,8 +159,8 @@ static void upload_raw(struct gt *t, const double *vals)
 {
 	void *h = xmalloc(mg_tensor_bytes(&t->g));
 	for (int64_t i = 0; i < t->n; i++) {
-		put(h, t->g.dtype, i, vals[i]);
-		put(t->c.data, t->c.dtype, i, vals[i]);
+		test_put(h, t->g.dtype, i, vals[i]);
+		test_put(t->c.data, t->c.dtype, i, vals[i]);
 	}
 	if (cudaMemcpy(t->g.data, h, mg_tensor_bytes(&t->g),
 		       cudaMemcpyHostToDevice) != cudaSuccess ||
@@ -243,13 +198,13 @@ void gt_poison(struct gt *t)
 void gt_from_cpu(struct gt *t)
 {
 	for (int64_t i = 0; i < t->n; i++)
-		t->v[i] = get(t->c.data, t->c.dtype, i);
+		t->v[i] = test_get(t->c.data, t->c.dtype, i);
 	gt_upload(t);
 }
 
 double gt_cpu_at(const struct gt *t, int64_t i)
 {
-	return get(t->c.data, t->c.dtype, i);
+	return test_get(t->c.data, t->c.dtype, i);
 }
 
 int gt_sync(const char *what)
@@ -287,7 +242,7 @@ double *gt_read(struct gt *t)
 		exit(2);
 	}
 	for (int64_t i = 0; i < t->n; i++)
-		d[i] = get(h, t->g.dtype, i);
+		d[i] = test_get(h, t->g.dtype, i);
 	free(h);
 	return d;
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/test_util.h"
 #include "host_optim.h"
 #include "mg/mg.h"
 
@@ -31,24 +32,11 @@ static struct mg_ctx ctx = {.struct_size = sizeof(struct mg_ctx),
 			    .compute_dtype = MG_F32,
 			    .master_dtype = MG_F32};
 static uint64_t seed = 20250117, rng_state;
-static int failures;
 static const char *where = ""; /* the running case, for messages */
 
 /* What the comparisons saw, for the summary line. */
 static double max_err[2]; /* F32, F64 */
 static int64_t n_cmp, n_exact;
-
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "FAIL (seed %llu) %s: ", (unsigned long long)seed,
-		where);
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	failures++;
-}
 
 /* splitmix64 */
 static uint64_t next_u64(void)
@@ -108,33 +96,12 @@ static struct arr dup(const struct arr *s)
 
 static double get(const struct arr *a, int64_t i)
 {
-	switch (a->t) {
-	case MG_F64:
-		return ((const double *)a->d)[i];
-	case MG_F32:
-		return ((const float *)a->d)[i];
-	case MG_F16:
-		return mg_half_to_float(((const uint16_t *)a->d)[i]);
-	default:
-		return mg_bf16_to_float(((const uint16_t *)a->d)[i]);
-	}
+	return test_get(a->d, a->t, i);
 }
 
 static void set(struct arr *a, int64_t i, double v)
 {
-	switch (a->t) {
-	case MG_F64:
-		((double *)a->d)[i] = v;
-		break;
-	case MG_F32:
-		((float *)a->d)[i] = (float)v;
-		break;
-	case MG_F16:
-		((uint16_t *)a->d)[i] = mg_float_to_half((float)v);
-		break;
-	default:
-		((uint16_t *)a->d)[i] = mg_float_to_bf16((float)v);
-	}
+	test_put(a->d, a->t, i, v);
 }
 
 static bool same(const struct arr *a, const struct arr *b)
@@ -763,8 +730,15 @@ static void test_pool(void)
 	where = "";
 }
 
+/* fail()'s context: the seed to rerun with and the running case. */
+static void print_context(FILE *f)
+{
+	fprintf(f, " (seed %llu) %s", (unsigned long long)seed, where);
+}
+
 int main(int argc, char **argv)
 {
+	fail_context = print_context;
 	if (argc != 2) {
 		fprintf(stderr, "usage: test_host_optim "
 				"adamw|sgd|slices|skip|errors|pool\n");

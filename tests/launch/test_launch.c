@@ -32,45 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/test_util.h"
 #include "dist/dist.h"
-
-static int failures;
-
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
-
-#define CHECK_INT(actual, expected)                                            \
-	check_int(__FILE__, __LINE__, #actual, (long long)(actual),            \
-		  (long long)(expected))
-/* text contains needle (a failure prints both). */
-#define CHECK_HAS(text, needle)                                                \
-	check_has(__FILE__, __LINE__, #text, (text), (needle))
-
-static void check_int(const char *file, int line, const char *what,
-		      long long actual, long long expected)
-{
-	if (actual == expected)
-		return;
-	fprintf(stderr, "%s:%d: %s: expected %lld, got %lld\n", file, line,
-		what, expected, actual);
-	failures++;
-}
-
-static void check_has(const char *file, int line, const char *what,
-		      const char *text, const char *needle)
-{
-	if (text && strstr(text, needle))
-		return;
-	fprintf(stderr, "%s:%d: %s lacks \"%s\"\n--- it is:\n%s\n---\n", file,
-		line, what, needle, text ? text : "(null)");
-	failures++;
-}
 
 static double now_s(void)
 {

@@ -22,29 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "mg/mg.h"
 
-static int failures;
 /* Seed of parameters and data in the gradient checks (MG_TEST_SEED). */
 static uint64_t seed = 11;
-
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "FAIL (seed %llu): ", (unsigned long long)seed);
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	failures++;
-}
-
-#define CHECK(c)                                                               \
-	do {                                                                   \
-		if (!(c))                                                      \
-			fail("%s:%d: %s", __FILE__, __LINE__, #c);             \
-	} while (0)
 
 static const struct mg_plugin *P;
 static const struct mg_model_ops *M;
@@ -1530,8 +1513,15 @@ static int dump(const char *path)
 	return failures ? 1 : 0;
 }
 
+/* fail()'s context: the seed to rerun with. */
+static void print_context(FILE *f)
+{
+	fprintf(f, " (seed %llu)", (unsigned long long)seed);
+}
+
 int main(int argc, char **argv)
 {
+	fail_context = print_context;
 	static const struct {
 		const char *name;
 		void (*fn)(void);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/test_util.h"
 #include "mg/mg.h"
 
 static struct mg_device dev = {.kind = MG_DEV_CPU};
@@ -26,18 +27,6 @@ static struct mg_ctx ctx = {.struct_size = sizeof(struct mg_ctx),
 			    .master_dtype = MG_F64};
 static uint64_t seed = 20240611;
 static uint64_t draw; /* counter of the test's random stream */
-static int failures;
-
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "FAIL (seed %llu): ", (unsigned long long)seed);
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	failures++;
-}
 
 #define CHECK_OK(call)                                                         \
 	do {                                                                   \
@@ -1306,8 +1295,15 @@ static void test_precision(void)
 	del(&u1), del(&u2), del(&u3);
 }
 
+/* fail()'s context: the seed to rerun with. */
+static void print_context(FILE *f)
+{
+	fprintf(f, " (seed %llu)", (unsigned long long)seed);
+}
+
 int main(int argc, char **argv)
 {
+	fail_context = print_context;
 	static const struct {
 		const char *name;
 		void (*fn)(void);

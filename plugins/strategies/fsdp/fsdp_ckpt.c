@@ -6,92 +6,49 @@
  * group and lets rank 0 write it; load reads the full tensors on every
  * rank and keeps this rank's shard.
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "fsdp.h"
+#include "shard_ckpt.h"
 
-/* What a checkpoint holds per flat: the parameters, then each optimizer
- * slot of trained flats. Shard of `what` for flat f, and its name kind. */
-static void *shard_of(struct fsdp *d, const struct mg_flat *f, int what,
-		      char *kind, size_t kn)
+/* Shard of `what` (0: parameters, 1+: optimizer slot) of flat f, on the
+ * device. */
+static void *shard_of(void *self, const struct mg_flat *f, int what)
 {
-	if (what == 0) {
-		snprintf(kind, kn, "param");
+	struct fsdp *d = self;
+	if (what == 0)
 		return fsdp_at(&d->master_buf, f->master_off, d->master);
-	}
-	snprintf(kind, kn, "optim/%s",
-		 mg_optim_slot_name(d->ctx->optim, what - 1));
 	return fsdp_at(&d->state[what - 1], f->train_off, d->master);
+}
+
+/* The walk over flats is shared with offload (common/shard_ckpt.c). */
+static struct mg_shard_ckpt shard_ckpt(struct fsdp *d)
+{
+	return (struct mg_shard_ckpt){
+		.L = &d->L,
+		.ctx = d->ctx,
+		.master = d->master,
+		.nslots = d->nslots_state,
+		.group = d->group,
+		.srank = d->srank,
+		.comm = d->sc,
+		.host = false,
+		.buffers = d->buffers.ptr,
+		.shard = shard_of,
+		.self = d,
+	};
 }
 
 int fsdp_save(void *self, struct mg_ckpt *ck)
 {
-	struct fsdp *d = self;
-	const struct mg_flat_layout *L = &d->L;
-	const size_t ms = mg_dtype_size(d->master);
-	struct mg_buf full = {0};
-	int rc = 0;
-	if (d->group > 1 &&
-	    mg_buf_alloc(d->ctx, &full, (size_t)L->max_flat * ms + 1,
-			 MG_MEM_OTHER))
-		return mg_error_prefix("fsdp: checkpoint");
-	for (int k = 0; k < L->nflats && !rc; k++) {
-		const struct mg_flat *f = &L->flats[k];
-		int nwhat = 1 + (f->train ? d->nslots_state : 0);
-		for (int w = 0; w < nwhat && !rc; w++) {
-			char kind[64];
-			void *src = shard_of(d, f, w, kind, sizeof kind);
-			void *base = src;
-			if (d->group > 1) {
-				base = full.ptr;
-				rc = d->sc->all_gather(d->sc, src, base,
-						       f->shard, d->master) ||
-				     d->sc->wait(d->sc);
-			}
-			if (!rc)
-				rc = mg_flat_ckpt_flat(&d->L, k, kind, base,
-						       d->ctx->dev->kind, ck,
-						       true);
-		}
-	}
-	if (!rc)
-		rc = mg_flat_ckpt_buffers(&d->L, d->buffers.ptr,
-					  d->ctx->dev->kind, ck, true);
-	mg_buf_free(d->ctx, &full);
-	return rc ? mg_error_prefix("fsdp: checkpoint") : 0;
+	struct mg_shard_ckpt s = shard_ckpt(self);
+	return mg_shard_ckpt_save(&s, ck) ? mg_error_prefix("fsdp: checkpoint")
+					  : 0;
 }
 
 int fsdp_load(void *self, struct mg_ckpt *ck)
 {
-	struct fsdp *d = self;
-	const struct mg_flat_layout *L = &d->L;
-	const size_t ms = mg_dtype_size(d->master);
-	char *full = malloc((size_t)L->max_flat * ms + 1);
-	int rc = full ? 0 : mg_error("out of memory");
-	for (int k = 0; k < L->nflats && !rc; k++) {
-		const struct mg_flat *f = &L->flats[k];
-		int nwhat = 1 + (f->train ? d->nslots_state : 0);
-		for (int w = 0; w < nwhat && !rc; w++) {
-			char kind[64];
-			void *dst = shard_of(d, f, w, kind, sizeof kind);
-			memset(full, 0, (size_t)(f->shard * L->group) * ms);
-			rc = mg_flat_ckpt_flat(&d->L, k, kind, full, MG_DEV_CPU,
-					       ck, false);
-			if (!rc)
-				rc = mg_copy_h2d(
-					d->ctx, dst,
-					full + (size_t)(d->srank * f->shard) *
-							ms,
-					(size_t)f->shard * ms);
-		}
-	}
-	free(full);
+	struct mg_shard_ckpt s = shard_ckpt(self);
+	int rc = mg_shard_ckpt_load(&s, ck);
 	if (!rc)
-		rc = mg_flat_ckpt_buffers(&d->L, d->buffers.ptr,
-					  d->ctx->dev->kind, ck, false);
-	if (!rc)
-		rc = fsdp_refresh_lp(d);
+		rc = fsdp_refresh_lp(self);
 	return rc ? mg_error_prefix("fsdp: resume") : 0;
 }

@@ -1,7 +1,9 @@
 /*
- * cli.c - mgrun's command line: run an experiment, or inspect plugins and
- * the effective configuration. Exit codes: 0 success, 1 the run failed,
- * 2 bad usage or configuration (nothing run).
+ * cli.c - mgrun's command line: run an experiment, a sweep or a compare,
+ * or inspect plugins and the effective configuration. Part of the mgrun
+ * executable, not libmg: it is what links the analysis library.
+ * Exit codes: 0 success, 1 the run failed, 2 bad usage or configuration
+ * (nothing run).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -13,7 +15,7 @@
 #include "engine/core_schema.h"
 #include "engine/trainer.h"
 
-MG_EXPORT int mg_main(int argc, char **argv);
+int mg_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {
