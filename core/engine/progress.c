@@ -1,14 +1,16 @@
 /*
  * progress.c - a progress line: rewritten in place on a terminal, plain
- * lines every run.log_every steps otherwise (logs, CI).
+ * lines every run.log_every steps otherwise (logs, CI). It shows the
+ * metrics the model declares and samples/s, or tokens/s for per-token
+ * models.
  */
 #include <stdio.h>
 #include <unistd.h>
 
 #include "engine/trainer.h"
 
-void mg_progress_step(struct mg_trainer *t, int64_t step, double loss,
-		      double acc, double lr, double rate)
+void mg_progress_step(struct mg_trainer *t, int64_t step, const double *sums,
+		      double lr, double rate)
 {
 	if (t->ctx.rank != 0)
 		return;
@@ -22,12 +24,15 @@ void mg_progress_step(struct mg_trainer *t, int64_t step, double loss,
 	int64_t every = mg_opt_int(t->s->run, "log_every");
 	if (!tty && (step + 1) % every != 0 && step + 1 != t->total_steps)
 		return;
-	printf("%sepoch %lld/%lld step %lld/%lld loss %.4f acc %5.1f%% "
-	       "lr %.3g %.0f samples/s eta %.0fs%s",
+	char m[256];
+	mg_metric_format(&t->mspec, sums, m, sizeof m);
+	printf("%sepoch %lld/%lld step %lld/%lld %s lr %.3g %.0f %s/s eta "
+	       "%.0fs%s",
 	       tty ? "\r\033[K" : "", (long long)(step / spe + 1),
 	       (long long)((t->total_steps + spe - 1) / spe),
-	       (long long)(step % spe + 1), (long long)spe, loss, 100 * acc, lr,
-	       rate, eta, tty ? "" : "\n");
+	       (long long)(step % spe + 1), (long long)spe, m, lr, rate,
+	       t->mspec.per_token ? "tokens" : "samples", eta,
+	       tty ? "" : "\n");
 	fflush(stdout);
 }
 

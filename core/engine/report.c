@@ -4,6 +4,7 @@
  * end), plus the readable summary printed at the end of a run.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,20 @@ static cJSON *step_time_json(const struct mg_report *rep)
 	cJSON_AddNumberToObject(o, "mean", sum / (double)n);
 	cJSON_AddNumberToObject(o, "n", (double)n);
 	free(v);
+	return o;
+}
+
+/* The model's declared metrics from sums, by name (NaN as null). */
+static cJSON *metrics_json(const struct mg_metric_spec *ms, const double *sums)
+{
+	cJSON *o = cJSON_CreateObject();
+	for (int i = 0; ms && i < ms->ndecl; i++) {
+		double v = mg_metric_value(&ms->decl[i], sums);
+		if (isfinite(v))
+			cJSON_AddNumberToObject(o, ms->decl[i].name, v);
+		else
+			cJSON_AddNullToObject(o, ms->decl[i].name);
+	}
 	return o;
 }
 
@@ -338,6 +353,20 @@ int mg_report_write(const struct mg_run_view *rs, bool final)
 		cJSON_AddNumberToObject(
 			o, "samples_per_s",
 			e->seconds > 0 ? (double)e->samples / e->seconds : 0);
+		if (e->tokens) {
+			cJSON_AddNumberToObject(o, "tokens", (double)e->tokens);
+			cJSON_AddNumberToObject(o, "tokens_per_s",
+						e->seconds > 0
+							? (double)e->tokens /
+								  e->seconds
+							: 0);
+		}
+		cJSON_AddItemToObject(o, "train_metrics",
+				      metrics_json(rs->metrics, e->train_sums));
+		if (e->has_test)
+			cJSON_AddItemToObject(
+				o, "test_metrics",
+				metrics_json(rs->metrics, e->test_sums));
 		cJSON_AddItemToArray(eps, o);
 	}
 	cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
@@ -409,21 +438,32 @@ void mg_report_summary(const struct mg_run_view *rs, FILE *f)
 	fprintf(f, "\n== summary (%s) ==\n", rs->run_dir);
 	if (rs->nep) {
 		const struct mg_epoch_stats *e = &rs->ep[rs->nep - 1];
-		if (e->has_test)
+		char m[256];
+		if (e->has_test && !e->tokens)
 			fprintf(f, "test accuracy   %.2f%%  (loss %.4f)\n",
 				100 * e->test_acc, e->test_loss);
+		else if (e->has_test)
+			fprintf(f, "test            %s\n",
+				mg_metric_format(rs->metrics, e->test_sums, m,
+						 sizeof m));
 		fprintf(f, "train loss      %.4f  (last epoch)\n",
 			e->train_loss);
 	}
-	double samples = 0, steps = (double)(rs->total_steps - rs->start_step);
-	for (int i = 0; i < rs->nep; i++)
+	double samples = 0, tokens = 0,
+	       steps = (double)(rs->total_steps - rs->start_step);
+	for (int i = 0; i < rs->nep; i++) {
 		samples += (double)rs->ep[i].samples;
+		tokens += (double)rs->ep[i].tokens;
+	}
 	double wall = mg_now() - rs->t_begin;
 	fprintf(f,
 		"throughput      %.1f samples/s over %.1f s of training "
 		"steps%s\n",
 		rep->train_s > 0 ? samples / rep->train_s : 0, rep->train_s,
 		rs->world > 1 ? " (all ranks)" : "");
+	if (tokens > 0)
+		fprintf(f, "                %.1f label tokens/s\n",
+			rep->train_s > 0 ? tokens / rep->train_s : 0);
 	double *v = sorted_step_times(rep);
 	if (v) {
 		size_t n = rep->step_s.n;

@@ -22,8 +22,11 @@ struct cJSON;
 /* Per-epoch numbers for the report. */
 struct mg_epoch_stats {
 	int64_t epoch, steps, samples;
+	int64_t tokens; /* label tokens (per-token models), else 0 */
 	double train_loss, train_acc;
 	double test_loss, test_acc;
+	/* the model's metric sums, for its declared metrics */
+	double train_sums[MG_METRIC_MAX], test_sums[MG_METRIC_MAX];
 	double seconds;
 	int has_test;
 };
@@ -53,6 +56,7 @@ struct mg_run_view {
 	int64_t skipped_steps, trainable_parameters;
 	double t_begin;			 /* mg_now() at the start */
 	const struct mg_epoch_stats *ep; /* epochs done */
+	const struct mg_metric_spec *metrics; /* what the model declares */
 	int nep;
 	/* The profiler's part (profile.c), called with profile_arg:
 	 * gather (every rank, collective), report.json's "profile" object

@@ -326,14 +326,15 @@ static int read_metrics(struct mg_trainer *t, int rows,
 	return 0;
 }
 
-static int evaluate(struct mg_trainer *t, double *loss, double *acc)
+/* The test split's metric sums over every rank into tot. */
+static int evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
 {
 	struct mg_ctx *ctx = &t->ctx;
 	void *data = t->inst[MG_SEC_DATASET];
 	int64_t n = t->data->count(data, MG_SPLIT_TEST);
 	int64_t eb = mg_opt_int(t->s->run, "eval_batch_size");
-	double tot[MG_METRIC_MAX] = {0};
 	struct mg_tensor mrow = metrics_row(t, 0);
+	memset(tot, 0, MG_METRIC_MAX * sizeof *tot);
 	ctx->training = false;
 	t->stats.paused = true; /* the report times training steps */
 	/* Each rank evaluates every world-th batch; sums are reduced. */
@@ -355,12 +356,6 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 	if (t->comm->all_reduce_host(t->comm, tot, MG_METRIC_MAX, MG_F64,
 				     MG_REDUCE_SUM))
 		return mg_error_prefix("evaluation metrics");
-	*loss = tot[MG_METRIC_COUNT] > 0
-			? tot[MG_METRIC_LOSS_SUM] / tot[MG_METRIC_COUNT]
-			: NAN;
-	*acc = tot[MG_METRIC_COUNT] > 0
-		       ? tot[MG_METRIC_CORRECT] / tot[MG_METRIC_COUNT]
-		       : NAN;
 	return 0;
 }
 
@@ -740,21 +735,36 @@ static int finish_step(struct mg_trainer *t, double *m, double *lr,
 	return 0;
 }
 
+/* Loss and accuracy as the report's fixed fields show them. */
+static double ratio(const double *m, int num)
+{
+	return m[MG_METRIC_COUNT] > 0 ? m[num] / m[MG_METRIC_COUNT] : NAN;
+}
+
 static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
-			int64_t ep_steps, double ep_t0, bool eval_on)
+			int64_t ep_steps, int64_t ep_samples, double ep_t0,
+			bool eval_on)
 {
 	mg_progress_end(t);
 	struct mg_epoch_stats e = {
 		.epoch = step / t->steps_per_epoch,
 		.steps = ep_steps,
-		.samples = (int64_t)ep_m[MG_METRIC_COUNT],
-		.train_loss = ep_m[0] / ep_m[MG_METRIC_COUNT],
-		.train_acc = ep_m[1] / ep_m[MG_METRIC_COUNT],
+		/* per-token: rows; otherwise what the loss counted (as
+		 * before ABI 1.3) */
+		.samples = t->mspec.per_token ? ep_samples
+					      : (int64_t)ep_m[MG_METRIC_COUNT],
+		.tokens = t->mspec.per_token ? (int64_t)ep_m[MG_METRIC_COUNT]
+					     : 0,
+		.train_loss = ratio(ep_m, MG_METRIC_LOSS_SUM),
+		.train_acc = ratio(ep_m, MG_METRIC_CORRECT),
 		.seconds = mg_now() - ep_t0,
 	};
+	memcpy(e.train_sums, ep_m, sizeof e.train_sums);
 	if (eval_on) {
-		if (evaluate(t, &e.test_loss, &e.test_acc))
+		if (evaluate(t, e.test_sums))
 			return -1;
+		e.test_loss = ratio(e.test_sums, MG_METRIC_LOSS_SUM);
+		e.test_acc = ratio(e.test_sums, MG_METRIC_CORRECT);
 		e.has_test = 1;
 #ifdef MG_HAVE_CUDA
 		/* Evaluation may have grown the model's buffers: the graph
@@ -770,16 +780,22 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
 	t->ep[t->nep++] = e;
 	if (t->ctx.rank != 0)
 		return 0;
-	if (e.has_test)
-		mg_info("epoch %lld: train loss %.4f acc %.2f%%, test loss "
-			"%.4f acc %.2f%%, %.1f s, %.0f samples/s",
-			(long long)e.epoch + 1, e.train_loss, 100 * e.train_acc,
-			e.test_loss, 100 * e.test_acc, e.seconds,
-			(double)e.samples / e.seconds);
+	char tr[256], te[256], rate[64];
+	mg_metric_format(&t->mspec, e.train_sums, tr, sizeof tr);
+	mg_metric_format(&t->mspec, e.test_sums, te, sizeof te);
+	if (e.tokens)
+		snprintf(rate, sizeof rate, "%.0f samples/s, %.0f tokens/s",
+			 (double)e.samples / e.seconds,
+			 (double)e.tokens / e.seconds);
 	else
-		mg_info("epoch %lld: train loss %.4f acc %.2f%%, %.1f s",
-			(long long)e.epoch + 1, e.train_loss, 100 * e.train_acc,
-			e.seconds);
+		snprintf(rate, sizeof rate, "%.0f samples/s",
+			 (double)e.samples / e.seconds);
+	if (e.has_test)
+		mg_info("epoch %lld: train %s, test %s, %.1f s, %s",
+			(long long)e.epoch + 1, tr, te, e.seconds, rate);
+	else
+		mg_info("epoch %lld: train %s, %.1f s, %s",
+			(long long)e.epoch + 1, tr, e.seconds, rate);
 	return 0;
 }
 
@@ -795,7 +811,7 @@ static int run_loop(struct mg_trainer *t)
 	if (stop_after > 0 && t->start_step + stop_after < end)
 		end = t->start_step + stop_after;
 	double ep_m[MG_METRIC_MAX] = {0}, ep_t0 = mg_now();
-	int64_t ep_steps = 0;
+	int64_t ep_steps = 0, ep_samples = 0;
 	bool fetched = false;
 	for (int64_t step = t->start_step; step < end; step++) {
 		mg_profile_step_begin(t, step); /* before t0: opens CUPTI */
@@ -810,9 +826,12 @@ static int run_loop(struct mg_trainer *t)
 		ctx->epoch = step / t->steps_per_epoch;
 		ctx->step = step;
 		ctx->training = true;
-		for (int mi = 0; mi < t->accum; mi++)
+		int64_t step_samples = 0; /* over every rank */
+		for (int mi = 0; mi < t->accum; mi++) {
 			mg_count(ctx, MG_C_SAMPLES_COMPUTED,
 				 t->plans[mi].compute_count);
+			step_samples += t->plans[mi].global_count;
+		}
 		if (upload_step_values(t, step, t->plans) ||
 		    launch_compute(t, step, t->plans, &sr))
 			return -1;
@@ -843,6 +862,7 @@ static int run_loop(struct mg_trainer *t)
 		for (int i = 0; i < MG_METRIC_MAX; i++)
 			ep_m[i] += m[i];
 		ep_steps++;
+		ep_samples += step_samples;
 		/* Steady steps exclude the eager warm-up and capture steps
 		 * and the re-capture after each evaluation. */
 		if (mg_report_step_time(&t->rep, dt,
@@ -851,14 +871,15 @@ static int run_loop(struct mg_trainer *t)
 			return -1;
 		mg_report_step(mg_run_view(t), step, loss, acc, lr, gnorm,
 			       skipped, dt);
-		mg_progress_step(t, step, loss, acc, lr,
+		mg_progress_step(t, step, m, lr,
 				 m[MG_METRIC_COUNT] / dt);
 		if (epoch_end) {
-			if (end_of_epoch(t, step, ep_m, ep_steps, ep_t0,
+			if (end_of_epoch(t, step, ep_m, ep_steps, ep_samples, ep_t0,
 					 eval_on))
 				return -1;
 			memset(ep_m, 0, sizeof ep_m);
 			ep_steps = 0;
+			ep_samples = 0;
 			ep_t0 = mg_now();
 		}
 		bool ck_now =
@@ -913,6 +934,7 @@ const struct mg_run_view *mg_run_view(struct mg_trainer *t)
 		.t_begin = t->t_begin,
 		.ep = t->ep,
 		.nep = t->nep,
+		.metrics = &t->mspec,
 		.profile_gather = profile_gather,
 		.profile_json = profile_json,
 		.profile_summary = profile_summary,

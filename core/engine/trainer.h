@@ -140,8 +140,8 @@ void mg_profile_summary(const struct mg_trainer *t, FILE *f);
 void mg_profile_free(struct mg_trainer *t);
 
 /* progress.c */
-void mg_progress_step(struct mg_trainer *t, int64_t step, double loss,
-		      double acc, double lr, double rate);
+void mg_progress_step(struct mg_trainer *t, int64_t step, const double *sums,
+		      double lr, double rate);
 void mg_progress_end(struct mg_trainer *t);
 
 /* trainer.c */
