@@ -25,6 +25,7 @@ static void usage(FILE *f)
 		"N]\n"
 		"       mgrun -c FILE --replot [--sweep ...] [--repeats N]\n"
 		"       mgrun compare RUN_A RUN_B [--csv]\n"
+		"       mgrun -c FILE --eval-only\n"
 		"       mgrun -c FILE --print-config\n"
 		"       mgrun --list-plugins\n"
 		"       mgrun --help-plugin NAME\n"
@@ -34,6 +35,11 @@ static void usage(FILE *f)
 		"  --set S.K=V           override a key (repeatable)\n"
 		"  --resume              continue from the run directory's "
 		"checkpoint\n"
+		"  --eval-only           the test split's metrics of the run "
+		"directory's\n"
+		"                        checkpoint (or of the initial "
+		"weights), also in\n"
+		"                        RUN_DIR/eval.json\n"
 		"  --sweep S.K=V1,V2     sweep axis: one run per value "
 		"(repeatable; replaces\n"
 		"                        the [sweep] axis of that key; see "
@@ -162,6 +168,7 @@ int mg_main(int argc, char **argv)
 		OPT_REPEATS,
 		OPT_NO_SWEEP,
 		OPT_REPLOT,
+		OPT_EVAL_ONLY,
 	};
 	static const struct option longopts[] = {
 		{"config", required_argument, 0, 'c'},
@@ -177,6 +184,7 @@ int mg_main(int argc, char **argv)
 		{"repeats", required_argument, 0, OPT_REPEATS},
 		{"no-sweep", no_argument, 0, OPT_NO_SWEEP},
 		{"replot", no_argument, 0, OPT_REPLOT},
+		{"eval-only", no_argument, 0, OPT_EVAL_ONLY},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -184,7 +192,7 @@ int mg_main(int argc, char **argv)
 	const char **sets = calloc((size_t)argc + 1, sizeof *sets);
 	int nsets = 0, resume = 0, print = 0, list = 0, help_config = 0, c;
 	const char *sweeps[MG_SWEEP_MAX_AXES];
-	int nsweeps = 0, repeats = 0, no_sweep = 0, replot = 0;
+	int nsweeps = 0, repeats = 0, no_sweep = 0, replot = 0, eval_only = 0;
 	if (argc > 1 && !strcmp(argv[1], "compare")) {
 		free(sets);
 		return mg_compare_main(argc - 1, argv + 1);
@@ -201,6 +209,9 @@ int mg_main(int argc, char **argv)
 			break;
 		case OPT_RESUME:
 			resume = 1;
+			break;
+		case OPT_EVAL_ONLY:
+			eval_only = 1;
 			break;
 		case OPT_SWEEP:
 			if (nsweeps == MG_SWEEP_MAX_AXES) {
@@ -329,6 +340,11 @@ int mg_main(int argc, char **argv)
 				"--print-config\n");
 		rc = 2;
 	}
+	if (!rc && eval_only && (resume || replot || plan.naxes)) {
+		fprintf(stderr, "mgrun: --eval-only runs one evaluation: not "
+				"with --resume, --replot or a sweep\n");
+		rc = 2;
+	}
 	if (!rc && plan.naxes && resume) {
 		fprintf(stderr, "mgrun: --resume does not apply to a sweep: "
 				"run it again to continue it\n");
@@ -354,6 +370,8 @@ int mg_main(int argc, char **argv)
 			mg_session_print(&s, stdout);
 		else if (wants_launcher(&s, &rc))
 			rc = rc ? rc : launch_ranks(&s, argc, argv);
+		else if (eval_only)
+			rc = mg_eval_only(&s);
 		else
 			rc = mg_train(&s, resume);
 	} else if (rc < 0) {

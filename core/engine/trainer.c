@@ -571,6 +571,7 @@ static int step_compute(struct mg_trainer *t, const struct mg_plan *ps,
 	return 0;
 }
 
+#ifdef MG_HAVE_CUDA
 /* Has the captured graph been built for these micro-batches (slices and
  * token lengths)? With `set`, make it so. */
 static bool graph_key_same(struct mg_trainer *t, const struct mg_plan *ps,
@@ -588,6 +589,7 @@ static bool graph_key_same(struct mg_trainer *t, const struct mg_plan *ps,
 	}
 	return same;
 }
+#endif
 
 /* Run step_compute eagerly, or as a CUDA graph once the first steps have
  * reserved every buffer and chosen every algorithm. */
@@ -980,6 +982,77 @@ static void teardown(struct mg_trainer *t)
 	free(t->plans);
 	free(t->next_plans);
 	free(t->graph_key);
+}
+
+/* eval.json beside the checkpoint: what --eval-only measured. */
+static int write_eval_json(const struct mg_trainer *t, const char *source,
+			   const double *sums, int64_t samples)
+{
+	char path[PATH_MAX + 16], tmp[PATH_MAX + 20];
+	snprintf(path, sizeof path, "%s/eval.json", t->run_dir);
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return mg_error("%s: %s", tmp, strerror(errno));
+	fprintf(f, "{\n  \"source\": \"%s\",\n  \"step\": %lld,\n", source,
+		(long long)t->start_step);
+	fprintf(f, "  \"samples\": %lld,\n  \"count\": %.0f,\n  \"metrics\": {",
+		(long long)samples, sums[MG_METRIC_COUNT]);
+	for (int i = 0; i < t->mspec.ndecl; i++) {
+		double v = mg_metric_value(&t->mspec.decl[i], sums);
+		fprintf(f, "%s\n    \"%s\": ", i ? "," : "",
+			t->mspec.decl[i].name);
+		if (isfinite(v))
+			fprintf(f, "%.17g", v);
+		else
+			fprintf(f, "null");
+	}
+	fprintf(f, "\n  }\n}\n");
+	if (fflush(f) || ferror(f) | fclose(f) || rename(tmp, path)) {
+		int e = errno;
+		remove(tmp);
+		return mg_error("%s: %s", path, strerror(e));
+	}
+	return 0;
+}
+
+int mg_eval_only(struct mg_session *s)
+{
+	struct mg_trainer t;
+	memset(&t, 0, sizeof t);
+	t.s = s;
+	t.t_begin = mg_now();
+	int rc = setup(&t);
+	char ck[PATH_MAX + 32], source[PATH_MAX + 64] = "initial weights";
+	if (!rc) {
+		snprintf(ck, sizeof ck, "%s/" CKPT_FILE, t.run_dir);
+		if (access(ck, F_OK) == 0) {
+			rc = load_checkpoint(&t);
+			snprintf(source, sizeof source, "%s", ck);
+		}
+	}
+	double sums[MG_METRIC_MAX];
+	if (!rc)
+		rc = evaluate(&t, sums);
+	if (!rc && t.ctx.rank == 0) {
+		char m[256];
+		int64_t n =
+			t.data->count(t.inst[MG_SEC_DATASET], MG_SPLIT_TEST);
+		mg_info("eval (%s, step %lld): test %s over %lld samples, "
+			"%.0f %s",
+			source, (long long)t.start_step,
+			mg_metric_format(&t.mspec, sums, m, sizeof m),
+			(long long)n, sums[MG_METRIC_COUNT],
+			t.mspec.per_token ? "label tokens" : "counted");
+		rc = write_eval_json(&t, source, sums, n);
+	}
+	if (rc) {
+		mg_log(MG_LOG_ERROR, "%s", mg_last_error());
+		if (t.comm && t.ctx.world > 1)
+			t.comm->abort(t.comm, 1);
+	}
+	teardown(&t);
+	return rc ? 1 : 0;
 }
 
 int mg_train(struct mg_session *s, bool resume)

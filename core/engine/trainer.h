@@ -147,5 +147,9 @@ void mg_progress_end(struct mg_trainer *t);
 /* trainer.c */
 const char *mg_device_desc(const struct mg_trainer *t);
 MG_INTERNAL int mg_train(struct mg_session *s, bool resume);
+/* --eval-only: the test split's metrics of the run directory's
+ * checkpoint, or of the initial weights when there is none; printed and
+ * written to RUN_DIR/eval.json. */
+MG_INTERNAL int mg_eval_only(struct mg_session *s);
 
 #endif

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""hf_check.py - mgrun's llama against Hugging Face transformers (GPU machine).
+
+  hf_check.py MGRUN WORKDIR
+
+Saves random-weight LlamaForCausalLM models with transformers (a Llama-3
+shape: GQA, llama3 rope scaling, tied embeddings, one safetensors file;
+and a Llama-2 shape: no GQA, untied, sharded with an index), writes
+pre-tokenized rows with masked prompts, and checks that mgrun loading the
+same folder computes the same per-token loss (fp32 on the CPU and on CUDA,
+bf16 on CUDA) and, after one SGD step with lr 1, the same gradients.
+Every comparison asserts; the exit status is the verdict.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+mgrun, work = sys.argv[1], sys.argv[2]
+os.makedirs(work, exist_ok=True)
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def make_model(name, **kw):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(**kw)
+    m = LlamaForCausalLM(cfg).float()
+    # Larger weights than the default 0.02 so the logits are far from
+    # uniform and differences show.
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.08)
+            else:
+                p.uniform_(0.5, 1.5)
+    d = os.path.join(work, name)
+    m.save_pretrained(d, safe_serialization=True,
+                      max_shard_size="200KB" if name == "llama2" else "5GB")
+    return m, d
+
+
+def make_rows(vocab, path, n=12):
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    with open(path, "w") as f:
+        for i in range(n):
+            L = int(torch.randint(8, 70, (1,), generator=g))
+            ids = torch.randint(0, vocab, (L,), generator=g).tolist()
+            labels = list(ids)
+            for t in range(L // 3):
+                labels[t] = -100
+            rows.append((ids, labels))
+            f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
+    return rows
+
+
+def hf_loss(m, rows, dev, dtype):
+    """Mean next-token loss over every counted label token, and grads."""
+    m = m.to(dev)
+    m.zero_grad()
+    tot, cnt = 0.0, 0
+    losses = []
+    for ids, labels in rows:
+        x = torch.tensor([ids], device=dev)
+        y = torch.tensor([labels], device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16,
+                            enabled=dtype == "bf16"):
+            logits = m(input_ids=x).logits.float()
+        lp = torch.nn.functional.cross_entropy(
+            logits[0, :-1], y[0, 1:], ignore_index=-100, reduction="sum")
+        losses.append(lp)
+        cnt += int((y[0, 1:] != -100).sum())
+    total = torch.stack(losses).sum() / cnt
+    total.backward()
+    return float(total), {k: p.grad.detach().float().cpu()
+                          for k, p in m.named_parameters()}
+
+
+def mgrun_run(d, data, dev, prec, extra, name):
+    ini = os.path.join(work, name + ".ini")
+    with open(ini, "w") as f:
+        f.write(f"""[run]
+device = {dev}
+precision = {prec}
+batch_size = 12
+eval_batch_size = 12
+epochs = 1
+max_steps = 1
+threads = 4
+cuda_graph = false
+out_dir = {work}/runs
+[optimizer]
+name = sgd
+lr = 1
+momentum = 0
+schedule = constant
+max_grad_norm = 0
+[model]
+name = llama
+hf_dir = {d}
+[dataset]
+name = token_jsonl
+train = {data}
+seq_len = 128
+[strategy]
+name = single
+shuffle = false
+""")
+    cmd = [mgrun, "-c", ini] + extra
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    print(r.stdout[-1500:], r.stderr[-1500:])
+    return r.returncode, os.path.join(work, "runs", name)
+
+
+for name, kw in [
+    ("llama3", dict(vocab_size=300, hidden_size=128, intermediate_size=344,
+                    num_hidden_layers=2, num_attention_heads=8,
+                    num_key_value_heads=2, head_dim=16, rope_theta=500000.0,
+                    rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                  "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 32},
+                    max_position_embeddings=256, tie_word_embeddings=True,
+                    rms_norm_eps=1e-5)),
+    ("llama2", dict(vocab_size=256, hidden_size=96, intermediate_size=200,
+                    num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=4, rope_theta=10000.0,
+                    max_position_embeddings=256, tie_word_embeddings=False,
+                    rms_norm_eps=1e-6)),
+]:
+    m, d = make_model(name, **kw)
+    data = os.path.join(work, name + ".jsonl")
+    rows = make_rows(kw["vocab_size"], data)
+    ref32, grads = hf_loss(m, rows, "cuda", "fp32")
+    w0 = {k: v.detach().float().cpu().clone() for k, v in m.named_parameters()}
+    refbf, _ = hf_loss(m, rows, "cuda", "bf16")
+    for dev, prec, tol in [("cpu", "fp32", 2e-5), ("cuda", "fp32", 2e-5),
+                           ("cuda", "bf16", 2e-2)]:
+        tag = f"{name}_{dev}_{prec}"
+        rc, run = mgrun_run(d, data, dev, prec, ["--eval-only"], tag)
+        check(rc == 0, f"{tag}: mgrun --eval-only exits 0")
+        if rc:
+            continue
+        got = json.load(open(os.path.join(run, "eval.json")))
+        loss = got["metrics"]["loss"]
+        ref = refbf if prec == "bf16" else ref32
+        rel = abs(loss - ref) / abs(ref)
+        check(rel < tol, f"{tag}: loss {loss:.6f} vs transformers "
+              f"{ref:.6f} (rel {rel:.2e} < {tol})")
+    # One SGD step with lr 1 (no momentum, decay or clipping): the weight
+    # change is minus the gradient of the per-token mean loss.
+    for dev in ["cpu", "cuda"]:
+        tag = f"{name}_{dev}_step"
+        rc, run = mgrun_run(d, data, dev, "fp32", [], tag)
+        check(rc == 0, f"{tag}: one training step exits 0")
+        if rc:
+            continue
+        ck = load_file(os.path.join(run, "checkpoint.safetensors"))
+        worst, worst_name = 0.0, ""
+        for k, g in grads.items():
+            key = "param/" + k
+            if key not in ck:
+                key = "param/head." + k
+            if key not in ck:
+                check(False, f"{tag}: checkpoint lacks {k}")
+                continue
+            got = w0[k] - ck[key].float()
+            rel = float((got - g).norm() / (g.norm() + 1e-30))
+            if rel > worst:
+                worst, worst_name = rel, k
+        check(worst < 1e-4, f"{tag}: gradients vs transformers, worst "
+              f"relative error {worst:.2e} ({worst_name}) < 1e-4")
+
+print(f"hf_check: {len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
