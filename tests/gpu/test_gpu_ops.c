@@ -2,7 +2,7 @@
  * test_gpu_ops.c - the CUDA ops against their CPU twins.
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
- *                 dropout|loss|resize|optim|determinism|graph|all]
+ *                 dropout|loss|resize|optim|llm|determinism|graph|all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
  * and odd ones: fresh random inputs (seed printed; MG_TEST_SEED repeats
@@ -953,6 +953,281 @@ out:
 
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* LLM ops (ops_llm.h): F32, F16, BF16 (the CUDA twins' dtypes) through
+ * the public ops, which admit half types on CUDA. Saved statistics (rstd,
+ * lse) are F32 on both sides. */
+
+static const enum mg_dtype llm_dt[] = {MG_F32, MG_F16, MG_BF16};
+
+/* Positions [N, T] on both sides: row 0 one document, row 1 two packed
+ * documents, row 2 a document then padding (0), further rows random
+ * document starts. */
+static void llm_positions(struct gt *p, int64_t N, int64_t T)
+{
+	gt_make(p, MG_I32, MG_I32, 2, N, T, 0, 0);
+	const int64_t cut = T / 2 > 1 ? T / 2 : 1;
+	for (int64_t n = 0; n < N; n++)
+		for (int64_t t = 0; t < T; t++) {
+			double *v = p->v + n * T;
+			switch (n % 4) {
+			case 0:
+				v[t] = (double)t;
+				break;
+			case 1:
+				v[t] = (double)(t < cut ? t : t - cut);
+				break;
+			case 2:
+				v[t] = t <= cut ? (double)t : 0;
+				break;
+			default:
+				v[t] = t == 0 || gt_urand() < 0.02
+					       ? 0
+					       : v[t - 1] + 1;
+			}
+		}
+	gt_upload(p);
+}
+
+static void llm_inv_freq(struct gt *f, int64_t hd)
+{
+	gt_make(f, MG_F32, MG_F32, 1, hd / 2, 0, 0, 0);
+	for (int64_t j = 0; j < hd / 2; j++)
+		f->v[j] = 1.0 / pow(500000.0, 2.0 * (double)j / (double)hd);
+	gt_upload(f);
+}
+
+static void llm_embedding_check(enum mg_dtype dt, int64_t N, int64_t T,
+				int64_t V, int64_t D)
+{
+	const double tol = gt_tol(dt);
+	struct gt ids, tab, y, dy, dtab;
+	char name[96];
+	snprintf(name, sizeof name, "embedding [%lld, %lld] V%lld D%lld",
+		 (long long)N, (long long)T, (long long)V, (long long)D);
+	gt_make(&ids, MG_I32, MG_I32, 2, N, T, 0, 0);
+	for (int64_t i = 0; i < N * T; i++) /* skewed: many repeats */
+		ids.v[i] = floor(pow(gt_urand(), 3) * (double)V);
+	gt_upload(&ids);
+	gt_make(&tab, dt, -1, 2, V, D, 0, 0);
+	gt_make(&y, dt, -1, 3, N, T, D, 0);
+	gt_rand(&tab, -1, 1);
+	gt_poison(&y);
+	CPU(mg_op_embedding(&gt_cpu, &ids.c, &tab.c, &y.c), name);
+	if (!gt_ok(mg_op_embedding(&gt_gpu, &ids.g, &tab.g, &y.g), name))
+		gt_check(LBL("%s y", name), dt, &y, tol);
+	gt_make(&dy, dt, -1, 3, N, T, D, 0);
+	gt_make(&dtab, dt, -1, 2, V, D, 0, 0);
+	gt_rand(&dy, -1, 1);
+	gt_rand(&dtab, -1, 1);
+	CPU(mg_op_embedding_backward(&gt_cpu, &ids.c, &dy.c, &dtab.c), name);
+	if (!gt_ok(mg_op_embedding_backward(&gt_gpu, &ids.g, &dy.g, &dtab.g),
+		   name))
+		gt_check_delta(LBL("%s dtable", name), dt, &dtab, tol);
+	struct gt *all[] = {&ids, &tab, &y, &dy, &dtab};
+	for (size_t i = 0; i < 5; i++)
+		gt_free(all[i]);
+}
+
+static void llm_rmsnorm_check(enum mg_dtype dt, int64_t R, int64_t D, bool wf32)
+{
+	const double tol = gt_tol(dt);
+	const enum mg_dtype wdt = wf32 ? MG_F32 : dt;
+	struct gt x, w, y, rs, dy, dx, dw;
+	char name[96];
+	snprintf(name, sizeof name, "rmsnorm [%lld, %lld] w %s", (long long)R,
+		 (long long)D, mg_dtype_name(wdt));
+	gt_make(&x, dt, -1, 2, R, D, 0, 0);
+	gt_make(&w, wdt, -1, 1, D, 0, 0, 0);
+	gt_make(&y, dt, -1, 2, R, D, 0, 0);
+	gt_make(&rs, MG_F32, MG_F32, 1, R, 0, 0, 0);
+	gt_rand(&x, -2, 2);
+	gt_rand(&w, 0.5, 1.5);
+	gt_poison(&y);
+	gt_poison(&rs);
+	CPU(mg_op_rmsnorm(&gt_cpu, &x.c, &w.c, 1e-5, &y.c, &rs.c), name);
+	if (!gt_ok(mg_op_rmsnorm(&gt_gpu, &x.g, &w.g, 1e-5, &y.g, &rs.g),
+		   name)) {
+		gt_check(LBL("%s y", name), dt, &y, tol);
+		gt_check(LBL("%s rstd", name), dt, &rs, gt_tol(MG_F32));
+	}
+	gt_from_cpu(&rs); /* the same rstd on both sides */
+	gt_make(&dy, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dx, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dw, wdt, -1, 1, D, 0, 0, 0);
+	gt_rand(&dy, -1, 1);
+	gt_poison(&dx);
+	gt_rand(&dw, -1, 1);
+	CPU(mg_op_rmsnorm_backward(&gt_cpu, &x.c, &w.c, &rs.c, &dy.c, &dx.c,
+				   &dw.c),
+	    name);
+	if (!gt_ok(mg_op_rmsnorm_backward(&gt_gpu, &x.g, &w.g, &rs.g, &dy.g,
+					  &dx.g, &dw.g),
+		   name)) {
+		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
+	}
+	struct gt *all[] = {&x, &w, &y, &rs, &dy, &dx, &dw};
+	for (size_t i = 0; i < 7; i++)
+		gt_free(all[i]);
+}
+
+static void llm_rope_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t H,
+			   int64_t hd)
+{
+	const double tol = gt_tol(dt);
+	struct gt x, pos, f;
+	char name[96];
+	snprintf(name, sizeof name, "rope [%lld, %lld, %lld, %lld]",
+		 (long long)N, (long long)T, (long long)H, (long long)hd);
+	gt_make(&x, dt, -1, 4, N, T, H, hd);
+	llm_positions(&pos, N, T);
+	llm_inv_freq(&f, hd);
+	gt_rand(&x, -1, 1);
+	CPU(mg_op_rope(&gt_cpu, &x.c, &pos.c, &f.c), name);
+	if (!gt_ok(mg_op_rope(&gt_gpu, &x.g, &pos.g, &f.g), name))
+		gt_check(LBL("%s x", name), dt, &x, tol);
+	gt_rand(&x, -1, 1);
+	CPU(mg_op_rope_backward(&gt_cpu, &x.c, &pos.c, &f.c), name);
+	if (!gt_ok(mg_op_rope_backward(&gt_gpu, &x.g, &pos.g, &f.g), name))
+		gt_check(LBL("%s backward", name), dt, &x, tol);
+	gt_free(&x);
+	gt_free(&pos);
+	gt_free(&f);
+}
+
+static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
+				int64_t Hq, int64_t Hkv, int64_t hd)
+{
+	const double tol = gt_tol(dt), sc = 1 / sqrt((double)hd);
+	struct gt q, k, v, pos, o, lse, dout, dq, dk, dv;
+	char name[96];
+	snprintf(name, sizeof name,
+		 "attention N%lld T%lld Hq%lld Hkv%lld hd%lld", (long long)N,
+		 (long long)T, (long long)Hq, (long long)Hkv, (long long)hd);
+	gt_make(&q, dt, -1, 4, N, T, Hq, hd);
+	gt_make(&k, dt, -1, 4, N, T, Hkv, hd);
+	gt_make(&v, dt, -1, 4, N, T, Hkv, hd);
+	gt_make(&o, dt, -1, 4, N, T, Hq, hd);
+	gt_make(&lse, MG_F32, MG_F32, 3, N, Hq, T, 0);
+	llm_positions(&pos, N, T);
+	gt_rand(&q, -2, 2);
+	gt_rand(&k, -2, 2);
+	gt_rand(&v, -1, 1);
+	gt_poison(&o);
+	gt_poison(&lse);
+	CPU(mg_op_attention(&gt_cpu, &q.c, &k.c, &v.c, &pos.c, sc, &o.c,
+			    &lse.c),
+	    name);
+	if (!gt_ok(mg_op_attention(&gt_gpu, &q.g, &k.g, &v.g, &pos.g, sc, &o.g,
+				   &lse.g),
+		   name)) {
+		gt_check(LBL("%s o", name), dt, &o, tol);
+		gt_check(LBL("%s lse", name), dt, &lse, gt_tol(MG_F32));
+	}
+	/* backward from the same (CPU) o and lse on both sides */
+	gt_from_cpu(&o);
+	gt_from_cpu(&lse);
+	gt_make(&dout, dt, -1, 4, N, T, Hq, hd);
+	gt_make(&dq, dt, -1, 4, N, T, Hq, hd);
+	gt_make(&dk, dt, -1, 4, N, T, Hkv, hd);
+	gt_make(&dv, dt, -1, 4, N, T, Hkv, hd);
+	gt_rand(&dout, -1, 1);
+	gt_poison(&dq);
+	gt_poison(&dk);
+	gt_poison(&dv);
+	CPU(mg_op_attention_backward(&gt_cpu, &q.c, &k.c, &v.c, &pos.c, sc,
+				     &o.c, &lse.c, &dout.c, &dq.c, &dk.c,
+				     &dv.c),
+	    name);
+	if (!gt_ok(mg_op_attention_backward(&gt_gpu, &q.g, &k.g, &v.g, &pos.g,
+					    sc, &o.g, &lse.g, &dout.g, &dq.g,
+					    &dk.g, &dv.g),
+		   name)) {
+		gt_check(LBL("%s dq", name), dt, &dq, tol);
+		gt_check(LBL("%s dk", name), dt, &dk, tol);
+		gt_check(LBL("%s dv", name), dt, &dv, tol);
+	}
+	/* run again: bit-identical */
+	double *r1[3] = {gt_read(&dq), gt_read(&dk), gt_read(&dv)};
+	if (!gt_ok(mg_op_attention_backward(&gt_gpu, &q.g, &k.g, &v.g, &pos.g,
+					    sc, &o.g, &lse.g, &dout.g, &dq.g,
+					    &dk.g, &dv.g),
+		   name)) {
+		struct gt *g3[3] = {&dq, &dk, &dv};
+		int64_t diff = 0;
+		for (int i = 0; i < 3; i++) {
+			double *r2 = gt_read(g3[i]);
+			diff += bit_diffs(r1[i], r2, g3[i]->n);
+			free(r2);
+		}
+		gt_report(LBL("%s backward twice", name), dt, (double)diff, 0,
+			  0, " (elements differing)");
+	}
+	for (int i = 0; i < 3; i++)
+		free(r1[i]);
+	struct gt *all[] = {&q, &k, &v, &pos, &o, &lse, &dout, &dq, &dk, &dv};
+	for (size_t i = 0; i < 10; i++)
+		gt_free(all[i]);
+}
+
+static void llm_swiglu_check(enum mg_dtype dt, int64_t n)
+{
+	const double tol = gt_tol(dt);
+	struct gt g, u, h, dh, dg, du;
+	char name[96];
+	snprintf(name, sizeof name, "swiglu n=%lld", (long long)n);
+	gt_make(&g, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&u, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&h, dt, -1, 1, n, 0, 0, 0);
+	gt_rand(&g, -6, 6);
+	gt_rand(&u, -1, 1);
+	gt_poison(&h);
+	CPU(mg_op_swiglu(&gt_cpu, &g.c, &u.c, &h.c), name);
+	if (!gt_ok(mg_op_swiglu(&gt_gpu, &g.g, &u.g, &h.g), name))
+		gt_check(LBL("%s h", name), dt, &h, tol);
+	gt_make(&dh, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&dg, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&du, dt, -1, 1, n, 0, 0, 0);
+	gt_rand(&dh, -1, 1);
+	gt_poison(&dg);
+	gt_poison(&du);
+	CPU(mg_op_swiglu_backward(&gt_cpu, &g.c, &u.c, &dh.c, &dg.c, &du.c),
+	    name);
+	if (!gt_ok(mg_op_swiglu_backward(&gt_gpu, &g.g, &u.g, &dh.g, &dg.g,
+					 &du.g),
+		   name)) {
+		gt_check(LBL("%s dg", name), dt, &dg, tol);
+		gt_check(LBL("%s du", name), dt, &du, tol);
+	}
+	struct gt *all[] = {&g, &u, &h, &dh, &dg, &du};
+	for (size_t i = 0; i < 6; i++)
+		gt_free(all[i]);
+}
+
+static void test_llm(void)
+{
+	for (size_t d = 0; d < 3; d++) {
+		const enum mg_dtype dt = llm_dt[d];
+		llm_embedding_check(dt, 4, 512, 1000, 256);
+		llm_embedding_check(dt, 3, 7, 5, 33);
+		llm_rmsnorm_check(dt, 1024, 2048, true);
+		llm_rmsnorm_check(dt, 37, 100, false);
+		llm_rmsnorm_check(dt, 5, 8, true);
+		llm_rope_check(dt, 4, 256, 8, 64);
+		llm_rope_check(dt, 3, 13, 3, 8);
+		/* LLaMA-like heads; GQA 4:1 and multi-query; odd T; the
+		 * head dims of small models and hd 256 */
+		llm_attention_check(dt, 4, 256, 8, 2, 64);
+		llm_attention_check(dt, 2, 333, 4, 1, 128);
+		llm_attention_check(dt, 4, 37, 4, 2, 16);
+		llm_attention_check(dt, 3, 11, 4, 4, 8);
+		llm_attention_check(dt, 2, 70, 2, 1, 256);
+		llm_swiglu_check(dt, 8 * 512 * 1376);
+		llm_swiglu_check(dt, 1001);
+	}
+}
+
 static void probe_dispatch(void)
 {
 	struct gt x, y;
@@ -989,6 +1264,7 @@ int main(int argc, char **argv)
 	RUN("resize", test_resize());
 	RUN("optim", test_optim());
 	RUN("convert", test_convert());
+	RUN("llm", test_llm());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;

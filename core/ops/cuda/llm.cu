@@ -174,17 +174,25 @@ __global__ void rms_bwd_dx_k(const T *x, const W *w, const float *rstd,
 				      mgc_ld(xr, d) * c);
 }
 
-const int RMS_SEG = 32; /* rows per dw partial sum */
+/* Rows per dw partial sum: 32, more when the rows would need more than
+ * 65535 segments (gridDim.y); a function of the shape alone. */
+static int64_t rms_seg(int64_t R)
+{
+	int64_t seg = 32;
+	while ((R + seg - 1) / seg > 65535)
+		seg *= 2;
+	return seg;
+}
 
 template <typename T>
 __global__ void rms_dw_part_k(const T *x, const float *rstd, const T *dy,
-			      float *part, int64_t R, int64_t D)
+			      float *part, int64_t R, int64_t D, int64_t seg)
 {
 	const int64_t d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
 	if (d >= D)
 		return;
-	const int64_t r0 = (int64_t)blockIdx.y * RMS_SEG;
-	const int64_t r1 = r0 + RMS_SEG < R ? r0 + RMS_SEG : R;
+	const int64_t r0 = (int64_t)blockIdx.y * seg;
+	const int64_t r1 = r0 + seg < R ? r0 + seg : R;
 	float s = 0;
 	for (int64_t r = r0; r < r1; r++)
 		s += mgc_ld(dy, r * D + d) * (mgc_ld(x, r * D + d) * rstd[r]);
@@ -232,10 +240,10 @@ void rms_bwd(cudaStream_t st, const void *x, const void *w, bool wf32,
 			(T *)dx, D);
 	if (!dw)
 		return;
-	const int64_t S = (R + RMS_SEG - 1) / RMS_SEG;
+	const int64_t seg = rms_seg(R), S = (R + seg - 1) / seg;
 	const dim3 grid((unsigned)((D + 127) / 128), (unsigned)S);
 	rms_dw_part_k<T><<<grid, 128, 0, st>>>((const T *)x, rstd,
-					       (const T *)dy, part, R, D);
+					       (const T *)dy, part, R, D, seg);
 	if (wf32)
 		rms_dw_sum_k<float><<<mgc_blocks(D, TH), TH, 0, st>>>(
 			part, (float *)dw, S, D);
@@ -892,7 +900,7 @@ extern "C" int mg_cuda_rmsnorm_backward(
 		return 0;
 	float *part = NULL;
 	if (dw) {
-		const int64_t S = (R + RMS_SEG - 1) / RMS_SEG;
+		const int64_t S = (R + rms_seg(R) - 1) / rms_seg(R);
 		part = (float *)mgc_scratch(ctx,
 					    (size_t)(S * D) * sizeof(float));
 		if (!part)
