@@ -3,11 +3,13 @@
 # the repository root: runs every GPU test and benchmark with binaries
 # built HERE by scripts/device-prepare.sh (carry build-gpu and .deps).
 #
-#   scripts/gpu.sh [tests|bench|train|compare|all] [args...]  (default: all)
+#   scripts/gpu.sh [tests|bench|train|compare|llama|all] [args...]  (default: all)
 #     tests [group...]   op tests: every CUDA op against its CPU twin
 #     bench              op micro-benchmarks
 #     train [epochs]     Fashion-MNIST per precision; fp32 must reach 92%
 #     compare [sizes] [precs]  mgrun against PyTorch (bench/mbv2_vs_torch.py)
+#     llama [steps]      LLM ops vs CPU twins, llama vs transformers
+#                        (tests/llama/hf_check.py), tiny llama training
 #     dist [n]           n (default 2) GPUs: NCCL communicator test, strategy
 #                        equivalence with NCCL, launcher supervision
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
@@ -105,7 +107,7 @@ run() {
 
 bin=$build/tests/gpu
 groups="conv depthwise batchnorm elementwise pool linear dropout loss resize
-optim convert determinism graph"
+optim convert determinism graph llm"
 [ $# -gt 0 ] && groups="$*"
 if [ "$what" = tests ] || [ "$what" = all ]; then
 	# One process per group: a crash in one still lets the others run.
@@ -150,6 +152,23 @@ if [ "$what" = compare ] || [ "$what" = all ]; then
 		/tmp/mgbench ${1:-28,100,224,500} ${2:-fp32,fp16,bf16}
 	cp /tmp/mgbench/bench_mbv2.json "$out/" 2>/dev/null
 	sed -n '/^ size/,$p' "$out/compare.log"
+fi
+if [ "$what" = llama ] || [ "$what" = all ]; then
+	# The llama model: its ops against their CPU twins, its loss and
+	# gradients against Hugging Face transformers on the same folders
+	# (tests/llama/hf_check.py), and the tiny model learning on the GPU
+	# in fp32 and bf16 (tests/llama/train.sh's bar).
+	run test_gpu_ops llm "$bin/test_gpu_ops" llm
+	run test_llama_hf hf_check python3 tests/llama/hf_check.py "$mgrun" \
+		/tmp/mghf
+	for prec in fp32 bf16; do
+		run test_llama_train "llama $prec" "$mgrun" -c conf/llama_tiny.ini \
+			--set run.device=cuda --set run.precision=$prec \
+			--set run.max_steps=${1:-120} --set run.out_dir=/tmp/mgllama \
+			--set run.name=tiny_$prec --set run.log_every=40
+	done
+	grep -E "^(ok|FAIL)|hf_check" "$out/test_llama_hf.log"
+	grep -E "^== llama|^epoch 1:|step time" "$out/test_llama_train.log"
 fi
 if [ "$what" = kernels ]; then
 	for size in $(echo "${1:-100,224,500}" | tr , ' '); do
