@@ -6,6 +6,7 @@
  */
 #include <cblas.h>
 #include <errno.h>
+#include <float.h>
 #include <libgen.h>
 #include <math.h>
 #include <omp.h>
@@ -318,18 +319,83 @@ static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		  : 0;
 }
 
-static int64_t meta_int(const struct mg_st_file *f, const char *key, int *bad)
+/* A number read back from checkpoint metadata: all of the text a decimal
+ * integer in [lo, hi], else an error naming the key and the range. */
+static int meta_int(const struct mg_st_file *f, const char *key, int64_t lo,
+		    int64_t hi, int64_t *out)
 {
 	const char *v = mg_st_meta(f, key);
-	char *end;
-	if (!v) {
-		*bad = 1;
-		return 0;
-	}
-	long long x = strtoll(v, &end, 10);
-	if (*end)
-		*bad = 1;
-	return x;
+	if (!v)
+		return mg_error("%s: metadata '%s' missing (not an mgrun "
+				"checkpoint?)",
+				f->path, key);
+	char *end = NULL;
+	long long x = 0;
+	errno = 0;
+	if (*v == '-' || (*v >= '0' && *v <= '9'))
+		x = strtoll(v, &end, 10);
+	if (!end || end == v || *end || errno || x < lo || x > hi)
+		return mg_error("%s: metadata %s = \"%s\" is not an integer in "
+				"[%lld, %lld]",
+				f->path, key, v, (long long)lo, (long long)hi);
+	*out = x;
+	return 0;
+}
+
+static int meta_seed(const struct mg_st_file *f, uint64_t *out)
+{
+	const char *v = mg_st_meta(f, "seed");
+	char *end = NULL;
+	errno = 0;
+	if (v && *v >= '0' && *v <= '9')
+		*out = strtoull(v, &end, 10);
+	if (!end || end == v || *end || errno)
+		return mg_error("%s: metadata seed = \"%s\" is not an unsigned "
+				"64-bit integer",
+				f->path, v ? v : "(missing)");
+	return 0;
+}
+
+static int meta_scale(const struct mg_st_file *f, double *out)
+{
+	const char *v = mg_st_meta(f, "loss_scale");
+	char *end = NULL;
+	double x = 0;
+	if (v && *v >= '0' && *v <= '9')
+		x = strtod(v, &end);
+	if (!end || end == v || *end || !(x >= 1 && x <= FLT_MAX))
+		return mg_error("%s: metadata loss_scale = \"%s\" is not a "
+				"number in [1, %g]",
+				f->path, v ? v : "(missing)", (double)FLT_MAX);
+	*out = x;
+	return 0;
+}
+
+/* Every number in the checkpoint's metadata, range-checked against each
+ * other and against this run. */
+static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
+{
+	int64_t next;
+	uint64_t seed = 0;
+	if (meta_int(f, "next_step", 0, INT64_MAX, &next) ||
+	    meta_int(f, "optimizer_step", 0, next, &t->opt_step) ||
+	    meta_int(f, "skipped_steps", 0, next, &t->skipped_steps) ||
+	    meta_int(f, "good_steps", 0, 1999, &t->good_steps) ||
+	    meta_scale(f, &t->loss_scale) || meta_seed(f, &seed))
+		return -1;
+	if (seed != t->ctx.seed)
+		return mg_error("%s was written with seed %llu, this run has "
+				"seed %llu (resuming would change the data "
+				"order)",
+				f->path, (unsigned long long)seed,
+				(unsigned long long)t->ctx.seed);
+	if (next > t->total_steps)
+		return mg_error("%s is at step %lld, beyond this run's %lld "
+				"steps (run.max_steps or run.epochs lowered?)",
+				f->path, (long long)next,
+				(long long)t->total_steps);
+	t->start_step = next;
+	return 0;
 }
 
 static int load_checkpoint(struct mg_trainer *t)
@@ -341,34 +407,18 @@ static int load_checkpoint(struct mg_trainer *t)
 		mg_ckpt_free(&ck);
 		return mg_error_prefix("--resume");
 	}
-	int bad = 0, rc = 0;
+	int rc = 0;
 	const char *fmt = mg_st_meta(&ck.f, "format");
 	const char *model = mg_st_meta(&ck.f, "model");
-	t->start_step = meta_int(&ck.f, "next_step", &bad);
-	t->opt_step = meta_int(&ck.f, "optimizer_step", &bad);
-	t->good_steps = meta_int(&ck.f, "good_steps", &bad);
-	const char *ls = mg_st_meta(&ck.f, "loss_scale");
-	if (ls)
-		t->loss_scale = strtod(ls, NULL);
-	else
-		bad = 1;
-	t->skipped_steps = meta_int(&ck.f, "skipped_steps", &bad);
-	int64_t seed = meta_int(&ck.f, "seed", &bad);
-	if (bad || !fmt || strcmp(fmt, CKPT_FORMAT))
+	if (!fmt || strcmp(fmt, CKPT_FORMAT))
 		rc = mg_error("%s is not an mgrun checkpoint (metadata "
-			      "missing or malformed)",
+			      "format is not " CKPT_FORMAT ")",
 			      path);
 	else if (!model || strcmp(model, t->s->plugin[MG_SEC_MODEL].desc->name))
 		rc = mg_error("%s holds model '%s', this run is '%s'", path,
 			      model ? model : "?",
 			      t->s->plugin[MG_SEC_MODEL].desc->name);
-	else if ((uint64_t)seed != t->ctx.seed)
-		rc = mg_error("%s was written with seed %lld, this run has "
-			      "seed %llu (resuming would change the data "
-			      "order)",
-			      path, (long long)seed,
-			      (unsigned long long)t->ctx.seed);
-	else
+	else if (!(rc = load_counters(t, &ck.f)))
 		rc = t->strat->load(t->inst[MG_SEC_STRATEGY], &ck);
 	mg_ckpt_free(&ck);
 	if (rc)
