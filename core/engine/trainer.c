@@ -177,6 +177,13 @@ static int setup(struct mg_trainer *t)
 		return -1;
 	if (t->model->declare(t->inst[MG_SEC_MODEL], &t->spec))
 		return mg_error_prefix("model declare");
+	if (t->spec.nunits <= 0 || mg_spec_numel(&t->spec, MG_P_TRAIN) <= 0)
+		return mg_error("model plugin '%s' declared %d units and %lld "
+				"trainable parameters: declare() must add at "
+				"least one unit with a trainable parameter",
+				t->s->plugin[MG_SEC_MODEL].desc->name,
+				t->spec.nunits,
+				(long long)mg_spec_numel(&t->spec, MG_P_TRAIN));
 	if (t->strat->setup(t->inst[MG_SEC_STRATEGY], &t->spec))
 		return mg_error_prefix(
 			"strategy '%s' setup",
@@ -248,6 +255,21 @@ static int read_metrics(struct mg_trainer *t, double m[MG_METRIC_N])
 	return 0;
 }
 
+/* What the model's forward() wrote: a sample count in [1, most] and a
+ * number correct in [0, count], or the plugin is named as at fault. */
+static int check_metrics(const struct mg_trainer *t, const double *m,
+			 double most, const char *what)
+{
+	double n = m[MG_METRIC_COUNT], c = m[MG_METRIC_CORRECT];
+	if (n >= 1 && n <= most && c >= 0 && c <= n)
+		return 0;
+	return mg_error("model plugin '%s' wrote bad metrics %s: count %g "
+			"(expected 1..%g), correct %g (expected 0..count); "
+			"its forward() must fill loss_sum, correct and count",
+			t->s->plugin[MG_SEC_MODEL].desc->name, what, n, most,
+			c);
+}
+
 static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 {
 	struct mg_ctx *ctx = &t->ctx;
@@ -277,6 +299,8 @@ static int evaluate(struct mg_trainer *t, double *loss, double *acc)
 	if (t->comm->all_reduce_host(t->comm, tot, MG_METRIC_N, MG_F64,
 				     MG_REDUCE_SUM))
 		return mg_error_prefix("evaluation metrics");
+	if (n > 0 && check_metrics(t, tot, (double)n, "in evaluation"))
+		return -1;
 	*loss = tot[MG_METRIC_COUNT] > 0
 			? tot[MG_METRIC_LOSS_SUM] / tot[MG_METRIC_COUNT]
 			: NAN;
@@ -703,7 +727,9 @@ static int run_loop(struct mg_trainer *t)
 				return -1;
 			fetched = true;
 		}
-		if (finish_step(t, m, &lr, &gnorm, &skipped))
+		if (finish_step(t, m, &lr, &gnorm, &skipped) ||
+		    check_metrics(t, m, (double)t->batch * ctx->world,
+				  "in training"))
 			return -1;
 		if (fetched)
 			plan = next;
