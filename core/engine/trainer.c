@@ -765,6 +765,9 @@ static int run_loop(struct mg_trainer *t)
 		bool ck_now =
 			ck_on && (epoch_end || step + 1 == end ||
 				  (ck_every > 0 && (step + 1) % ck_every == 0));
+		/* The rows a checkpoint covers reach the disk before it. */
+		if (ck_now && t->csv)
+			fflush(t->csv);
 		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
 		if (epoch_end && mg_report_write(t, false))
