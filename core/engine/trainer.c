@@ -330,6 +330,14 @@ static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		mg_st_writer_meta(&ck.w, "seed", v);
 		snprintf(v, sizeof v, "%lld", (long long)t->skipped_steps);
 		mg_st_writer_meta(&ck.w, "skipped_steps", v);
+		/* What the data order depends on, checked on --resume. */
+		snprintf(v, sizeof v, "%lld",
+			 (long long)t->batch * t->ctx.world);
+		mg_st_writer_meta(&ck.w, "global_batch", v);
+		snprintf(v, sizeof v, "%lld",
+			 (long long)t->data->count(t->inst[MG_SEC_DATASET],
+						   MG_SPLIT_TRAIN));
+		mg_st_writer_meta(&ck.w, "train_samples", v);
 		mg_st_writer_meta(&ck.w, "model",
 				  t->s->plugin[MG_SEC_MODEL].desc->name);
 		mg_st_writer_meta(&ck.w, "strategy",
@@ -413,9 +421,36 @@ static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
 				"order)",
 				f->path, (unsigned long long)seed,
 				(unsigned long long)t->ctx.seed);
+	/* Like the seed, the global batch and the training set size fix
+	 * the data order (older checkpoints lack them: not checked). */
+	int64_t gb = t->batch * t->ctx.world,
+		n = t->data->count(t->inst[MG_SEC_DATASET], MG_SPLIT_TRAIN),
+		ck_gb = gb, ck_n = n;
+	if ((mg_st_meta(f, "global_batch") &&
+	     meta_int(f, "global_batch", 1, INT64_MAX, &ck_gb)) ||
+	    (mg_st_meta(f, "train_samples") &&
+	     meta_int(f, "train_samples", 1, INT64_MAX, &ck_n)))
+		return -1;
+	if (ck_gb != gb)
+		return mg_error("%s was written with a global batch of %lld "
+				"(run.batch_size x ranks), this run has %lld "
+				"(resuming would change the data order)",
+				f->path, (long long)ck_gb, (long long)gb);
+	if (ck_n != n)
+		return mg_error("%s was written for %lld training samples, "
+				"this run has %lld (dataset.limit_train "
+				"changed? resuming would change the data "
+				"order)",
+				f->path, (long long)ck_n, (long long)n);
 	if (next > t->total_steps)
 		return mg_error("%s is at step %lld, beyond this run's %lld "
 				"steps (run.max_steps or run.epochs lowered?)",
+				f->path, (long long)next,
+				(long long)t->total_steps);
+	if (next == t->total_steps)
+		return mg_error("%s is at step %lld of %lld: the run is "
+				"complete, nothing to resume (raise "
+				"run.max_steps or run.epochs to train on)",
 				f->path, (long long)next,
 				(long long)t->total_steps);
 	t->start_step = next;
