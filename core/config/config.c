@@ -497,10 +497,12 @@ static int read_config(const char *path, char **text_out, size_t *len_out,
 		return -1;
 	}
 	if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
-		mg_diag_add(diag, &here, NULL, NULL,
-			    S_ISDIR(st.st_mode)
-				    ? "is a directory, not an experiment file"
-				    : "not a regular file or a pipe");
+		if (S_ISDIR(st.st_mode))
+			mg_diag_add(diag, &here, NULL, NULL, "cannot read: %s",
+				    strerror(EISDIR));
+		else
+			mg_diag_add(diag, &here, NULL, NULL,
+				    "not a regular file or a pipe");
 		return -1;
 	}
 	if (S_ISFIFO(st.st_mode) && piped.path && !strcmp(piped.path, path)) {
