@@ -112,8 +112,17 @@ int mg_session_open(struct mg_session *s, const char *ini,
 	s->optim = mg_opts_build(s->cfg, "optimizer", opt_s, 1, &d);
 	const struct mg_option *prof_s[] = {mg_profile_schema};
 	s->profile = mg_opts_build(s->cfg, "profile", prof_s, 1, &d);
-	if (s->run)
+	if (s->run) {
 		check_run_name(s->run, &d);
+		int prec = mg_opt_enum(s->run, "precision");
+		if ((prec == MG_PREC_FP16 || prec == MG_PREC_BF16) &&
+		    mg_opt_enum(s->run, "device") != MG_DEVICE_CUDA)
+			mg_diag_add(&d, mg_opts_where(s->run, "precision"),
+				    "run", "precision",
+				    "%s needs run.device = cuda (the CPU "
+				    "computes in fp32 or fp64)",
+				    mg_opt_str(s->run, "precision"));
+	}
 	for (int i = 0; i < MG_SEC_PLUGIN_COUNT; i++) {
 		/* Without the plugin its keys cannot be checked; the load
 		 * error already says why. */
