@@ -206,9 +206,9 @@ int mg_plugin_open(const char *path, enum mg_plugin_kind want_kind,
 			      "bytes, ABI %d.%d needs %zu",
 			      label, path, d->struct_size, MG_ABI_MAJOR,
 			      MG_ABI_MINOR, sizeof(struct mg_plugin));
-	else if (!d->name || !d->create || !d->destroy)
+	else if (!d->name || !d->version || !d->create || !d->destroy)
 		rc = mg_error("plugin '%s': %s is malformed: descriptor lacks "
-			      "name, create or destroy",
+			      "name, version, create or destroy",
 			      label, path);
 	else if (want_kind && d->kind != want_kind)
 		rc = mg_error("plugin '%s' (%s) is a %s plugin, expected a %s "
