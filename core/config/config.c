@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -468,20 +469,68 @@ static char *dir_of(const char *path)
 	return mgc_strndup(path, (size_t)(slash - path));
 }
 
-struct mg_config *mg_config_parse_file(const char *path, struct mg_diag *diag)
+/* The largest experiment file read (a guard against /dev/zero-like
+ * input; real ones are a few KiB). */
+#define MG_CONFIG_MAX_BYTES (16u << 20)
+
+/* A configuration from a pipe (-c /dev/stdin, -c <(...)) can be read
+ * only once, but the sweep planner and the session both parse it: the
+ * text read is kept here for the second parse of the same path. */
+static struct {
+	char *path, *text; /* text NULL: it was too long */
+	size_t len;
+} piped;
+
+static int read_config(const char *path, char **text_out, size_t *len_out,
+		       struct mg_diag *diag)
 {
 	struct mg_loc here = {path, 0, NULL};
-	struct mg_config *cfg;
-	char *text = NULL, *dir;
+	struct stat st;
+	char *text = NULL;
 	size_t len = 0, cap = 0, got;
 	FILE *f;
 	int err;
 
+	if (stat(path, &st) != 0) {
+		mg_diag_add(diag, &here, NULL, NULL, "cannot open: %s",
+			    strerror(errno));
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+		if (S_ISDIR(st.st_mode))
+			mg_diag_add(diag, &here, NULL, NULL, "cannot read: %s",
+				    strerror(EISDIR));
+		else
+			mg_diag_add(diag, &here, NULL, NULL,
+				    "not a regular file or a pipe");
+		return -1;
+	}
+	if (S_ISFIFO(st.st_mode) && piped.path && !strcmp(piped.path, path)) {
+		if (!piped.text) {
+			mg_diag_add(diag, &here, NULL, NULL,
+				    "more than %u MiB, more than an "
+				    "experiment file may have",
+				    MG_CONFIG_MAX_BYTES >> 20);
+			return -1;
+		}
+		text = mgc_realloc(NULL, piped.len + 1);
+		memcpy(text, piped.text, piped.len + 1);
+		*text_out = text;
+		*len_out = piped.len;
+		return 0;
+	}
+	if (S_ISREG(st.st_mode) && st.st_size > (off_t)MG_CONFIG_MAX_BYTES) {
+		mg_diag_add(diag, &here, NULL, NULL,
+			    "%lld bytes, more than an experiment file may "
+			    "have (%u MiB)",
+			    (long long)st.st_size, MG_CONFIG_MAX_BYTES >> 20);
+		return -1;
+	}
 	f = fopen(path, "rb");
 	if (!f) {
 		mg_diag_add(diag, &here, NULL, NULL, "cannot open: %s",
 			    strerror(errno));
-		return NULL;
+		return -1;
 	}
 	do {
 		if (cap - len < 4096) {
@@ -490,16 +539,48 @@ struct mg_config *mg_config_parse_file(const char *path, struct mg_diag *diag)
 		}
 		got = fread(text + len, 1, cap - len - 1, f);
 		len += got;
-	} while (got > 0);
+	} while (got > 0 && len <= MG_CONFIG_MAX_BYTES);
 	err = ferror(f) ? errno : 0;
 	fclose(f);
-	if (err) {
-		mg_diag_add(diag, &here, NULL, NULL, "cannot read: %s",
-			    strerror(err));
+	if (S_ISFIFO(st.st_mode) && !err) {
+		free(piped.path);
+		free(piped.text);
+		piped.path = mgc_strdup(path);
+		piped.text = NULL;
+		piped.len = 0;
+		if (len <= MG_CONFIG_MAX_BYTES) {
+			piped.text = mgc_realloc(NULL, len + 1);
+			memcpy(piped.text, text, len);
+			piped.text[len] = '\0';
+			piped.len = len;
+		}
+	}
+	if (err || len > MG_CONFIG_MAX_BYTES) {
+		if (err)
+			mg_diag_add(diag, &here, NULL, NULL, "cannot read: %s",
+				    strerror(err));
+		else
+			mg_diag_add(diag, &here, NULL, NULL,
+				    "more than %u MiB, more than an "
+				    "experiment file may have",
+				    MG_CONFIG_MAX_BYTES >> 20);
 		free(text);
-		return NULL;
+		return -1;
 	}
 	text[len] = '\0';
+	*text_out = text;
+	*len_out = len;
+	return 0;
+}
+
+struct mg_config *mg_config_parse_file(const char *path, struct mg_diag *diag)
+{
+	struct mg_config *cfg;
+	char *text = NULL, *dir;
+	size_t len = 0;
+
+	if (read_config(path, &text, &len, diag))
+		return NULL;
 	dir = dir_of(path);
 	cfg = parse_text(text, len, path, absolute_dir(dir), diag);
 	free(dir);

@@ -228,7 +228,8 @@ static char *parse_value(const struct mg_option *opt, const char *text,
 		double x;
 
 		x = strtod(text, &end);
-		if (end == text || *end ||
+		/* Decimal only: strtod also reads hex ("0x10" is 16). */
+		if (end == text || *end || strpbrk(text, "xXpP") ||
 		    (text[0] != '-' && text[0] != '+' && text[0] != '.' &&
 		     !(text[0] >= '0' && text[0] <= '9')))
 			return mgc_asprintf("'%s' is not a number", text);

@@ -4,11 +4,15 @@
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/plugin_loader.h"
 
@@ -110,6 +114,61 @@ static int check_ops(const struct mg_plugin *d, const char *path)
 	return 0;
 }
 
+/*
+ * dlopen maps a file's load segments without looking at its size, and a
+ * page past the end of a truncated file (an interrupted copy) raises
+ * SIGBUS when touched. So read the ELF program headers first and refuse
+ * a file that ends before its segments do. Files that are not 64-bit ELF
+ * are left to dlopen, which says what is wrong with them.
+ */
+static int check_file(const char *label, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return mg_error("plugin '%s': cannot open %s: %s", label, path,
+				strerror(errno));
+	struct stat st;
+	Elf64_Ehdr eh;
+	int rc = 0, nph = 0;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		rc = mg_error("plugin '%s': %s is not a regular file", label,
+			      path);
+	else if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh ||
+		 memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+		 eh.e_ident[EI_CLASS] != ELFCLASS64)
+		nph = 0; /* not 64-bit ELF: dlopen reports it */
+	else if (eh.e_phentsize != sizeof(Elf64_Phdr) ||
+		 eh.e_phoff > (uint64_t)st.st_size ||
+		 (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) >
+			 (uint64_t)st.st_size - eh.e_phoff)
+		rc = mg_error("plugin '%s': %s is truncated or damaged: its "
+			      "program headers lie outside its %lld bytes",
+			      label, path, (long long)st.st_size);
+	else
+		nph = eh.e_phnum;
+	for (int i = 0; !rc && i < nph; i++) {
+		Elf64_Phdr ph;
+		if (pread(fd, &ph, sizeof ph,
+			  (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) !=
+		    (ssize_t)sizeof ph)
+			rc = mg_error("plugin '%s': %s: cannot read program "
+				      "header %d",
+				      label, path, i);
+		else if ((ph.p_type == PT_LOAD || ph.p_type == PT_DYNAMIC) &&
+			 (ph.p_offset > (uint64_t)st.st_size ||
+			  ph.p_filesz > (uint64_t)st.st_size - ph.p_offset))
+			rc = mg_error(
+				"plugin '%s': %s is truncated: segment "
+				"%d needs bytes up to %llu, the file "
+				"has %lld (an interrupted copy?)",
+				label, path, i,
+				(unsigned long long)(ph.p_offset + ph.p_filesz),
+				(long long)st.st_size);
+	}
+	close(fd);
+	return rc;
+}
+
 int mg_plugin_open(const char *path, enum mg_plugin_kind want_kind,
 		   const char *want_name, struct mg_loaded_plugin *out)
 {
@@ -118,6 +177,8 @@ int mg_plugin_open(const char *path, enum mg_plugin_kind want_kind,
 	struct stat st;
 	if (stat(path, &st) != 0)
 		return mg_error("plugin '%s': %s does not exist", label, path);
+	if (check_file(label, path))
+		return -1;
 	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h)
 		return mg_error("plugin '%s': cannot load %s: %s", label, path,
@@ -149,9 +210,9 @@ int mg_plugin_open(const char *path, enum mg_plugin_kind want_kind,
 			      "bytes, ABI %d.%d needs %zu",
 			      label, path, d->struct_size, MG_ABI_MAJOR,
 			      MG_ABI_MINOR, sizeof(struct mg_plugin));
-	else if (!d->name || !d->create || !d->destroy)
+	else if (!d->name || !d->version || !d->create || !d->destroy)
 		rc = mg_error("plugin '%s': %s is malformed: descriptor lacks "
-			      "name, create or destroy",
+			      "name, version, create or destroy",
 			      label, path);
 	else if (want_kind && d->kind != want_kind)
 		rc = mg_error("plugin '%s' (%s) is a %s plugin, expected a %s "
@@ -209,8 +270,8 @@ void mg_plugin_foreach(const struct mg_search_path *sp,
 		       void (*fn)(const struct mg_loaded_plugin *, void *),
 		       void *arg)
 {
-	char seen[256][64];
-	int nseen = 0;
+	char **seen = NULL;
+	int nseen = 0, cap = 0;
 	for (int i = 0; i < sp->n; i++) {
 		DIR *dir = opendir(sp->dirs[i]);
 		if (!dir)
@@ -222,29 +283,42 @@ void mg_plugin_foreach(const struct mg_search_path *sp,
 			    strncmp(e->d_name, prefix, strlen(prefix)) ||
 			    strcmp(e->d_name + len - strlen(suffix), suffix))
 				continue;
-			char name[64];
 			size_t nlen = len - strlen(prefix) - strlen(suffix);
-			if (nlen >= sizeof name)
-				continue;
-			memcpy(name, e->d_name + strlen(prefix), nlen);
-			name[nlen] = 0;
 			int dup = 0;
-			for (int k = 0; k < nseen; k++)
-				dup |= !strcmp(seen[k], name);
-			if (dup || nseen >= 256)
+			for (int k = 0; k < nseen && !dup; k++)
+				dup = strlen(seen[k]) == nlen &&
+				      !strncmp(seen[k],
+					       e->d_name + strlen(prefix),
+					       nlen);
+			if (dup)
 				continue;
 			char path[PATH_MAX];
 			snprintf(path, sizeof path, "%s/%s", sp->dirs[i],
 				 e->d_name);
 			struct mg_loaded_plugin p;
-			if (mg_plugin_open(path, 0, NULL, &p) == 0) {
-				strcpy(seen[nseen++], name);
-				fn(&p, arg);
-				mg_plugin_close(&p);
-			} else {
+			if (mg_plugin_open(path, 0, NULL, &p) != 0) {
 				mg_warn("%s", mg_last_error());
+				continue;
 			}
+			if (nseen == cap) {
+				cap = cap ? 2 * cap : 64;
+				char **q = realloc(seen,
+						   (size_t)cap * sizeof *seen);
+				if (!q) {
+					mg_plugin_close(&p);
+					break;
+				}
+				seen = q;
+			}
+			seen[nseen] = strndup(e->d_name + strlen(prefix), nlen);
+			if (seen[nseen])
+				nseen++;
+			fn(&p, arg);
+			mg_plugin_close(&p);
 		}
 		closedir(dir);
 	}
+	for (int k = 0; k < nseen; k++)
+		free(seen[k]);
+	free(seen);
 }

@@ -4,6 +4,7 @@
  * end), plus the readable summary printed at the end of a run.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +26,28 @@ static const char csv_header[] =
 	"forward_s,backward_s,comm_exposed_s,comm_overlapped_s,optimizer_s,"
 	"mem_bytes,mem_peak_bytes\n";
 
-/* On resume keep the rows of steps before the checkpoint, drop the rest
- * (a run may have died after its last checkpoint). */
+/* Finish writing tmp (opened as f) and rename it over path, only if
+ * every write, the flush, fsync and close succeeded (werr: the errno of
+ * an earlier failed write, or 0). Otherwise remove tmp, keep path as it
+ * was, and say why. */
+static int replace_file(FILE *f, const char *tmp, const char *path, int werr)
+{
+	int e = werr;
+	if (!e && (ferror(f) || fflush(f) || fsync(fileno(f))))
+		e = errno ? errno : EIO;
+	if (fclose(f) && !e)
+		e = errno ? errno : EIO;
+	if (!e && rename(tmp, path))
+		e = errno;
+	if (!e)
+		return 0;
+	unlink(tmp);
+	return mg_error("%s: write failed: %s (%s left as it was)", tmp,
+			strerror(e), path);
+}
+
+/* On resume keep the header and the rows of steps before the checkpoint,
+ * drop the rest (a run may have died after its last checkpoint). */
 static int trim_csv(const char *path, int64_t keep_below)
 {
 	FILE *in = fopen(path, "r");
@@ -36,19 +57,37 @@ static int trim_csv(const char *path, int64_t keep_below)
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	FILE *out = fopen(tmp, "w");
 	if (!out) {
+		int e = errno;
 		fclose(in);
-		return mg_error("%s: cannot write", tmp);
+		return mg_error("%s: cannot write: %s", tmp, strerror(e));
 	}
-	char line[1024];
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
 	bool first = true;
-	while (fgets(line, sizeof line, in)) {
-		if (first || atoll(line) < keep_below)
-			fputs(line, out);
+	int werr = 0;
+	errno = 0;
+	while (!werr && (n = getline(&line, &cap, in)) > 0) {
+		/* The header, then whole rows of earlier steps: a row cut
+		 * short by a kill or a missing header are repaired. */
+		bool header = first && !strcmp(line, csv_header);
+		if (first && !header && fputs(csv_header, out) < 0)
+			werr = errno ? errno : EIO;
+		bool keep = header ||
+			    (line[0] >= '0' && line[0] <= '9' &&
+			     line[n - 1] == '\n' && atoll(line) < keep_below);
+		if (!werr && keep &&
+		    fwrite(line, 1, (size_t)n, out) != (size_t)n)
+			werr = errno ? errno : EIO;
 		first = false;
 	}
+	if (!werr && ferror(in))
+		werr = errno ? errno : EIO;
+	if (!werr && first && fputs(csv_header, out) < 0)
+		werr = errno ? errno : EIO;
+	free(line);
 	fclose(in);
-	fclose(out);
-	return rename(tmp, path) ? mg_error("rename %s", tmp) : 0;
+	return replace_file(out, tmp, path, werr);
 }
 
 int mg_report_open(const struct mg_run_view *rs, bool resume)
@@ -355,11 +394,10 @@ int mg_report_write(const struct mg_run_view *rs, bool final)
 			e->seconds > 0 ? (double)e->samples / e->seconds : 0);
 		if (e->tokens) {
 			cJSON_AddNumberToObject(o, "tokens", (double)e->tokens);
-			cJSON_AddNumberToObject(o, "tokens_per_s",
-						e->seconds > 0
-							? (double)e->tokens /
-								  e->seconds
-							: 0);
+			cJSON_AddNumberToObject(
+				o, "tokens_per_s",
+				e->seconds > 0 ? (double)e->tokens / e->seconds
+					       : 0);
 		}
 		cJSON_AddItemToObject(o, "train_metrics",
 				      metrics_json(rs->metrics, e->train_sums));
@@ -385,12 +423,13 @@ int mg_report_write(const struct mg_run_view *rs, bool final)
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	FILE *f = fopen(tmp, "w");
 	int rc = 0;
-	if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0)
-		rc = mg_error("%s: cannot write", tmp);
-	if (f && fclose(f) && !rc)
-		rc = mg_error("%s: write failed", tmp);
-	if (!rc && rename(tmp, path))
-		rc = mg_error("rename %s", tmp);
+	if (!f)
+		rc = mg_error("%s: cannot write: %s", tmp, strerror(errno));
+	else
+		rc = replace_file(f, tmp, path,
+				  fputs(text, f) < 0 || fputc('\n', f) < 0
+					  ? (errno ? errno : EIO)
+					  : 0);
 	free(text);
 	return rc ? rc : write_memory_csv(rs);
 }

@@ -66,6 +66,23 @@ static void load_section_plugin(struct mg_session *s, int i, struct mg_diag *d)
 			    "name", "%s", mg_last_error());
 }
 
+/* run.name is a folder under run.out_dir: refuse one that leaves it
+ * (absolute, or with a ".." component) or is out_dir itself. */
+static void check_run_name(const struct mg_opts *run, struct mg_diag *d)
+{
+	const char *name = mg_opt_str(run, "name");
+	bool bad = name[0] == '/' || !strcmp(name, ".");
+	for (const char *p = name; *p && !bad; p++)
+		bad = (p == name || p[-1] == '/') && p[0] == '.' &&
+		      p[1] == '.' && (p[2] == '/' || !p[2]);
+	if (bad)
+		mg_diag_add(d, mg_opts_where(run, "name"), "run", "name",
+			    "'%s' is not a folder inside run.out_dir "
+			    "(use a name without '..', not "
+			    "starting with '/')",
+			    name);
+}
+
 int mg_session_open(struct mg_session *s, const char *ini,
 		    const char *const *sets, int nsets, const char *plugin_path)
 {
@@ -95,6 +112,17 @@ int mg_session_open(struct mg_session *s, const char *ini,
 	s->optim = mg_opts_build(s->cfg, "optimizer", opt_s, 1, &d);
 	const struct mg_option *prof_s[] = {mg_profile_schema};
 	s->profile = mg_opts_build(s->cfg, "profile", prof_s, 1, &d);
+	if (s->run) {
+		check_run_name(s->run, &d);
+		int prec = mg_opt_enum(s->run, "precision");
+		if ((prec == MG_PREC_FP16 || prec == MG_PREC_BF16) &&
+		    mg_opt_enum(s->run, "device") != MG_DEVICE_CUDA)
+			mg_diag_add(&d, mg_opts_where(s->run, "precision"),
+				    "run", "precision",
+				    "%s needs run.device = cuda (the CPU "
+				    "computes in fp32 or fp64)",
+				    mg_opt_str(s->run, "precision"));
+	}
 	for (int i = 0; i < MG_SEC_PLUGIN_COUNT; i++) {
 		/* Without the plugin its keys cannot be checked; the load
 		 * error already says why. */

@@ -6,6 +6,7 @@
  */
 #include <cblas.h>
 #include <errno.h>
+#include <float.h>
 #include <libgen.h>
 #include <math.h>
 #include <omp.h>
@@ -211,17 +212,25 @@ static int setup(struct mg_trainer *t)
 		return -1;
 	if (t->model->declare(t->inst[MG_SEC_MODEL], &t->spec))
 		return mg_error_prefix("model declare");
+	if (t->spec.nunits <= 0 || mg_spec_numel(&t->spec, MG_P_TRAIN) <= 0)
+		return mg_error("model plugin '%s' declared %d units and %lld "
+				"trainable parameters: declare() must add at "
+				"least one unit with a trainable parameter",
+				t->s->plugin[MG_SEC_MODEL].desc->name,
+				t->spec.nunits,
+				(long long)mg_spec_numel(&t->spec, MG_P_TRAIN));
 	if (load_metric_spec(t))
 		return -1;
 	t->accum = mg_opt_int(run, "grad_accum");
 	const struct mg_plugin *stp = t->s->plugin[MG_SEC_STRATEGY].desc;
 	if (t->accum > 1 &&
 	    !(stp->abi_minor >= 3 && (t->strat->caps & MG_STRATEGY_GRAD_ACCUM)))
-		return mg_error("run.grad_accum = %lld: strategy '%s' (%s) does "
-				"not declare gradient accumulation "
-				"(MG_STRATEGY_GRAD_ACCUM)",
-				(long long)t->accum, stp->name,
-				t->s->plugin[MG_SEC_STRATEGY].path);
+		return mg_error(
+			"run.grad_accum = %lld: strategy '%s' (%s) does "
+			"not declare gradient accumulation "
+			"(MG_STRATEGY_GRAD_ACCUM)",
+			(long long)t->accum, stp->name,
+			t->s->plugin[MG_SEC_STRATEGY].path);
 	ctx->micro_count = (int)t->accum;
 	if (t->strat->setup(t->inst[MG_SEC_STRATEGY], &t->spec))
 		return mg_error_prefix(
@@ -308,8 +317,7 @@ static struct mg_tensor metrics_row(struct mg_trainer *t, int micro)
 }
 
 /* Read the F32 metric sums of `rows` micro-batches, added up. */
-static int read_metrics(struct mg_trainer *t, int rows,
-			double m[MG_METRIC_MAX])
+static int read_metrics(struct mg_trainer *t, int rows, double m[MG_METRIC_MAX])
 {
 	float f[MG_METRIC_MAX * 64];
 	memset(m, 0, MG_METRIC_MAX * sizeof *m);
@@ -324,6 +332,31 @@ static int read_metrics(struct mg_trainer *t, int rows,
 				m[i] += f[r * MG_METRIC_MAX + i];
 	}
 	return 0;
+}
+
+/* The most a forward over `samples` rows may count: the rows, or their
+ * tokens for token data. */
+static double max_count(const struct mg_trainer *t, int64_t samples)
+{
+	return (double)samples *
+	       (t->in.tokens ? (double)t->in.lay.seq_len : 1.0);
+}
+
+/* What the model's forward() wrote: a count in [1, most] (per-token
+ * models: [0, most], a step may be all prompt) and a number correct in
+ * [0, count], or the plugin is named as at fault. */
+static int check_metrics(const struct mg_trainer *t, const double *m,
+			 double most, const char *what)
+{
+	double n = m[MG_METRIC_COUNT], c = m[MG_METRIC_CORRECT];
+	double least = t->mspec.per_token ? 0 : 1;
+	if (n >= least && n <= most && c >= 0 && c <= n)
+		return 0;
+	return mg_error("model plugin '%s' wrote bad metrics %s: count %g "
+			"(expected 1..%g), correct %g (expected 0..count); "
+			"its forward() must fill loss_sum, correct and count",
+			t->s->plugin[MG_SEC_MODEL].desc->name, what, n, most,
+			c);
 }
 
 /* The test split's metric sums over every rank into tot. */
@@ -356,6 +389,8 @@ static int evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
 	if (t->comm->all_reduce_host(t->comm, tot, MG_METRIC_MAX, MG_F64,
 				     MG_REDUCE_SUM))
 		return mg_error_prefix("evaluation metrics");
+	if (n > 0 && check_metrics(t, tot, max_count(t, n), "in evaluation"))
+		return -1;
 	return 0;
 }
 
@@ -381,6 +416,14 @@ static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		mg_st_writer_meta(&ck.w, "skipped_steps", v);
 		snprintf(v, sizeof v, "%lld", (long long)t->accum);
 		mg_st_writer_meta(&ck.w, "grad_accum", v);
+		/* What the data order depends on, checked on --resume. */
+		snprintf(v, sizeof v, "%lld",
+			 (long long)t->batch * t->ctx.world);
+		mg_st_writer_meta(&ck.w, "global_batch", v);
+		snprintf(v, sizeof v, "%lld",
+			 (long long)t->data->count(t->inst[MG_SEC_DATASET],
+						   MG_SPLIT_TRAIN));
+		mg_st_writer_meta(&ck.w, "train_samples", v);
 		mg_st_writer_meta(&ck.w, "model",
 				  t->s->plugin[MG_SEC_MODEL].desc->name);
 		mg_st_writer_meta(&ck.w, "strategy",
@@ -394,18 +437,119 @@ static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		  : 0;
 }
 
-static int64_t meta_int(const struct mg_st_file *f, const char *key, int *bad)
+/* A number read back from checkpoint metadata: all of the text a decimal
+ * integer in [lo, hi], else an error naming the key and the range. */
+static int meta_int(const struct mg_st_file *f, const char *key, int64_t lo,
+		    int64_t hi, int64_t *out)
 {
 	const char *v = mg_st_meta(f, key);
-	char *end;
-	if (!v) {
-		*bad = 1;
-		return 0;
-	}
-	long long x = strtoll(v, &end, 10);
-	if (*end)
-		*bad = 1;
-	return x;
+	if (!v)
+		return mg_error("%s: metadata '%s' missing (not an mgrun "
+				"checkpoint?)",
+				f->path, key);
+	char *end = NULL;
+	long long x = 0;
+	errno = 0;
+	if (*v == '-' || (*v >= '0' && *v <= '9'))
+		x = strtoll(v, &end, 10);
+	if (!end || end == v || *end || errno || x < lo || x > hi)
+		return mg_error("%s: metadata %s = \"%s\" is not an integer in "
+				"[%lld, %lld]",
+				f->path, key, v, (long long)lo, (long long)hi);
+	*out = x;
+	return 0;
+}
+
+static int meta_seed(const struct mg_st_file *f, uint64_t *out)
+{
+	const char *v = mg_st_meta(f, "seed");
+	char *end = NULL;
+	errno = 0;
+	if (v && *v >= '0' && *v <= '9')
+		*out = strtoull(v, &end, 10);
+	if (!end || end == v || *end || errno)
+		return mg_error("%s: metadata seed = \"%s\" is not an unsigned "
+				"64-bit integer",
+				f->path, v ? v : "(missing)");
+	return 0;
+}
+
+static int meta_scale(const struct mg_st_file *f, double *out)
+{
+	const char *v = mg_st_meta(f, "loss_scale");
+	char *end = NULL;
+	double x = 0;
+	if (v && *v >= '0' && *v <= '9')
+		x = strtod(v, &end);
+	if (!end || end == v || *end || !(x >= 1 && x <= FLT_MAX))
+		return mg_error("%s: metadata loss_scale = \"%s\" is not a "
+				"number in [1, %g]",
+				f->path, v ? v : "(missing)", (double)FLT_MAX);
+	*out = x;
+	return 0;
+}
+
+/* Every number in the checkpoint's metadata, range-checked against each
+ * other and against this run. */
+static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
+{
+	int64_t next;
+	uint64_t seed = 0;
+	if (meta_int(f, "next_step", 0, INT64_MAX, &next) ||
+	    meta_int(f, "optimizer_step", 0, next, &t->opt_step) ||
+	    meta_int(f, "skipped_steps", 0, next, &t->skipped_steps) ||
+	    meta_int(f, "good_steps", 0, 1999, &t->good_steps) ||
+	    meta_scale(f, &t->loss_scale) || meta_seed(f, &seed))
+		return -1;
+	if (seed != t->ctx.seed)
+		return mg_error("%s was written with seed %llu, this run has "
+				"seed %llu (resuming would change the data "
+				"order)",
+				f->path, (unsigned long long)seed,
+				(unsigned long long)t->ctx.seed);
+	/* Like the seed, the global batch and the training set size fix
+	 * the data order (older checkpoints lack them: not checked). */
+	int64_t gb = t->batch * t->ctx.world,
+		n = t->data->count(t->inst[MG_SEC_DATASET], MG_SPLIT_TRAIN),
+		ck_gb = gb, ck_n = n;
+	if ((mg_st_meta(f, "global_batch") &&
+	     meta_int(f, "global_batch", 1, INT64_MAX, &ck_gb)) ||
+	    (mg_st_meta(f, "train_samples") &&
+	     meta_int(f, "train_samples", 1, INT64_MAX, &ck_n)))
+		return -1;
+	if (ck_gb != gb)
+		return mg_error("%s was written with a global batch of %lld "
+				"(run.batch_size x ranks), this run has %lld "
+				"(resuming would change the data order)",
+				f->path, (long long)ck_gb, (long long)gb);
+	int64_t ck_k = t->accum;
+	if (mg_st_meta(f, "grad_accum") &&
+	    meta_int(f, "grad_accum", 1, 1 << 16, &ck_k))
+		return -1;
+	if (ck_k != t->accum)
+		return mg_error("%s was written with run.grad_accum = %lld, "
+				"this run has %lld (resuming would change the "
+				"data order)",
+				f->path, (long long)ck_k, (long long)t->accum);
+	if (ck_n != n)
+		return mg_error("%s was written for %lld training samples, "
+				"this run has %lld (dataset.limit_train "
+				"changed? resuming would change the data "
+				"order)",
+				f->path, (long long)ck_n, (long long)n);
+	if (next > t->total_steps)
+		return mg_error("%s is at step %lld, beyond this run's %lld "
+				"steps (run.max_steps or run.epochs lowered?)",
+				f->path, (long long)next,
+				(long long)t->total_steps);
+	if (next == t->total_steps)
+		return mg_error("%s is at step %lld of %lld: the run is "
+				"complete, nothing to resume (raise "
+				"run.max_steps or run.epochs to train on)",
+				f->path, (long long)next,
+				(long long)t->total_steps);
+	t->start_step = next;
+	return 0;
 }
 
 static int load_checkpoint(struct mg_trainer *t)
@@ -417,41 +561,18 @@ static int load_checkpoint(struct mg_trainer *t)
 		mg_ckpt_free(&ck);
 		return mg_error_prefix("--resume");
 	}
-	int bad = 0, rc = 0;
+	int rc = 0;
 	const char *fmt = mg_st_meta(&ck.f, "format");
 	const char *model = mg_st_meta(&ck.f, "model");
-	t->start_step = meta_int(&ck.f, "next_step", &bad);
-	t->opt_step = meta_int(&ck.f, "optimizer_step", &bad);
-	t->good_steps = meta_int(&ck.f, "good_steps", &bad);
-	const char *ls = mg_st_meta(&ck.f, "loss_scale");
-	if (ls)
-		t->loss_scale = strtod(ls, NULL);
-	else
-		bad = 1;
-	t->skipped_steps = meta_int(&ck.f, "skipped_steps", &bad);
-	int64_t seed = meta_int(&ck.f, "seed", &bad);
-	if (bad || !fmt || strcmp(fmt, CKPT_FORMAT))
+	if (!fmt || strcmp(fmt, CKPT_FORMAT))
 		rc = mg_error("%s is not an mgrun checkpoint (metadata "
-			      "missing or malformed)",
+			      "format is not " CKPT_FORMAT ")",
 			      path);
 	else if (!model || strcmp(model, t->s->plugin[MG_SEC_MODEL].desc->name))
 		rc = mg_error("%s holds model '%s', this run is '%s'", path,
 			      model ? model : "?",
 			      t->s->plugin[MG_SEC_MODEL].desc->name);
-	else if ((uint64_t)seed != t->ctx.seed)
-		rc = mg_error("%s was written with seed %lld, this run has "
-			      "seed %llu (resuming would change the data "
-			      "order)",
-			      path, (long long)seed,
-			      (unsigned long long)t->ctx.seed);
-	else if (mg_st_meta(&ck.f, "grad_accum") &&
-		 meta_int(&ck.f, "grad_accum", &bad) != t->accum)
-		rc = mg_error("%s was written with run.grad_accum = %s, this "
-			      "run has %lld (resuming would change the data "
-			      "order)",
-			      path, mg_st_meta(&ck.f, "grad_accum"),
-			      (long long)t->accum);
-	else
+	else if (!(rc = load_counters(t, &ck.f)))
 		rc = t->strat->load(t->inst[MG_SEC_STRATEGY], &ck);
 	mg_ckpt_free(&ck);
 	if (rc)
@@ -517,8 +638,8 @@ static int step_compute(struct mg_trainer *t, const struct mg_plan *ps,
 	 * the device before the first backward. */
 	if (t->mspec.per_token && ctx->world > 1) {
 		int64_t one = 1;
-		struct mg_tensor cnt = mg_tensor_make(
-			t->count_dev.ptr, MG_F32, ctx->dev->kind, 1, &one);
+		struct mg_tensor cnt = mg_tensor_make(t->count_dev.ptr, MG_F32,
+						      ctx->dev->kind, 1, &one);
 		if (t->comm->all_reduce(t->comm, t->count_dev.ptr, 1, MG_F32,
 					MG_REDUCE_SUM) ||
 		    t->comm->wait(t->comm) ||
@@ -755,8 +876,8 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
 		 * before ABI 1.3) */
 		.samples = t->mspec.per_token ? ep_samples
 					      : (int64_t)ep_m[MG_METRIC_COUNT],
-		.tokens = t->mspec.per_token ? (int64_t)ep_m[MG_METRIC_COUNT]
-					     : 0,
+		.tokens =
+			t->mspec.per_token ? (int64_t)ep_m[MG_METRIC_COUNT] : 0,
 		.train_loss = ratio(ep_m, MG_METRIC_LOSS_SUM),
 		.train_acc = ratio(ep_m, MG_METRIC_CORRECT),
 		.seconds = mg_now() - ep_t0,
@@ -845,7 +966,11 @@ static int run_loop(struct mg_trainer *t)
 				return -1;
 			fetched = true;
 		}
-		if (finish_step(t, m, &lr, &gnorm, &skipped))
+		if (finish_step(t, m, &lr, &gnorm, &skipped) ||
+		    check_metrics(
+			    t, m,
+			    max_count(t, t->batch * ctx->world * t->accum),
+			    "in training"))
 			return -1;
 		if (fetched) {
 			struct mg_plan *tmp = t->plans;
@@ -873,11 +998,10 @@ static int run_loop(struct mg_trainer *t)
 			return -1;
 		mg_report_step(mg_run_view(t), step, loss, acc, lr, gnorm,
 			       skipped, dt);
-		mg_progress_step(t, step, m, lr,
-				 m[MG_METRIC_COUNT] / dt);
+		mg_progress_step(t, step, m, lr, m[MG_METRIC_COUNT] / dt);
 		if (epoch_end) {
-			if (end_of_epoch(t, step, ep_m, ep_steps, ep_samples, ep_t0,
-					 eval_on))
+			if (end_of_epoch(t, step, ep_m, ep_steps, ep_samples,
+					 ep_t0, eval_on))
 				return -1;
 			memset(ep_m, 0, sizeof ep_m);
 			ep_steps = 0;
@@ -887,6 +1011,9 @@ static int run_loop(struct mg_trainer *t)
 		bool ck_now =
 			ck_on && (epoch_end || step + 1 == end ||
 				  (ck_every > 0 && (step + 1) % ck_every == 0));
+		/* The rows a checkpoint covers reach the disk before it. */
+		if (ck_now && t->rep.csv)
+			fflush(t->rep.csv);
 		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
 		if (epoch_end && mg_report_write(mg_run_view(t), false))

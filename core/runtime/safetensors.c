@@ -34,13 +34,32 @@ static int cmp_entry_offset(const void *a, const void *b)
 {
 	const struct mg_st_entry *x = a, *y = b;
 	const char *px = x->data, *py = y->data;
-	return px < py ? -1 : px > py;
+	if (px != py)
+		return px < py ? -1 : 1;
+	return x->bytes < y->bytes ? -1 : x->bytes > y->bytes;
+}
+
+/* A JSON number that is a whole number in [0, 2^53] (exact in a double). */
+static int json_count(const cJSON *j, uint64_t *v)
+{
+	if (!cJSON_IsNumber(j))
+		return -1;
+	double d = j->valuedouble;
+	if (!(d >= 0 && d <= 9007199254740992.0) || d != (double)(uint64_t)d)
+		return -1;
+	*v = (uint64_t)d;
+	return 0;
 }
 
 static int parse_entry(struct mg_st_file *f, const cJSON *item,
 		       struct mg_st_entry *e, const char *base, size_t dlen)
 {
 	const char *name = item->string;
+	e->name = strdup(name);
+	if (!cJSON_IsObject(item))
+		return mg_error("%s: tensor '%s': header entry is not a JSON "
+				"object",
+				f->path, name);
 	const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
 	const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
 	const cJSON *off =
@@ -50,7 +69,6 @@ static int parse_entry(struct mg_st_file *f, const cJSON *item,
 		return mg_error("%s: tensor '%s': header entry lacks dtype, "
 				"shape or data_offsets",
 				f->path, name);
-	e->name = strdup(name);
 	if (parse_dtype(dt->valuestring, &e->dtype))
 		return mg_error("%s: tensor '%s': unsupported dtype '%s'",
 				f->path, name, dt->valuestring);
@@ -58,28 +76,68 @@ static int parse_entry(struct mg_st_file *f, const cJSON *item,
 	if (e->ndim > MG_MAX_DIMS)
 		return mg_error("%s: tensor '%s': %d dimensions (max %d)",
 				f->path, name, e->ndim, MG_MAX_DIMS);
-	size_t numel = 1;
+	uint64_t numel = 1, need;
 	for (int i = 0; i < e->ndim; i++) {
-		const cJSON *d = cJSON_GetArrayItem(sh, i);
-		if (!cJSON_IsNumber(d) || d->valuedouble < 0)
-			return mg_error("%s: tensor '%s': bad shape", f->path,
-					name);
-		e->shape[i] = (int64_t)d->valuedouble;
-		numel *= (size_t)e->shape[i];
+		uint64_t d;
+		if (json_count(cJSON_GetArrayItem(sh, i), &d))
+			return mg_error("%s: tensor '%s': shape[%d] is not a "
+					"non-negative integer",
+					f->path, name, i);
+		if (__builtin_mul_overflow(numel, d, &numel))
+			return mg_error("%s: tensor '%s': shape overflows",
+					f->path, name);
+		e->shape[i] = (int64_t)d;
 	}
-	double b = cJSON_GetArrayItem(off, 0)->valuedouble;
-	double en = cJSON_GetArrayItem(off, 1)->valuedouble;
-	if (b < 0 || en < b || en > (double)dlen)
-		return mg_error("%s: tensor '%s': data_offsets [%.0f, %.0f] "
+	if (__builtin_mul_overflow(numel, (uint64_t)mg_dtype_size(e->dtype),
+				   &need))
+		return mg_error("%s: tensor '%s': shape overflows", f->path,
+				name);
+	uint64_t b, en;
+	if (json_count(cJSON_GetArrayItem(off, 0), &b) ||
+	    json_count(cJSON_GetArrayItem(off, 1), &en))
+		return mg_error("%s: tensor '%s': data_offsets are not two "
+				"non-negative integers",
+				f->path, name);
+	if (en < b || en > dlen)
+		return mg_error("%s: tensor '%s': data_offsets [%llu, %llu] "
 				"outside the %zu data bytes (file truncated?)",
-				f->path, name, b, en, dlen);
+				f->path, name, (unsigned long long)b,
+				(unsigned long long)en, dlen);
 	e->bytes = (size_t)(en - b);
-	if (e->bytes != numel * mg_dtype_size(e->dtype))
-		return mg_error("%s: tensor '%s': %zu bytes at offset %.0f but "
-				"shape and dtype need %zu",
-				f->path, name, e->bytes, b,
-				numel * mg_dtype_size(e->dtype));
+	if (e->bytes != need)
+		return mg_error("%s: tensor '%s': %zu bytes at offset %llu but "
+				"shape and dtype need %llu",
+				f->path, name, e->bytes, (unsigned long long)b,
+				(unsigned long long)need);
 	e->data = base + (size_t)b;
+	return 0;
+}
+
+static int parse_meta(struct mg_st_file *f, const cJSON *it)
+{
+	if (f->meta_keys)
+		return mg_error("%s: header has __metadata__ twice", f->path);
+	if (!cJSON_IsObject(it))
+		return mg_error("%s: __metadata__ is not a JSON object of "
+				"strings",
+				f->path);
+	int n = cJSON_GetArraySize(it);
+	f->meta_keys = calloc((size_t)n + 1, sizeof(char *));
+	f->meta_vals = calloc((size_t)n + 1, sizeof(char *));
+	if (!f->meta_keys || !f->meta_vals)
+		return mg_error("%s: out of memory", f->path);
+	for (const cJSON *m = it->child; m; m = m->next) {
+		if (!cJSON_IsString(m))
+			return mg_error("%s: __metadata__ '%s' is not a string",
+					f->path, m->string);
+		for (int i = 0; i < f->nmeta; i++)
+			if (!strcmp(f->meta_keys[i], m->string))
+				return mg_error("%s: __metadata__ '%s' appears "
+						"twice",
+						f->path, m->string);
+		f->meta_keys[f->nmeta] = strdup(m->string);
+		f->meta_vals[f->nmeta++] = strdup(m->valuestring);
+	}
 	return 0;
 }
 
@@ -96,33 +154,42 @@ static int parse_header(struct mg_st_file *f, const char *json, size_t hlen)
 	size_t dlen = f->size - 8 - hlen;
 	int n = cJSON_GetArraySize(root), rc = 0;
 	f->entries = calloc((size_t)n + 1, sizeof *f->entries);
-	f->meta_keys = calloc((size_t)n + 1, sizeof(char *));
-	f->meta_vals = calloc((size_t)n + 1, sizeof(char *));
+	if (!f->entries) {
+		cJSON_Delete(root);
+		return mg_error("%s: out of memory", f->path);
+	}
 	for (const cJSON *it = root->child; it && !rc; it = it->next) {
 		if (!strcmp(it->string, "__metadata__")) {
-			for (const cJSON *m = it->child; m; m = m->next) {
-				if (!cJSON_IsString(m) || f->nmeta >= n)
-					continue;
-				f->meta_keys[f->nmeta] = strdup(m->string);
-				f->meta_vals[f->nmeta++] =
-					strdup(m->valuestring);
-			}
+			rc = parse_meta(f, it);
 			continue;
 		}
-		rc = parse_entry(f, it, &f->entries[f->nentries++], base, dlen);
+		for (int i = 0; i < f->nentries && !rc; i++)
+			if (!strcmp(f->entries[i].name, it->string))
+				rc = mg_error("%s: tensor '%s' appears twice "
+					      "in the header",
+					      f->path, it->string);
+		if (!rc)
+			rc = parse_entry(f, it, &f->entries[f->nentries++],
+					 base, dlen);
 	}
 	cJSON_Delete(root);
 	if (rc)
 		return rc;
-	/* Entries must not overlap: sort a copy by offset and walk it. */
+	/* Entries must not overlap: sort a copy by offset and walk it
+	 * (empty tensors occupy no bytes and overlap nothing). */
 	struct mg_st_entry *s = malloc(((size_t)f->nentries + 1) * sizeof *s);
 	memcpy(s, f->entries, (size_t)f->nentries * sizeof *s);
 	qsort(s, (size_t)f->nentries, sizeof *s, cmp_entry_offset);
-	for (int i = 1; i < f->nentries && !rc; i++)
-		if ((const char *)s[i - 1].data + s[i - 1].bytes >
-		    (const char *)s[i].data)
+	const struct mg_st_entry *prev = NULL;
+	for (int i = 0; i < f->nentries && !rc; i++) {
+		if (!s[i].bytes)
+			continue;
+		if (prev && (const char *)prev->data + prev->bytes >
+				    (const char *)s[i].data)
 			rc = mg_error("%s: tensors '%s' and '%s' overlap",
-				      f->path, s[i - 1].name, s[i].name);
+				      f->path, prev->name, s[i].name);
+		prev = &s[i];
+	}
 	free(s);
 	return rc;
 }
@@ -131,11 +198,21 @@ int mg_st_open(struct mg_st_file *f, const char *path)
 {
 	memset(f, 0, sizeof *f);
 	f->path = strdup(path);
-	int fd = open(path, O_RDONLY);
+	/* O_NONBLOCK: a FIFO must not block the open; refused below. */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return mg_error("%s: %s", path, strerror(errno));
 	struct stat st;
-	if (fstat(fd, &st) != 0 || st.st_size < 8) {
+	if (fstat(fd, &st) != 0) {
+		int e = errno;
+		close(fd);
+		return mg_error("%s: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return mg_error("%s: not a regular file", path);
+	}
+	if (st.st_size < 8) {
 		close(fd);
 		return mg_error("%s: %lld bytes, too short for a safetensors "
 				"header",

@@ -37,7 +37,9 @@ static const struct mg_plugin desc = {
 #endif
 	.kind = MG_PLUGIN_DATASET,
 	.name = PLUGIN_NAME,
+#ifndef BAD_NO_VERSION
 	.version = "0",
+#endif
 	.description = "a broken plugin for tests",
 	.create = create,
 	.destroy = destroy,

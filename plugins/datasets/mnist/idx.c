@@ -388,7 +388,8 @@ int idx_read(const char *path, int ndim, struct idx_file *out)
 	if (ndim < 1 || ndim > IDX_MAX_DIMS)
 		return mg_error("%s: cannot read %d-dimensional IDX files",
 				path, ndim);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO must not block the open; refused below. */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return mg_error("%s: cannot open: %s", path, strerror(errno));
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -4,6 +4,7 @@
  * read() hands out raw 8-bit images as stored; transform() resizes and
  * normalises a batch on the compute device (mg_op_resize_normalize_u8).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,10 @@ static int resolve_file(const struct mg_opts *o, const char *dir,
 		return mg_error("mnist: %s: path too long", key);
 	if (access(buf, F_OK) == 0)
 		return 0;
+	/* A symlink loop or a directory without search permission is not a
+	 * missing file: say what it is. */
+	if (errno != ENOENT && errno != ENOTDIR)
+		return mg_error("mnist: %s: %s: %s", key, buf, strerror(errno));
 
 	char alt[4096];
 	size_t bl = strlen(buf);

@@ -1,0 +1,77 @@
+/*
+ * bad_model.c - model plugins that load but hand back nothing usable:
+ * BAD_NO_UNITS declares no units; BAD_NO_METRICS declares one unit and
+ * never writes its metrics. The trainer must refuse both, naming them.
+ */
+#include <string.h>
+
+#include "mg/mg.h"
+
+static int create(const struct mg_opts *o, struct mg_ctx *c, void **self)
+{
+	(void)o, (void)c;
+	static int dummy;
+	*self = &dummy;
+	return 0;
+}
+
+static void destroy(void *self)
+{
+	(void)self;
+}
+
+static int declare(void *self, struct mg_model_spec *spec)
+{
+	(void)self;
+#ifdef BAD_NO_UNITS
+	(void)spec;
+	return 0;
+#else
+	int64_t shape[1] = {4};
+	return mg_spec_add_unit(spec, "u") < 0 ||
+			       mg_spec_add_param(spec, "w", MG_DTYPE_AUTO,
+						 MG_P_TRAIN, 1, shape) < 0
+		       ? -1
+		       : 0;
+#endif
+}
+
+static int init_unit(void *self, int unit, struct mg_tensor *params,
+		     uint64_t seed)
+{
+	(void)self, (void)unit, (void)seed;
+	memset(params[0].data, 0, mg_tensor_bytes(&params[0]));
+	return 0;
+}
+
+static int forward(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
+		   struct mg_tensor *metrics)
+{
+	(void)self, (void)ctx, (void)b, (void)metrics;
+	return 0;
+}
+
+static int backward(void *self, struct mg_ctx *ctx)
+{
+	(void)self, (void)ctx;
+	return 0;
+}
+
+static const struct mg_model_ops ops = {
+	.declare = declare,
+	.init_unit = init_unit,
+	.forward = forward,
+	.backward = backward,
+};
+
+static const struct mg_plugin desc = {
+	MG_PLUGIN_HEADER,
+	.kind = MG_PLUGIN_MODEL,
+	.name = PLUGIN_NAME,
+	.version = "0",
+	.description = "a model plugin that hands back nothing usable",
+	.create = create,
+	.destroy = destroy,
+	.ops = &ops,
+};
+MG_PLUGIN_DEFINE(desc)

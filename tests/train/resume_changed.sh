@@ -1,0 +1,35 @@
+#!/bin/sh
+# resume_changed.sh MGRUN INI WORK
+# --resume with a configuration that cannot continue the checkpoint is
+# refused with the reason, exit 1, report.json untouched: fewer steps
+# than done, a run already complete, a changed global batch or training
+# set (the data order, as for the seed). The unchanged one resumes.
+set -eu
+mgrun=$1 ini=$2 work=$3
+rm -rf "$work"
+run() {
+	"$mgrun" -c "$ini" --set run.out_dir="$work" --set run.name=r "$@" 2>&1
+}
+run --set run.stop_after=6 >/dev/null
+cp "$work/r/report.json" "$work/report.before"
+bad() {
+	pat=$1
+	shift
+	set +e
+	out=$(run --resume "$@")
+	rc=$?
+	set -e
+	[ $rc -eq 1 ] || { echo "$out"; echo "$*: exit $rc, expected 1"; exit 1; }
+	echo "$out" | grep -Eq -- "$pat" || { echo "$out"; echo "$*: missing: $pat"; exit 1; }
+	cmp -s "$work/r/report.json" "$work/report.before" ||
+		{ echo "$*: report.json overwritten"; exit 1; }
+}
+bad "is at step 6, beyond this run's 4 steps \(run.max_steps or run.epochs lowered\?\)" \
+	--set run.max_steps=4
+bad "is at step 6 of 6: the run is complete, nothing to resume" --set run.max_steps=6
+bad "written with a global batch of 16 .*this run has 32 \(resuming would change the data order\)" \
+	--set run.batch_size=32
+bad "written for 1024 training samples, this run has 512 \(dataset.limit_train changed" \
+	--set dataset.limit_train=512
+run --resume | grep -q "resumed from .* at step 6"
+echo "resume with a changed configuration refused with its reason"
