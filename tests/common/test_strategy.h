@@ -9,11 +9,38 @@
 #define MG_TEST_STRATEGY_H
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/config.h"
 #include "mg/mg.h"
 #include "test_util.h"
+
+/* A [model] section's options from INI text, built and validated by the
+ * core's config code against the plugin's schema; NULL (diagnostics
+ * printed unless quiet) when they do not validate. */
+static inline struct mg_opts *ts_opts(const struct mg_option *schema,
+				      const char *lines, bool quiet)
+{
+	const struct mg_option *schemas[1] = {schema};
+	struct mg_diag d = {0};
+	char text[2048];
+	snprintf(text, sizeof text, "[model]\n%s", lines);
+	struct mg_config *cfg =
+		mg_config_parse_string(text, "test.ini", NULL, &d);
+	struct mg_opts *o = mg_opts_build(cfg, "model", schemas, 1, &d);
+	if (mg_diag_count(&d)) {
+		if (!quiet)
+			mg_diag_print(stderr, &d);
+		mg_opts_free(o);
+		o = NULL;
+	}
+	mg_diag_free(&d);
+	mg_config_free(cfg);
+	return o;
+}
 
 struct tstrat {
 	struct mg_ctx *ctx;

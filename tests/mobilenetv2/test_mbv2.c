@@ -38,22 +38,7 @@ static const struct mg_model_ops *M;
 
 static struct mg_opts *opts_q(const char *lines, bool quiet)
 {
-	const struct mg_option *schemas[1] = {P->options};
-	struct mg_diag d = {0};
-	char text[2048];
-	snprintf(text, sizeof text, "[model]\n%s", lines);
-	struct mg_config *cfg =
-		mg_config_parse_string(text, "test.ini", NULL, &d);
-	struct mg_opts *o = mg_opts_build(cfg, "model", schemas, 1, &d);
-	if (mg_diag_count(&d)) {
-		if (!quiet)
-			mg_diag_print(stderr, &d);
-		mg_opts_free(o);
-		o = NULL;
-	}
-	mg_diag_free(&d);
-	mg_config_free(cfg);
-	return o;
+	return ts_opts(P->options, lines, quiet);
 }
 
 /* ------------------------------------------------------------------ */

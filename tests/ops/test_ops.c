@@ -17,139 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MG_OP_TEST_SEED 20240611
+#include "../common/op_test_util.h"
 #include "../common/test_util.h"
 #include "mg/mg.h"
-
-static struct mg_device dev = {.kind = MG_DEV_CPU};
-static struct mg_ctx ctx = {.struct_size = sizeof(struct mg_ctx),
-			    .dev = &dev,
-			    .compute_dtype = MG_F64,
-			    .master_dtype = MG_F64};
-static uint64_t seed = 20240611;
-static uint64_t draw; /* counter of the test's random stream */
-
-#define CHECK_OK(call)                                                         \
-	do {                                                                   \
-		if ((call) != 0) {                                             \
-			fail("%s:%d: %s: %s", __FILE__, __LINE__, #call,       \
-			     mg_last_error());                                 \
-			return;                                                \
-		}                                                              \
-	} while (0)
-
-static double urand(void)
-{
-	return mg_rng_uniform(seed, draw++);
-}
-
-/* Uniform in [-1, 1). */
-static double srand1(void)
-{
-	return 2 * urand() - 1;
-}
-
-/* ------------------------------------------------------------------ */
-/* Host tensors.                                                       */
-
-static struct mg_tensor mk(enum mg_dtype dt, int ndim, int64_t d0, int64_t d1,
-			   int64_t d2, int64_t d3)
-{
-	int64_t shape[4] = {d0, d1, d2, d3};
-	struct mg_tensor t = mg_tensor_make(NULL, dt, MG_DEV_CPU, ndim, shape);
-	size_t bytes = mg_tensor_bytes(&t);
-	t.data = calloc(1, bytes ? bytes : 8);
-	return t;
-}
-
-static int64_t N_(const struct mg_tensor *t)
-{
-	return mg_tensor_numel(t);
-}
-
-static double *D(const struct mg_tensor *t)
-{
-	return t->data;
-}
-
-static void fill_rand(struct mg_tensor *t, double scale)
-{
-	for (int64_t i = 0; i < N_(t); i++) {
-		double v = scale * srand1();
-		if (t->dtype == MG_F64)
-			((double *)t->data)[i] = v;
-		else
-			((float *)t->data)[i] = (float)v;
-	}
-}
-
-static void fill_const(struct mg_tensor *t, double v)
-{
-	for (int64_t i = 0; i < N_(t); i++) {
-		if (t->dtype == MG_F64)
-			((double *)t->data)[i] = v;
-		else
-			((float *)t->data)[i] = (float)v;
-	}
-}
-
-static struct mg_tensor clone(const struct mg_tensor *s)
-{
-	struct mg_tensor t = *s;
-	size_t b = mg_tensor_bytes(s);
-	t.data = malloc(b ? b : 8);
-	memcpy(t.data, s->data, b);
-	return t;
-}
-
-/* An f32 copy of an f64 tensor. */
-static struct mg_tensor to_f32(const struct mg_tensor *s)
-{
-	struct mg_tensor t = *s;
-	t.dtype = MG_F32;
-	t.data = malloc((size_t)(N_(s) ? N_(s) : 1) * sizeof(float));
-	for (int64_t i = 0; i < N_(s); i++)
-		((float *)t.data)[i] = (float)D(s)[i];
-	return t;
-}
-
-static void del(struct mg_tensor *t)
-{
-	free(t->data);
-	t->data = NULL;
-}
-
-/* sum(a * b), compensated (Kahan) so that finite differences of large
- * sums are not lost in their rounding. */
-static double dot(const struct mg_tensor *a, const struct mg_tensor *b)
-{
-	double s = 0, c = 0;
-	for (int64_t i = 0; i < N_(a); i++) {
-		double y = D(a)[i] * D(b)[i] - c, t = s + y;
-		c = (t - s) - y;
-		s = t;
-	}
-	return s;
-}
-
-/*
- * Largest relative difference of got vs want, each element measured
- * against |want_i| + 1e-2 * max|want|: tiny components of a gradient are
- * judged on the tensor's scale (finite differences of a loss summed over
- * thousands of elements carry ~1e-9 of absolute rounding noise).
- */
-static double rel_err(const double *got, const double *want, int64_t n)
-{
-	double mx = 0, e = 0;
-	for (int64_t i = 0; i < n; i++)
-		mx = fmax(mx, fabs(want[i]));
-	for (int64_t i = 0; i < n; i++) {
-		double d = fabs(got[i] - want[i]) /
-			   (fabs(want[i]) + 1e-2 * mx + 1e-300);
-		if (!(d <= e)) /* NaN propagates */
-			e = isnan(d) ? INFINITY : d;
-	}
-	return e;
-}
 
 static void expect_close(const char *what, const double *got,
 			 const double *want, int64_t n, double tol)
@@ -1295,15 +1166,9 @@ static void test_precision(void)
 	del(&u1), del(&u2), del(&u3);
 }
 
-/* fail()'s context: the seed to rerun with. */
-static void print_context(FILE *f)
-{
-	fprintf(f, " (seed %llu)", (unsigned long long)seed);
-}
-
 int main(int argc, char **argv)
 {
-	fail_context = print_context;
+	fail_context = op_test_context;
 	static const struct {
 		const char *name;
 		void (*fn)(void);
