@@ -20,7 +20,7 @@
 #ifndef MG_CONFIG_CONFIG_H
 #define MG_CONFIG_CONFIG_H
 
-#include "../mg_internal.h"
+#include "mg_internal.h"
 
 #include <stdbool.h>
 #include <stddef.h>

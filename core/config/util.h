@@ -5,7 +5,7 @@
 #ifndef MG_CONFIG_UTIL_H
 #define MG_CONFIG_UTIL_H
 
-#include "../mg_internal.h"
+#include "mg_internal.h"
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -8,7 +8,7 @@
 #ifndef MG_DIST_H
 #define MG_DIST_H
 
-#include "../mg_internal.h"
+#include "mg_internal.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -6,7 +6,7 @@
 #ifndef MG_CORE_SCHEMA_H
 #define MG_CORE_SCHEMA_H
 
-#include "../mg_internal.h"
+#include "mg_internal.h"
 
 #include "mg/mg.h"
 

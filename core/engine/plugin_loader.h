@@ -4,7 +4,7 @@
 #ifndef MG_PLUGIN_LOADER_H
 #define MG_PLUGIN_LOADER_H
 
-#include "../mg_internal.h"
+#include "mg_internal.h"
 
 #include <limits.h>
 

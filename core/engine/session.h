@@ -6,7 +6,7 @@
 #ifndef MG_SESSION_H
 #define MG_SESSION_H
 
-#include "../mg_internal.h"
+#include "mg_internal.h"
 
 #include "config/config.h"
 #include "engine/plugin_loader.h"

@@ -5,7 +5,7 @@
 #ifndef MG_RUNTIME_H
 #define MG_RUNTIME_H
 
-#include "../mg_internal.h"
+#include "mg_internal.h"
 
 #include <stdio.h>
 
