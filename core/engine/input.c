@@ -48,8 +48,7 @@ int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 					"labels",
 					dname);
 	} else if (!t->data->read || !t->data->transform)
-		return mg_error("dataset '%s' has no read/transform",
-				dname);
+		return mg_error("dataset '%s' has no read/transform", dname);
 	in->raw_sample = mg_dtype_size(l->raw_dtype);
 	for (int i = 0; i < l->raw_ndim; i++)
 		in->raw_sample *= (size_t)l->raw_shape[i];
@@ -100,11 +99,10 @@ void mg_input_free(struct mg_trainer *t)
 {
 	struct mg_input *in = &t->in;
 	struct mg_ctx *ctx = &t->ctx;
-	struct mg_buf *bufs[] = {&in->raw_host, &in->labels_host,
-				 &in->raw_dev,	&in->labels_dev,
-				 &in->input_dev, &in->pos_host,
-				 &in->lens_host, &in->pos_dev,
-				 &in->lens_dev};
+	struct mg_buf *bufs[] = {
+		&in->raw_host,	 &in->labels_host, &in->raw_dev,
+		&in->labels_dev, &in->input_dev,   &in->pos_host,
+		&in->lens_host,	 &in->pos_dev,	   &in->lens_dev};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		mg_buf_free(ctx, bufs[i]);
 #ifdef MG_HAVE_CUDA
@@ -138,9 +136,9 @@ static struct mg_tensor slice(void *base, enum mg_dtype dt,
  * tokens and trim the rows in place to the slot's padded length. Returns
  * the bytes of one array (ids, labels or positions) to copy, or 0 on
  * error. */
-static size_t read_tokens(struct mg_trainer *t, enum mg_split split,
-			  int slot, const int64_t *idx, int64_t n,
-			  int64_t cbegin, int64_t ccount)
+static size_t read_tokens(struct mg_trainer *t, enum mg_split split, int slot,
+			  const int64_t *idx, int64_t n, int64_t cbegin,
+			  int64_t ccount)
 {
 	struct mg_input *in = &t->in;
 	const int64_t L = in->lay.seq_len;
@@ -172,13 +170,14 @@ static size_t read_tokens(struct mg_trainer *t, enum mg_split split,
 			bool bad_y = y[j] != MG_IGNORE_INDEX &&
 				     (y[j] < 0 || y[j] >= in->lay.vocab_size);
 			if (r[j] < 0 || r[j] >= in->lay.vocab_size || bad_y) {
-				mg_error("dataset '%s': sample %lld token %lld: "
-					 "%s %d outside the vocabulary of "
-					 "%lld",
-					 dname, (long long)idx[i],
-					 (long long)j, bad_y ? "label" : "id",
-					 bad_y ? y[j] : r[j],
-					 (long long)in->lay.vocab_size);
+				mg_error(
+					"dataset '%s': sample %lld token %lld: "
+					"%s %d outside the vocabulary of "
+					"%lld",
+					dname, (long long)idx[i], (long long)j,
+					bad_y ? "label" : "id",
+					bad_y ? y[j] : r[j],
+					(long long)in->lay.vocab_size);
 				return 0;
 			}
 			if (i >= cbegin && i < cbegin + ccount &&

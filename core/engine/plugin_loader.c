@@ -99,8 +99,9 @@ static int check_ops(const struct mg_plugin *d, const char *path)
 		bool rows = d->abi_minor >= 3 && o->read_tokens;
 		if (!o->count || !o->layout ||
 		    (!rows && (!o->read || !o->transform)))
-			missing = "dataset ops (count/layout and read/transform "
-				  "or read_tokens)";
+			missing =
+				"dataset ops (count/layout and read/transform "
+				"or read_tokens)";
 	} else if (d->kind == MG_PLUGIN_STRATEGY) {
 		const struct mg_strategy_ops *o = d->ops;
 		if (!o->setup || !o->steps_per_epoch || !o->plan ||

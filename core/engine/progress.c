@@ -31,8 +31,7 @@ void mg_progress_step(struct mg_trainer *t, int64_t step, const double *sums,
 	       tty ? "\r\033[K" : "", (long long)(step / spe + 1),
 	       (long long)((t->total_steps + spe - 1) / spe),
 	       (long long)(step % spe + 1), (long long)spe, m, lr, rate,
-	       t->mspec.per_token ? "tokens" : "samples", eta,
-	       tty ? "" : "\n");
+	       t->mspec.per_token ? "tokens" : "samples", eta, tty ? "" : "\n");
 	fflush(stdout);
 }
 

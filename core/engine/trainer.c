@@ -256,7 +256,8 @@ static int setup(struct mg_trainer *t)
 				t->s->plugin[MG_SEC_DATASET].desc->name);
 	t->plans = calloc((size_t)t->accum, sizeof *t->plans);
 	t->next_plans = calloc((size_t)t->accum, sizeof *t->next_plans);
-	t->graph_key = calloc((size_t)t->accum * 3, sizeof *t->graph_key);
+	/* the captured graph's key, then the previous step's */
+	t->graph_key = calloc((size_t)t->accum * 6, sizeof *t->graph_key);
 	if (!t->plans || !t->next_plans || !t->graph_key)
 		return mg_error("out of memory");
 	int64_t one = 1;
@@ -693,19 +694,19 @@ static int step_compute(struct mg_trainer *t, const struct mg_plan *ps,
 }
 
 #ifdef MG_HAVE_CUDA
-/* Has the captured graph been built for these micro-batches (slices and
- * token lengths)? With `set`, make it so. */
-static bool graph_key_same(struct mg_trainer *t, const struct mg_plan *ps,
-			   bool set)
+/* Does key (3 values a micro-batch: slice and token length) describe
+ * these micro-batches? With `set`, make it so. */
+static bool graph_key_same(struct mg_trainer *t, int64_t *key,
+			   const struct mg_plan *ps, bool set)
 {
 	bool same = true;
 	for (int m = 0; m < t->accum; m++) {
 		int64_t k[3] = {ps[m].compute_begin, ps[m].compute_count,
 				t->in.slot[m].seq};
 		for (int j = 0; j < 3; j++) {
-			same = same && t->graph_key[3 * m + j] == k[j];
+			same = same && key[3 * m + j] == k[j];
 			if (set)
-				t->graph_key[3 * m + j] = k[j];
+				key[3 * m + j] = k[j];
 		}
 	}
 	return same;
@@ -719,8 +720,12 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 {
 #ifdef MG_HAVE_CUDA
 	struct mg_device *dev = t->ctx.dev;
-	bool same = t->graph && graph_key_same(t, ps, false);
-	if (t->use_graph && !same && step >= t->start_step + 2) {
+	bool same = t->graph && graph_key_same(t, t->graph_key, ps, false);
+	/* Capture only a shape seen twice in a row: ragged token batches
+	 * change shape most steps, and a capture costs more than the eager
+	 * step it replaces. */
+	bool repeat = graph_key_same(t, t->graph_key + 3 * t->accum, ps, true);
+	if (t->use_graph && !same && repeat && step >= t->start_step + 2) {
 		mg_cuda_graph_free(t->graph);
 		t->graph = NULL;
 		if (mg_cuda_graph_begin(dev))
@@ -745,7 +750,7 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 		}
 		mg_cuda_timers_mark_captured(dev);
 		t->graph = g;
-		graph_key_same(t, ps, true);
+		graph_key_same(t, t->graph_key, ps, true);
 		mg_info("run.cuda_graph: step captured at step %lld; replaying",
 			(long long)step);
 		same = true;

@@ -81,7 +81,8 @@ struct mg_trainer {
 	int64_t good_steps; /* fp16: steps since the scale last changed */
 	bool dynamic_scale;
 	void *graph; /* CUDA graph of the step's compute */
-	/* What it was built for: (begin, count, seq) per micro-batch */
+	/* What it was built for, (begin, count, seq) per micro-batch, then
+	 * the previous step's (a shape is captured when it repeats) */
 	int64_t *graph_key;
 	bool use_graph;
 

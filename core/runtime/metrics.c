@@ -42,8 +42,8 @@ double mg_metric_value(const struct mg_metric_decl *d, const double *sums)
 	return d->show == MG_SHOW_EXP ? exp(v) : v;
 }
 
-const char *mg_metric_format(const struct mg_metric_spec *s,
-			     const double *sums, char *buf, size_t len)
+const char *mg_metric_format(const struct mg_metric_spec *s, const double *sums,
+			     char *buf, size_t len)
 {
 	size_t o = 0;
 	buf[0] = 0;

@@ -88,7 +88,7 @@ void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
  * MG_SHOW_EXP; NAN when the denominator is 0), and all of a spec's
  * metrics as "loss 2.3726 ppl 10.73 acc 74.92%" into buf. */
 double mg_metric_value(const struct mg_metric_decl *d, const double *sums);
-const char *mg_metric_format(const struct mg_metric_spec *s,
-			     const double *sums, char *buf, size_t len);
+const char *mg_metric_format(const struct mg_metric_spec *s, const double *sums,
+			     char *buf, size_t len);
 
 #endif

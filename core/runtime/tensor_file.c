@@ -52,8 +52,7 @@ int mg_tensor_file_get(const struct mg_tensor_file *f, const char *name,
 	return 1;
 }
 
-const char *mg_tensor_file_meta(const struct mg_tensor_file *f,
-				const char *key)
+const char *mg_tensor_file_meta(const struct mg_tensor_file *f, const char *key)
 {
 	return mg_st_meta(&f->st, key);
 }

@@ -45,12 +45,12 @@ struct mg_sample_layout {
 
 /* Host rows a token dataset fills, row i at offset i * stride. */
 struct mg_token_rows {
-	int64_t stride;	   /* >= seq_len */
-	int32_t *ids;	   /* token ids; padding: 0 */
-	int32_t *labels;   /* next-token targets or MG_IGNORE_INDEX */
+	int64_t stride;	    /* >= seq_len */
+	int32_t *ids;	    /* token ids; padding: 0 */
+	int32_t *labels;    /* next-token targets or MG_IGNORE_INDEX */
 	int32_t *positions; /* position in the document (restarts when
 			       packed) */
-	int32_t *lens;	   /* [n] valid tokens per row, 1..seq_len */
+	int32_t *lens;	    /* [n] valid tokens per row, 1..seq_len */
 };
 
 struct mg_dataset_ops {

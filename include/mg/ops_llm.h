@@ -42,12 +42,11 @@ MG_EXPORT int mg_op_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
 			    const struct mg_tensor *w, double eps,
 			    struct mg_tensor *y, struct mg_tensor *rstd);
 /* dx written, dw += (dw in w's dtype). */
-MG_EXPORT int mg_op_rmsnorm_backward(struct mg_ctx *ctx,
-				     const struct mg_tensor *x,
-				     const struct mg_tensor *w,
-				     const struct mg_tensor *rstd,
-				     const struct mg_tensor *dy,
-				     struct mg_tensor *dx, struct mg_tensor *dw);
+MG_EXPORT int
+mg_op_rmsnorm_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
+		       const struct mg_tensor *w, const struct mg_tensor *rstd,
+		       const struct mg_tensor *dy, struct mg_tensor *dx,
+		       struct mg_tensor *dw);
 
 /*
  * Rotary position embedding in place, Hugging Face's rotate-half layout:
@@ -81,12 +80,13 @@ MG_EXPORT int mg_op_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 			      struct mg_tensor *o, struct mg_tensor *lse);
 /* dq, dk, dv written (GQA: a key/value head sums the gradients of its
  * query heads). o and lse are the forward's. */
-MG_EXPORT int mg_op_attention_backward(
-	struct mg_ctx *ctx, const struct mg_tensor *q, const struct mg_tensor *k,
-	const struct mg_tensor *v, const struct mg_tensor *positions,
-	double scale, const struct mg_tensor *o, const struct mg_tensor *lse,
-	const struct mg_tensor *dout, struct mg_tensor *dq,
-	struct mg_tensor *dk, struct mg_tensor *dv);
+MG_EXPORT int
+mg_op_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
+			 const struct mg_tensor *k, const struct mg_tensor *v,
+			 const struct mg_tensor *positions, double scale,
+			 const struct mg_tensor *o, const struct mg_tensor *lse,
+			 const struct mg_tensor *dout, struct mg_tensor *dq,
+			 struct mg_tensor *dk, struct mg_tensor *dv);
 
 /* SwiGLU: h = silu(g) * u, element-wise (silu(g) = g / (1 + e^-g)).
  * g, u, h of equal numel; h may alias g or u. */

@@ -30,7 +30,8 @@ struct rtok {
 };
 
 static const struct mg_option rtok_options[] = {
-	MG_OPT_I("vocab_size", "256", 2, 1 << 24, "token ids are 0..vocab_size-1"),
+	MG_OPT_I("vocab_size", "256", 2, 1 << 24,
+		 "token ids are 0..vocab_size-1"),
 	MG_OPT_I("seq_len", "128", 2, 1 << 20, "longest row in tokens"),
 	MG_OPT_E("lengths", "uniform", "fixed|uniform",
 		 "document lengths: all seq_len, or uniform in "
@@ -45,7 +46,8 @@ static const struct mg_option rtok_options[] = {
 	MG_OPT_F("predictable", "0.75", 0, 1,
 		 "probability that a token is a fixed function of the one "
 		 "before (0: pure noise, loss floor ln(vocab_size))"),
-	MG_OPT_I("train_samples", "4096", 1, 1ll << 40, "rows in the train split"),
+	MG_OPT_I("train_samples", "4096", 1, 1ll << 40,
+		 "rows in the train split"),
 	MG_OPT_I("test_samples", "512", 1, 1ll << 40, "rows in the test split"),
 	MG_OPT_I("seed", "1234", 0, 9.2e18,
 		 "data seed (independent of run.seed, so runs with other "
@@ -53,8 +55,7 @@ static const struct mg_option rtok_options[] = {
 	MG_OPT_END,
 };
 
-static int rtok_create(const struct mg_opts *o, struct mg_ctx *ctx,
-		       void **self)
+static int rtok_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 {
 	(void)ctx;
 	struct rtok *d = calloc(1, sizeof *d);
@@ -128,7 +129,8 @@ static int64_t doc_len(const struct rtok *d, double u)
 {
 	if (d->lengths == LEN_FIXED)
 		return d->seq_len;
-	return d->min_len + (int64_t)(u * (double)(d->seq_len - d->min_len + 1));
+	return d->min_len +
+	       (int64_t)(u * (double)(d->seq_len - d->min_len + 1));
 }
 
 /* Write one document of n tokens at ids/labels/pos; its random stream is
@@ -151,9 +153,8 @@ static void write_doc(const struct rtok *d, uint64_t key, int64_t n,
 	}
 }
 
-static int rtok_read_tokens(void *self, enum mg_split split,
-			    const int64_t *idx, int64_t n,
-			    const struct mg_token_rows *out)
+static int rtok_read_tokens(void *self, enum mg_split split, const int64_t *idx,
+			    int64_t n, const struct mg_token_rows *out)
 {
 	const struct rtok *d = self;
 	const int64_t L = d->seq_len, cnt = rtok_count(self, split);

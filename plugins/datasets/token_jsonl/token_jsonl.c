@@ -192,7 +192,8 @@ static int tj_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 	if (!d)
 		return mg_error("token_jsonl: out of memory");
 	d->seq_len = mg_opt_int(o, "seq_len");
-	const char *train = mg_opt_str(o, "train"), *test = mg_opt_str(o, "test");
+	const char *train = mg_opt_str(o, "train"),
+		   *test = mg_opt_str(o, "test");
 	int rc = 0;
 	if (!train[0])
 		rc = mg_error("token_jsonl: dataset.train names no file");

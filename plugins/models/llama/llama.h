@@ -12,17 +12,17 @@
 
 /* The architecture, as Hugging Face's LlamaConfig names it. */
 struct llama_cfg {
-	int64_t vocab;	       /* vocab_size */
-	int64_t dim;	       /* hidden_size */
-	int64_t ffn;	       /* intermediate_size */
-	int64_t layers;	       /* num_hidden_layers */
-	int64_t heads;	       /* num_attention_heads */
-	int64_t kv_heads;      /* num_key_value_heads */
-	int64_t head_dim;      /* head_dim (hidden_size / heads by default) */
-	double norm_eps;       /* rms_norm_eps */
-	double rope_theta;     /* rope_theta */
-	bool tie_embeddings;   /* tie_word_embeddings */
-	double init_std;       /* initializer_range */
+	int64_t vocab;	     /* vocab_size */
+	int64_t dim;	     /* hidden_size */
+	int64_t ffn;	     /* intermediate_size */
+	int64_t layers;	     /* num_hidden_layers */
+	int64_t heads;	     /* num_attention_heads */
+	int64_t kv_heads;    /* num_key_value_heads */
+	int64_t head_dim;    /* head_dim (hidden_size / heads by default) */
+	double norm_eps;     /* rms_norm_eps */
+	double rope_theta;   /* rope_theta */
+	bool tie_embeddings; /* tie_word_embeddings */
+	double init_std;     /* initializer_range */
 	/* rope_scaling (rope_type "llama3"); factor 0: none */
 	double rs_factor, rs_low, rs_high;
 	int64_t rs_orig_max;
@@ -64,8 +64,8 @@ enum {
 struct llama {
 	struct llama_cfg c;
 	struct mg_ctx *ctx;
-	char hf_dir[4096];    /* weights to start from, or "" */
-	struct llama_hf *hf; /* its open files (llama_hf.c) */
+	char hf_dir[4096];	/* weights to start from, or "" */
+	struct llama_hf *hf;	/* its open files (llama_hf.c) */
 	struct mg_buf inv_freq; /* F32 [head_dim / 2] on the device */
 	struct mg_buf arena;	/* activations kept for backward */
 	struct mg_buf work;	/* backward's gradient buffers */

@@ -18,16 +18,21 @@ static const struct {
 	const char *name;
 	struct llama_cfg c;
 } presets[] = {
-	{"tiny", {256, 64, 176, 2, 4, 2, 16, 1e-5, 10000, false, 0.02, 0, 0, 0,
-		  0, 2048}},
-	{"llama2-7b", {32000, 4096, 11008, 32, 32, 32, 128, 1e-5, 10000, false,
-		       0.02, 0, 0, 0, 0, 4096}},
-	{"llama3-8b", {128256, 4096, 14336, 32, 32, 8, 128, 1e-5, 500000,
-		       false, 0.02, 0, 0, 0, 0, 8192}},
-	{"llama3.2-1b", {128256, 2048, 8192, 16, 32, 8, 64, 1e-5, 500000, true,
-			 0.02, 32, 1, 4, 8192, 131072}},
-	{"llama3.2-3b", {128256, 3072, 8192, 28, 24, 8, 128, 1e-5, 500000,
-			 true, 0.02, 32, 1, 4, 8192, 131072}},
+	{"tiny",
+	 {256, 64, 176, 2, 4, 2, 16, 1e-5, 10000, false, 0.02, 0, 0, 0, 0,
+	  2048}},
+	{"llama2-7b",
+	 {32000, 4096, 11008, 32, 32, 32, 128, 1e-5, 10000, false, 0.02, 0, 0,
+	  0, 0, 4096}},
+	{"llama3-8b",
+	 {128256, 4096, 14336, 32, 32, 8, 128, 1e-5, 500000, false, 0.02, 0, 0,
+	  0, 0, 8192}},
+	{"llama3.2-1b",
+	 {128256, 2048, 8192, 16, 32, 8, 64, 1e-5, 500000, true, 0.02, 32, 1, 4,
+	  8192, 131072}},
+	{"llama3.2-3b",
+	 {128256, 3072, 8192, 28, 24, 8, 128, 1e-5, 500000, true, 0.02, 32, 1,
+	  4, 8192, 131072}},
 };
 
 int llama_cfg_check(const struct llama_cfg *c)
@@ -259,8 +264,8 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 				 path);
 	}
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
-	if (!rc && act && (!cJSON_IsString(act) || strcmp(act->valuestring,
-							   "silu")))
+	if (!rc && act &&
+	    (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
 		rc = mg_error("%s: hidden_act is not \"silu\"", path);
 	const cJSON *tie =
 		cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");

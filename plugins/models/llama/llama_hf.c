@@ -18,7 +18,7 @@
 
 struct llama_hf {
 	char dir[4096];
-	cJSON *index;	   /* weight_map, or NULL for one file */
+	cJSON *index; /* weight_map, or NULL for one file */
 	int nshards;
 	char *shard_name[MAX_SHARDS];
 	struct mg_tensor_file *shard[MAX_SHARDS];
@@ -95,8 +95,8 @@ static struct mg_tensor_file *shard_for(struct llama_hf *h, const char *name)
 {
 	const char *file = "model.safetensors";
 	if (h->index) {
-		const cJSON *map =
-			cJSON_GetObjectItemCaseSensitive(h->index, "weight_map");
+		const cJSON *map = cJSON_GetObjectItemCaseSensitive(
+			h->index, "weight_map");
 		const cJSON *v = cJSON_GetObjectItemCaseSensitive(map, name);
 		if (!cJSON_IsString(v) || strchr(v->valuestring, '/')) {
 			mg_error("llama: %s/model.safetensors.index.json maps "

@@ -36,15 +36,16 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 	else
 		return mg_error("llama: no unit %d", unit);
 	static const char *const layer_names[LP_COUNT] = {
-		"input_layernorm.weight",	  "self_attn.q_proj.weight",
-		"self_attn.k_proj.weight",	  "self_attn.v_proj.weight",
-		"self_attn.o_proj.weight",	  "post_attention_layernorm.weight",
-		"mlp.gate_proj.weight",		  "mlp.up_proj.weight",
+		"input_layernorm.weight",  "self_attn.q_proj.weight",
+		"self_attn.k_proj.weight", "self_attn.v_proj.weight",
+		"self_attn.o_proj.weight", "post_attention_layernorm.weight",
+		"mlp.gate_proj.weight",	   "mlp.up_proj.weight",
 		"mlp.down_proj.weight"};
 	for (int i = 0; i < np; i++) {
 		if (params[i].dtype != MG_F32 && params[i].dtype != MG_F64)
-			return mg_error("llama: storage dtype %s is not f32/f64",
-					mg_dtype_name(params[i].dtype));
+			return mg_error(
+				"llama: storage dtype %s is not f32/f64",
+				mg_dtype_name(params[i].dtype));
 		if (m->hf) {
 			/* The HF name: the unit's prefix and the parameter. */
 			char name[160];

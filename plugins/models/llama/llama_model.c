@@ -17,9 +17,9 @@
 
 /* Byte offsets of the activation arena for a batch of R = n x T rows. */
 struct lay {
-	size_t x;	/* [layers + 1] residual stream inputs, [R, D] each */
-	size_t layer;	/* first layer's saved block */
-	size_t per;	/* bytes of one layer's saved block */
+	size_t x;     /* [layers + 1] residual stream inputs, [R, D] each */
+	size_t layer; /* first layer's saved block */
+	size_t per;   /* bytes of one layer's saved block */
 	size_t h1, q, k, v, o, xm, h2, g, u, s; /* within a layer block */
 	size_t rstd1, rstd2, lse;		/* stats, within the block */
 	size_t hn, rstdn, logits;		/* the head's */
@@ -166,8 +166,8 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 	       mg_op_linear(ctx, &t->h1, &W[LP_V], NULL, &t->v) ||
 	       mg_op_rope(ctx, &t->q4, pos, &f) ||
 	       mg_op_rope(ctx, &t->k4, pos, &f) ||
-	       mg_op_attention(ctx, &t->q4, &t->k4, &t->v4, pos,
-			       attn_scale(m), &t->o4, &t->lse) ||
+	       mg_op_attention(ctx, &t->q4, &t->k4, &t->v4, pos, attn_scale(m),
+			       &t->o4, &t->lse) ||
 	       /* xm = x + o W_o^T, through xn as scratch */
 	       mg_op_linear(ctx, &t->o, &W[LP_O], NULL, &t->xn) ||
 	       mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
@@ -219,8 +219,8 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	struct mg_unit_view *v = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
 	if (!v)
 		return -1;
-	struct mg_tensor ids = mg_tensor_make(b->input.data, MG_I32,
-					      ctx->dev->kind, 1, &R);
+	struct mg_tensor ids =
+		mg_tensor_make(b->input.data, MG_I32, ctx->dev->kind, 1, &R);
 	int rc = mg_op_embedding(ctx, &ids, &v->params[0], &x0);
 	mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	if (rc)
@@ -314,9 +314,8 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 	       mg_op_linear_backward(ctx, &t->h2, &W[LP_UP], &du, &dtmp,
 				     &G[LP_UP], NULL) ||
 	       mg_op_add(ctx, &dh, &dtmp, &dh) ||
-	       mg_op_rmsnorm_backward(ctx, &t->xm, &W[LP_POST_NORM],
-				      &t->rstd2, &dh, &dtmp,
-				      &G[LP_POST_NORM]) ||
+	       mg_op_rmsnorm_backward(ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2,
+				      &dh, &dtmp, &G[LP_POST_NORM]) ||
 	       mg_op_add(ctx, dx, &dtmp, &dxm) ||
 	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
 	       mg_op_linear_backward(ctx, &t->o, &W[LP_O], &dxm, &dout,
@@ -326,8 +325,8 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 					&t->lse, &do4, &dq4, &dk4, &dv4) ||
 	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
 	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
-	       mg_op_linear_backward(ctx, &t->h1, &W[LP_Q], &dq, &dh,
-				     &G[LP_Q], NULL) ||
+	       mg_op_linear_backward(ctx, &t->h1, &W[LP_Q], &dq, &dh, &G[LP_Q],
+				     NULL) ||
 	       mg_op_linear_backward(ctx, &t->h1, &W[LP_K], &dk, &dtmp,
 				     &G[LP_K], NULL) ||
 	       mg_op_add(ctx, &dh, &dtmp, &dh) ||
@@ -373,9 +372,9 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 	if (c->tie_embeddings) {
 		struct mg_unit_view *e =
 			mg_acquire(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
-		rc = !e || mg_op_linear_backward(ctx, &hn, &e->params[0],
-						 &logits, &dhn, &e->grads[0],
-						 NULL);
+		rc = !e ||
+		     mg_op_linear_backward(ctx, &hn, &e->params[0], &logits,
+					   &dhn, &e->grads[0], NULL);
 		if (e)
 			mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 	} else {
@@ -406,8 +405,8 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 	v = mg_acquire(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 	if (!v)
 		return -1;
-	struct mg_tensor ids = mg_tensor_make(m->ids.data, MG_I32,
-					      ctx->dev->kind, 1, &R);
+	struct mg_tensor ids =
+		mg_tensor_make(m->ids.data, MG_I32, ctx->dev->kind, 1, &R);
 	rc = mg_op_embedding_backward(ctx, &ids, &dx, &v->grads[0]);
 	if (!rc)
 		rc = mg_grads_ready(ctx, LLAMA_UNIT_EMBED);
