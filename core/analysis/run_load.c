@@ -346,6 +346,9 @@ static void load_ranks(struct mg_run *r, const cJSON *ranks)
 			cJSON_GetObjectItemCaseSensitive(rk, "counters");
 		r->h2d_bytes = num(ct, "h2d_bytes", 0);
 		const cJSON *m;
+		/* a second rank 0 (a malformed report) replaces the first */
+		for (int i = 0; i < r->nmem; i++)
+			free(r->mem[i].name);
 		r->nmem = 0;
 		free(r->mem);
 		r->mem = calloc((size_t)cJSON_GetArraySize(mem) + 1,
