@@ -542,7 +542,7 @@ static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
 				"steps (run.max_steps or run.epochs lowered?)",
 				f->path, (long long)next,
 				(long long)t->total_steps);
-	if (next == t->total_steps)
+	if (next == t->total_steps && !t->eval_only)
 		return mg_error("%s is at step %lld of %lld: the run is "
 				"complete, nothing to resume (raise "
 				"run.max_steps or run.epochs to train on)",
@@ -1148,6 +1148,7 @@ int mg_eval_only(struct mg_session *s)
 	struct mg_trainer t;
 	memset(&t, 0, sizeof t);
 	t.s = s;
+	t.eval_only = true;
 	t.t_begin = mg_now();
 	int rc = setup(&t);
 	char ck[PATH_MAX + 32], source[PATH_MAX + 64] = "initial weights";

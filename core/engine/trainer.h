@@ -87,6 +87,7 @@ struct mg_trainer {
 
 	int64_t batch, epochs, steps_per_epoch, total_steps;
 	int64_t start_step; /* first step this process runs (resume) */
+	bool eval_only;	    /* --eval-only: a complete checkpoint is fine */
 	char run_dir[PATH_MAX];
 	struct mg_epoch_stats *ep; /* epochs done, for report.json */
 	int nep;
