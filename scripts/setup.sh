@@ -8,6 +8,7 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 pkgs="build-essential cmake pkg-config libinih-dev libcjson-dev \
 libopenblas-dev zlib1g-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist \
+clang libclang-rt-dev \
 python3-jsonschema libxml2-utils"
 missing=""
 for p in $pkgs; do

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test.sh - set up, build, and run every test: once in a normal build, then
 # under AddressSanitizer + UBSan (the long training tests, labelled
-# "slow", run only in the normal build). GPU tests live in tests/gpu and
+# "slow", and the fuzz targets, labelled "fuzz" and built with their own
+# sanitizers, run only in the normal build). GPU tests live in tests/gpu and
 # need a GPU machine (scripts/gpu.sh); here they are reported as skipped.
 set -eu
 cd "$(dirname "$0")/.."
@@ -14,4 +15,4 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DMG_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE slow
+	ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE "slow|fuzz"

@@ -28,6 +28,8 @@ static const char *const phase_cols[MG_PH_COUNT] = {"data_s",
 						    "optimizer_s"};
 
 #define WARMUP_ROWS 3
+/* The largest run.world accepted from a report.json. */
+#define MG_RUN_MAX_WORLD (1 << 20)
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -346,6 +348,9 @@ static void load_ranks(struct mg_run *r, const cJSON *ranks)
 			cJSON_GetObjectItemCaseSensitive(rk, "counters");
 		r->h2d_bytes = num(ct, "h2d_bytes", 0);
 		const cJSON *m;
+		/* a second rank 0 (a malformed report) replaces the first */
+		for (int i = 0; i < r->nmem; i++)
+			free(r->mem[i].name);
 		r->nmem = 0;
 		free(r->mem);
 		r->mem = calloc((size_t)cJSON_GetArraySize(mem) + 1,
@@ -461,6 +466,14 @@ int mg_run_load(struct mg_run *r, const char *dir)
 		 !cJSON_GetArraySize(ranks))
 		rc = mg_error("%s: malformed: no \"%s\"", path,
 			      !cJSON_IsObject(run) ? "run" : "ranks");
+	/* A number read back becomes an int only when it is one (a rank
+	 * count out of range is undefined behaviour in the conversion). */
+	double world = rc ? 1 : num(run, "world", 1);
+	if (!rc &&
+	    !(world >= 1 && world <= MG_RUN_MAX_WORLD && world == floor(world)))
+		rc = mg_error("%s: malformed: run.world = %g is not a rank "
+			      "count (1 to %d)",
+			      path, world, MG_RUN_MAX_WORLD);
 	if (rc) {
 		cJSON_Delete(root);
 		return rc;
@@ -469,7 +482,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	r->config = str(root, "config");
 	r->device = str(run, "device");
 	r->precision = str(run, "precision");
-	r->world = (int)num(run, "world", 1);
+	r->world = (int)world;
 	r->batch_size = num(run, "batch_size", 0);
 	r->total_steps = num(run, "total_steps", 0);
 	r->wall_s = num(run, "wall_s", NAN);

@@ -194,9 +194,8 @@ static int parse_header(struct mg_st_file *f, const char *json, size_t hlen)
 	return rc;
 }
 
-int mg_st_open(struct mg_st_file *f, const char *path)
+static int st_open(struct mg_st_file *f, const char *path)
 {
-	memset(f, 0, sizeof *f);
 	f->path = strdup(path);
 	/* O_NONBLOCK: a FIFO must not block the open; refused below. */
 	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -235,6 +234,17 @@ int mg_st_open(struct mg_st_file *f, const char *path)
 			"file size %zu (truncated or not safetensors)",
 			path, (unsigned long long)hlen, f->size);
 	return parse_header(f, (const char *)p + 8, (size_t)hlen);
+}
+
+/* A failed open releases what it took (f is left empty; closing it again
+ * is harmless), so callers that only close an opened file leak nothing. */
+int mg_st_open(struct mg_st_file *f, const char *path)
+{
+	memset(f, 0, sizeof *f);
+	int rc = st_open(f, path);
+	if (rc)
+		mg_st_close(f);
+	return rc;
 }
 
 const struct mg_st_entry *mg_st_find(const struct mg_st_file *f,

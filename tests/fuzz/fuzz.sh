@@ -1,0 +1,72 @@
+#!/bin/sh
+# fuzz.sh - build one libFuzzer target with clang and fuzz it for a fixed
+# time, starting from the checked-in seeds (tests/fuzz/corpus/TARGET/,
+# made by make_corpus.py, including every past finding as a regression).
+# Fails on any crash, sanitizer report, leak, timeout or out-of-memory;
+# the input at fault is left as WORK/crash-* (copy it into the corpus when
+# fixed). Without clang and libFuzzer (Debian: clang, libclang-rt-dev) the
+# test is skipped (exit 77).
+# Usage: fuzz.sh SRC WORK TARGET SECONDS
+#	TARGET: ini | idx | safetensors | report
+set -eu
+src=$1 work=$2 target=$3 secs=$4
+cc=${MG_FUZZ_CC:-clang}
+command -v "$cc" >/dev/null 2>&1 || {
+	echo "SKIPPED: no $cc (apt-get install clang libclang-rt-dev)"
+	exit 77
+}
+rm -rf "$work"
+mkdir -p "$work/found"
+printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)\n{ (void)d; (void)n; return 0; }\n' \
+	>"$work/probe.c"
+"$cc" -fsanitize=fuzzer,address,undefined "$work/probe.c" -o "$work/probe" \
+	>"$work/probe.log" 2>&1 || {
+	cat "$work/probe.log"
+	echo "SKIPPED: $cc cannot link -fsanitize=fuzzer (apt-get install libclang-rt-dev)"
+	exit 77
+}
+
+case $target in
+ini)
+	srcs="core/config/config.c core/config/diag.c core/config/options.c core/config/util.c"
+	libs="-linih" ;;
+idx)
+	srcs="plugins/datasets/mnist/idx.c core/runtime/log.c"
+	libs="-lz" ;;
+safetensors)
+	srcs="core/runtime/safetensors.c core/runtime/log.c core/runtime/tensor.c"
+	libs="-lcjson" ;;
+report)
+	srcs="core/analysis/run_load.c core/runtime/series.c core/runtime/log.c"
+	libs="-lcjson -lm" ;;
+*)
+	echo "fuzz.sh: unknown target '$target'" >&2
+	exit 2 ;;
+esac
+set --
+for s in $srcs; do set -- "$@" "$src/$s"; done
+"$cc" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	-I"$src/include" -I"$src/core" -I"$src/plugins/datasets/mnist" \
+	-o "$work/fuzz_$target" "$src/tests/fuzz/fuzz_$target.c" "$@" $libs
+
+# Fuzz: new inputs go to WORK/found, the seeds are only read.
+echo "fuzz_$target: ${secs}s from $(ls "$src/tests/fuzz/corpus/$target" | wc -l) seeds"
+# Scratch files in memory where there is /dev/shm (the readers take paths).
+tmp=$work
+[ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
+rc=0
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+TMPDIR="$tmp" \
+	"$work/fuzz_$target" -max_total_time="$secs" -timeout=10 \
+	-rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+	-artifact_prefix="$work/" "$work/found" \
+	"$src/tests/fuzz/corpus/$target" >"$work/fuzz.log" 2>&1 || rc=$?
+if [ $rc -ne 0 ]; then
+	tail -n 60 "$work/fuzz.log"
+	echo "FAIL: fuzz_$target exited $rc; input(s): $(ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null | tr '\n' ' ')"
+	exit 1
+fi
+grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)|INITED' "$work/fuzz.log" || true
+echo "fuzz_$target: no finding; $(ls "$work/found" | wc -l) new corpus inputs in $work/found"
