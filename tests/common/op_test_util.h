@@ -2,13 +2,14 @@
  * op_test_util.h - what the CPU op tests share (header-only): a CPU
  * context, the test's random stream (seed MG_OP_TEST_SEED, defined by the
  * test before including this), host tensors in f64 with f32 copies, a
- * compensated dot product for finite differences and the relative error
- * the checks use.
+ * compensated dot product, the relative-error checks and the central
+ * finite-difference check of a gradient.
  */
 #ifndef MG_OP_TEST_UTIL_H
 #define MG_OP_TEST_UTIL_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +146,68 @@ static inline double rel_err(const double *got, const double *want, int64_t n)
 			e = isnan(d) ? INFINITY : d;
 	}
 	return e;
+}
+
+static inline void expect_close(const char *what, const double *got,
+				const double *want, int64_t n, double tol)
+{
+	double e = rel_err(got, want, n);
+	if (!(e <= tol))
+		fail("%s: relative error %.3g > %.3g", what, e, tol);
+}
+
+/*
+ * f32 tensor against the f64 result: normwise relative error
+ * ||got - want|| / ||want|| (elementwise would judge single-precision
+ * rounding of values that cancel to near zero).
+ */
+static inline void expect_close32(const char *what, const struct mg_tensor *got,
+				  const struct mg_tensor *want, double tol)
+{
+	double d = 0, w = 0;
+	for (int64_t i = 0; i < N_(want); i++) {
+		double g = ((float *)got->data)[i];
+		d += (g - D(want)[i]) * (g - D(want)[i]);
+		w += D(want)[i] * D(want)[i];
+	}
+	double e = sqrt(d) / (sqrt(w) + 1e-300);
+	if (!(e <= tol))
+		fail("%s: normwise relative error %.3g > %.3g", what, e, tol);
+}
+
+/*
+ * Central finite differences of loss() with respect to every element of p
+ * (or a random sample of `sample` of them; 0: all), compared with the analytic
+ * gradient ana. h is relative to max(1, |p_i|).
+ */
+typedef double (*loss_fn)(void *arg);
+
+static inline void fd_check(const char *what, struct mg_tensor *p,
+			    const double *ana, loss_fn loss, void *arg,
+			    int64_t sample, double tol)
+{
+	const int64_t n = N_(p);
+	const int64_t m = sample > 0 && sample < n ? sample : n;
+	double *fd = malloc((size_t)m * sizeof *fd);
+	double *an = malloc((size_t)m * sizeof *an);
+	for (int64_t k = 0; k < m; k++) {
+		int64_t i = m == n ? k : (int64_t)(urand() * (double)n);
+		double save = D(p)[i];
+		double h = 1e-5 * fmax(1.0, fabs(save));
+		D(p)[i] = save + h;
+		double lp = loss(arg);
+		D(p)[i] = save - h;
+		double lm = loss(arg);
+		D(p)[i] = save;
+		fd[k] = (lp - lm) / (2 * h);
+		an[k] = ana[i];
+	}
+	char buf[160];
+	snprintf(buf, sizeof buf, "%s (finite differences, %lld of %lld)", what,
+		 (long long)m, (long long)n);
+	expect_close(buf, an, fd, m, tol);
+	free(fd);
+	free(an);
 }
 
 /* fail()'s context: the seed to rerun with (main sets fail_context). */
