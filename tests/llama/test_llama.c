@@ -11,7 +11,8 @@
  * against backward, on a sample of every parameter of every unit, with
  * ragged rows, masked labels and two documents packed in a row; GQA and
  * tied or untied embeddings), masking (a masked label or a padding token
- * changes nothing; the loss counts exactly the unmasked labels), errors
+ * changes nothing; the loss counts exactly the unmasked labels; a packed
+ * document does not see the one before it), errors
  * (non-token input, bad HF folders named).
  */
 #include <dlfcn.h>
@@ -242,10 +243,22 @@ static void test_masking(void)
 	/* A label change at a counted position changes it. */
 	b.labels[5] = (b.labels[5] + 1) % 32;
 	CHECK(fabs(loss_of(&e, &b.b, NULL) - la) > 1e-9);
-	/* Packing: a token of the first document of row 1 does not see the
-	 * second document. Change a token of document 2: the losses of
-	 * document 1 stay. Compare through a batch of row 1's first 7
-	 * tokens alone. */
+	/* Packing: row 1's second document (tokens 7..11) does not see the
+	 * first. With the first document's labels masked, changing one of
+	 * its tokens leaves the loss as it is; the same row with positions
+	 * running on (one document) does change. */
+	struct tbatch c;
+	tbatch_make(&c, 32);
+	for (int j = 0; j < 7; j++)
+		c.labels[BT + j] = MG_IGNORE_INDEX;
+	double lc = loss_of(&e, &c.b, NULL);
+	c.ids[BT + 2] = (c.ids[BT + 2] + 1) % 32;
+	CHECK(fabs(loss_of(&e, &c.b, NULL) - lc) < 1e-12);
+	for (int j = 0; j < BT; j++)
+		c.pos[BT + j] = j;
+	double lone = loss_of(&e, &c.b, NULL);
+	c.ids[BT + 2] = (c.ids[BT + 2] + 1) % 32;
+	CHECK(fabs(loss_of(&e, &c.b, NULL) - lone) > 1e-9);
 	env_close(&e);
 }
 
