@@ -43,6 +43,22 @@ struct mg_sample_layout {
 	int64_t vocab_size;
 };
 
+/* The layout of a token dataset whose rows are at most seq_len tokens of
+ * ids in [0, vocab): what layout() fills in. */
+static inline void mg_token_layout(struct mg_sample_layout *l, int64_t seq_len,
+				   int64_t vocab)
+{
+	l->raw_dtype = MG_I32;
+	l->raw_ndim = 1;
+	l->raw_shape[0] = seq_len;
+	l->label_len = seq_len;
+	l->input_ndim = 1;
+	l->input_shape[0] = seq_len;
+	l->num_classes = 0;
+	l->seq_len = seq_len;
+	l->vocab_size = vocab;
+}
+
 /* Host rows a token dataset fills, row i at offset i * stride. */
 struct mg_token_rows {
 	int64_t stride;	    /* >= seq_len */

@@ -112,15 +112,7 @@ static int64_t rtok_count(void *self, enum mg_split split)
 static int rtok_layout(void *self, struct mg_sample_layout *l)
 {
 	const struct rtok *d = self;
-	l->raw_dtype = MG_I32;
-	l->raw_ndim = 1;
-	l->raw_shape[0] = d->seq_len;
-	l->label_len = d->seq_len;
-	l->input_ndim = 1;
-	l->input_shape[0] = d->seq_len;
-	l->num_classes = 0;
-	l->seq_len = d->seq_len;
-	l->vocab_size = d->vocab;
+	mg_token_layout(l, d->seq_len, d->vocab);
 	return 0;
 }
 

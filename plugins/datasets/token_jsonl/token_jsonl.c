@@ -227,14 +227,7 @@ static int64_t tj_count(void *self, enum mg_split split)
 static int tj_layout(void *self, struct mg_sample_layout *l)
 {
 	const struct tj *d = self;
-	l->raw_dtype = MG_I32;
-	l->raw_ndim = 1;
-	l->raw_shape[0] = d->seq_len;
-	l->label_len = d->seq_len;
-	l->input_ndim = 1;
-	l->input_shape[0] = d->seq_len;
-	l->seq_len = d->seq_len;
-	l->vocab_size = d->vocab;
+	mg_token_layout(l, d->seq_len, d->vocab);
 	return 0;
 }
 
