@@ -181,7 +181,7 @@ static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
 	return 0;
 }
 
-static char *read_small_file(const char *path, size_t cap)
+char *llama_read_file(const char *path, size_t cap)
 {
 	struct stat st;
 	if (stat(path, &st)) {
@@ -213,7 +213,7 @@ static char *read_small_file(const char *path, size_t cap)
 
 int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 {
-	char *text = read_small_file(path, 1 << 20);
+	char *text = llama_read_file(path, 1 << 20);
 	if (!text)
 		return -1;
 	cJSON *j = cJSON_Parse(text);

@@ -48,21 +48,9 @@ int llama_hf_open(struct llama *m)
 					h->dir);
 		return 0;
 	}
-	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	long len = -1;
-	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 &&
-	    len < (64 << 20) && !fseek(f, 0, SEEK_SET)) {
-		text = malloc((size_t)len + 1);
-		if (text && fread(text, 1, (size_t)len, f) == (size_t)len)
-			text[len] = 0;
-		else {
-			free(text);
-			text = NULL;
-		}
-	}
-	if (f)
-		fclose(f);
+	char *text = llama_read_file(path, 64 << 20);
+	if (!text)
+		return -1;
 	cJSON *j = text ? cJSON_Parse(text) : NULL;
 	free(text);
 	const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
