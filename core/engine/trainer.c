@@ -73,6 +73,7 @@ static int setup_run_dir(struct mg_trainer *t)
 	}
 	snprintf(t->run_dir, sizeof t->run_dir, "%s/%s",
 		 mg_opt_str(t->s->run, "out_dir"), name);
+
 	return mkdir_p(t->run_dir);
 }
 
@@ -173,6 +174,9 @@ static int setup(struct mg_trainer *t)
 				       env.rank, env.world, env.source);
 	ctx->struct_size = sizeof *ctx;
 	ctx->micro_count = 1;
+	snprintf(t->cache_dir, sizeof t->cache_dir, "%s/cache",
+		 mg_opt_str(run, "out_dir"));
+	ctx->cache_dir = t->cache_dir;
 	ctx->dev = &t->dev;
 	ctx->comm = t->comm;
 	switch (mg_opt_enum(run, "precision")) {

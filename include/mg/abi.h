@@ -25,9 +25,11 @@ extern "C" {
  *   1.3  sequence models: token batches (ids, labels with MG_IGNORE_INDEX,
  *        positions, lengths), dataset read_tokens, model-declared metrics,
  *        gradient accumulation (ctx micro / micro_count, strategy caps)
+ *   1.4  text: ctx cache_dir (where datasets keep tokenized data), model
+ *        decode (incremental next-token logits for `mgrun generate`)
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 3
+#define MG_ABI_MINOR 4
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

@@ -90,6 +90,12 @@ struct mg_ctx {
 	 * a strategy with MG_STRATEGY_GRAD_ACCUM reduces once, after the last
 	 * (micro == micro_count - 1), like PyTorch DDP's no_sync(). */
 	int micro, micro_count;
+
+	/* Added in ABI 1.4: a folder shared by the runs under run.out_dir
+	 * where plugins may keep derived data between runs (tokenized
+	 * datasets), keyed by what it derives from. Created on first use by
+	 * whoever writes there (mkdir -p); never NULL. */
+	const char *cache_dir;
 };
 
 /* Borrow unit's full tensors for a phase; NULL on error (error set). */

@@ -175,6 +175,19 @@ struct mg_model_ops {
 	/* Added in ABI 1.3, optional: declare the metrics (NULL: loss and
 	 * accuracy of a classifier, per sample). Called once after create. */
 	int (*metrics)(void *self, struct mg_metric_spec *out);
+
+	/*
+	 * Added in ABI 1.4, optional: incremental decoding for `mgrun
+	 * generate` (language models). Run the n tokens ids[0..n) (host I32)
+	 * of one sequence at positions pos..pos+n-1, after the pos tokens of
+	 * earlier calls, and write the next-token logits after the last one
+	 * to logits[0..vocab) (F32, host). pos == 0 starts a new sequence;
+	 * max_len bounds pos + n over the whole sequence, so a model can
+	 * size its key/value cache then. ctx->training is false; units are
+	 * acquired with MG_PHASE_FORWARD as in forward().
+	 */
+	int (*decode)(void *self, struct mg_ctx *ctx, const int32_t *ids,
+		      int64_t n, int64_t pos, int64_t max_len, float *logits);
 };
 
 /* The classifier default (loss, acc), for models and the core. */
