@@ -1,14 +1,15 @@
 #!/bin/sh
 # device-prepare.sh - run HERE before a GPU-machine call: builds mgrun
 # (CUDA on, sm_90) into build-gpu/ and gathers what the GPU machine lacks
-# into .deps/ (runtime .debs of inih, cJSON, OpenBLAS; the Fashion-MNIST
-# files). Both are git-ignored; pass them as `carry`.
+# into .deps/ (runtime .debs of inih, cJSON, OpenBLAS, PCRE2; the
+# Fashion-MNIST files; the tokenizer files). Both are git-ignored; pass them as `carry`.
 set -eu
 cd "$(dirname "$0")/.."
 mkdir -p .deps/debs .deps/fashion-mnist
-(cd .deps/debs && [ -n "$(ls 2>/dev/null)" ] ||
+(cd .deps/debs && [ -n "$(ls libpcre2-8-0_* 2>/dev/null)" ] ||
 	apt-get download libinih1 libcjson1 libopenblas0-pthread \
-		libgfortran5 libgomp1 >/dev/null)
+		libgfortran5 libgomp1 libpcre2-8-0 >/dev/null)
+scripts/fetch-tokenizers.sh || true
 cp -u /usr/share/datasets/fashion-mnist/*.gz .deps/fashion-mnist/
 # The PyTorch baseline the benchmarks compare against (project shared/).
 mkdir -p .deps/baselines
