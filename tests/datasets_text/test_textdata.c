@@ -1,0 +1,704 @@
+/*
+ * test_textdata.c - the text dataset pieces (plugins/datasets/common)
+ * without the real tokenizer: a byte-level tokenizer (id = byte, special
+ * tokens above 255) makes every id readable, so prompt templates are
+ * checked byte for byte, masks token for token, and packing, truncation,
+ * the column map, gzip, the cache and bad data exactly.
+ *
+ *   test_textdata CASE TMPDIR
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/test_util.h"
+#include "textdata.h"
+
+static const char *specials[] = {
+	"<|begin_of_text|>",
+	"<|end_of_text|>",
+	"<|start_header_id|>",
+	"<|end_header_id|>",
+	"<|eot_id|>",
+	"<|im_start|>",
+	"<|im_end|>",
+	"<s>",
+	"</s>",
+};
+#define NSPEC (int)(sizeof specials / sizeof *specials)
+enum { BOT = 256, EOT_TEXT = 257, SH = 258, EH = 259, EOT = 260 };
+
+static int byte_encode(void *self, const char *s, size_t n, struct mg_ids *out)
+{
+	(void)self;
+	if (out->n + (int64_t)n > out->cap) {
+		int64_t nc = (out->n + (int64_t)n) * 2 + 16;
+		out->v = realloc(out->v, (size_t)nc * 4);
+		out->cap = nc;
+	}
+	for (size_t i = 0; i < n; i++)
+		out->v[out->n++] = (unsigned char)s[i];
+	return 0;
+}
+
+static int32_t byte_token_id(void *self, const char *name)
+{
+	(void)self;
+	for (int i = 0; i < NSPEC; i++)
+		if (!strcmp(specials[i], name))
+			return 256 + i;
+	return -1;
+}
+
+static struct td_tok byte_tok(void)
+{
+	return (struct td_tok){
+		.encode = byte_encode,
+		.token_id = byte_token_id,
+		.bos = "<|begin_of_text|>",
+		.eos = "<|end_of_text|>",
+		.bos_id = BOT,
+		.eos_id = EOT_TEXT,
+		.add_bos = true,
+		.chat_template = "{{ '<|start_header_id|>' }}",
+		.digest = "bytes",
+		.vocab = 256 + NSPEC,
+	};
+}
+
+static const char *tmp;
+
+static char *write_file(const char *name, const char *text)
+{
+	static char path[8][1024];
+	static int k;
+	char *p = path[k++ % 8];
+	snprintf(p, 1024, "%s/%s", tmp, name);
+	FILE *f = fopen(p, "wb");
+	fputs(text, f);
+	fclose(f);
+	return p;
+}
+
+/* Parse text as a data file and render record i. 0 or -1 (error set). */
+static int render_text(const char *text, int64_t i, enum td_format fmt,
+		       enum td_template tpl, const char *cols,
+		       struct td_sample *s)
+{
+	struct td_tok t = byte_tok();
+	char *path = write_file("data.jsonl", text);
+	struct td_buf b;
+	struct td_records r;
+	struct td_columns c;
+	int rc = td_read_file(path, &b);
+	if (rc)
+		return rc;
+	rc = td_parse_records(path, &b, &r) || td_columns_parse(cols, &c);
+	if (!rc && fmt == TD_FMT_AUTO)
+		rc = td_detect_format(&r, &c, &fmt);
+	if (!rc)
+		rc = td_render(&r, i, fmt, tpl, &c, t.bos, t.eos, s);
+	td_records_free(&r);
+	td_buf_free(&b);
+	return rc;
+}
+
+static void check_render(const char *data, enum td_format fmt,
+			 enum td_template tpl, const char *cols,
+			 const char *expect)
+{
+	struct td_sample s = {0};
+	if (render_text(data, 0, fmt, tpl, cols, &s)) {
+		fail("render %s: %s", data, mg_last_error());
+		return;
+	}
+	char *j = td_sample_join(&s);
+	CHECK_STR(j, expect);
+	free(j);
+	td_sample_free(&s);
+}
+
+static void case_templates(void)
+{
+	check_render(
+		"{\"instruction\": \"Add the numbers.\", \"input\": \"2 and "
+		"3\", \"output\": \"5\"}\n",
+		TD_FMT_AUTO, TD_TPL_AUTO, "",
+		"<|begin_of_text|>Below is an instruction that describes a "
+		"task, paired with an input that provides further context. "
+		"Write a response that appropriately completes the "
+		"request.\n\n### Instruction:\nAdd the numbers.\n\n### "
+		"Input:\n2 and 3\n\n### Response:\n5<|end_of_text|>");
+	check_render(
+		"{\"instruction\": \"Name a colour.\", \"input\": \"\", "
+		"\"output\": \"Blue.\"}\n",
+		TD_FMT_ALPACA, TD_TPL_AUTO, "",
+		"<|begin_of_text|>Below is an instruction that describes a "
+		"task. Write a response that appropriately completes the "
+		"request.\n\n### Instruction:\nName a colour.\n\n### "
+		"Response:\nBlue.<|end_of_text|>");
+	check_render("{\"dialogue\": \"A: hi\\nB: hello\", \"summary\": "
+		     "\"They greet.\"}",
+		     TD_FMT_AUTO, TD_TPL_AUTO, "",
+		     "<|begin_of_text|>Summarize this dialogue:\nA: "
+		     "hi\nB: hello\n---\nSummary:\nThey "
+		     "greet.<|end_of_text|>");
+	check_render("{\"input\": \"he go home\", \"output\": \"He goes "
+		     "home.\"}",
+		     TD_FMT_AUTO, TD_TPL_AUTO, "",
+		     "<|begin_of_text|>Correct this to standard English: he "
+		     "go home\n---\nCorrected: He goes home.<|end_of_text|>");
+	const char *conv =
+		"{\"conversations\": [{\"from\": \"system\", \"value\": \"Be "
+		"brief.\"}, {\"from\": \"human\", \"value\": \"Hi?\"}, "
+		"{\"from\": \"gpt\", \"value\": \"Hello.\"}, {\"from\": "
+		"\"human\", \"value\": \"Bye?\"}, {\"from\": \"gpt\", "
+		"\"value\": \"Bye.\"}]}";
+	check_render(conv, TD_FMT_AUTO, TD_TPL_LLAMA3, "",
+		     "<|begin_of_text|><|start_header_id|>system<|end_header_"
+		     "id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|"
+		     "end_header_id|>\n\nHi?<|eot_id|><|start_header_id|>"
+		     "assistant<|end_header_id|>\n\nHello.<|eot_id|><|start_"
+		     "header_id|>user<|end_header_id|>\n\nBye?<|eot_id|><|"
+		     "start_header_id|>assistant<|end_header_id|>\n\nBye.<|"
+		     "eot_id|>");
+	check_render(conv, TD_FMT_SHAREGPT, TD_TPL_LLAMA2, "",
+		     "<|begin_of_text|>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n"
+		     "Hi? [/INST] Hello. <|end_of_text|><|begin_of_text|>"
+		     "[INST] Bye? [/INST] Bye. <|end_of_text|>");
+	check_render("{\"messages\": [{\"role\": \"user\", \"content\": "
+		     "\"2+2?\"}, {\"role\": \"assistant\", \"content\": "
+		     "\"4\"}]}",
+		     TD_FMT_AUTO, TD_TPL_CHATML, "",
+		     "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>"
+		     "assistant\n4<|im_end|>\n");
+	check_render("{\"messages\": [{\"role\": \"user\", \"content\": "
+		     "\"2+2?\"}, {\"role\": \"assistant\", \"content\": "
+		     "\"4\"}]}",
+		     TD_FMT_AUTO, TD_TPL_NONE, "",
+		     "<|begin_of_text|>2+2?\n4<|end_of_text|>");
+	/* Column map. */
+	check_render("{\"question\": \"Why?\", \"answer\": \"Because.\"}",
+		     TD_FMT_ALPACA, TD_TPL_AUTO,
+		     "instruction=question, output=answer",
+		     "<|begin_of_text|>Below is an instruction that describes "
+		     "a task. Write a response that appropriately completes "
+		     "the request.\n\n### Instruction:\nWhy?\n\n### "
+		     "Response:\nBecause.<|end_of_text|>");
+	check_render("{\"chat\": [{\"speaker\": \"user\", \"text\": \"a\"}, "
+		     "{\"speaker\": \"assistant\", \"text\": \"b\"}]}",
+		     TD_FMT_MESSAGES, TD_TPL_LLAMA3,
+		     "messages=chat,role=speaker,content=text",
+		     "<|begin_of_text|><|start_header_id|>user<|end_header_id|"
+		     ">\n\na<|eot_id|><|start_header_id|>assistant<|end_"
+		     "header_id|>\n\nb<|eot_id|>");
+	/* Template picking from chat_template and special tokens. */
+	struct td_tok t = byte_tok();
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_LLAMA3);
+	t.chat_template = "{{ bos_token + '[INST] ' }}";
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_LLAMA2);
+	t.chat_template = "<|im_start|>";
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_CHATML);
+	t.chat_template = NULL;
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_LLAMA3);
+	CHECK_INT(td_pick_template(TD_TPL_CHATML, &t), TD_TPL_CHATML);
+}
+
+/* Render every record of text and encode: the corpus. */
+static int corpus_of(const char *text, enum td_template tpl, int64_t max_len,
+		     bool drop, bool train_all, struct td_corpus *c)
+{
+	struct td_tok t = byte_tok();
+	char *path = write_file("c.jsonl", text);
+	struct td_buf b;
+	struct td_records r;
+	struct td_columns cols = {0};
+	enum td_format fmt;
+	if (td_read_file(path, &b))
+		return -1;
+	int rc = td_parse_records(path, &b, &r) ||
+		 td_detect_format(&r, &cols, &fmt);
+	struct td_sample *s = calloc((size_t)r.n + 1, sizeof *s);
+	for (int64_t i = 0; !rc && i < r.n; i++)
+		rc = td_render(&r, i, fmt, tpl, &cols, t.bos, t.eos, &s[i]);
+	if (!rc)
+		rc = td_encode_samples(&t, s, r.n, max_len, drop, train_all,
+				       NULL, c);
+	for (int64_t i = 0; i < r.n; i++)
+		td_sample_free(&s[i]);
+	free(s);
+	td_records_free(&r);
+	td_buf_free(&b);
+	return rc;
+}
+
+/* The labelled targets of row k as bytes ("<E>" for special ids). */
+static void targets(const struct td_rows *r, int64_t k, char *out, size_t n)
+{
+	size_t w = 0;
+	out[0] = 0;
+	for (int64_t t = r->off[k]; t < r->off[k + 1] && w + 8 < n; t++) {
+		int32_t y = r->labels[t];
+		if (y == MG_IGNORE_INDEX)
+			continue;
+		if (t + 1 >= r->off[k + 1] || y != r->ids[t + 1])
+			fail("label at %lld is not the next id", (long long)t);
+		if (y < 256)
+			out[w++] = (char)y;
+		else
+			w += (size_t)snprintf(out + w, n - w, "<%d>", y);
+		out[w] = 0;
+	}
+}
+
+static void case_masks(void)
+{
+	const char *data =
+		"{\"instruction\": \"Say hi\", \"output\": \"hi there\"}\n"
+		"{\"conversations\": [{\"from\": \"human\", \"value\": \"q1 "
+		"<|eot_id|>\"}, {\"from\": \"gpt\", \"value\": \"a1\"}, "
+		"{\"from\": \"human\", \"value\": \"q2\"}, {\"from\": "
+		"\"gpt\", \"value\": \"a2\"}]}\n";
+	/* alpaca (auto by the first record) */
+	struct td_corpus c;
+	struct td_rows r;
+	char got[4096];
+	if (corpus_of("{\"instruction\": \"Say hi\", \"output\": \"hi "
+		      "there\"}\n",
+		      TD_TPL_LLAMA3, 0, false, false, &c)) {
+		fail("%s", mg_last_error());
+		return;
+	}
+	int64_t sel[4] = {0, 1, 2, 3};
+	CHECK(!td_rows_samples(&c, sel, c.n, 4096, false, &r));
+	targets(&r, 0, got, sizeof got);
+	CHECK_STR(got, "hi there<257>");
+	CHECK_INT(r.ids[0], BOT);
+	CHECK_INT(r.labels[r.off[1] - 1], MG_IGNORE_INDEX);
+	td_rows_free(&r);
+	td_corpus_free(&c);
+	/* chat: both assistant turns and their <|eot_id|>; the eot typed
+	 * in the user's text is text (bytes), not the control token */
+	(void)data;
+	if (corpus_of(strchr(data, '\n') + 1, TD_TPL_LLAMA3, 0, false, false,
+		      &c)) {
+		fail("%s", mg_last_error());
+		return;
+	}
+	CHECK(!td_rows_samples(&c, sel, c.n, 4096, false, &r));
+	targets(&r, 0, got, sizeof got);
+	CHECK_STR(got, "a1<260>a2<260>");
+	int eots = 0;
+	for (int64_t t = 0; t < c.off[1]; t++)
+		eots += c.ids[t] == EOT;
+	CHECK_INT(eots, 4);
+	td_rows_free(&r);
+	td_corpus_free(&c);
+	/* llama2: the space before and after the reply and </s> */
+	if (corpus_of(strchr(data, '\n') + 1, TD_TPL_LLAMA2, 0, false, false,
+		      &c)) {
+		fail("%s", mg_last_error());
+		return;
+	}
+	CHECK(!td_rows_samples(&c, sel, c.n, 4096, false, &r));
+	targets(&r, 0, got, sizeof got);
+	CHECK_STR(got, " a1 <257> a2 <257>");
+	td_rows_free(&r);
+	td_corpus_free(&c);
+	/* train_on_input: every next token */
+	if (corpus_of("{\"input\": \"x\", \"output\": \"y\"}\n", TD_TPL_NONE, 0,
+		      false, true, &c)) {
+		fail("%s", mg_last_error());
+		return;
+	}
+	CHECK(!td_rows_samples(&c, sel, c.n, 4096, false, &r));
+	int64_t n = r.off[1], lab = 0;
+	for (int64_t t = 0; t < n; t++)
+		lab += r.labels[t] != MG_IGNORE_INDEX;
+	CHECK_INT(lab, n - 1);
+	td_rows_free(&r);
+	td_corpus_free(&c);
+	/* a chat without an assistant reply has no target: left out and
+	 * counted */
+	if (corpus_of("{\"messages\": [{\"role\": \"user\", \"content\": "
+		      "\"q\"}]}\n{\"messages\": [{\"role\": \"user\", "
+		      "\"content\": \"q\"}, {\"role\": \"assistant\", "
+		      "\"content\": \"a\"}]}\n",
+		      TD_TPL_LLAMA3, 0, false, false, &c)) {
+		fail("%s", mg_last_error());
+		return;
+	}
+	CHECK_INT(c.n, 1);
+	CHECK_INT(c.unlabeled, 1);
+	td_corpus_free(&c);
+}
+
+static char *many_samples(int n)
+{
+	size_t cap = (size_t)n * 200 + 16, w = 0;
+	char *s = malloc(cap);
+	for (int i = 0; i < n; i++)
+		w += (size_t)snprintf(
+			s + w, cap - w,
+			"{\"input\": \"in%d %.*s\", \"output\": "
+			"\"out%d\"}\n",
+			i, i % 37, "abcdefghijklmnopqrstuvwxyz0123456789", i);
+	return s;
+}
+
+static void case_packing(void)
+{
+	char *data = many_samples(60);
+	struct td_corpus c;
+	if (corpus_of(data, TD_TPL_NONE, 0, false, false, &c)) {
+		fail("%s", mg_last_error());
+		free(data);
+		return;
+	}
+	CHECK_INT(c.n, 60);
+	int64_t sel[60];
+	for (int i = 0; i < 60; i++)
+		sel[i] = i;
+	struct td_rows r;
+	int64_t L = 256;
+	CHECK(!td_rows_samples(&c, sel, 60, L, true, &r));
+	CHECK(r.n < 60);
+	/* Walk rows: each sample appears whole, in order, positions from 0,
+	 * the last token of each sample unlabelled, no label pointing into
+	 * the next sample. */
+	int64_t k = 0, t = 0, tot = 0;
+	for (int64_t row = 0; row < r.n; row++) {
+		int64_t a = r.off[row], b = r.off[row + 1];
+		CHECK(b - a <= L);
+		CHECK_INT(r.pos[a], 0);
+		t = a;
+		while (t < b && k < 60) {
+			int64_t s0 = c.off[k], len = c.off[k + 1] - s0;
+			CHECK(t + len <= b);
+			for (int64_t j = 0; j < len; j++) {
+				CHECK_INT(r.pos[t + j], j);
+				CHECK_INT(r.ids[t + j], c.ids[s0 + j]);
+			}
+			CHECK_INT(r.labels[t + len - 1], MG_IGNORE_INDEX);
+			t += len;
+			tot += len;
+			k++;
+		}
+		CHECK_INT(t, b);
+	}
+	CHECK_INT(k, 60);
+	CHECK_INT(tot, c.off[60]);
+	/* rows copied out through td_rows_read, padding included */
+	int64_t idx[2] = {1, 0};
+	int32_t ids[2 * 300], lab[2 * 300], pos[2 * 300], lens[2];
+	struct mg_token_rows out = {300, ids, lab, pos, lens};
+	CHECK(!td_rows_read(&r, idx, 2, &out));
+	CHECK_INT(lens[0], r.off[2] - r.off[1]);
+	CHECK_INT(ids[0], r.ids[r.off[1]]);
+	CHECK_INT(lab[300 + lens[1]], MG_IGNORE_INDEX);
+	CHECK_INT(ids[300 + 255], 0);
+	td_rows_free(&r);
+	/* A sample longer than the rows is refused. */
+	CHECK(td_rows_samples(&c, sel, 60, 20, true, &r) != 0);
+	CHECK_HAS(mg_last_error(), "longer than the rows");
+	td_corpus_free(&c);
+	free(data);
+}
+
+static void case_truncation(void)
+{
+	char *data = many_samples(40);
+	struct td_corpus c;
+	/* The grammar prompt alone is 56 bytes + BOS: 70 cuts the longer
+	 * inputs, leaving responses partly or wholly outside. */
+	CHECK(!corpus_of(data, TD_TPL_NONE, 80, false, false, &c));
+	int64_t longest = 0;
+	for (int64_t i = 0; i < c.n; i++)
+		if (c.off[i + 1] - c.off[i] > longest)
+			longest = c.off[i + 1] - c.off[i];
+	CHECK_INT(longest, 80);
+	CHECK(c.truncated > 0);
+	CHECK_INT(c.n + c.unlabeled, 40);
+	int64_t trunc = c.truncated, unl = c.unlabeled;
+	td_corpus_free(&c);
+	CHECK(!corpus_of(data, TD_TPL_NONE, 80, true, false, &c));
+	CHECK_INT(c.dropped, trunc + unl);
+	CHECK_INT(c.n + c.dropped, 40);
+	CHECK_INT(c.truncated, 0);
+	td_corpus_free(&c);
+	free(data);
+}
+
+static void expect_error(const char *name, const char *text, const char *want)
+{
+	char *path = write_file(name, text);
+	struct td_buf b;
+	struct td_records r;
+	int rc = td_read_file(path, &b);
+	if (!rc) {
+		rc = td_parse_records(path, &b, &r);
+		if (!rc) {
+			struct td_sample s = {0};
+			struct td_columns c = {0};
+			struct td_tok t = byte_tok();
+			enum td_format f;
+			rc = td_detect_format(&r, &c, &f);
+			for (int64_t i = 0; !rc && i < r.n; i++)
+				rc = td_render(&r, i, f, TD_TPL_LLAMA3, &c,
+					       t.bos, t.eos, &s);
+			td_sample_free(&s);
+		}
+		td_records_free(&r);
+		td_buf_free(&b);
+	}
+	if (!rc)
+		fail("%s: no error, expected '%s'", name, want);
+	else
+		CHECK_HAS(mg_last_error(), want);
+}
+
+static void case_bad_data(void)
+{
+	expect_error("bad.jsonl",
+		     "{\"input\": \"a\", \"output\": \"b\"}\n\n{\"input\": "
+		     "\"a\", \"output\": \"b\"\n",
+		     "bad.jsonl:3: invalid JSON");
+	expect_error("bad.json",
+		     "[{\"input\": \"a\", \"output\": \"b\"},\n {\"input\": "
+		     "\"a\" \"output\": \"b\"}]",
+		     "bad.json: invalid JSON at byte offset 47 (line 2)");
+	expect_error("missing.jsonl",
+		     "{\"instruction\": \"a\", \"output\": \"b\"}\n"
+		     "{\"instruction\": \"a\", \"outptu\": \"b\"}\n",
+		     "missing.jsonl:2: sample 1 has no field \"output\"");
+	expect_error("nonstring.json",
+		     "[{\"dialogue\": \"a\", \"summary\": \"b\"}, "
+		     "{\"dialogue\": \"a\", \"summary\": 7}]",
+		     "nonstring.json: sample 1: field \"summary\" is a number, "
+		     "not a string");
+	expect_error("empty.jsonl", "\n  \n", "empty.jsonl: empty file");
+	expect_error("utf8.jsonl",
+		     "{\"input\": \"ok\", \"output\": \"b\"}\n{\"input\": "
+		     "\"bad \xc3\x28\", \"output\": \"b\"}\n",
+		     "utf8.jsonl: invalid UTF-8 at byte offset 46 (line 2)");
+	expect_error("role.jsonl",
+		     "{\"messages\": [{\"role\": \"robot\", \"content\": "
+		     "\"x\"}]}\n",
+		     "role.jsonl:1: sample 0: message 0: role \"robot\"");
+	expect_error("notobj.jsonl", "[1, 2]\n",
+		     "sample 0 is not a JSON object");
+	expect_error("unknown.jsonl", "{\"text\": \"x\"}\n",
+		     "cannot tell the format");
+	struct td_columns c;
+	CHECK(td_columns_parse("instruction", &c) != 0);
+	CHECK_HAS(mg_last_error(), "not field=column");
+	/* UTF-8 checker edge cases: overlong, surrogate, past U+10FFFF,
+	 * cut sequence, valid 4-byte. */
+	size_t bad = 0;
+	CHECK(td_utf8_check("ab\xc0\xaf", 4, &bad) && bad == 2);
+	CHECK(td_utf8_check("\xed\xa0\x80", 3, &bad) && bad == 0);
+	CHECK(td_utf8_check("x\xf4\x90\x80\x80", 5, &bad) && bad == 1);
+	CHECK(td_utf8_check("xy\xe2\x82", 4, &bad) && bad == 2);
+	CHECK(td_utf8_check("\xf0\x9f\x98\x80 \xc3\xa9", 7, &bad) == 0);
+}
+
+static void case_gzip(void)
+{
+	const char *text = "[{\"instruction\": \"a\", \"output\": \"b\"}, "
+			   "{\"instruction\": \"c\", \"output\": \"d\"}]";
+	char path[1024];
+	snprintf(path, sizeof path, "%s/data.json.gz", tmp);
+	gzFile g = gzopen(path, "wb");
+	gzputs(g, text);
+	gzclose(g);
+	struct td_buf b;
+	struct td_records r;
+	CHECK(!td_read_file(path, &b));
+	CHECK_STR(b.data, text);
+	CHECK(!td_parse_records(path, &b, &r));
+	CHECK_INT(r.n, 2);
+	td_records_free(&r);
+	td_buf_free(&b);
+	/* A cut gzip stream is an error, not a crash. */
+	FILE *f = fopen(path, "rb");
+	char buf[4096];
+	size_t n = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	f = fopen(path, "wb");
+	fwrite(buf, 1, n / 2, f);
+	fclose(f);
+	if (!td_read_file(path, &b)) {
+		/* zlib may hand out the part it could decode: then the JSON
+		 * is incomplete. */
+		int rc = td_parse_records(path, &b, &r);
+		CHECK(rc != 0);
+		if (!rc)
+			td_records_free(&r);
+		td_buf_free(&b);
+	}
+}
+
+static void case_cache(void)
+{
+	char *data = many_samples(30);
+	struct td_corpus c, d;
+	CHECK(!corpus_of(data, TD_TPL_NONE, 64, false, false, &c));
+	char dir[1024], path[1200];
+	snprintf(dir, sizeof dir, "%s/cache", tmp);
+	CHECK_INT(td_cache_load(dir, "k1", &d), 0); /* absent */
+	CHECK(!td_cache_store(dir, "k1", &c));
+	CHECK_INT(td_cache_load(dir, "k1", &d), 1);
+	CHECK_INT(d.n, c.n);
+	CHECK_INT(d.truncated, c.truncated);
+	CHECK(!memcmp(d.off, c.off, (size_t)(c.n + 1) * 8));
+	CHECK(!memcmp(d.ids, c.ids, (size_t)c.off[c.n] * 4));
+	CHECK(!memcmp(d.train, c.train, (size_t)c.off[c.n]));
+	td_corpus_free(&d);
+	/* A flipped byte: checksum mismatch, reported as absent. */
+	snprintf(path, sizeof path, "%s/tokens/k1.bin", dir);
+	FILE *f = fopen(path, "r+b");
+	fseek(f, 100, SEEK_SET);
+	int ch = fgetc(f);
+	fseek(f, 100, SEEK_SET);
+	fputc(ch ^ 1, f);
+	fclose(f);
+	CHECK_INT(td_cache_load(dir, "k1", &d), 0);
+	/* Cut short. */
+	CHECK(!td_cache_store(dir, "k1", &c));
+	CHECK(!truncate(path, 77));
+	CHECK_INT(td_cache_load(dir, "k1", &d), 0);
+	/* No temporary file is left behind by a store. */
+	CHECK(!td_cache_store(dir, "k1", &c));
+	char cmd[1400];
+	snprintf(cmd, sizeof cmd, "test $(ls %s/tokens | wc -l) = 1", dir);
+	CHECK(system(cmd) == 0);
+	/* Keys: any changed part changes the key. */
+	struct td_hash h1, h2;
+	char k1[33], k2[33];
+	td_hash_init(&h1);
+	td_hash_str(&h1, "ab");
+	td_hash_str(&h1, "c");
+	td_hash_init(&h2);
+	td_hash_str(&h2, "a");
+	td_hash_str(&h2, "bc");
+	td_hash_hex(&h1, k1);
+	td_hash_hex(&h2, k2);
+	CHECK(strcmp(k1, k2) != 0);
+	CHECK_INT(strlen(k1), 32);
+	td_corpus_free(&c);
+	free(data);
+}
+
+static void case_split(void)
+{
+	uint8_t a[1000], b[1000];
+	td_split(1000, 0.1, 42, a);
+	td_split(1000, 0.1, 42, b);
+	CHECK(!memcmp(a, b, sizeof a));
+	int n = 0;
+	for (int i = 0; i < 1000; i++)
+		n += a[i];
+	CHECK(n > 60 && n < 140);
+	td_split(1000, 0.1, 43, b);
+	CHECK(memcmp(a, b, sizeof a) != 0);
+	td_split(3, 0.01, 1, a);
+	CHECK_INT(a[0] + a[1] + a[2], 1);
+	td_split(2, 0.9, 1, a);
+	CHECK_INT(a[0] + a[1], 1);
+}
+
+static void case_text(void)
+{
+	/* Fortune-style file: "%" lines separate; blank entries skipped. */
+	const char *f = "First one.\nTwo lines.\n%\nSecond.\n%\n%\n  \n%\nLast "
+			"without newline";
+	struct td_buf b = {(char *)f, strlen(f)};
+	struct td_sample *docs = NULL;
+	int64_t n = 0, cap = 0;
+	CHECK(!td_split_docs(&b, "%", &docs, &n, &cap));
+	CHECK_INT(n, 3);
+	if (n == 3) {
+		char *j = td_sample_join(&docs[0]);
+		CHECK_STR(j, "First one.\nTwo lines.");
+		free(j);
+		j = td_sample_join(&docs[1]);
+		CHECK_STR(j, "Second.");
+		free(j);
+		j = td_sample_join(&docs[2]);
+		CHECK_STR(j, "Last without newline");
+		free(j);
+	}
+	/* No separator: the whole file. */
+	CHECK(!td_split_docs(&b, "", &docs, &n, &cap));
+	CHECK_INT(n, 4);
+	struct td_tok t = byte_tok();
+	struct td_corpus c;
+	CHECK(!td_encode_samples(&t, docs, n, 0, false, true, NULL, &c));
+	for (int64_t i = 0; i < n; i++)
+		td_sample_free(&docs[i]);
+	free(docs);
+	/* Blocks: BOS doc EOS ... cut every 8 tokens, labels inside the
+	 * block only. */
+	int64_t sel[2] = {0, 1};
+	struct td_rows r;
+	CHECK(!td_rows_blocks(&c, sel, 2, 8, BOT, EOT_TEXT, &r));
+	int64_t total = (c.off[2] - c.off[0]) + 4;
+	CHECK_INT(r.n, (total + 7) / 8);
+	CHECK_INT(r.ids[0], BOT);
+	CHECK_INT(r.ids[1], 'F');
+	CHECK_INT(r.labels[0], 'F');
+	CHECK_INT(r.labels[7], MG_IGNORE_INDEX);
+	CHECK_INT(r.pos[8], 0);
+	CHECK_INT(r.ids[8], c.ids[7]);
+	/* The first document ends with EOS then BOS starts the second. */
+	int64_t e = 1 + (c.off[1] - c.off[0]);
+	CHECK_INT(r.ids[e], EOT_TEXT);
+	CHECK_INT(r.ids[e + 1], BOT);
+	td_rows_free(&r);
+	td_corpus_free(&c);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: test_textdata CASE TMPDIR\n");
+		return 2;
+	}
+	tmp = argv[2];
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp); /* a fresh folder */
+	if (system(cmd) != 0 || mkdir(tmp, 0777)) {
+		fprintf(stderr, "cannot make %s\n", tmp);
+		return 2;
+	}
+	const char *k = argv[1];
+	if (!strcmp(k, "templates"))
+		case_templates();
+	else if (!strcmp(k, "masks"))
+		case_masks();
+	else if (!strcmp(k, "packing"))
+		case_packing();
+	else if (!strcmp(k, "truncation"))
+		case_truncation();
+	else if (!strcmp(k, "bad_data"))
+		case_bad_data();
+	else if (!strcmp(k, "gzip"))
+		case_gzip();
+	else if (!strcmp(k, "cache"))
+		case_cache();
+	else if (!strcmp(k, "split"))
+		case_split();
+	else if (!strcmp(k, "text"))
+		case_text();
+	else {
+		fprintf(stderr, "unknown case %s\n", k);
+		return 2;
+	}
+	if (failures)
+		fprintf(stderr, "%d failures\n", failures);
+	return failures != 0;
+}
