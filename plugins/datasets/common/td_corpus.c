@@ -105,7 +105,7 @@ int td_encode_samples(const struct td_tok *t, const struct td_sample *samples,
 	size_t bytes = 0;
 	for (int64_t i = 0; i < n; i++)
 		bytes += samples[i].len;
-	bool show = progress && bytes > (4u << 20);
+	bool show = progress && bytes > (1u << 20);
 	atomic_llong done = 0;
 	int64_t first_err = -1;
 	char errmsg[1024] = "";
