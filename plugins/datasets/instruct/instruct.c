@@ -140,9 +140,11 @@ static int load_file(const struct cfg *g, const char *path, struct td_corpus *c)
 		td_records_free(&r);
 	td_buf_free(&b);
 	if (!rc && c->n == 0)
-		rc = mg_error("%s: no sample left (all longer than "
-			      "max_seq_len or without a response)",
-			      path);
+		rc = mg_error("%s: no sample left: %lld without any response "
+			      "token within max_seq_len %lld, %lld longer ones "
+			      "left out",
+			      path, (long long)c->unlabeled,
+			      (long long)g->max_len, (long long)c->dropped);
 	if (!rc && g->cache && td_cache_store(g->cache_dir, key, c))
 		mg_warn("instruct: token cache not written: %s",
 			mg_last_error());
