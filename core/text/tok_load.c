@@ -51,8 +51,15 @@ static cJSON *parse_json(const char *path, const char *buf, size_t len)
 	const char *end = NULL;
 	cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
 	if (!j) {
+		/* cJSON stops just past the offending byte */
 		size_t off = end && end >= buf ? (size_t)(end - buf) : 0;
-		mg_error("%s: invalid JSON at byte offset %zu", path, off);
+		size_t line = 1, col = 1;
+		for (size_t i = 0; i < off && i < len; i++, col++)
+			if (buf[i] == '\n')
+				line++, col = 0;
+		mg_error("%s: invalid JSON near byte offset %zu (line %zu, "
+			 "column %zu)",
+			 path, off, line, col);
 	}
 	return j;
 }
