@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mg/log.h"
 #include "mg/tokenizer.h"
@@ -165,7 +166,20 @@ static void print_json(FILE *f, const char *s, size_t n)
 	fputs("\"\n", f);
 }
 
-static int encode_lines(const struct mg_tokenizer *t, int json, unsigned flags)
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --stats: text bytes, ids and seconds spent in mg_tokenizer_encode. */
+struct enc_stats {
+	double bytes, ids, secs;
+};
+
+static int encode_lines(const struct mg_tokenizer *t, int json, unsigned flags,
+			struct enc_stats *st)
 {
 	char *line = NULL, num[16];
 	size_t cap = 0;
@@ -189,7 +203,12 @@ static int encode_lines(const struct mg_tokenizer *t, int json, unsigned flags)
 			}
 		}
 		ids.n = 0;
-		if (mg_tokenizer_encode(t, line, (size_t)n, flags, &ids)) {
+		double t0 = now();
+		int bad = mg_tokenizer_encode(t, line, (size_t)n, flags, &ids);
+		st->secs += now() - t0;
+		st->bytes += (double)n;
+		st->ids += (double)ids.n;
+		if (bad) {
 			fprintf(stderr, "mgrun tokenize: line %ld: %s\n",
 				lineno, mg_last_error());
 			rc = 1;
@@ -266,7 +285,7 @@ static int decode_lines(const struct mg_tokenizer *t, unsigned flags)
 
 int mg_tokenize_main(int argc, char **argv)
 {
-	enum { O_TOK = 256, O_JSON, O_NOSP, O_NOADD, O_DEC, O_SKIP };
+	enum { O_TOK = 256, O_JSON, O_NOSP, O_NOADD, O_DEC, O_SKIP, O_STATS };
 	static const struct option longopts[] = {
 		{"tokenizer", required_argument, 0, O_TOK},
 		{"json", no_argument, 0, O_JSON},
@@ -274,11 +293,12 @@ int mg_tokenize_main(int argc, char **argv)
 		{"no-added", no_argument, 0, O_NOADD},
 		{"decode", no_argument, 0, O_DEC},
 		{"skip-special", no_argument, 0, O_SKIP},
+		{"stats", no_argument, 0, O_STATS},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	const char *path = NULL;
-	int json = 0, decode = 0, c;
+	int json = 0, decode = 0, stats = 0, c;
 	unsigned eflags = MG_TOK_ADD_SPECIAL, dflags = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -301,6 +321,9 @@ int mg_tokenize_main(int argc, char **argv)
 		case O_SKIP:
 			dflags |= MG_TOK_SKIP_SPECIAL;
 			break;
+		case O_STATS:
+			stats = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -321,15 +344,26 @@ int mg_tokenize_main(int argc, char **argv)
 				"--decode always prints JSON\n");
 		return 2;
 	}
+	double t0 = now();
 	struct mg_tokenizer *t = mg_tokenizer_load(path);
+	double load = now() - t0;
 	if (!t) {
 		fprintf(stderr, "mgrun tokenize: %s\n", mg_last_error());
 		return 1;
 	}
 	static char obuf[1 << 16];
 	setvbuf(stdout, obuf, _IOFBF, sizeof obuf);
+	struct enc_stats st = {0};
 	int rc = decode ? decode_lines(t, dflags)
-			: encode_lines(t, json, eflags);
+			: encode_lines(t, json, eflags, &st);
+	if (stats && !decode)
+		fprintf(stderr,
+			"mgrun tokenize: load %.3f s; encoded %.0f bytes to "
+			"%.0f ids in %.4f s: %.2f MB/s\n",
+			load, st.bytes, st.ids, st.secs,
+			st.secs > 0 ? st.bytes / st.secs / 1e6 : 0.0);
+	else if (stats)
+		fprintf(stderr, "mgrun tokenize: load %.3f s\n", load);
 	if (fflush(stdout)) {
 		fprintf(stderr, "mgrun tokenize: write error\n");
 		rc = 1;

@@ -172,6 +172,8 @@ int tok_parse_model(struct mg_tokenizer *t, const cJSON *m)
 	if (tok_merges_init(&t->merges, (size_t)cJSON_GetArraySize(merges)))
 		return -1;
 	int32_t rank = 0;
+	char *both = NULL;
+	size_t bcap = 0;
 	cJSON_ArrayForEach(e, merges)
 	{
 		const char *l, *r;
@@ -190,16 +192,22 @@ int tok_parse_model(struct mg_tokenizer *t, const cJSON *m)
 			r = e->child->next->valuestring;
 			rl = strlen(r);
 		} else {
+			free(both);
 			return mg_error("model: merge %d is not \"a b\" or "
 					"[a, b]",
 					rank);
 		}
-		char *both = malloc(ll + rl + 1);
-		if (!both)
-			return mg_error("tokenizer: out of memory");
+		if (ll + rl + 1 > bcap) {
+			bcap = 2 * (ll + rl + 1);
+			char *nb = realloc(both, bcap);
+			if (!nb) {
+				free(both);
+				return mg_error("tokenizer: out of memory");
+			}
+			both = nb;
+		}
 		memcpy(both, l, ll);
 		memcpy(both + ll, r, rl);
-		both[ll + rl] = 0;
 		int32_t a = tok_strmap_get(&t->vocab, l, ll);
 		int32_t b = tok_strmap_get(&t->vocab, r, rl);
 		int32_t ab = tok_strmap_get(&t->vocab, both, ll + rl);
@@ -213,9 +221,9 @@ int tok_parse_model(struct mg_tokenizer *t, const cJSON *m)
 			free(both);
 			return -1;
 		}
-		free(both);
 		tok_merges_put(&t->merges, a, b, rank++, ab);
 	}
+	free(both);
 	return 0;
 }
 
