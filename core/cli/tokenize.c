@@ -6,6 +6,7 @@
  * line named), 2 on bad usage.
  */
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,16 +167,26 @@ static void print_json(FILE *f, const char *s, size_t n)
 	fputs("\"\n", f);
 }
 
-static double now(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static double now(void)
+{
+	return clock_s(CLOCK_MONOTONIC);
+}
+/* The thread's CPU time: on a shared machine, wall time also counts the
+ * time other processes held the core. */
+static double cpu_now(void)
+{
+	return clock_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
 /* --stats: text bytes, ids and seconds spent in mg_tokenizer_encode. */
 struct enc_stats {
-	double bytes, ids, secs;
+	double bytes, ids, secs, cpu;
 };
 
 static int encode_lines(const struct mg_tokenizer *t, int json, unsigned flags,
@@ -203,9 +214,10 @@ static int encode_lines(const struct mg_tokenizer *t, int json, unsigned flags,
 			}
 		}
 		ids.n = 0;
-		double t0 = now();
+		double t0 = now(), c0 = cpu_now();
 		int bad = mg_tokenizer_encode(t, line, (size_t)n, flags, &ids);
 		st->secs += now() - t0;
+		st->cpu += cpu_now() - c0;
 		st->bytes += (double)n;
 		st->ids += (double)ids.n;
 		if (bad) {
@@ -215,9 +227,15 @@ static int encode_lines(const struct mg_tokenizer *t, int json, unsigned flags,
 			break;
 		}
 		for (int64_t i = 0; i < ids.n; i++) {
-			int k = snprintf(num, sizeof num, i ? " %d" : "%d",
-					 (int)ids.v[i]);
-			fwrite(num, 1, (size_t)k, stdout);
+			/* by hand: printf is a tenth of the encode time */
+			char *e = num + sizeof num, *p = e;
+			uint32_t v = (uint32_t)ids.v[i];
+			do
+				*--p = (char)('0' + v % 10);
+			while (v /= 10);
+			if (i)
+				*--p = ' ';
+			fwrite(p, 1, (size_t)(e - p), stdout);
 		}
 		putchar('\n');
 	}
@@ -359,9 +377,11 @@ int mg_tokenize_main(int argc, char **argv)
 	if (stats && !decode)
 		fprintf(stderr,
 			"mgrun tokenize: load %.3f s; encoded %.0f bytes to "
-			"%.0f ids in %.4f s: %.2f MB/s\n",
-			load, st.bytes, st.ids, st.secs,
-			st.secs > 0 ? st.bytes / st.secs / 1e6 : 0.0);
+			"%.0f ids in %.4f s, CPU %.4f s: %.2f MB/s, CPU %.2f "
+			"MB/s\n",
+			load, st.bytes, st.ids, st.secs, st.cpu,
+			st.secs > 0 ? st.bytes / st.secs / 1e6 : 0.0,
+			st.cpu > 0 ? st.bytes / st.cpu / 1e6 : 0.0);
 	else if (stats)
 		fprintf(stderr, "mgrun tokenize: load %.3f s\n", load);
 	if (fflush(stdout)) {

@@ -162,6 +162,10 @@ int tok_parse_model(struct mg_tokenizer *t, const cJSON *m)
 		}
 		free(tmp);
 	}
+	for (int b = 0; b < 128; b++) {
+		char c = (char)b;
+		t->ascii_id[b] = tok_strmap_get(&t->vocab, &c, 1);
+	}
 	for (int b = 0; b < 256; b++) {
 		char c = (char)b, name[8];
 		snprintf(name, sizeof name, "<0x%02X>", b);
