@@ -264,9 +264,9 @@ static int decode_lines(const struct mg_tokenizer *t, unsigned flags)
 			long v = strtol(p, &end, 10);
 			if (end == p || v < 0 || v > 0x7fffffff) {
 				fprintf(stderr,
-					"mgrun tokenize: line %ld: '%.20s' is "
+					"mgrun tokenize: line %ld: '%.*s' is "
 					"not an id\n",
-					lineno, p);
+					lineno, (int)strcspn(p, " \t\r\n"), p);
 				rc = 1;
 				break;
 			}
