@@ -160,6 +160,7 @@ struct tok_scratch {
 	size_t symcap;
 	struct tok_heap_ent {
 		int32_t rank, pos, id;
+		int32_t l, r; /* the pair when pushed: still there = valid */
 	} * heap;
 	size_t heapcap;
 };
