@@ -87,7 +87,11 @@ int tok_added_split(const struct mg_tokenizer *t, const struct tok_addset *set,
 			     k++) {
 				const struct tok_added *a =
 					&t->added[set->idx[k]];
+				/* the second byte first: Llama 3's 256
+				 * tokens all start with '<' */
 				if (a->plen <= len - i &&
+				    (a->plen < 2 ||
+				     a->pattern[1] == text[i + 1]) &&
 				    !memcmp(text + i, a->pattern, a->plen)) {
 					hit = set->idx[k];
 					break;
