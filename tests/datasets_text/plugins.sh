@@ -59,6 +59,12 @@ grep -q "tokens from cache" "$tmp/out" && no "max_seq_len read the old cache"
 sed -i 's/Repeat the number 3/Repeat the number three/' "$tmp/data.jsonl"
 run || no "changed data run"
 grep -q "tokens from cache" "$tmp/out" && no "changed data read the old cache"
+# Another tokenizer (its digest is in the key).
+if [ -d "$repo/.deps/tokenizers/llama3" ]; then
+  run --set dataset.tokenizer="$repo/.deps/tokenizers/llama3" --set model.vocab_size=128256 ||
+    { cat "$tmp/out"; no "llama3 run"; }
+  grep -q "tokens from cache" "$tmp/out" && no "another tokenizer read the old cache"
+fi
 # Options that do not change the ids (packing, split) reuse it.
 run --set dataset.packed=true --set dataset.val_fraction=0.3 || no "packed run"
 grep -q "tokens from cache" "$tmp/out" || no "packing re-tokenized"
