@@ -1,6 +1,6 @@
 /*
- * cli.c - mgrun's command line: run an experiment, a sweep or a compare,
- * or inspect plugins and the effective configuration. Part of the mgrun
+ * cli.c - mgrun's command line: run an experiment, a sweep, a compare or
+ * a tokenize, or inspect plugins and the effective configuration. Part of the mgrun
  * executable, not libmg: it is what links the analysis library.
  * Exit codes: 0 success, 1 the run failed, 2 bad usage or configuration
  * (nothing run).
@@ -16,6 +16,7 @@
 #include "engine/trainer.h"
 
 int mg_main(int argc, char **argv);
+int mg_tokenize_main(int argc, char **argv); /* tokenize.c */
 
 static void usage(FILE *f)
 {
@@ -25,6 +26,8 @@ static void usage(FILE *f)
 		"N]\n"
 		"       mgrun -c FILE --replot [--sweep ...] [--repeats N]\n"
 		"       mgrun compare RUN_A RUN_B [--csv]\n"
+		"       mgrun tokenize --tokenizer PATH [--json] "
+		"[--no-special] [--decode]\n"
 		"       mgrun -c FILE --eval-only\n"
 		"       mgrun -c FILE --print-config\n"
 		"       mgrun --list-plugins\n"
@@ -196,6 +199,10 @@ int mg_main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "compare")) {
 		free(sets);
 		return mg_compare_main(argc - 1, argv + 1);
+	}
+	if (argc > 1 && !strcmp(argv[1], "tokenize")) {
+		free(sets);
+		return mg_tokenize_main(argc - 1, argv + 1);
 	}
 	if (!sets)
 		return 1;

@@ -1,0 +1,339 @@
+/*
+ * tokenize.c - `mgrun tokenize`: text on standard input to ids (one line
+ * of space-separated ids per input line), or ids back to text with
+ * --decode (one JSON string per line). With --json each input line is a
+ * JSON string, so texts may hold newlines. Exit 0, 1 on bad input (the
+ * line named), 2 on bad usage.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mg/log.h"
+#include "mg/tokenizer.h"
+
+int mg_tokenize_main(int argc, char **argv);
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: mgrun tokenize --tokenizer PATH [--json] "
+		"[--no-special] [--no-added]\n"
+		"       mgrun tokenize --tokenizer PATH --decode "
+		"[--skip-special]\n"
+		"\n"
+		"Reads standard input one line at a time and prints one line "
+		"per input line.\n"
+		"  --tokenizer PATH  a tokenizer.json or the folder holding "
+		"it\n"
+		"  --json            each input line is a JSON string (texts "
+		"with newlines)\n"
+		"  --no-special      add_special_tokens=False: no "
+		"post-processor (no BOS)\n"
+		"  --no-added        do not match added/special tokens in the "
+		"text\n"
+		"  --decode          input lines are ids; print each text as "
+		"a JSON string\n"
+		"  --skip-special    with --decode: leave special tokens "
+		"out\n");
+}
+
+static int hex4(const char *p, unsigned *v)
+{
+	*v = 0;
+	for (int i = 0; i < 4; i++) {
+		char c = p[i];
+		int d = c >= '0' && c <= '9'   ? c - '0'
+			: c >= 'a' && c <= 'f' ? c - 'a' + 10
+			: c >= 'A' && c <= 'F' ? c - 'A' + 10
+					       : -1;
+		if (d < 0)
+			return -1;
+		*v = *v << 4 | (unsigned)d;
+	}
+	return 0;
+}
+
+static size_t put_utf8(unsigned cp, char *o)
+{
+	if (cp < 0x80)
+		return o[0] = (char)cp, 1;
+	if (cp < 0x800)
+		return o[0] = (char)(0xC0 | cp >> 6),
+		       o[1] = (char)(0x80 | (cp & 0x3F)), 2;
+	if (cp < 0x10000)
+		return o[0] = (char)(0xE0 | cp >> 12),
+		       o[1] = (char)(0x80 | (cp >> 6 & 0x3F)),
+		       o[2] = (char)(0x80 | (cp & 0x3F)), 3;
+	o[0] = (char)(0xF0 | cp >> 18);
+	o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+	o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+	o[3] = (char)(0x80 | (cp & 0x3F));
+	return 4;
+}
+
+/* Decode the JSON string in line[0..n) in place (it only shrinks);
+ * returns its length or -1 with *why set. Lone surrogates are refused:
+ * they have no UTF-8 form. */
+static long json_string(char *line, size_t n, const char **why)
+{
+	while (n && (line[n - 1] == ' ' || line[n - 1] == '\t' ||
+		     line[n - 1] == '\r'))
+		n--;
+	if (n < 2 || line[0] != '"' || line[n - 1] != '"')
+		return *why = "not a JSON string", -1;
+	size_t o = 0;
+	for (size_t i = 1; i < n - 1; i++) {
+		char c = line[i];
+		if (c == '"')
+			return *why = "unescaped quote", -1;
+		if ((unsigned char)c < 0x20)
+			return *why = "control character in a JSON string", -1;
+		if (c != '\\') {
+			line[o++] = c;
+			continue;
+		}
+		if (++i >= n - 1)
+			return *why = "dangling backslash", -1;
+		switch (line[i]) {
+		case '"':
+		case '\\':
+		case '/':
+			line[o++] = line[i];
+			break;
+		case 'b':
+			line[o++] = '\b';
+			break;
+		case 'f':
+			line[o++] = '\f';
+			break;
+		case 'n':
+			line[o++] = '\n';
+			break;
+		case 'r':
+			line[o++] = '\r';
+			break;
+		case 't':
+			line[o++] = '\t';
+			break;
+		case 'u': {
+			unsigned cp, lo;
+			if (i + 4 >= n || hex4(line + i + 1, &cp))
+				return *why = "bad \\u escape", -1;
+			i += 4;
+			if (cp >= 0xDC00 && cp <= 0xDFFF)
+				return *why = "lone low surrogate", -1;
+			if (cp >= 0xD800 && cp <= 0xDBFF) {
+				if (i + 6 >= n || line[i + 1] != '\\' ||
+				    line[i + 2] != 'u' ||
+				    hex4(line + i + 3, &lo) || lo < 0xDC00 ||
+				    lo > 0xDFFF)
+					return *why = "lone high surrogate", -1;
+				i += 6;
+				cp = 0x10000 + ((cp - 0xD800) << 10) +
+				     (lo - 0xDC00);
+			}
+			o += put_utf8(cp, line + o);
+			break;
+		}
+		default:
+			return *why = "bad escape", -1;
+		}
+	}
+	return (long)o;
+}
+
+static void print_json(FILE *f, const char *s, size_t n)
+{
+	putc('"', f);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\')
+			putc('\\', f), putc(c, f);
+		else if (c == '\n')
+			fputs("\\n", f);
+		else if (c == '\t')
+			fputs("\\t", f);
+		else if (c == '\r')
+			fputs("\\r", f);
+		else if (c < 0x20 || c == 0x7F)
+			fprintf(f, "\\u%04x", c);
+		else
+			putc(c, f);
+	}
+	fputs("\"\n", f);
+}
+
+static int encode_lines(const struct mg_tokenizer *t, int json, unsigned flags)
+{
+	char *line = NULL, num[16];
+	size_t cap = 0;
+	ssize_t n;
+	long lineno = 0;
+	struct mg_ids ids = {0};
+	int rc = 0;
+	while ((n = getline(&line, &cap, stdin)) >= 0) {
+		lineno++;
+		if (n && line[n - 1] == '\n')
+			n--;
+		if (json) {
+			const char *why;
+			n = json_string(line, (size_t)n, &why);
+			if (n < 0) {
+				fprintf(stderr,
+					"mgrun tokenize: line %ld: %s\n",
+					lineno, why);
+				rc = 1;
+				break;
+			}
+		}
+		ids.n = 0;
+		if (mg_tokenizer_encode(t, line, (size_t)n, flags, &ids)) {
+			fprintf(stderr, "mgrun tokenize: line %ld: %s\n",
+				lineno, mg_last_error());
+			rc = 1;
+			break;
+		}
+		for (int64_t i = 0; i < ids.n; i++) {
+			int k = snprintf(num, sizeof num, i ? " %d" : "%d",
+					 (int)ids.v[i]);
+			fwrite(num, 1, (size_t)k, stdout);
+		}
+		putchar('\n');
+	}
+	free(line);
+	free(ids.v);
+	return rc;
+}
+
+static int decode_lines(const struct mg_tokenizer *t, unsigned flags)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	long lineno = 0;
+	struct mg_ids ids = {0};
+	int rc = 0;
+	while (!rc && getline(&line, &cap, stdin) >= 0) {
+		lineno++;
+		ids.n = 0;
+		char *p = line, *end;
+		for (;;) {
+			while (*p == ' ' || *p == '\t' || *p == '\r' ||
+			       *p == '\n')
+				p++;
+			if (!*p)
+				break;
+			long v = strtol(p, &end, 10);
+			if (end == p || v < 0 || v > 0x7fffffff) {
+				fprintf(stderr,
+					"mgrun tokenize: line %ld: '%.20s' is "
+					"not an id\n",
+					lineno, p);
+				rc = 1;
+				break;
+			}
+			if (ids.n == ids.cap) {
+				ids.cap = ids.cap ? ids.cap * 2 : 256;
+				int32_t *nv = realloc(
+					ids.v, (size_t)ids.cap * sizeof *nv);
+				if (!nv) {
+					rc = 1;
+					break;
+				}
+				ids.v = nv;
+			}
+			ids.v[ids.n++] = (int32_t)v;
+			p = end;
+		}
+		if (rc)
+			break;
+		char *text;
+		size_t len;
+		if (mg_tokenizer_decode(t, ids.v, ids.n, flags, &text, &len)) {
+			fprintf(stderr, "mgrun tokenize: line %ld: %s\n",
+				lineno, mg_last_error());
+			rc = 1;
+			break;
+		}
+		print_json(stdout, text, len);
+		free(text);
+	}
+	free(line);
+	free(ids.v);
+	return rc;
+}
+
+int mg_tokenize_main(int argc, char **argv)
+{
+	enum { O_TOK = 256, O_JSON, O_NOSP, O_NOADD, O_DEC, O_SKIP };
+	static const struct option longopts[] = {
+		{"tokenizer", required_argument, 0, O_TOK},
+		{"json", no_argument, 0, O_JSON},
+		{"no-special", no_argument, 0, O_NOSP},
+		{"no-added", no_argument, 0, O_NOADD},
+		{"decode", no_argument, 0, O_DEC},
+		{"skip-special", no_argument, 0, O_SKIP},
+		{"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
+	};
+	const char *path = NULL;
+	int json = 0, decode = 0, c;
+	unsigned eflags = MG_TOK_ADD_SPECIAL, dflags = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case O_TOK:
+			path = optarg;
+			break;
+		case O_JSON:
+			json = 1;
+			break;
+		case O_NOSP:
+			eflags &= ~(unsigned)MG_TOK_ADD_SPECIAL;
+			break;
+		case O_NOADD:
+			eflags |= MG_TOK_NO_ADDED;
+			break;
+		case O_DEC:
+			decode = 1;
+			break;
+		case O_SKIP:
+			dflags |= MG_TOK_SKIP_SPECIAL;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!path || optind != argc) {
+		fprintf(stderr, "mgrun tokenize: %s\n",
+			!path ? "--tokenizer PATH is required"
+			      : "unexpected argument");
+		usage(stderr);
+		return 2;
+	}
+	if (decode && json) {
+		fprintf(stderr, "mgrun tokenize: --json is for encoding; "
+				"--decode always prints JSON\n");
+		return 2;
+	}
+	struct mg_tokenizer *t = mg_tokenizer_load(path);
+	if (!t) {
+		fprintf(stderr, "mgrun tokenize: %s\n", mg_last_error());
+		return 1;
+	}
+	static char obuf[1 << 16];
+	setvbuf(stdout, obuf, _IOFBF, sizeof obuf);
+	int rc = decode ? decode_lines(t, dflags)
+			: encode_lines(t, json, eflags);
+	if (fflush(stdout)) {
+		fprintf(stderr, "mgrun tokenize: write error\n");
+		rc = 1;
+	}
+	mg_tokenizer_free(t);
+	return rc;
+}

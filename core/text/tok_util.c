@@ -1,0 +1,316 @@
+/*
+ * tok_util.c - the tokenizer's small containers: string->id and
+ * (id, id)->merge hash tables (open addressing, built once at load),
+ * UTF-8 helpers, and the per-call scratch buffers encode grows.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mg/log.h"
+#include "tok_internal.h"
+
+static uint64_t hash_bytes(const char *s, size_t len)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
+static int strmap_grow(struct tok_strmap *m)
+{
+	size_t nslots = m->mask ? (m->mask + 1) * 2 : 1024;
+	uint32_t *slot = calloc(nslots, sizeof *slot);
+	if (!slot)
+		return mg_error("tokenizer: out of memory");
+	for (size_t i = 0; i < m->n; i++) {
+		uint64_t h = hash_bytes(m->pool + m->ent[i].off, m->ent[i].len);
+		size_t k = h & (nslots - 1);
+		while (slot[k])
+			k = (k + 1) & (nslots - 1);
+		slot[k] = (uint32_t)i + 1;
+	}
+	free(m->slot);
+	m->slot = slot;
+	m->mask = nslots - 1;
+	return 0;
+}
+
+/* Insert or overwrite (a later duplicate wins, as a JSON object would). */
+int tok_strmap_put(struct tok_strmap *m, const char *s, size_t len, int32_t id)
+{
+	if ((m->n + 1) * 2 > m->mask + 1 && strmap_grow(m))
+		return -1;
+	uint64_t h = hash_bytes(s, len);
+	size_t k = h & m->mask;
+	while (m->slot[k]) {
+		size_t e = m->slot[k] - 1;
+		if (m->ent[e].len == len &&
+		    !memcmp(m->pool + m->ent[e].off, s, len)) {
+			m->ent[e].id = id;
+			return 0;
+		}
+		k = (k + 1) & m->mask;
+	}
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 1024;
+		void *e = realloc(m->ent, cap * sizeof *m->ent);
+		if (!e)
+			return mg_error("tokenizer: out of memory");
+		m->ent = e;
+		m->cap = cap;
+	}
+	if (m->pool_len + len + 1 > m->pool_cap) {
+		size_t cap = m->pool_cap ? m->pool_cap * 2 : 65536;
+		while (cap < m->pool_len + len + 1)
+			cap *= 2;
+		char *p = realloc(m->pool, cap);
+		if (!p)
+			return mg_error("tokenizer: out of memory");
+		m->pool = p;
+		m->pool_cap = cap;
+	}
+	memcpy(m->pool + m->pool_len, s, len);
+	m->pool[m->pool_len + len] = 0;
+	m->ent[m->n].off = (uint32_t)m->pool_len;
+	m->ent[m->n].len = (uint32_t)len;
+	m->ent[m->n].id = id;
+	m->pool_len += len + 1;
+	m->slot[k] = (uint32_t)++m->n;
+	return 0;
+}
+
+int32_t tok_strmap_get(const struct tok_strmap *m, const char *s, size_t len)
+{
+	if (!m->n)
+		return -1;
+	size_t k = hash_bytes(s, len) & m->mask;
+	while (m->slot[k]) {
+		size_t e = m->slot[k] - 1;
+		if (m->ent[e].len == len &&
+		    !memcmp(m->pool + m->ent[e].off, s, len))
+			return m->ent[e].id;
+		k = (k + 1) & m->mask;
+	}
+	return -1;
+}
+
+void tok_strmap_free(struct tok_strmap *m)
+{
+	free(m->slot);
+	free(m->ent);
+	free(m->pool);
+	memset(m, 0, sizeof *m);
+}
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+int tok_merges_init(struct tok_merges *m, size_t n)
+{
+	size_t nslots = 1024;
+	while (nslots < n * 2 + 2)
+		nslots *= 2;
+	m->slot = calloc(nslots, sizeof *m->slot);
+	if (!m->slot)
+		return mg_error("tokenizer: out of memory");
+	m->mask = nslots - 1;
+	m->n = 0;
+	return 0;
+}
+
+/* The first rank of a pair wins (tokenizers keeps the first as well). */
+void tok_merges_put(struct tok_merges *m, int32_t l, int32_t r, int32_t rank,
+		    int32_t id)
+{
+	uint64_t key = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
+	size_t k = mix64(key) & m->mask;
+	while (m->slot[k].key) {
+		if (m->slot[k].key == key)
+			return;
+		k = (k + 1) & m->mask;
+	}
+	m->slot[k].key = key;
+	m->slot[k].rank = rank;
+	m->slot[k].id = id;
+	m->n++;
+}
+
+const struct tok_merge_ent *tok_merges_get(const struct tok_merges *m,
+					   int32_t l, int32_t r)
+{
+	uint64_t key = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
+	size_t k = mix64(key) & m->mask;
+	while (m->slot[k].key) {
+		if (m->slot[k].key == key)
+			return &m->slot[k];
+		k = (k + 1) & m->mask;
+	}
+	return NULL;
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid
+ * (overlong, surrogate, above U+10FFFF, truncated). */
+static int utf8_len(const unsigned char *s, size_t len, uint32_t *cp)
+{
+	unsigned c = s[0];
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	int n;
+	uint32_t v, min;
+	if (c >= 0xC2 && c <= 0xDF)
+		n = 2, v = c & 0x1F, min = 0x80;
+	else if (c >= 0xE0 && c <= 0xEF)
+		n = 3, v = c & 0x0F, min = 0x800;
+	else if (c >= 0xF0 && c <= 0xF4)
+		n = 4, v = c & 0x07, min = 0x10000;
+	else
+		return 0;
+	if ((size_t)n > len)
+		return 0;
+	for (int i = 1; i < n; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		v = v << 6 | (s[i] & 0x3F);
+	}
+	if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+		return 0;
+	*cp = v;
+	return n;
+}
+
+size_t tok_utf8_valid(const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0;
+	while (i < len) {
+		if (u[i] < 0x80) {
+			i++;
+			continue;
+		}
+		uint32_t cp;
+		int n = utf8_len(u + i, len - i, &cp);
+		if (!n)
+			return i;
+		i += (size_t)n;
+	}
+	return len;
+}
+
+/* Decode one character of valid UTF-8; returns its byte length. */
+int tok_utf8_decode(const char *s, size_t len, uint32_t *cp)
+{
+	int n = utf8_len((const unsigned char *)s, len, cp);
+	if (!n) {
+		*cp = 0xFFFD;
+		return 1;
+	}
+	return n;
+}
+
+int tok_utf8_encode(uint32_t cp, char *out)
+{
+	unsigned char *o = (unsigned char *)out;
+	if (cp < 0x80) {
+		o[0] = (unsigned char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (unsigned char)(0xC0 | cp >> 6);
+		o[1] = (unsigned char)(0x80 | (cp & 0x3F));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (unsigned char)(0xE0 | cp >> 12);
+		o[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+		o[2] = (unsigned char)(0x80 | (cp & 0x3F));
+		return 3;
+	}
+	o[0] = (unsigned char)(0xF0 | cp >> 18);
+	o[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+	o[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+	o[3] = (unsigned char)(0x80 | (cp & 0x3F));
+	return 4;
+}
+
+/* Unicode White_Space, what Rust's char::is_whitespace tests (used by
+ * added tokens' lstrip/rstrip). */
+int tok_is_space(uint32_t c)
+{
+	return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 ||
+	       c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+	       c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+int tok_arena_reserve(struct tok_scratch *s, size_t more)
+{
+	if (s->alen + more <= s->acap)
+		return 0;
+	size_t cap = s->acap ? s->acap : 4096;
+	while (cap < s->alen + more)
+		cap *= 2;
+	char *a = realloc(s->arena, cap);
+	if (!a)
+		return mg_error("tokenizer: out of memory");
+	s->arena = a;
+	s->acap = cap;
+	return 0;
+}
+
+int tok_arena_add(struct tok_scratch *s, const char *p, size_t len, size_t *off)
+{
+	if (tok_arena_reserve(s, len))
+		return -1;
+	memcpy(s->arena + s->alen, p, len);
+	*off = s->alen;
+	s->alen += len;
+	return 0;
+}
+
+int tok_pieces_push(struct tok_pieces *p, size_t off, size_t len, int first)
+{
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 64;
+		void *v = realloc(p->v, cap * sizeof *p->v);
+		if (!v)
+			return mg_error("tokenizer: out of memory");
+		p->v = v;
+		p->cap = cap;
+	}
+	p->v[p->n++] = (struct tok_piece){off, len, first};
+	return 0;
+}
+
+int tok_ids_push(struct mg_ids *ids, int32_t id)
+{
+	if (ids->n == ids->cap) {
+		int64_t cap = ids->cap ? ids->cap * 2 : 64;
+		int32_t *v = realloc(ids->v, (size_t)cap * sizeof *v);
+		if (!v)
+			return mg_error("tokenizer: out of memory");
+		ids->v = v;
+		ids->cap = cap;
+	}
+	ids->v[ids->n++] = id;
+	return 0;
+}
+
+void tok_scratch_free(struct tok_scratch *s)
+{
+	free(s->arena);
+	free(s->p[0].v);
+	free(s->p[1].v);
+	if (s->md)
+		pcre2_match_data_free(s->md);
+	free(s->sym);
+	free(s->heap);
+	memset(s, 0, sizeof *s);
+}
