@@ -353,6 +353,37 @@ static int cand_cmp(const void *a, const void *b)
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Keep the k best of c[0..V) in c[0..k) (unordered): a min-heap of the
+ * k best seen so far, O(V log k), instead of sorting the vocabulary. */
+static void heap_down(struct cand *h, int64_t k, int64_t i)
+{
+	for (;;) {
+		int64_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < k && cand_cmp(&h[l], &h[m]) > 0)
+			m = l;
+		if (r < k && cand_cmp(&h[r], &h[m]) > 0)
+			m = r;
+		if (m == i)
+			return;
+		struct cand tmp = h[i];
+		h[i] = h[m];
+		h[m] = tmp;
+		i = m;
+	}
+}
+
+static void keep_best(struct cand *c, int64_t V, int64_t k)
+{
+	/* heap order: the worst kept candidate at the root */
+	for (int64_t i = k / 2 - 1; i >= 0; i--)
+		heap_down(c, k, i);
+	for (int64_t i = k; i < V; i++)
+		if (cand_cmp(&c[i], &c[0]) < 0) {
+			c[0] = c[i];
+			heap_down(c, k, 0);
+		}
+}
+
 static int32_t sample(const float *z, int64_t V, const struct gen_opts *g,
 		      uint64_t key, uint64_t step, struct cand *c)
 {
@@ -369,8 +400,10 @@ static int32_t sample(const float *z, int64_t V, const struct gen_opts *g,
 		c[i].id = (int32_t)i;
 		sum += c[i].p;
 	}
-	qsort(c, (size_t)V, sizeof *c, cand_cmp);
 	int64_t k = g->top_k > 0 && g->top_k < V ? g->top_k : V;
+	if (k < V)
+		keep_best(c, V, k);
+	qsort(c, (size_t)k, sizeof *c, cand_cmp);
 	double keep = 0;
 	int64_t n = 0;
 	while (n < k) {
