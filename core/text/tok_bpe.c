@@ -88,8 +88,14 @@ static void init_chars(const struct mg_tokenizer *t, struct bpe *w,
 	size_t i = 0;
 	while (i < len) {
 		uint32_t cp;
-		int n = tok_utf8_decode(s + i, len - i, &cp);
-		int32_t id = tok_strmap_get(&t->vocab, s + i, (size_t)n);
+		int n = 1;
+		int32_t id = (unsigned char)s[i] < 0x80
+				     ? t->ascii_id[(unsigned char)s[i]]
+				     : -1;
+		if ((unsigned char)s[i] >= 0x80) {
+			n = tok_utf8_decode(s + i, len - i, &cp);
+			id = tok_strmap_get(&t->vocab, s + i, (size_t)n);
+		}
 		if (id >= 0) {
 			if (unk_len)
 				add_sym(w, t->unk_id, unk_len);

@@ -21,6 +21,8 @@ struct strv {
 
 static int sv_bytes(struct strv *v, const char *p, size_t len)
 {
+	if (!len)
+		return 0; /* also: memcpy from or to NULL is undefined */
 	if (v->len + len > v->cap) {
 		size_t cap = v->cap ? v->cap : 256;
 		while (cap < v->len + len)

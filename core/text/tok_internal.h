@@ -20,7 +20,8 @@
 
 /* String -> id open-addressing table over a string pool. */
 struct tok_strmap {
-	uint32_t *slot; /* index into ent + 1; 0 = empty */
+	uint64_t *slot; /* hash << 32 | (index into ent + 1); 0 = empty:
+			   the hash spares a cache miss on ent per probe */
 	size_t mask;
 	struct {
 		uint32_t off, len; /* in pool */
@@ -109,9 +110,10 @@ struct mg_tokenizer {
 	char **id_tok;		 /* id -> token string (vocab or added) */
 	int64_t nid;
 	struct tok_merges merges;
-	int bytelevel;	      /* a ByteLevel pre-tokenizer: model sees bytes */
-	int32_t byte_id[256]; /* byte-level: id of each byte's character;
+	int bytelevel;	       /* a ByteLevel pre-tokenizer: model sees bytes */
+	int32_t byte_id[256];  /* byte-level: id of each byte's character;
 				 byte fallback: id of <0xNN>, or -1 */
+	int32_t ascii_id[128]; /* character-level: id of each ASCII char */
 	int byte_fallback, fuse_unk, ignore_merges;
 	int32_t unk_id;
 

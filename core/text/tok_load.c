@@ -51,8 +51,15 @@ static cJSON *parse_json(const char *path, const char *buf, size_t len)
 	const char *end = NULL;
 	cJSON *j = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
 	if (!j) {
+		/* cJSON stops just past the offending byte */
 		size_t off = end && end >= buf ? (size_t)(end - buf) : 0;
-		mg_error("%s: invalid JSON at byte offset %zu", path, off);
+		size_t line = 1, col = 1;
+		for (size_t i = 0; i < off && i < len; i++, col++)
+			if (buf[i] == '\n')
+				line++, col = 0;
+		mg_error("%s: invalid JSON near byte offset %zu (line %zu, "
+			 "column %zu)",
+			 path, off, line, col);
 	}
 	return j;
 }
@@ -155,6 +162,10 @@ int tok_parse_model(struct mg_tokenizer *t, const cJSON *m)
 		}
 		free(tmp);
 	}
+	for (int b = 0; b < 128; b++) {
+		char c = (char)b;
+		t->ascii_id[b] = tok_strmap_get(&t->vocab, &c, 1);
+	}
 	for (int b = 0; b < 256; b++) {
 		char c = (char)b, name[8];
 		snprintf(name, sizeof name, "<0x%02X>", b);
@@ -165,6 +176,8 @@ int tok_parse_model(struct mg_tokenizer *t, const cJSON *m)
 	if (tok_merges_init(&t->merges, (size_t)cJSON_GetArraySize(merges)))
 		return -1;
 	int32_t rank = 0;
+	char *both = NULL;
+	size_t bcap = 0;
 	cJSON_ArrayForEach(e, merges)
 	{
 		const char *l, *r;
@@ -183,16 +196,22 @@ int tok_parse_model(struct mg_tokenizer *t, const cJSON *m)
 			r = e->child->next->valuestring;
 			rl = strlen(r);
 		} else {
+			free(both);
 			return mg_error("model: merge %d is not \"a b\" or "
 					"[a, b]",
 					rank);
 		}
-		char *both = malloc(ll + rl + 1);
-		if (!both)
-			return mg_error("tokenizer: out of memory");
+		if (ll + rl + 1 > bcap) {
+			bcap = 2 * (ll + rl + 1);
+			char *nb = realloc(both, bcap);
+			if (!nb) {
+				free(both);
+				return mg_error("tokenizer: out of memory");
+			}
+			both = nb;
+		}
 		memcpy(both, l, ll);
 		memcpy(both + ll, r, rl);
-		both[ll + rl] = 0;
 		int32_t a = tok_strmap_get(&t->vocab, l, ll);
 		int32_t b = tok_strmap_get(&t->vocab, r, rl);
 		int32_t ab = tok_strmap_get(&t->vocab, both, ll + rl);
@@ -206,9 +225,9 @@ int tok_parse_model(struct mg_tokenizer *t, const cJSON *m)
 			free(both);
 			return -1;
 		}
-		free(both);
 		tok_merges_put(&t->merges, a, b, rank++, ab);
 	}
+	free(both);
 	return 0;
 }
 

@@ -20,7 +20,7 @@ static uint64_t hash_bytes(const char *s, size_t len)
 static int strmap_grow(struct tok_strmap *m)
 {
 	size_t nslots = m->mask ? (m->mask + 1) * 2 : 1024;
-	uint32_t *slot = calloc(nslots, sizeof *slot);
+	uint64_t *slot = calloc(nslots, sizeof *slot);
 	if (!slot)
 		return mg_error("tokenizer: out of memory");
 	for (size_t i = 0; i < m->n; i++) {
@@ -28,7 +28,7 @@ static int strmap_grow(struct tok_strmap *m)
 		size_t k = h & (nslots - 1);
 		while (slot[k])
 			k = (k + 1) & (nslots - 1);
-		slot[k] = (uint32_t)i + 1;
+		slot[k] = (h >> 32) << 32 | (i + 1);
 	}
 	free(m->slot);
 	m->slot = slot;
@@ -44,8 +44,8 @@ int tok_strmap_put(struct tok_strmap *m, const char *s, size_t len, int32_t id)
 	uint64_t h = hash_bytes(s, len);
 	size_t k = h & m->mask;
 	while (m->slot[k]) {
-		size_t e = m->slot[k] - 1;
-		if (m->ent[e].len == len &&
+		size_t e = (uint32_t)m->slot[k] - 1;
+		if (m->slot[k] >> 32 == h >> 32 && m->ent[e].len == len &&
 		    !memcmp(m->pool + m->ent[e].off, s, len)) {
 			m->ent[e].id = id;
 			return 0;
@@ -76,7 +76,7 @@ int tok_strmap_put(struct tok_strmap *m, const char *s, size_t len, int32_t id)
 	m->ent[m->n].len = (uint32_t)len;
 	m->ent[m->n].id = id;
 	m->pool_len += len + 1;
-	m->slot[k] = (uint32_t)++m->n;
+	m->slot[k] = (h >> 32) << 32 | ++m->n;
 	return 0;
 }
 
@@ -84,10 +84,11 @@ int32_t tok_strmap_get(const struct tok_strmap *m, const char *s, size_t len)
 {
 	if (!m->n)
 		return -1;
-	size_t k = hash_bytes(s, len) & m->mask;
+	uint64_t h = hash_bytes(s, len);
+	size_t k = h & m->mask;
 	while (m->slot[k]) {
-		size_t e = m->slot[k] - 1;
-		if (m->ent[e].len == len &&
+		size_t e = (uint32_t)m->slot[k] - 1;
+		if (m->slot[k] >> 32 == h >> 32 && m->ent[e].len == len &&
 		    !memcmp(m->pool + m->ent[e].off, s, len))
 			return m->ent[e].id;
 		k = (k + 1) & m->mask;

@@ -8,7 +8,8 @@
  *
  * Supported is what Llama 2, Llama 3 and Mistral files use: the BPE model
  * (merges by rank, byte-level or SentencePiece-style with byte fallback
- * and unk), normalizers (Prepend, Replace, NFC, Lowercase, Sequence),
+ * and unk), normalizers (Prepend, Replace with a string, Strip,
+ * Sequence; NFC and Lowercase, which no supported file uses, are refused),
  * pre-tokenizers (Split with a PCRE2 regex, ByteLevel, Metaspace,
  * Sequence), post-processors (TemplateProcessing, ByteLevel, Sequence)
  * and decoders (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace,

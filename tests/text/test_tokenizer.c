@@ -1,0 +1,279 @@
+/*
+ * test_tokenizer.c - the tokenizer on tiny hand-written tokenizer.json
+ * files (tests/text/data), each expected id worked out by hand from the
+ * file's vocabulary, merges and components: byte-level BPE (merge ranks,
+ * the leftmost pair on equal ranks), SentencePiece-style BPE (byte
+ * fallback, fused unk, the BOS template, per-segment Prepend), added
+ * tokens (lstrip, rstrip, single_word, leftmost-longest, normalized),
+ * Split behaviours and Metaspace, decoders, the errors (an unknown
+ * component named, malformed JSON with its offset, invalid UTF-8 with its
+ * offset) and encode on several threads at once.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mg/log.h"
+#include "mg/tokenizer.h"
+
+static int fails;
+static const char *data_dir;
+
+static struct mg_tokenizer *load(const char *name)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s", data_dir, name);
+	struct mg_tokenizer *t = mg_tokenizer_load(path);
+	if (!t) {
+		fprintf(stderr, "FAIL: load %s: %s\n", name, mg_last_error());
+		exit(1);
+	}
+	return t;
+}
+
+/* Encode text and compare with the expected ids (terminated by -1). */
+static void enc(const struct mg_tokenizer *t, const char *text, unsigned flags,
+		const int32_t *want)
+{
+	struct mg_ids ids = {0};
+	int n = 0;
+	while (want[n] >= 0)
+		n++;
+	if (mg_tokenizer_encode(t, text, strlen(text), flags, &ids)) {
+		fprintf(stderr, "FAIL: encode \"%s\": %s\n", text,
+			mg_last_error());
+		fails++;
+		return;
+	}
+	int ok = ids.n == n;
+	for (int i = 0; ok && i < n; i++)
+		ok = ids.v[i] == want[i];
+	if (!ok) {
+		fprintf(stderr, "FAIL: encode \"%s\" flags %u: got", text,
+			flags);
+		for (int64_t i = 0; i < ids.n; i++)
+			fprintf(stderr, " %d", ids.v[i]);
+		fprintf(stderr, ", want");
+		for (int i = 0; i < n; i++)
+			fprintf(stderr, " %d", want[i]);
+		fputc('\n', stderr);
+		fails++;
+	}
+	free(ids.v);
+}
+#define ENC(t, text, flags, ...)                                               \
+	enc(t, text, flags, (const int32_t[]){__VA_ARGS__, -1})
+#define ENC_NONE(t, text, flags) enc(t, text, flags, (const int32_t[]){-1})
+
+static void dec(const struct mg_tokenizer *t, const int32_t *ids, int n,
+		unsigned flags, const char *want)
+{
+	char *s;
+	size_t len;
+	if (mg_tokenizer_decode(t, ids, n, flags, &s, &len)) {
+		fprintf(stderr, "FAIL: decode: %s\n", mg_last_error());
+		fails++;
+		return;
+	}
+	if (strcmp(s, want) || len != strlen(want)) {
+		fprintf(stderr, "FAIL: decode: got \"%s\", want \"%s\"\n", s,
+			want);
+		fails++;
+	}
+	free(s);
+}
+#define DEC(t, flags, want, ...)                                               \
+	dec(t, (const int32_t[]){__VA_ARGS__},                                 \
+	    (int)(sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t)),   \
+	    flags, want)
+
+/* Expect failure with a message containing every one of the strings. */
+static void expect_error(int failed, const char *what, const char *a,
+			 const char *b)
+{
+	const char *e = mg_last_error();
+	if (!failed || !e || !strstr(e, a) || (b && !strstr(e, b))) {
+		fprintf(stderr,
+			"FAIL: %s: want an error with '%s'%s%s, got "
+			"'%s'\n",
+			what, a, b ? " and " : "", b ? b : "",
+			failed ? e : "(success)");
+		fails++;
+	}
+}
+
+static void bytelevel(void)
+{
+	struct mg_tokenizer *t = load("bytelevel.json");
+	ENC(t, "hello world!", 0, 11, 16, 17);
+	ENC(t, "hello world!", MG_TOK_ADD_SPECIAL, 11, 16, 17);
+	ENC(t, "lll", 0, 9, 2); /* equal ranks: the leftmost pair first */
+	ENC(t, "hel", 0, 8, 2);
+	ENC(t, "\xc3\xa9", 0, 22); /* é: bytes C3 A9 are Ã © */
+	ENC(t, "hello\n", 0, 11, 18);
+	ENC(t, "hello<|end|>world", 0, 11, 19, 5, 13, 2, 7);
+	/* plain text: pieces "<|" "end" "|>"; with no unk token the bytes
+	 * outside the vocabulary (<, |, n, >) are dropped */
+	ENC(t, "hello<|end|>", MG_TOK_NO_ADDED, 11, 1, 7);
+	ENC_NONE(t, "", MG_TOK_ADD_SPECIAL);
+	DEC(t, 0, "hello world!", 11, 16, 17);
+	DEC(t, 0, "hello<|end|>", 11, 19);
+	DEC(t, MG_TOK_SKIP_SPECIAL, "hello", 11, 19);
+	DEC(t, 0, "\xef\xbf\xbd", 20); /* a lone C3 byte: U+FFFD */
+	char *s;
+	expect_error(mg_tokenizer_decode(t, (const int32_t[]){11, 99}, 2, 0, &s,
+					 NULL) != 0,
+		     "decode id 99", "id 99", "position 1");
+	if (mg_tokenizer_vocab_size(t) != 23 ||
+	    mg_tokenizer_token_id(t, "Ġworld") != 16 ||
+	    mg_tokenizer_token_id(t, "<|end|>") != 19 ||
+	    strcmp(mg_tokenizer_token(t, 14), "Ġwor") ||
+	    !mg_tokenizer_is_special(t, 19) || mg_tokenizer_is_special(t, 0) ||
+	    strlen(mg_tokenizer_digest(t)) != 16) {
+		fprintf(stderr, "FAIL: bytelevel accessors\n");
+		fails++;
+	}
+	struct mg_ids ids = {0};
+	expect_error(mg_tokenizer_encode(t,
+					 "ab\xff"
+					 "cd",
+					 5, 0, &ids) != 0,
+		     "invalid UTF-8", "byte offset 2", "0xff");
+	expect_error(mg_tokenizer_encode(t, "\xe2\x82", 2, 0, &ids) != 0,
+		     "truncated UTF-8", "byte offset 0", NULL);
+	expect_error(mg_tokenizer_encode(t, "a\xed\xa0\x80", 4, 0, &ids) != 0,
+		     "surrogate in UTF-8", "byte offset 1", NULL);
+	free(ids.v);
+	mg_tokenizer_free(t);
+}
+
+static void sentencepiece(void)
+{
+	struct mg_tokenizer *t = load("sp"); /* a folder: json + config */
+	ENC(t, "ab ab", 0, 10, 10);
+	ENC(t, "ab ab", MG_TOK_ADD_SPECIAL, 1, 10, 10);
+	ENC(t, "b\xc3\xa9", 0, 5, 7, 3, 4); /* é: byte fallback */
+	/* € (E2 82 AC) has no byte tokens: unk, two fused into one */
+	ENC(t,
+	    "a\xe2\x82\xac\xe2\x82\xac"
+	    "b",
+	    0, 8, 0, 7);
+	ENC_NONE(t, "", 0);
+	ENC(t, "", MG_TOK_ADD_SPECIAL, 1);
+	/* Prepend per segment between added tokens */
+	ENC(t, "a<s>b", 0, 8, 1, 5, 7);
+	DEC(t, MG_TOK_SKIP_SPECIAL, "a\xc3\xa9", 1, 8, 3, 4);
+	DEC(t, 0, "<s> a\xc3\xa9", 1, 8, 3, 4);
+	DEC(t, 0, "a\xef\xbf\xbd", 8, 3);
+	struct mg_tokenizer_specials sp;
+	mg_tokenizer_specials(t, &sp);
+	if (sp.bos != 1 || sp.eos != 2 || sp.unk != 0 || sp.pad != -1 ||
+	    sp.add_bos != 1 || sp.add_eos != 0 ||
+	    !mg_tokenizer_chat_template(t) ||
+	    strncmp(mg_tokenizer_chat_template(t), "{{ bos_token }}", 15)) {
+		fprintf(stderr, "FAIL: sp specials/config\n");
+		fails++;
+	}
+	mg_tokenizer_free(t);
+}
+
+static void added(void)
+{
+	struct mg_tokenizer *t = load("added.json");
+	ENC(t, "a <L>b", 0, 0, 10, 14); /* lstrip takes the space */
+	ENC(t, "a<R>  a", 0, 0, 11, 0); /* rstrip both spaces */
+	ENC(t, "<LL>", 0, 13);		/* longest */
+	ENC(t, "<L>", 0, 10);
+	ENC(t, "x<W>", 0, 6, 3, 5, 4); /* not a single word */
+	ENC(t, "x <W> a", 0, 6, 2, 12, 2, 0);
+	ENC(t, "aB", 0, 0, 14); /* normalized token after B->b */
+	ENC(t, "a<L>B", MG_TOK_NO_ADDED, 0, 3, 7, 4, 1);
+	ENC(t, "zz", 0, 8, 8);	     /* unk, not fused */
+	DEC(t, 0, "a   b", 0, 2, 1); /* no decoder: joined with spaces */
+	mg_tokenizer_free(t);
+}
+
+static void split(void)
+{
+	struct mg_tokenizer *t = load("split.json");
+	ENC(t, "ab1-b2 a", 0, 5, 1, 2, 8, 5);
+	DEC(t, 0, "ab1b2 a", 5, 1, 2, 8, 5);
+	mg_tokenizer_free(t);
+}
+
+static void errors(void)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/unknown.json", data_dir);
+	expect_error(!mg_tokenizer_load(path), "unknown component",
+		     "unsupported type 'Digits'", "unknown.json");
+	snprintf(path, sizeof path, "%s/malformed.json", data_dir);
+	expect_error(!mg_tokenizer_load(path), "malformed JSON",
+		     "malformed.json: invalid JSON near byte offset 65",
+		     "(line 2, column 45)");
+	snprintf(path, sizeof path, "%s/missing.json", data_dir);
+	expect_error(!mg_tokenizer_load(path), "missing file", "missing.json",
+		     "cannot open");
+}
+
+/* One tokenizer, several threads: each must get the serial ids. */
+struct job {
+	const struct mg_tokenizer *t;
+	int bad;
+};
+static void *worker(void *arg)
+{
+	struct job *j = arg;
+	struct mg_ids ids = {0};
+	for (int i = 0; i < 2000; i++) {
+		ids.n = 0;
+		if (mg_tokenizer_encode(j->t, "ab ab<s>b\xc3\xa9 a", 13,
+					MG_TOK_ADD_SPECIAL, &ids) ||
+		    ids.n != 9 || ids.v[0] != 1 || ids.v[3] != 1 ||
+		    ids.v[8] != 8)
+			j->bad++;
+	}
+	free(ids.v);
+	return NULL;
+}
+
+static void threads(void)
+{
+	struct mg_tokenizer *t = load("sp");
+	pthread_t th[4];
+	struct job j[4];
+	for (int i = 0; i < 4; i++) {
+		j[i] = (struct job){t, 0};
+		pthread_create(&th[i], NULL, worker, &j[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		if (j[i].bad) {
+			fprintf(stderr, "FAIL: thread %d: %d bad encodes\n", i,
+				j[i].bad);
+			fails++;
+		}
+	}
+	mg_tokenizer_free(t);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: test_tokenizer DATA_DIR\n");
+		return 2;
+	}
+	data_dir = argv[1];
+	bytelevel();
+	sentencepiece();
+	added();
+	split();
+	errors();
+	threads();
+	if (fails)
+		fprintf(stderr, "%d failures\n", fails);
+	else
+		printf("ok\n");
+	return fails != 0;
+}
