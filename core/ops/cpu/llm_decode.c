@@ -15,65 +15,12 @@ struct dec_geom {
 	int64_t n, Hq, Hkv, hd, pos;
 };
 
-/* Query t of head h attends cache rows 0..pos+t of head h / (Hq / Hkv):
- * a max pass, then exp-weighted values, then the normalisation. */
-#define DECODE_FN(NAME, T)                                                     \
-	static int NAME(const struct dec_geom *g, const T *q, const T *k,      \
-			const T *v, double scale, T *o, int nt)                \
-	{                                                                      \
-		const int64_t hd = g->hd, G = g->Hq / g->Hkv,                  \
-			      rows = g->pos + g->n;                            \
-		int bad = 0;                                                   \
-		_Pragma("omp parallel num_threads(nt)")                        \
-		{                                                              \
-			double *p = malloc((size_t)(rows + hd) * sizeof *p);   \
-			double *acc = p + rows;                                \
-			if (!p) {                                              \
-				_Pragma("omp atomic write") bad = 1;           \
-			}                                                      \
-			_Pragma("omp for schedule(static)") for (int64_t i =   \
-									 0;    \
-								 i <           \
-								 g->n * g->Hq; \
-								 i++)          \
-			{                                                      \
-				if (!p)                                        \
-					continue;                              \
-				const int64_t t = i / g->Hq, h = i % g->Hq,    \
-					      kh = h / G;                      \
-				const T *qt = q + i * hd;                      \
-				const int64_t last = g->pos + t;               \
-				double m = -INFINITY, l = 0;                   \
-				for (int64_t s = 0; s <= last; s++) {          \
-					const T *ks =                          \
-						k + (s * g->Hkv + kh) * hd;    \
-					double d = 0;                          \
-					for (int64_t e = 0; e < hd; e++)       \
-						d += (double)qt[e] *           \
-						     (double)ks[e];            \
-					p[s] = scale * d;                      \
-					m = fmax(m, p[s]);                     \
-				}                                              \
-				for (int64_t e = 0; e < hd; e++)               \
-					acc[e] = 0;                            \
-				for (int64_t s = 0; s <= last; s++) {          \
-					const double w = exp(p[s] - m);        \
-					const T *vs =                          \
-						v + (s * g->Hkv + kh) * hd;    \
-					l += w;                                \
-					for (int64_t e = 0; e < hd; e++)       \
-						acc[e] += w * (double)vs[e];   \
-				}                                              \
-				for (int64_t e = 0; e < hd; e++)               \
-					o[i * hd + e] = (T)(acc[e] / l);       \
-			}                                                      \
-			free(p);                                               \
-		}                                                              \
-		return bad;                                                    \
-	}
-
-DECODE_FN(decode_f32, float)
-DECODE_FN(decode_f64, double)
+#define T float
+#define FN(n) n##_f32
+#include "llm_decode_impl.h"
+#define T double
+#define FN(n) n##_f64
+#include "llm_decode_impl.h"
 
 int mg_cpu_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
 			    const struct mg_tensor *k_cache,
