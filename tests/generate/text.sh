@@ -93,5 +93,39 @@ PY
 	[ $rc -eq 2 ] && grep -q -- "--ids" "$work/$tk.none.err" ||
 		fail "$tk: no tokenizer: exit $rc: $(cat "$work/$tk.none.err")"
 done
+# Stopping at the end-of-text token: a model of 3 tokens sampled hot,
+# with the Llama 2 tokenizer's EOS (id 2) as its stop token (--ids with
+# --tokenizer), stops before 60 tokens (seed 6: after 3; a 2 in 60
+# draws of about 1 in 3 each) and never prints the 2.
+S="--set run.out_dir=$work --set run.name=eos --set run.threads=2"
+S="$S --set run.max_steps=1 --set run.batch_size=4"
+S="$S --set run.eval_batch_size=4 --set dataset.train_samples=16"
+S="$S --set dataset.test_samples=4 --set dataset.seq_len=16"
+S="$S --set dataset.min_len=8 --set dataset.vocab_size=3"
+S="$S --set model.vocab_size=3"
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $S >"$work/eos.train.log" 2>&1 || fail "eos: training"
+# shellcheck disable=SC2086
+"$mgrun" generate -c "$ini" $S --ids --tokenizer "$deps/llama2" \
+	--prompt "0 1" --temperature 3 --top-k 0 --top-p 1 --seed 6 \
+	--max-new-tokens 60 >"$work/eos.out" 2>"$work/eos.err"
+rc=$?
+echo "eos: $(cat "$work/eos.out")"
+tail -1 "$work/eos.err"
+[ $rc -eq 0 ] && grep -q "stopped at end of text token" "$work/eos.err" ||
+	fail "eos: exit $rc, did not stop at EOS: $(cat "$work/eos.err")"
+n=$(wc -w <"$work/eos.out")
+[ "$n" -ge 1 ] && [ "$n" -lt 60 ] || fail "eos: $n tokens (seed 6 stops after 3)"
+grep -qw 2 "$work/eos.out" && fail "eos: the EOS id was printed"
+# without the tokenizer the same draw runs on past where it stopped
+# shellcheck disable=SC2086
+"$mgrun" generate -c "$ini" $S --ids --prompt "0 1" --temperature 3 \
+	--top-k 0 --top-p 1 --seed 6 --max-new-tokens 60 \
+	>"$work/eos2.out" 2>/dev/null
+[ "$(wc -w <"$work/eos2.out")" -eq 60 ] || fail "no tokenizer: not 60 ids"
+[ "$(cut -d' ' -f1-$((n + 1)) "$work/eos2.out")" = \
+	"$(cat "$work/eos.out") 2" ] ||
+	fail "eos: the draws before the stop differ"
+
 [ $fails -eq 0 ] || exit 1
 echo "ok"
