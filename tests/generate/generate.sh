@@ -3,7 +3,8 @@
 # of conf/llama_tiny.ini trained for a few steps: refused before there is
 # a checkpoint; greedy output the same twice; a seed gives the same
 # output twice and another seed another output; --max-new-tokens is the
-# number of ids printed; refusals of run.gpus > 1, a bad --set, a model
+# number of ids printed; without a checkpoint the model's own (HF)
+# weights; refusals of run.gpus > 1, a bad --set, a model
 # without decode, a prompt longer than the model's positions.
 set -u
 mgrun=$1 repo=$2 work=$3
@@ -81,6 +82,53 @@ cmp -s "$work/g1.out" "$work/k1.out" || fail "--top-k 1 is not greedy"
 gen z.out z.err --ids --prompt "$P" --max-new-tokens 0
 [ $rc -eq 0 ] && [ "$(wc -w <"$work/z.out")" -eq 0 ] ||
 	fail "--max-new-tokens 0: exit $rc, '$(cat "$work/z.out")'"
+
+# No run checkpoint but a model with weights of its own: the checkpoint
+# rewritten as a Hugging Face folder (model.hf_dir) gives the same greedy
+# ids, and stderr says which weights were used (needs python3).
+if command -v python3 >/dev/null 2>&1; then
+	mkdir -p "$work/hf"
+	python3 - "$work/tiny/checkpoint.safetensors" "$work/hf" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+f = open(src, "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+head = json.loads(f.read(n))
+base = 8 + n
+out, blobs, off = {}, [], 0
+for k, v in head.items():
+    if not k.startswith("param/"):
+        continue
+    name = k[len("param/"):]
+    if name.startswith("head."):
+        name = name[len("head."):]
+    a, b = v["data_offsets"]
+    f.seek(base + a)
+    blobs.append(f.read(b - a))
+    out[name] = {"dtype": v["dtype"], "shape": v["shape"],
+                 "data_offsets": [off, off + b - a]}
+    off += b - a
+h = json.dumps(out).encode()
+h += b" " * (-len(h) % 8)
+with open(dst + "/model.safetensors", "wb") as g:
+    g.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+json.dump({"model_type": "llama", "vocab_size": 256, "hidden_size": 64,
+           "intermediate_size": 176, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2,
+           "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False},
+          open(dst + "/config.json", "w"))
+PY
+	gen hf.out hf.err --ids --prompt "$P" --greedy --max-new-tokens 12 \
+		--set model.hf_dir="$work/hf" --set run.name=fromhf
+	[ $rc -eq 0 ] && grep -q "the model's own weights (hf_dir" "$work/hf.err" ||
+		fail "hf_dir without a checkpoint: exit $rc: $(cat "$work/hf.err")"
+	cmp -s "$work/g1.out" "$work/hf.out" ||
+		fail "hf_dir weights: '$(cat "$work/hf.out")', checkpoint: '$(cat "$work/g1.out")'"
+	grep "own weights" "$work/hf.err"
+else
+	echo "(no python3: the hf_dir path is not tested)"
+fi
 
 # refusals
 gen w.out w.err --ids --prompt "$P" --set run.gpus=2
