@@ -3,8 +3,8 @@
 # of conf/llama_tiny.ini trained for a few steps: refused before there is
 # a checkpoint; greedy output the same twice; a seed gives the same
 # output twice and another seed another output; --max-new-tokens is the
-# number of ids printed; without a checkpoint the model's own (HF)
-# weights; refusals of run.gpus > 1, a bad --set, a model
+# number of ids printed; ddp_ds, fsdp and offload decode alike; without
+# a checkpoint the model's own (HF) weights; refusals of run.gpus > 1, a bad --set, a model
 # without decode, a prompt longer than the model's positions.
 set -u
 mgrun=$1 repo=$2 work=$3
@@ -82,6 +82,14 @@ cmp -s "$work/g1.out" "$work/k1.out" || fail "--top-k 1 is not greedy"
 gen z.out z.err --ids --prompt "$P" --max-new-tokens 0
 [ $rc -eq 0 ] && [ "$(wc -w <"$work/z.out")" -eq 0 ] ||
 	fail "--max-new-tokens 0: exit $rc, '$(cat "$work/z.out")'"
+
+# every strategy lends the weights for decode: the same greedy ids
+for st in ddp_ds fsdp offload; do
+	gen st.out st.err --ids --prompt "$P" --greedy --max-new-tokens 12 \
+		--set strategy.name=$st
+	cmp -s "$work/g1.out" "$work/st.out" ||
+		fail "strategy $st: exit $rc, '$(cat "$work/st.out")': $(tail -1 "$work/st.err")"
+done
 
 # No run checkpoint but a model with weights of its own: the checkpoint
 # rewritten as a Hugging Face folder (model.hf_dir) gives the same greedy
