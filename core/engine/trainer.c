@@ -1192,6 +1192,8 @@ int mg_eval_only(struct mg_session *s)
 	return rc ? 1 : 0;
 }
 
+/* ---- inference (`mgrun generate`): the --eval-only setup, kept ---- */
+
 int mg_inference_open(struct mg_session *s, struct mg_trainer **out, char *ckpt,
 		      size_t len)
 {
