@@ -1202,6 +1202,18 @@ static void llm_decode_check(enum mg_dtype dt, int64_t max_len, int64_t pos,
 					  &o.g),
 		   name))
 		gt_check(LBL("%s o", name), dt, &o, tol);
+	/* run again: bit-identical */
+	double *r1 = gt_read(&o);
+	if (!gt_ok(mg_op_attention_decode(&gt_gpu, &q.g, &kc.g, &vc.g, pos, sc,
+					  &o.g),
+		   name)) {
+		double *r2 = gt_read(&o);
+		gt_report(LBL("%s twice", name), dt,
+			  (double)bit_diffs(r1, r2, o.n), 0, 0,
+			  " (elements differing)");
+		free(r2);
+	}
+	free(r1);
 	struct gt *all[] = {&q, &kc, &vc, &o};
 	for (size_t i = 0; i < 4; i++)
 		gt_free(all[i]);
