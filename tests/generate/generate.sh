@@ -4,8 +4,9 @@
 # a checkpoint; greedy output the same twice; a seed gives the same
 # output twice and another seed another output; --max-new-tokens is the
 # number of ids printed; ddp_ds, fsdp and offload decode alike; without
-# a checkpoint the model's own (HF) weights; refusals of run.gpus > 1, a bad --set, a model
-# without decode, a prompt longer than the model's positions.
+# a checkpoint the model's own (HF) weights; refusals of run.gpus > 1, a
+# launcher's rank, a bad --set, a model without decode, a prompt longer
+# than the model's positions.
 set -u
 mgrun=$1 repo=$2 work=$3
 ini=$repo/conf/llama_tiny.ini
@@ -142,6 +143,12 @@ fi
 gen w.out w.err --ids --prompt "$P" --set run.gpus=2
 [ $rc -eq 2 ] && grep -q "one process" "$work/w.err" ||
 	fail "run.gpus=2: exit $rc: $(cat "$work/w.err")"
+# shellcheck disable=SC2086
+MG_RANK=1 MG_WORLD_SIZE=2 "$mgrun" generate -c "$ini" $S --ids --prompt "$P" \
+	>"$work/r.out" 2>"$work/r.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "rank of a multi-process job (world 2)" "$work/r.err" ||
+	fail "a launcher's rank: exit $rc: $(cat "$work/r.err")"
 gen b.out b.err --ids --prompt "$P" --set model.no_such_key=1
 [ $rc -eq 2 ] && grep -q "no_such_key" "$work/b.err" ||
 	fail "bad --set: exit $rc: $(cat "$work/b.err")"
