@@ -1,8 +1,8 @@
 /*
- * cli.c - mgrun's command line: run an experiment, a sweep, a compare, a
- * tokenize or a generate, or inspect plugins and the effective
- * configuration. Part of the mgrun executable, not libmg: it is what
- * links the analysis library.
+ * cli.c - mgrun's command line: run an experiment, a sweep or a compare,
+ * tokenize text (tokenize.c), generate text (generate.c), or inspect
+ * plugins and the effective configuration. Part of the mgrun executable,
+ * not libmg: it is what links the analysis library.
  * Exit codes: 0 success, 1 the run failed, 2 bad usage or configuration
  * (nothing run).
  */

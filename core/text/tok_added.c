@@ -12,11 +12,12 @@
 #include "mg/log.h"
 #include "tok_internal.h"
 
-static const struct tok_added *sort_base;
-static int by_first_then_longest(const void *a, const void *b)
+static int by_first_then_longest(const void *a, const void *b, void *base)
 {
-	const struct tok_added *x = &sort_base[*(const int32_t *)a];
-	const struct tok_added *y = &sort_base[*(const int32_t *)b];
+	const struct tok_added *x =
+		&((const struct tok_added *)base)[*(const int32_t *)a];
+	const struct tok_added *y =
+		&((const struct tok_added *)base)[*(const int32_t *)b];
 	unsigned char fx = (unsigned char)x->pattern[0];
 	unsigned char fy = (unsigned char)y->pattern[0];
 	if (fx != fy)
@@ -26,7 +27,6 @@ static int by_first_then_longest(const void *a, const void *b)
 	return 0;
 }
 
-/* Load time only (sort_base is not thread-safe, nor needs to be). */
 int tok_addset_build(struct mg_tokenizer *t, struct tok_addset *set,
 		     int normalized)
 {
@@ -38,9 +38,9 @@ int tok_addset_build(struct mg_tokenizer *t, struct tok_addset *set,
 		if (!!t->added[i].normalized == !!normalized &&
 		    t->added[i].plen)
 			set->idx[set->n++] = i;
-	sort_base = t->added;
-	qsort(set->idx, (size_t)set->n, sizeof *set->idx,
-	      by_first_then_longest);
+	/* qsort_r: tokenizers may be loaded on several threads at once */
+	qsort_r(set->idx, (size_t)set->n, sizeof *set->idx,
+		by_first_then_longest, t->added);
 	int k = 0;
 	for (int b = 0; b <= 256; b++) {
 		while (k < set->n &&
@@ -87,7 +87,11 @@ int tok_added_split(const struct mg_tokenizer *t, const struct tok_addset *set,
 			     k++) {
 				const struct tok_added *a =
 					&t->added[set->idx[k]];
+				/* the second byte first: Llama 3's 256
+				 * tokens all start with '<' */
 				if (a->plen <= len - i &&
+				    (a->plen < 2 ||
+				     a->pattern[1] == text[i + 1]) &&
 				    !memcmp(text + i, a->pattern, a->plen)) {
 					hit = set->idx[k];
 					break;

@@ -23,10 +23,11 @@ static int heap_less(const struct tok_heap_ent *a, const struct tok_heap_ent *b)
 	return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
 }
 
-static void heap_push(struct bpe *w, int32_t rank, int32_t pos, int32_t id)
+static void heap_push(struct bpe *w, int32_t rank, int32_t pos, int32_t id,
+		      int32_t l, int32_t r)
 {
 	size_t i = w->nh++;
-	struct tok_heap_ent e = {rank, pos, id};
+	struct tok_heap_ent e = {rank, pos, id, l, r};
 	while (i) {
 		size_t p = (i - 1) / 2;
 		if (!heap_less(&e, &w->heap[p]))
@@ -77,7 +78,7 @@ static void try_pair(const struct mg_tokenizer *t, struct bpe *w, int32_t a)
 	const struct tok_merge_ent *m =
 		tok_merges_get(&t->merges, w->sym[a].id, w->sym[b].id);
 	if (m)
-		heap_push(w, m->rank, a, m->id);
+		heap_push(w, m->rank, a, m->id, w->sym[a].id, w->sym[b].id);
 }
 
 /* The initial symbols of a character-level (SentencePiece-style) word. */
@@ -173,10 +174,15 @@ int tok_bpe_word(const struct mg_tokenizer *t, struct tok_scratch *s,
 		if (!a->len || a->next < 0)
 			continue;
 		struct tok_sym *b = &w.sym[a->next];
-		const struct tok_merge_ent *m =
-			tok_merges_get(&t->merges, a->id, b->id);
-		if (!m || m->id != top.id)
-			continue; /* stale: a neighbour merged first */
+		if (a->id != top.l || b->id != top.r) {
+			/* the pair changed since the push: valid only if the
+			 * new pair merges to the same token (tokenizers'
+			 * test), else a neighbour merged first */
+			const struct tok_merge_ent *m =
+				tok_merges_get(&t->merges, a->id, b->id);
+			if (!m || m->id != top.id)
+				continue;
+		}
 		a->id = top.id;
 		a->len += b->len;
 		b->len = 0;

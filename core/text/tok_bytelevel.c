@@ -4,6 +4,8 @@
  * U+0100 upwards, so that every byte sequence is a printable string. The
  * byte-level vocabularies (Llama 3, GPT-2) are written in it.
  */
+#include <pthread.h>
+
 #include "tok_internal.h"
 
 #define R4(a) a, a + 1, a + 2, a + 3
@@ -25,21 +27,21 @@ const uint16_t tok_byte_to_cp[256] = {
 	0xAE,	    0xAF,	R16(0xB0), R16(0xC0), R16(0xD0),
 	R16(0xE0),  R16(0xF0)};
 
+static int16_t cp_byte[0x144];
+static pthread_once_t cp_once = PTHREAD_ONCE_INIT;
+
+static void cp_init(void)
+{
+	for (int i = 0; i < 0x144; i++)
+		cp_byte[i] = -1;
+	for (int b = 0; b < 256; b++)
+		cp_byte[tok_byte_to_cp[b]] = (int16_t)b;
+}
+
 int tok_cp_to_byte(uint32_t cp)
 {
-	static int16_t inv[0x144];
-	static int init; /* benign race: every thread writes the same */
-	if (!__atomic_load_n(&init, __ATOMIC_ACQUIRE)) {
-		int16_t tmp[0x144];
-		for (int i = 0; i < 0x144; i++)
-			tmp[i] = -1;
-		for (int b = 0; b < 256; b++)
-			tmp[tok_byte_to_cp[b]] = (int16_t)b;
-		for (int i = 0; i < 0x144; i++)
-			__atomic_store_n(&inv[i], tmp[i], __ATOMIC_RELAXED);
-		__atomic_store_n(&init, 1, __ATOMIC_RELEASE);
-	}
-	return cp < 0x144 ? inv[cp] : -1;
+	pthread_once(&cp_once, cp_init);
+	return cp < 0x144 ? cp_byte[cp] : -1;
 }
 
 long tok_bytelevel_unmap(const char *s, size_t len, char *out)

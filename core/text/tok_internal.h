@@ -160,6 +160,7 @@ struct tok_scratch {
 	size_t symcap;
 	struct tok_heap_ent {
 		int32_t rank, pos, id;
+		int32_t l, r; /* the pair when pushed: still there = valid */
 	} * heap;
 	size_t heapcap;
 };
@@ -175,7 +176,6 @@ const struct tok_merge_ent *tok_merges_get(const struct tok_merges *m,
 					   int32_t l, int32_t r);
 size_t tok_utf8_valid(const char *s, size_t len); /* bad offset or len */
 int tok_utf8_decode(const char *s, size_t len, uint32_t *cp); /* bytes */
-int tok_utf8_encode(uint32_t cp, char *out);
 int tok_is_space(uint32_t cp);
 int tok_arena_reserve(struct tok_scratch *s, size_t more);
 int tok_arena_add(struct tok_scratch *s, const char *p, size_t len,

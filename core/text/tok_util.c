@@ -217,31 +217,6 @@ int tok_utf8_decode(const char *s, size_t len, uint32_t *cp)
 	return n;
 }
 
-int tok_utf8_encode(uint32_t cp, char *out)
-{
-	unsigned char *o = (unsigned char *)out;
-	if (cp < 0x80) {
-		o[0] = (unsigned char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		o[0] = (unsigned char)(0xC0 | cp >> 6);
-		o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		o[0] = (unsigned char)(0xE0 | cp >> 12);
-		o[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-		o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-		return 3;
-	}
-	o[0] = (unsigned char)(0xF0 | cp >> 18);
-	o[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
-	o[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
-	o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-	return 4;
-}
-
 /* Unicode White_Space, what Rust's char::is_whitespace tests (used by
  * added tokens' lstrip/rstrip). */
 int tok_is_space(uint32_t c)

@@ -6,8 +6,11 @@
 //
 // usage: node ref_ids.js NODE_MODULES CORPUS.jsonl OUTDIR
 // OUTDIR gets llama3.ids llama3.nospecial.ids llama2.ids
-// llama2.nospecial.ids; differences between the two Llama 3 references
-// are printed (HF tokenizers semantics decide; see ref_test.sh).
+// llama2.nospecial.ids, and NAME.dec / NAME.dec_skip: the decode of
+// NAME.ids (one JSON string per line, without / with skip_special_tokens;
+// clean_up_tokenization_spaces off, as tokenizers' decode has none).
+// Differences between the two Llama 3 references are printed (HF
+// tokenizers semantics decide; see ref_test.sh).
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -27,6 +30,17 @@ async function main() {
   write("llama2.ids", (t) => l2.encode(t));
   write("llama2.nospecial.ids",
     (t) => l2.encode(t, { add_special_tokens: false }));
+  for (const [name, tok] of [["llama3", l3], ["llama2", l2]]) {
+    const ids = texts.map((t) => tok.encode(t));
+    for (const skip of [false, true]) {
+      // decode() refuses an empty list: its text is ""
+      const dec = ids.map((v) => JSON.stringify(v.length ? tok.decode(v,
+        { skip_special_tokens: skip, clean_up_tokenization_spaces: false })
+        : ""));
+      fs.writeFileSync(path.join(out, name + (skip ? ".dec_skip" : ".dec")),
+        dec.join("\n") + "\n");
+    }
+  }
   // llama3-tokenizer-js is an ES module; it adds BOS/EOS unless told not.
   let other;
   try {

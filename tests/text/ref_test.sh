@@ -3,7 +3,8 @@
 # few hundred varied texts (make_corpus.py), for the Llama 3 and the
 # Llama 2-style (Mistral vocabulary) tokenizer.json, with and without
 # special tokens; then decode(encode(x)) == x. Prints the first mismatch
-# with its text. Exit 77 (skipped) when node, python3 or the files that
+# with its text; decode of the reference ids (with and without special
+# tokens) against the references' decode. Exit 77 (skipped) when node, python3 or the files that
 # scripts/fetch-tokenizers.sh puts in .deps are missing.
 #
 # Reference disagreements, decided by what tokenizer.json says (HF
@@ -71,6 +72,26 @@ for f in llama3 llama2; do
 	compare "$f" "$work/$f.ids" "$work/$f.got" || fail=1
 	compare "$f --no-special" "$work/$f.nospecial.ids" \
 		"$work/$f.nospecial.got" || fail=1
+	"$mgrun" tokenize --tokenizer "$tok" --decode <"$work/$f.ids" \
+		>"$work/$f.dec.got"
+	"$mgrun" tokenize --tokenizer "$tok" --decode --skip-special \
+		<"$work/$f.ids" >"$work/$f.dec_skip.got"
+	for d in dec dec_skip; do
+		python3 - "$f $d" "$work/$f.$d" "$work/$f.$d.got" <<'PY' || fail=1
+import json, sys
+name, exp, got = sys.argv[1:]
+e = [json.loads(l) for l in open(exp, encoding="utf-8")]
+g = [json.loads(l) for l in open(got, encoding="utf-8")]
+bad = [i for i in range(len(e)) if i >= len(g) or e[i] != g[i]]
+if bad or len(e) != len(g):
+    i = bad[0] if bad else len(e)
+    print(f"FAIL {name}: {len(bad)} of {len(e)} decodes differ; first, "
+          f"text {i + 1}:\n  expected {json.dumps(e[i]) if i < len(e) else ''}"
+          f"\n  mgrun    {json.dumps(g[i]) if i < len(g) else '(missing)'}")
+    sys.exit(1)
+print(f"ok {name}: {len(e)} decodes identical")
+PY
+	done
 	added=
 	[ $f = llama2 ] && added=--no-added
 	"$mgrun" tokenize --tokenizer "$tok" --json --no-special $added \
