@@ -705,6 +705,12 @@ static int run_generation(struct gen *g)
 			g->s.plugin[MG_SEC_MODEL].desc->name);
 		return 1;
 	}
+	if (g->tok && mg_tokenizer_vocab_size(g->tok) != V)
+		fprintf(stderr,
+			"generate: warning: the tokenizer has %lld tokens, the "
+			"model %lld (is it the model's tokenizer?)\n",
+			(long long)mg_tokenizer_vocab_size(g->tok),
+			(long long)V);
 	float *z = malloc((size_t)V * sizeof *z);
 	struct cand *c = malloc((size_t)V * sizeof *c);
 	if (!z || !c) {
