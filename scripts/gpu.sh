@@ -9,7 +9,8 @@
 #     train [epochs]     Fashion-MNIST per precision; fp32 must reach 92%
 #     compare [sizes] [precs]  mgrun against PyTorch (bench/mbv2_vs_torch.py)
 #     llama [steps]      LLM ops vs CPU twins, llama vs transformers
-#                        (tests/llama/hf_check.py), tiny llama training
+#                        (tests/llama/hf_check.py), tiny llama training,
+#                        then mgrun generate from it on the GPU
 #     dist [n]           n (default 2) GPUs: NCCL communicator test, strategy
 #                        equivalence with NCCL, launcher supervision
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
@@ -167,8 +168,28 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 			--set run.max_steps=${1:-120} --set run.out_dir=/tmp/mgllama \
 			--set run.name=tiny_$prec --set run.log_every=40
 	done
+	# generation on the GPU from those checkpoints (mgrun generate,
+	# decode with the key/value cache): 16 greedy ids each; in fp32 the
+	# same ids as the CPU decoding the same checkpoint
+	for prec in fp32 bf16; do
+		gset="--set run.precision=$prec --set run.out_dir=/tmp/mgllama \
+			--set run.name=tiny_$prec"
+		run test_llama_generate "generate $prec cuda" sh -c \
+			"'$mgrun' generate -c conf/llama_tiny.ini --set run.device=cuda \
+			$gset --ids --prompt '5 17 42 99 3' --greedy --max-new-tokens 16 \
+			>/tmp/mgllama/gen_$prec.cuda && cat /tmp/mgllama/gen_$prec.cuda"
+	done
+	run test_llama_generate "generate fp32 cpu" sh -c \
+		"'$mgrun' generate -c conf/llama_tiny.ini --set run.device=cpu \
+		--set run.precision=fp32 --set run.out_dir=/tmp/mgllama \
+		--set run.name=tiny_fp32 --ids --prompt '5 17 42 99 3' --greedy \
+		--max-new-tokens 16 >/tmp/mgllama/gen_fp32.cpu && \
+		cat /tmp/mgllama/gen_fp32.cpu && \
+		[ \$(wc -w </tmp/mgllama/gen_bf16.cuda) -eq 16 ] && \
+		cmp /tmp/mgllama/gen_fp32.cpu /tmp/mgllama/gen_fp32.cuda"
 	grep -E "^(ok|FAIL)|hf_check" "$out/test_llama_hf.log"
 	grep -E "^== llama|^epoch 1:|step time" "$out/test_llama_train.log"
+	grep -E "^== generate|^[0-9 ]+$|tokens/s" "$out/test_llama_generate.log"
 fi
 if [ "$what" = kernels ]; then
 	for size in $(echo "${1:-100,224,500}" | tr , ' '); do

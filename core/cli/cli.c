@@ -1,8 +1,8 @@
 /*
  * cli.c - mgrun's command line: run an experiment, a sweep or a compare,
- * tokenize text (tokenize.c), or inspect plugins and the effective
- * configuration. Part of the mgrun executable, not libmg: it is what links
- * the analysis library.
+ * tokenize text (tokenize.c), generate text (generate.c), or inspect
+ * plugins and the effective configuration. Part of the mgrun executable,
+ * not libmg: it is what links the analysis library.
  * Exit codes: 0 success, 1 the run failed, 2 bad usage or configuration
  * (nothing run).
  */
@@ -18,6 +18,7 @@
 
 int mg_main(int argc, char **argv);
 int mg_tokenize_main(int argc, char **argv); /* tokenize.c */
+int mg_generate_main(int argc, char **argv); /* generate.c */
 
 static void usage(FILE *f)
 {
@@ -29,6 +30,12 @@ static void usage(FILE *f)
 		"       mgrun compare RUN_A RUN_B [--csv]\n"
 		"       mgrun tokenize --tokenizer PATH [--json] "
 		"[--no-special] [--decode]\n"
+		"       mgrun generate -c FILE [--prompt TEXT | --prompt-file "
+		"F] [--ids]\n"
+		"              [--max-new-tokens N] [--temperature T] "
+		"[--top-k K] [--top-p P]\n"
+		"              [--seed S] [--greedy] [--tokenizer PATH] "
+		"(mgrun generate -h)\n"
 		"       mgrun -c FILE --eval-only\n"
 		"       mgrun -c FILE --print-config\n"
 		"       mgrun --list-plugins\n"
@@ -204,6 +211,10 @@ int mg_main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "tokenize")) {
 		free(sets);
 		return mg_tokenize_main(argc - 1, argv + 1);
+	}
+	if (argc > 1 && !strcmp(argv[1], "generate")) {
+		free(sets);
+		return mg_generate_main(argc - 1, argv + 1);
 	}
 	if (!sets)
 		return 1;

@@ -1192,6 +1192,49 @@ int mg_eval_only(struct mg_session *s)
 	return rc ? 1 : 0;
 }
 
+/* ---- inference (`mgrun generate`): the --eval-only setup, kept ---- */
+
+int mg_inference_open(struct mg_session *s, struct mg_trainer **out, char *ckpt,
+		      size_t len)
+{
+	struct mg_trainer *t = calloc(1, sizeof *t);
+	if (!t)
+		return mg_error("out of memory");
+	t->s = s;
+	t->t_begin = mg_now();
+	t->eval_only = true; /* a finished run's checkpoint loads too */
+	int rc = setup(t);
+	char path[PATH_MAX + 32];
+	ckpt[0] = 0;
+	if (!rc) {
+		snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
+		if (access(path, F_OK) == 0) {
+			rc = load_checkpoint(t);
+			if (!rc)
+				snprintf(ckpt, len, "%s", path);
+		}
+	}
+	if (rc) {
+		/* teardown may log: keep the reason */
+		char why[1024];
+		snprintf(why, sizeof why, "%s", mg_last_error());
+		teardown(t);
+		free(t);
+		return mg_error("%s", why);
+	}
+	t->ctx.training = false;
+	*out = t;
+	return 0;
+}
+
+void mg_inference_close(struct mg_trainer *t)
+{
+	if (!t)
+		return;
+	teardown(t);
+	free(t);
+}
+
 int mg_train(struct mg_session *s, bool resume)
 {
 	struct mg_trainer t;

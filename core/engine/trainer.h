@@ -90,7 +90,7 @@ struct mg_trainer {
 	int64_t start_step; /* first step this process runs (resume) */
 	bool eval_only;	    /* --eval-only: loads, evaluates, trains not */
 	char run_dir[PATH_MAX];
-	char cache_dir[PATH_MAX]; /* ctx->cache_dir: out_dir/cache */
+	char cache_dir[PATH_MAX];  /* ctx->cache_dir: out_dir/cache */
 	struct mg_epoch_stats *ep; /* epochs done, for report.json */
 	int nep;
 	double t_begin;
@@ -154,5 +154,17 @@ MG_INTERNAL int mg_train(struct mg_session *s, bool resume);
  * checkpoint, or of the initial weights when there is none; printed and
  * written to RUN_DIR/eval.json. */
 MG_INTERNAL int mg_eval_only(struct mg_session *s);
+/*
+ * `mgrun generate` and other inference: the run set up as --eval-only
+ * sets it up (context, plugins, the strategy holding the parameters),
+ * with the run directory's checkpoint loaded when there is one. ckpt
+ * gets that checkpoint's path, or "" when the model kept its initial
+ * weights (the caller decides whether those will do). training is off.
+ * Returns 0 with *out to close with mg_inference_close, or -1 (error
+ * set, everything freed).
+ */
+MG_INTERNAL int mg_inference_open(struct mg_session *s, struct mg_trainer **out,
+				  char *ckpt, size_t len);
+MG_INTERNAL void mg_inference_close(struct mg_trainer *t);
 
 #endif

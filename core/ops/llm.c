@@ -347,6 +347,53 @@ int mg_op_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 	}
 }
 
+/* ---- attention over a key/value cache (decoding) ------------------ */
+
+int mg_op_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
+			   const struct mg_tensor *k_cache,
+			   const struct mg_tensor *v_cache, int64_t pos,
+			   double scale, struct mg_tensor *o)
+{
+	static const char op[] = "attention_decode";
+	if (mgo_check_ctx(op, ctx) || fcheck(op, "q", ctx, q, 3) ||
+	    mgo_check(op, "k_cache", ctx, k_cache, q->dtype, 3) ||
+	    mgo_check(op, "v_cache", ctx, v_cache, q->dtype, 3) ||
+	    mgo_same_shape(op, "k_cache", k_cache, "v_cache", v_cache) ||
+	    mgo_check(op, "o", ctx, o, q->dtype, 3) ||
+	    mgo_same_shape(op, "q", q, "o", o))
+		return -1;
+	if (k_cache->shape[2] != q->shape[2]) {
+		char a[96], b[96];
+		return mg_error("%s: k_cache %s and q %s differ in the head "
+				"dimension",
+				op, mgo_shape_str(k_cache, a, sizeof a),
+				mgo_shape_str(q, b, sizeof b));
+	}
+	if (k_cache->shape[1] < 1 || q->shape[1] % k_cache->shape[1])
+		return mg_error("%s: the query heads (%lld) must be a multiple "
+				"of the key/value heads (%lld)",
+				op, (long long)q->shape[1],
+				(long long)k_cache->shape[1]);
+	const int64_t n = q->shape[0], max_len = k_cache->shape[0];
+	if (pos < 0 || pos > max_len - n)
+		return mg_error("%s: %lld new tokens at position %lld do not "
+				"fit the cache of %lld rows",
+				op, (long long)n, (long long)pos,
+				(long long)max_len);
+	switch (ctx->dev->kind) {
+	case MG_DEV_CPU:
+		return mg_cpu_attention_decode(ctx, q, k_cache, v_cache, pos,
+					       scale, o);
+#ifdef MG_HAVE_CUDA
+	case MG_DEV_CUDA:
+		return mg_cuda_attention_decode(ctx, q, k_cache, v_cache, pos,
+						scale, o);
+#endif
+	default:
+		return mgo_no_device(op, ctx);
+	}
+}
+
 /* ---- swiglu ------------------------------------------------------- */
 
 /* b of a's dtype and element count (element-wise: shapes may differ). */

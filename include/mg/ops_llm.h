@@ -88,6 +88,24 @@ mg_op_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 			 const struct mg_tensor *dout, struct mg_tensor *dq,
 			 struct mg_tensor *dk, struct mg_tensor *dv);
 
+/*
+ * Attention of new tokens over a key/value cache, for incremental
+ * decoding (`mgrun generate`): q [n, Hq, hd] are the queries of one
+ * sequence's tokens at positions pos..pos+n-1; k_cache and v_cache
+ * [max_len, Hkv, hd] hold the keys and values of positions 0..pos+n-1
+ * (rows from pos + n on are not read). Query t attends cache rows
+ * 0..pos+t, grouped-query heads as in mg_op_attention; o [n, Hq, hd] =
+ * softmax(scale * q k^T) v. Needs 0 <= pos and pos + n <= max_len. For
+ * a single document it equals the last n rows of mg_op_attention over
+ * the pos + n tokens. No backward: inference only.
+ */
+MG_EXPORT int mg_op_attention_decode(struct mg_ctx *ctx,
+				     const struct mg_tensor *q,
+				     const struct mg_tensor *k_cache,
+				     const struct mg_tensor *v_cache,
+				     int64_t pos, double scale,
+				     struct mg_tensor *o);
+
 /* SwiGLU: h = silu(g) * u, element-wise (silu(g) = g / (1 + e^-g)).
  * g, u, h of equal numel; h may alias g or u. */
 MG_EXPORT int mg_op_swiglu(struct mg_ctx *ctx, const struct mg_tensor *g,

@@ -1171,6 +1171,54 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 		gt_free(all[i]);
 }
 
+/* Decoding over a key/value cache: n queries at pos..pos+n-1 against
+ * random cache rows (rows past pos + n are NaN: never read). */
+static void llm_decode_check(enum mg_dtype dt, int64_t max_len, int64_t pos,
+			     int64_t n, int64_t Hq, int64_t Hkv, int64_t hd)
+{
+	const double tol = gt_tol(dt), sc = 1 / sqrt((double)hd);
+	struct gt q, kc, vc, o;
+	char name[112];
+	snprintf(name, sizeof name,
+		 "attention_decode len%lld pos%lld n%lld Hq%lld Hkv%lld "
+		 "hd%lld",
+		 (long long)max_len, (long long)pos, (long long)n,
+		 (long long)Hq, (long long)Hkv, (long long)hd);
+	gt_make(&q, dt, -1, 3, n, Hq, hd, 0);
+	gt_make(&kc, dt, -1, 3, max_len, Hkv, hd, 0);
+	gt_make(&vc, dt, -1, 3, max_len, Hkv, hd, 0);
+	gt_make(&o, dt, -1, 3, n, Hq, hd, 0);
+	gt_rand(&q, -2, 2);
+	gt_rand(&kc, -2, 2);
+	gt_rand(&vc, -1, 1);
+	for (int64_t i = (pos + n) * Hkv * hd; i < kc.n; i++)
+		kc.v[i] = vc.v[i] = NAN;
+	gt_upload(&kc);
+	gt_upload(&vc);
+	gt_poison(&o);
+	CPU(mg_op_attention_decode(&gt_cpu, &q.c, &kc.c, &vc.c, pos, sc, &o.c),
+	    name);
+	if (!gt_ok(mg_op_attention_decode(&gt_gpu, &q.g, &kc.g, &vc.g, pos, sc,
+					  &o.g),
+		   name))
+		gt_check(LBL("%s o", name), dt, &o, tol);
+	/* run again: bit-identical */
+	double *r1 = gt_read(&o);
+	if (!gt_ok(mg_op_attention_decode(&gt_gpu, &q.g, &kc.g, &vc.g, pos, sc,
+					  &o.g),
+		   name)) {
+		double *r2 = gt_read(&o);
+		gt_report(LBL("%s twice", name), dt,
+			  (double)bit_diffs(r1, r2, o.n), 0, 0,
+			  " (elements differing)");
+		free(r2);
+	}
+	free(r1);
+	struct gt *all[] = {&q, &kc, &vc, &o};
+	for (size_t i = 0; i < 4; i++)
+		gt_free(all[i]);
+}
+
 static void llm_swiglu_check(enum mg_dtype dt, int64_t n)
 {
 	const double tol = gt_tol(dt);
@@ -1223,6 +1271,13 @@ static void test_llm(void)
 		llm_attention_check(dt, 4, 37, 4, 2, 16);
 		llm_attention_check(dt, 3, 11, 4, 4, 8);
 		llm_attention_check(dt, 2, 70, 2, 1, 256);
+		/* decoding: prefill, one token at a long position, chunk
+		 * boundaries of the CUDA kernel (128 keys), hd 256 */
+		llm_decode_check(dt, 64, 0, 37, 8, 2, 64);
+		llm_decode_check(dt, 1000, 700, 1, 32, 8, 128);
+		llm_decode_check(dt, 300, 127, 130, 4, 1, 16);
+		llm_decode_check(dt, 20, 3, 2, 2, 1, 256);
+		llm_decode_check(dt, 9, 8, 1, 3, 3, 8);
 		llm_swiglu_check(dt, 8 * 512 * 1376);
 		llm_swiglu_check(dt, 1001);
 	}

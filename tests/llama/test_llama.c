@@ -13,7 +13,8 @@
  * tied or untied embeddings), masking (a masked label or a padding token
  * changes nothing; the loss counts exactly the unmasked labels; a packed
  * document does not see the one before it), errors
- * (non-token input, bad HF folders named).
+ * (non-token input, bad HF folders named), decode (incremental decoding
+ * with the key/value cache against the forward's per-token losses).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -311,6 +312,150 @@ static void test_errors(void)
 	rmdir(dir);
 }
 
+/* ------------------------------------------------------------------ */
+/* Incremental decoding with the key/value cache against the forward.   */
+
+/* -log softmax(z)[y] in double, and the bound on its error from z's
+ * rounding to F32 (each logit off by at most |z| 2^-24, so the value by
+ * at most twice the largest). */
+static double nll_of(const float *z, int64_t V, int32_t y, double *bound)
+{
+	double m = -INFINITY, big = 0;
+	for (int64_t i = 0; i < V; i++) {
+		m = fmax(m, z[i]);
+		big = fmax(big, fabs(z[i]));
+	}
+	double l = 0;
+	for (int64_t i = 0; i < V; i++)
+		l += exp((double)z[i] - m);
+	*bound = 2 * big * ldexp(1, -24) + 1e-12;
+	return m + log(l) - z[y];
+}
+
+/* The forward's loss with every label masked but position t's (ids[t+1]),
+ * one document of T tokens: -log p(ids[t+1] | ids[0..t]) in fp64. */
+static double fwd_nll(struct env *e, const int32_t *ids, int T, int t)
+{
+	int32_t in[64], lab[64], pos[64], len[1] = {T};
+	int64_t s2[2] = {1, T}, s1[1] = {1};
+	for (int j = 0; j < T; j++) {
+		in[j] = ids[j];
+		lab[j] = j == t ? ids[j + 1] : MG_IGNORE_INDEX;
+		pos[j] = j;
+	}
+	struct mg_batch b = {0};
+	b.input = mg_tensor_make(in, MG_I32, MG_DEV_CPU, 2, s2);
+	b.labels = mg_tensor_make(lab, MG_I32, MG_DEV_CPU, 2, s2);
+	b.positions = mg_tensor_make(pos, MG_I32, MG_DEV_CPU, 2, s2);
+	b.lens = mg_tensor_make(len, MG_I32, MG_DEV_CPU, 1, s1);
+	b.lens_host = len;
+	b.n = 1;
+	b.seq = T;
+	double count = 0, l = loss_of(e, &b, &count);
+	CHECK(count == 1);
+	return l;
+}
+
+/*
+ * The oracle: on a random model (weights scaled up so attention is far
+ * from uniform), the next-token log-probabilities decode gives, after a
+ * prefill of P tokens and then one token a call, equal the training
+ * forward's per-token losses on the same sequence, up to the F32
+ * rounding of the logits decode returns; a prefill of everything at once
+ * and token-by-token decoding give the same last logits; a new sequence
+ * at position 0 starts clean; misuse is refused.
+ */
+static void decode_check(const char *lines)
+{
+	struct env e;
+	if (env_open(&e, lines)) {
+		fail("decode '%s': %s", lines, mg_last_error());
+		env_close(&e);
+		return;
+	}
+	if (!M->decode) {
+		fail("llama declares no decode op");
+		env_close(&e);
+		return;
+	}
+	for (int i = 0; i < e.st.spec.nparams; i++) {
+		struct mg_tensor *p = &e.st.p[i];
+		for (int64_t j = 0; j < mg_tensor_numel(p); j++)
+			((double *)p->data)[j] *= 4;
+	}
+	enum { T = 14, P = 5, V = 32, MAXLEN = T + 3 };
+	int32_t ids[T];
+	for (int j = 0; j < T; j++)
+		ids[j] = (int32_t)(mg_rng_u64(17, (uint64_t)j) % V);
+	float z[V], zall[V];
+	double worst = 0;
+	e.ctx.training = false;
+	/* prefill P tokens, then one at a time */
+	int rc = M->decode(e.model, &e.ctx, ids, P, 0, MAXLEN, z);
+	CHECK(rc == 0);
+	for (int t = P - 1; t < T - 1 && rc == 0; t++) {
+		if (t >= P)
+			rc = M->decode(e.model, &e.ctx, &ids[t], 1, t, MAXLEN,
+				       z);
+		CHECK(rc == 0);
+		double bound, got = nll_of(z, V, ids[t + 1], &bound);
+		double want = fwd_nll(&e, ids, T, t);
+		worst = fmax(worst, fabs(got - want));
+		if (!(fabs(got - want) <= bound))
+			fail("decode '%s': token %d: -log p %.15g, forward "
+			     "%.15g (bound %.2g)",
+			     lines, t + 1, got, want, bound);
+	}
+	if (rc)
+		fail("decode '%s': %s", lines, mg_last_error());
+	/* a new sequence: token by token from position 0, every position
+	 * against the forward; its last logits against one prefill */
+	for (int t = 0; t < T - 1 && rc == 0; t++) {
+		rc = M->decode(e.model, &e.ctx, &ids[t], 1, t, MAXLEN, z);
+		CHECK(rc == 0);
+		double bound, got = nll_of(z, V, ids[t + 1], &bound);
+		double want = fwd_nll(&e, ids, T, t);
+		worst = fmax(worst, fabs(got - want));
+		if (!(fabs(got - want) <= bound))
+			fail("decode '%s' one by one: token %d: -log p %.15g, "
+			     "forward %.15g",
+			     lines, t + 1, got, want);
+	}
+	CHECK(M->decode(e.model, &e.ctx, ids, T - 1, 0, MAXLEN, zall) == 0);
+	for (int i = 0; i < V; i++)
+		if (!(fabsf(z[i] - zall[i]) <= fabsf(zall[i]) * 0x1p-23f))
+			fail("decode '%s': logit %d after one prefill %.9g, "
+			     "token by token %.9g",
+			     lines, i, zall[i], z[i]);
+	/* misuse: a gap in the sequence, past max_len, a bad id, a sequence
+	 * longer than the model's positions */
+	CHECK(M->decode(e.model, &e.ctx, ids, 1, T, MAXLEN, z) != 0);
+	CHECK(strstr(mg_last_error(), "does not continue") != NULL);
+	CHECK(M->decode(e.model, &e.ctx, ids, 5, T - 1, MAXLEN, z) != 0);
+	CHECK(strstr(mg_last_error(), "pos + n <= max_len") != NULL);
+	int32_t bad = V;
+	CHECK(M->decode(e.model, &e.ctx, &bad, 1, 0, MAXLEN, z) != 0);
+	CHECK(strstr(mg_last_error(), "outside the vocabulary") != NULL);
+	CHECK(M->decode(e.model, &e.ctx, ids, 2, 0, 1 << 20, z) != 0);
+	CHECK(strstr(mg_last_error(), "max_position_embeddings") != NULL);
+	ts_check_step(&e.st, false);
+	printf("decode '%s': worst |log p - forward| %.2e\n", lines, worst);
+	env_close(&e);
+}
+
+static void test_decode(void)
+{
+	/* GQA 4/2 untied; multi-query tied with another rope base; plain
+	 * multi-head with a llama3 rope scaling preset's shape */
+	decode_check(tiny);
+	decode_check("vocab_size = 32\nhidden_size = 16\nnum_heads = 4\n"
+		     "num_kv_heads = 1\nintermediate_size = 24\nnum_layers = "
+		     "2\ntie_embeddings = yes\nrope_theta = 100\n");
+	decode_check("vocab_size = 32\nhidden_size = 32\nnum_heads = 2\n"
+		     "num_kv_heads = 2\nintermediate_size = 40\nnum_layers = "
+		     "3\ntie_embeddings = no\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -332,6 +477,8 @@ int main(int argc, char **argv)
 		test_masking();
 	else if (!strcmp(argv[2], "errors"))
 		test_errors();
+	else if (!strcmp(argv[2], "decode"))
+		test_decode();
 	else {
 		fprintf(stderr, "unknown test %s\n", argv[2]);
 		return 2;

@@ -1,7 +1,7 @@
 /*
  * test_ops_llm.c - checks of the CPU LLM ops (ops_llm.h).
  *
- *   test_ops_llm embedding|rmsnorm|rope|attention|swiglu|precision|
+ *   test_ops_llm embedding|rmsnorm|rope|attention|decode|swiglu|precision|
  *                errors|determinism
  *
  * Forwards against naive direct formulas (attention materialises the
@@ -417,6 +417,99 @@ static void test_attention(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Attention over a key/value cache (decoding).                        */
+
+static void expect_error(const char *what, int rc, const char *needle);
+
+/* One document of L tokens: decoding its last n queries at pos = L - n
+ * against a cache of max_len > L rows (rows from L on are NaN, so a read
+ * past the valid rows shows) must give mg_op_attention's last n rows;
+ * F32 must stay close to F64, and the result must not depend on the
+ * thread count. */
+static void decode_case(int64_t L, int64_t n, int64_t Hq, int64_t Hkv,
+			int64_t hd)
+{
+	char name[96], buf[160];
+	snprintf(name, sizeof name,
+		 "attention_decode L%lld n%lld Hq%lld Hkv%lld hd%lld",
+		 (long long)L, (long long)n, (long long)Hq, (long long)Hkv,
+		 (long long)hd);
+	const int64_t max_len = L + 3, pos = L - n;
+	struct mg_tensor q = mk(MG_F64, 4, 1, L, Hq, hd);
+	struct mg_tensor k = mk(MG_F64, 4, 1, L, Hkv, hd);
+	struct mg_tensor v = clone(&k), o = clone(&q);
+	struct mg_tensor pos_t = mk(MG_I32, 2, 1, L, 0, 0);
+	for (int64_t t = 0; t < L; t++)
+		I(&pos_t)[t] = (int32_t)t;
+	const double scale = 1 / sqrt((double)hd);
+	fill_rand(&q, 2), fill_rand(&k, 2), fill_rand(&v, 1);
+	CHECK_OK(mg_op_attention(&ctx, &q, &k, &v, &pos_t, scale, &o, NULL));
+	struct mg_tensor kc = mk(MG_F64, 3, max_len, Hkv, hd, 0);
+	struct mg_tensor vc = clone(&kc);
+	fill_nan(&kc), fill_nan(&vc);
+	memcpy(kc.data, k.data, mg_tensor_bytes(&k));
+	memcpy(vc.data, v.data, mg_tensor_bytes(&v));
+	struct mg_tensor qn = mk(MG_F64, 3, n, Hq, hd, 0), on = clone(&qn);
+	memcpy(qn.data, D(&q) + pos * Hq * hd, mg_tensor_bytes(&qn));
+	fill_nan(&on);
+	CHECK_OK(mg_op_attention_decode(&ctx, &qn, &kc, &vc, pos, scale, &on));
+	snprintf(buf, sizeof buf, "%s vs attention", name);
+	expect_close(buf, D(&on), D(&o) + pos * Hq * hd, N_(&on), 1e-13);
+	/* F32 against F64 */
+	struct mg_tensor q32 = to_f32(&qn), k32 = to_f32(&kc),
+			 v32 = to_f32(&vc), o32 = to_f32(&on);
+	CHECK_OK(mg_op_attention_decode(&ctx, &q32, &k32, &v32, pos, scale,
+					&o32));
+	snprintf(buf, sizeof buf, "%s f32", name);
+	expect_close32(buf, &o32, &on, 1e-5);
+	/* one thread and all: bit-identical */
+	struct mg_tensor o1 = clone(&o32);
+	dev.threads = 1;
+	CHECK_OK(mg_op_attention_decode(&ctx, &q32, &k32, &v32, pos, scale,
+					&o1));
+	dev.threads = 0;
+	if (memcmp(o1.data, o32.data, mg_tensor_bytes(&o1)))
+		fail("%s: differs between thread counts", name);
+	struct mg_tensor *all[] = {&q,	&k,  &v,   &o,	 &pos_t, &kc,  &vc,
+				   &qn, &on, &q32, &k32, &v32,	 &o32, &o1};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		del(all[i]);
+}
+
+static void test_decode(void)
+{
+	decode_case(9, 9, 4, 2, 8);   /* prefill of a whole prompt, GQA */
+	decode_case(9, 1, 4, 2, 8);   /* one token after eight */
+	decode_case(12, 3, 4, 1, 16); /* multi-query, a few tokens */
+	decode_case(1, 1, 2, 2, 8);   /* the first token alone */
+	decode_case(40, 1, 6, 3, 32); /* a longer cache, GQA 2:1 */
+	/* argument errors */
+	struct mg_tensor q = mk(MG_F64, 3, 2, 4, 8, 0), o = clone(&q);
+	struct mg_tensor kc = mk(MG_F64, 3, 5, 2, 8, 0);
+	struct mg_tensor k3 = mk(MG_F64, 3, 5, 3, 8, 0);
+	struct mg_tensor kd = mk(MG_F64, 3, 5, 2, 4, 0);
+	struct mg_tensor k32 = mk(MG_F32, 3, 5, 2, 8, 0);
+	expect_error("attention_decode past the cache",
+		     mg_op_attention_decode(&ctx, &q, &kc, &kc, 4, 1, &o),
+		     "2 new tokens at position 4 do not fit the cache of 5");
+	expect_error("attention_decode negative position",
+		     mg_op_attention_decode(&ctx, &q, &kc, &kc, -1, 1, &o),
+		     "position -1");
+	expect_error("attention_decode heads",
+		     mg_op_attention_decode(&ctx, &q, &k3, &k3, 0, 1, &o),
+		     "multiple of the key/value heads");
+	expect_error("attention_decode head dim",
+		     mg_op_attention_decode(&ctx, &q, &kd, &kd, 0, 1, &o),
+		     "head dimension");
+	expect_error("attention_decode dtypes",
+		     mg_op_attention_decode(&ctx, &q, &k32, &k32, 0, 1, &o),
+		     "k_cache is F32");
+	struct mg_tensor *all[] = {&q, &o, &kc, &k3, &kd, &k32};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		del(all[i]);
+}
+
+/* ------------------------------------------------------------------ */
 /* SwiGLU.                                                             */
 
 struct swi_fd {
@@ -738,6 +831,7 @@ int main(int argc, char **argv)
 		{"rmsnorm", test_rmsnorm},
 		{"rope", test_rope},
 		{"attention", test_attention},
+		{"decode", test_decode},
 		{"swiglu", test_swiglu},
 		{"precision", test_precision},
 		{"errors", test_errors},

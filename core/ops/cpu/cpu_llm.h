@@ -38,6 +38,11 @@ int mg_cpu_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 			      const struct mg_tensor *dout,
 			      struct mg_tensor *dq, struct mg_tensor *dk,
 			      struct mg_tensor *dv);
+/* q [n, Hq, hd] over cache rows 0..pos+t (llm_decode.c). */
+int mg_cpu_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
+			    const struct mg_tensor *k_cache,
+			    const struct mg_tensor *v_cache, int64_t pos,
+			    double scale, struct mg_tensor *o);
 int mg_cpu_swiglu(struct mg_ctx *ctx, const struct mg_tensor *g,
 		  const struct mg_tensor *u, struct mg_tensor *h);
 int mg_cpu_swiglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,

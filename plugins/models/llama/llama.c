@@ -89,6 +89,7 @@ static void llama_destroy(void *self)
 	mg_buf_free(m->ctx, &m->inv_freq);
 	mg_buf_free(m->ctx, &m->arena);
 	mg_buf_free(m->ctx, &m->work);
+	llama_decode_free(m);
 	free(m);
 }
 
@@ -165,12 +166,19 @@ static int llama_bwd(void *self, struct mg_ctx *ctx)
 	return llama_backward(self, ctx);
 }
 
+static int llama_dec(void *self, struct mg_ctx *ctx, const int32_t *ids,
+		     int64_t n, int64_t pos, int64_t max_len, float *logits)
+{
+	return llama_decode(self, ctx, ids, n, pos, max_len, logits);
+}
+
 static const struct mg_model_ops llama_ops = {
 	.declare = llama_declare,
 	.init_unit = llama_init,
 	.forward = llama_fwd,
 	.backward = llama_bwd,
 	.metrics = llama_metrics,
+	.decode = llama_dec,
 };
 
 static const struct mg_plugin llama_plugin = {

@@ -76,6 +76,10 @@ struct llama {
 	bool have_fwd;
 	bool warned_len; /* rows longer than max_position_embeddings */
 	struct mg_tensor ids, labels, positions; /* of the last forward */
+	/* decoding (llama_decode.c): key and value caches, [layers]
+	 * [dec_max, kv_heads, head_dim] each; dec_len positions filled */
+	struct mg_buf kcache, vcache, dec_work, dec_io;
+	int64_t dec_max, dec_len;
 };
 
 /* llama_init.c: a unit's initial values (HF's initialisation: normal
@@ -95,5 +99,11 @@ int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst);
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		  struct mg_tensor *metrics);
 int llama_backward(struct llama *m, struct mg_ctx *ctx);
+
+/* llama_decode.c: the model op decode (model.h) with a key/value
+ * cache; decode_free releases the cache (destroy). */
+int llama_decode(struct llama *m, struct mg_ctx *ctx, const int32_t *ids,
+		 int64_t n, int64_t pos, int64_t max_len, float *logits);
+void llama_decode_free(struct llama *m);
 
 #endif

@@ -1,0 +1,293 @@
+/*
+ * llama_decode.c - incremental decoding for `mgrun generate` (the model
+ * op decode of ABI 1.4): the decoder run over a sequence's new tokens
+ * only, with every layer's keys and values of the earlier tokens kept in
+ * a cache, so generating N tokens costs N small passes rather than N
+ * passes over the whole growing sequence.
+ *
+ * The cache is [layers][max_len, kv_heads, head_dim] for keys and the
+ * same for values, in the compute dtype on the device, sized at pos 0
+ * for the max_len the caller promises. A call's k and v projections are
+ * written straight into their cache rows pos..pos+n-1 and rotated there;
+ * mg_op_attention_decode then lets the new queries attend rows
+ * 0..pos+t. The computation is the training forward's, op for op, so its
+ * log-probabilities equal the forward's loss (tests/llama: decode).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama.h"
+
+/* Byte offsets in the per-call work buffer for n new tokens. */
+struct dlay {
+	size_t x, h, q, o, t, g, u, hn, logits, lf32, total;
+};
+
+static size_t dal(size_t b)
+{
+	return (b + 255) & ~(size_t)255;
+}
+
+static void dlayout(const struct llama *m, int64_t n, struct dlay *L)
+{
+	const struct llama_cfg *c = &m->c;
+	const size_t es = mg_dtype_size(m->ctx->compute_dtype);
+	const size_t N = (size_t)n, D = (size_t)c->dim,
+		     qd = (size_t)(c->heads * c->head_dim), I = (size_t)c->ffn,
+		     V = (size_t)c->vocab;
+	size_t o = 0;
+#define DSLOT(f, bytes)                                                        \
+	do {                                                                   \
+		L->f = o;                                                      \
+		o += dal(bytes);                                               \
+	} while (0)
+	DSLOT(x, N * D * es);
+	DSLOT(h, N * D * es);
+	DSLOT(q, N * qd * es);
+	DSLOT(o, N * qd * es);
+	DSLOT(t, N * D * es);
+	DSLOT(g, N * I * es);
+	DSLOT(u, N * I * es);
+	DSLOT(hn, D * es);
+	DSLOT(logits, V * es);
+	DSLOT(lf32, V * sizeof(float));
+#undef DSLOT
+	L->total = o;
+}
+
+/* A tensor of dtype dt at byte offset off of base, on the model's
+ * device. */
+static struct mg_tensor tat(const struct llama *m, void *base, size_t off,
+			    enum mg_dtype dt, int ndim, int64_t a, int64_t b,
+			    int64_t c, int64_t d)
+{
+	int64_t shape[4] = {a, b, c, d};
+	return mg_tensor_make((char *)base + off, dt, m->ctx->dev->kind, ndim,
+			      shape);
+}
+
+/* Bytes of one layer's key (or value) cache. */
+static size_t cache_layer_bytes(const struct llama *m, int64_t max_len)
+{
+	return dal((size_t)(max_len * m->c.kv_heads * m->c.head_dim) *
+		   mg_dtype_size(m->ctx->compute_dtype));
+}
+
+/* Start a sequence: the caches for max_len positions. */
+static int cache_begin(struct llama *m, struct mg_ctx *ctx, int64_t max_len)
+{
+	const struct llama_cfg *c = &m->c;
+	if (max_len > c->max_positions)
+		return mg_error("llama decode: a sequence of up to %lld tokens "
+				"exceeds max_position_embeddings = %lld "
+				"(shorten the prompt or the tokens to "
+				"generate)",
+				(long long)max_len,
+				(long long)c->max_positions);
+	const size_t per = cache_layer_bytes(m, max_len);
+	if (mg_buf_reserve(ctx, &m->kcache, per * (size_t)c->layers,
+			   MG_MEM_ACTIVATIONS) ||
+	    mg_buf_reserve(ctx, &m->vcache, per * (size_t)c->layers,
+			   MG_MEM_ACTIVATIONS))
+		return mg_error_prefix("llama decode: key/value cache of %lld "
+				       "positions",
+				       (long long)max_len);
+	m->dec_max = max_len;
+	m->dec_len = 0;
+	return 0;
+}
+
+/* Layer l's cache as [max_len, kv_heads, head_dim] (key or value). */
+static struct mg_tensor cache_of(const struct llama *m, struct mg_buf *b, int l)
+{
+	const size_t per = cache_layer_bytes(m, m->dec_max);
+	return tat(m, b->ptr, per * (size_t)l, m->ctx->compute_dtype, 3,
+		   m->dec_max, m->c.kv_heads, m->c.head_dim, 0);
+}
+
+/* Rows pos..pos+n-1 of a layer's cache, as [n, kv_dim] (the projection's
+ * output) and [1, n, kv_heads, head_dim] (rope's view). */
+static void cache_rows(const struct llama *m, struct mg_buf *b, int l,
+		       int64_t pos, int64_t n, struct mg_tensor *flat,
+		       struct mg_tensor *r4)
+{
+	const struct llama_cfg *c = &m->c;
+	const enum mg_dtype dt = m->ctx->compute_dtype;
+	const int64_t kvd = c->kv_heads * c->head_dim;
+	const size_t off = cache_layer_bytes(m, m->dec_max) * (size_t)l +
+			   (size_t)(pos * kvd) * mg_dtype_size(dt);
+	*flat = tat(m, b->ptr, off, dt, 2, n, kvd, 0, 0);
+	*r4 = tat(m, b->ptr, off, dt, 4, 1, n, c->kv_heads, c->head_dim);
+}
+
+/* One decoder layer over the n new tokens in x (updated in place). */
+static int layer_decode(struct llama *m, struct mg_ctx *ctx,
+			const struct mg_tensor *W, int l, const struct dlay *L,
+			int64_t n, int64_t pos,
+			const struct mg_tensor *positions)
+{
+	const struct llama_cfg *c = &m->c;
+	const enum mg_dtype dt = ctx->compute_dtype;
+	const int64_t D = c->dim, qd = c->heads * c->head_dim, I = c->ffn;
+	void *B = m->dec_work.ptr;
+	struct mg_tensor x = tat(m, B, L->x, dt, 2, n, D, 0, 0),
+			 h = tat(m, B, L->h, dt, 2, n, D, 0, 0),
+			 q = tat(m, B, L->q, dt, 2, n, qd, 0, 0),
+			 q4 = tat(m, B, L->q, dt, 4, 1, n, c->heads,
+				  c->head_dim),
+			 q3 = tat(m, B, L->q, dt, 3, n, c->heads, c->head_dim,
+				  0),
+			 o = tat(m, B, L->o, dt, 2, n, qd, 0, 0),
+			 o3 = tat(m, B, L->o, dt, 3, n, c->heads, c->head_dim,
+				  0),
+			 t = tat(m, B, L->t, dt, 2, n, D, 0, 0),
+			 g = tat(m, B, L->g, dt, 2, n, I, 0, 0),
+			 u = tat(m, B, L->u, dt, 2, n, I, 0, 0);
+	struct mg_tensor kf, k4, vf, v4;
+	cache_rows(m, &m->kcache, l, pos, n, &kf, &k4);
+	cache_rows(m, &m->vcache, l, pos, n, &vf, &v4);
+	struct mg_tensor kc = cache_of(m, &m->kcache, l),
+			 vc = cache_of(m, &m->vcache, l);
+	int64_t half = c->head_dim / 2;
+	struct mg_tensor f = mg_tensor_make(m->inv_freq.ptr, MG_F32,
+					    ctx->dev->kind, 1, &half);
+	const double eps = c->norm_eps, scale = 1.0 / sqrt((double)c->head_dim);
+	return mg_op_rmsnorm(ctx, &x, &W[LP_IN_NORM], eps, &h, NULL) ||
+	       mg_op_linear(ctx, &h, &W[LP_Q], NULL, &q) ||
+	       mg_op_linear(ctx, &h, &W[LP_K], NULL, &kf) ||
+	       mg_op_linear(ctx, &h, &W[LP_V], NULL, &vf) ||
+	       mg_op_rope(ctx, &q4, positions, &f) ||
+	       mg_op_rope(ctx, &k4, positions, &f) ||
+	       mg_op_attention_decode(ctx, &q3, &kc, &vc, pos, scale, &o3) ||
+	       mg_op_linear(ctx, &o, &W[LP_O], NULL, &t) ||
+	       mg_op_add(ctx, &x, &t, &x) ||
+	       mg_op_rmsnorm(ctx, &x, &W[LP_POST_NORM], eps, &h, NULL) ||
+	       mg_op_linear(ctx, &h, &W[LP_GATE], NULL, &g) ||
+	       mg_op_linear(ctx, &h, &W[LP_UP], NULL, &u) ||
+	       mg_op_swiglu(ctx, &g, &u, &g) ||
+	       mg_op_linear(ctx, &g, &W[LP_DOWN], NULL, &t) ||
+	       mg_op_add(ctx, &x, &t, &x);
+}
+
+/* Final norm and head on the last token; F32 logits to the host. */
+static int head_decode(struct llama *m, struct mg_ctx *ctx,
+		       const struct dlay *L, int64_t n, float *logits)
+{
+	const struct llama_cfg *c = &m->c;
+	const enum mg_dtype dt = ctx->compute_dtype;
+	const enum mg_phase ph = MG_PHASE_FORWARD;
+	void *B = m->dec_work.ptr;
+	const size_t es = mg_dtype_size(dt);
+	struct mg_tensor xl = tat(m, B, L->x + (size_t)((n - 1) * c->dim) * es,
+				  dt, 2, 1, c->dim, 0, 0),
+			 hn = tat(m, B, L->hn, dt, 2, 1, c->dim, 0, 0),
+			 lg = tat(m, B, L->logits, dt, 2, 1, c->vocab, 0, 0);
+	const int head = LLAMA_UNIT_HEAD(c);
+	struct mg_unit_view *v = mg_acquire(ctx, head, ph);
+	if (!v)
+		return -1;
+	int rc = mg_op_rmsnorm(ctx, &xl, &v->params[0], c->norm_eps, &hn, NULL);
+	if (!rc && c->tie_embeddings) {
+		struct mg_unit_view *e = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
+		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, &lg);
+		if (e)
+			mg_release(ctx, LLAMA_UNIT_EMBED, ph);
+	} else if (!rc) {
+		rc = mg_op_linear(ctx, &hn, &v->params[1], NULL, &lg);
+	}
+	mg_release(ctx, head, ph);
+	if (rc)
+		return mg_error_prefix("llama decode head");
+	const void *src = lg.data;
+	if (dt != MG_F32) {
+		void *f32 = (char *)B + L->lf32;
+		if (mg_op_convert(ctx, f32, MG_F32, lg.data, dt, c->vocab))
+			return mg_error_prefix("llama decode logits");
+		src = f32;
+	}
+	return mg_copy_d2h(ctx, logits, src, (size_t)c->vocab * sizeof(float));
+}
+
+int llama_decode(struct llama *m, struct mg_ctx *ctx, const int32_t *ids,
+		 int64_t n, int64_t pos, int64_t max_len, float *logits)
+{
+	const struct llama_cfg *c = &m->c;
+	if (!ids || !logits || n < 1 || pos < 0 || max_len < 1 ||
+	    pos > max_len - n)
+		return mg_error("llama decode: %lld tokens at position %lld "
+				"with max_len %lld (need n >= 1, 0 <= pos, "
+				"pos + n <= max_len, ids and logits)",
+				(long long)n, (long long)pos,
+				(long long)max_len);
+	if (pos == 0) {
+		if (cache_begin(m, ctx, max_len))
+			return -1;
+	} else if (pos != m->dec_len || max_len != m->dec_max) {
+		return mg_error("llama decode: position %lld with max_len %lld "
+				"does not continue the sequence (at %lld of "
+				"%lld); start a new one at position 0",
+				(long long)pos, (long long)max_len,
+				(long long)m->dec_len, (long long)m->dec_max);
+	}
+	for (int64_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= c->vocab)
+			return mg_error("llama decode: token id %d (at %lld) "
+					"outside the vocabulary of %lld",
+					(int)ids[i], (long long)(pos + i),
+					(long long)c->vocab);
+	/* ids and positions (I32) on the device */
+	struct dlay L;
+	dlayout(m, n, &L);
+	if (mg_buf_reserve(ctx, &m->dec_work, L.total, MG_MEM_ACTIVATIONS) ||
+	    mg_buf_reserve(ctx, &m->dec_io, (size_t)(2 * n) * sizeof(int32_t),
+			   MG_MEM_INPUT))
+		return mg_error_prefix("llama decode buffers");
+	int32_t *host = malloc((size_t)(2 * n) * sizeof *host);
+	if (!host)
+		return mg_error("llama decode: out of memory");
+	memcpy(host, ids, (size_t)n * sizeof *host);
+	for (int64_t i = 0; i < n; i++)
+		host[n + i] = (int32_t)(pos + i);
+	int rc = mg_copy_h2d(ctx, m->dec_io.ptr, host,
+			     (size_t)(2 * n) * sizeof *host);
+	free(host);
+	if (rc)
+		return -1;
+	const enum mg_phase ph = MG_PHASE_FORWARD;
+	const enum mg_dtype dt = ctx->compute_dtype;
+	struct mg_tensor idt = tat(m, m->dec_io.ptr, 0, MG_I32, 1, n, 0, 0, 0),
+			 post = tat(m, m->dec_io.ptr,
+				    (size_t)n * sizeof(int32_t), MG_I32, 2, 1,
+				    n, 0, 0),
+			 x = tat(m, m->dec_work.ptr, L.x, dt, 2, n, c->dim, 0,
+				 0);
+	struct mg_unit_view *v = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
+	if (!v)
+		return -1;
+	rc = mg_op_embedding(ctx, &idt, &v->params[0], &x);
+	mg_release(ctx, LLAMA_UNIT_EMBED, ph);
+	if (rc)
+		return mg_error_prefix("llama decode embedding");
+	for (int l = 0; l < c->layers; l++) {
+		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), ph);
+		if (!v)
+			return -1;
+		rc = layer_decode(m, ctx, v->params, l, &L, n, pos, &post);
+		mg_release(ctx, LLAMA_UNIT_LAYER(l), ph);
+		if (rc)
+			return mg_error_prefix("llama decode layer %d", l);
+	}
+	if (head_decode(m, ctx, &L, n, logits))
+		return -1;
+	m->dec_len = pos + n;
+	return 0;
+}
+
+void llama_decode_free(struct llama *m)
+{
+	mg_buf_free(m->ctx, &m->kcache);
+	mg_buf_free(m->ctx, &m->vcache);
+	mg_buf_free(m->ctx, &m->dec_work);
+	mg_buf_free(m->ctx, &m->dec_io);
+}

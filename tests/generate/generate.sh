@@ -1,0 +1,188 @@
+#!/bin/sh
+# generate.sh MGRUN REPO WORK - `mgrun generate --ids` on the tiny llama
+# of conf/llama_tiny.ini trained for a few steps: refused before there is
+# a checkpoint; greedy output the same twice; a seed gives the same
+# output twice and another seed another output; --max-new-tokens is the
+# number of ids printed; ddp_ds, fsdp and offload decode alike; without
+# a checkpoint the model's own (HF) weights; refusals of run.gpus > 1, a
+# launcher's rank, a bad --set, a model without decode, a prompt longer
+# than the model's positions.
+set -u
+mgrun=$1 repo=$2 work=$3
+ini=$repo/conf/llama_tiny.ini
+rm -rf "$work"
+mkdir -p "$work"
+fails=0
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+S="--set run.out_dir=$work --set run.name=tiny --set run.threads=2"
+S="$S --set run.max_steps=8 --set dataset.train_samples=512"
+S="$S --set dataset.test_samples=16"
+gen() { # gen OUT ERR ARGS...: rc in $rc
+	out=$1 err=$2
+	shift 2
+	# shellcheck disable=SC2086
+	"$mgrun" generate -c "$ini" $S "$@" >"$work/$out" 2>"$work/$err"
+	rc=$?
+}
+
+# no checkpoint yet, and the model has no weights of its own
+gen none.out none.err --ids --prompt "1 2 3"
+[ $rc -eq 1 ] || fail "no checkpoint: exit $rc, expected 1"
+grep -q "no checkpoint" "$work/none.err" || fail "no checkpoint: $(cat "$work/none.err")"
+
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $S >"$work/train.log" 2>&1 || {
+	cat "$work/train.log"
+	echo "FAIL: training did not finish"
+	exit 1
+}
+
+P="5 17 42 99 3"
+gen g1.out g1.err --ids --prompt "$P" --greedy --max-new-tokens 12
+[ $rc -eq 0 ] || fail "greedy: exit $rc: $(cat "$work/g1.err")"
+cat "$work/g1.err"
+echo "greedy: $(cat "$work/g1.out")"
+grep -q "weights from the run's checkpoint" "$work/g1.err" ||
+	fail "the weights used are not named"
+grep -q "tokens/s" "$work/g1.err" || fail "no tokens/s on stderr"
+n=$(wc -w <"$work/g1.out")
+[ "$n" -eq 12 ] || fail "--max-new-tokens 12 printed $n ids"
+awk '{ for (i = 1; i <= NF; i++) if ($i !~ /^[0-9]+$/ || $i >= 256) exit 1 }' \
+	"$work/g1.out" || fail "not ids of the vocabulary: $(cat "$work/g1.out")"
+gen g2.out g2.err --ids --prompt "$P" --greedy --max-new-tokens 12
+cmp -s "$work/g1.out" "$work/g2.out" || fail "greedy differs between runs"
+# temperature 0 is greedy; the prompt from a file, comma-separated
+echo "5, 17, 42, 99, 3" >"$work/prompt.txt"
+gen g3.out g3.err --ids --prompt-file "$work/prompt.txt" --temperature 0 \
+	--max-new-tokens 12
+cmp -s "$work/g1.out" "$work/g3.out" ||
+	fail "--temperature 0 from --prompt-file differs from --greedy"
+# greedy continuation of a shorter run is a prefix
+gen g4.out g4.err --ids --prompt "$P" --greedy --max-new-tokens 5
+[ "$(cut -d' ' -f1-5 "$work/g1.out")" = "$(cat "$work/g4.out")" ] ||
+	fail "5 greedy tokens are not the first 5 of 12"
+
+gen s1.out s1.err --ids --prompt "$P" --seed 11 --temperature 1.5 \
+	--top-k 0 --top-p 1 --max-new-tokens 16
+gen s2.out s2.err --ids --prompt "$P" --seed 11 --temperature 1.5 \
+	--top-k 0 --top-p 1 --max-new-tokens 16
+gen s3.out s3.err --ids --prompt "$P" --seed 12 --temperature 1.5 \
+	--top-k 0 --top-p 1 --max-new-tokens 16
+echo "seed 11: $(cat "$work/s1.out")"
+echo "seed 12: $(cat "$work/s3.out")"
+cmp -s "$work/s1.out" "$work/s2.out" || fail "seed 11 differs between runs"
+cmp -s "$work/s1.out" "$work/s3.out" && fail "seeds 11 and 12 agree"
+[ "$(wc -w <"$work/s1.out")" -eq 16 ] || fail "sampled: not 16 ids"
+# top-k 1 is greedy whatever the seed
+gen k1.out k1.err --ids --prompt "$P" --seed 5 --top-k 1 --max-new-tokens 12
+cmp -s "$work/g1.out" "$work/k1.out" || fail "--top-k 1 is not greedy"
+# --max-new-tokens 0: nothing
+gen z.out z.err --ids --prompt "$P" --max-new-tokens 0
+[ $rc -eq 0 ] && [ "$(wc -w <"$work/z.out")" -eq 0 ] ||
+	fail "--max-new-tokens 0: exit $rc, '$(cat "$work/z.out")'"
+
+# every strategy lends the weights for decode: the same greedy ids
+for st in ddp_ds fsdp offload; do
+	gen st.out st.err --ids --prompt "$P" --greedy --max-new-tokens 12 \
+		--set strategy.name=$st
+	cmp -s "$work/g1.out" "$work/st.out" ||
+		fail "strategy $st: exit $rc, '$(cat "$work/st.out")': $(tail -1 "$work/st.err")"
+done
+
+# No run checkpoint but a model with weights of its own: the checkpoint
+# rewritten as a Hugging Face folder (model.hf_dir) gives the same greedy
+# ids, and stderr says which weights were used (needs python3).
+if command -v python3 >/dev/null 2>&1; then
+	mkdir -p "$work/hf"
+	python3 - "$work/tiny/checkpoint.safetensors" "$work/hf" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+f = open(src, "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+head = json.loads(f.read(n))
+base = 8 + n
+out, blobs, off = {}, [], 0
+for k, v in head.items():
+    if not k.startswith("param/"):
+        continue
+    name = k[len("param/"):]
+    if name.startswith("head."):
+        name = name[len("head."):]
+    a, b = v["data_offsets"]
+    f.seek(base + a)
+    blobs.append(f.read(b - a))
+    out[name] = {"dtype": v["dtype"], "shape": v["shape"],
+                 "data_offsets": [off, off + b - a]}
+    off += b - a
+h = json.dumps(out).encode()
+h += b" " * (-len(h) % 8)
+with open(dst + "/model.safetensors", "wb") as g:
+    g.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+json.dump({"model_type": "llama", "vocab_size": 256, "hidden_size": 64,
+           "intermediate_size": 176, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2,
+           "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False},
+          open(dst + "/config.json", "w"))
+PY
+	gen hf.out hf.err --ids --prompt "$P" --greedy --max-new-tokens 12 \
+		--set model.hf_dir="$work/hf" --set run.name=fromhf
+	[ $rc -eq 0 ] && grep -q "the model's own weights (hf_dir" "$work/hf.err" ||
+		fail "hf_dir without a checkpoint: exit $rc: $(cat "$work/hf.err")"
+	cmp -s "$work/g1.out" "$work/hf.out" ||
+		fail "hf_dir weights: '$(cat "$work/hf.out")', checkpoint: '$(cat "$work/g1.out")'"
+	grep "own weights" "$work/hf.err"
+else
+	echo "(no python3: the hf_dir path is not tested)"
+fi
+
+# refusals
+gen w.out w.err --ids --prompt "$P" --set run.gpus=2
+[ $rc -eq 2 ] && grep -q "one process" "$work/w.err" ||
+	fail "run.gpus=2: exit $rc: $(cat "$work/w.err")"
+# shellcheck disable=SC2086
+MG_RANK=1 MG_WORLD_SIZE=2 "$mgrun" generate -c "$ini" $S --ids --prompt "$P" \
+	>"$work/r.out" 2>"$work/r.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "rank of a multi-process job (world 2)" "$work/r.err" ||
+	fail "a launcher's rank: exit $rc: $(cat "$work/r.err")"
+gen b.out b.err --ids --prompt "$P" --set model.no_such_key=1
+[ $rc -eq 2 ] && grep -q "no_such_key" "$work/b.err" ||
+	fail "bad --set: exit $rc: $(cat "$work/b.err")"
+gen u.out u.err --ids --prompt "$P" --temperature -1
+[ $rc -eq 2 ] || fail "--temperature -1: exit $rc"
+gen x.out x.err --ids --prompt "1 x 2"
+[ $rc -eq 2 ] && grep -q "not a token id" "$work/x.err" ||
+	fail "bad ids: exit $rc: $(cat "$work/x.err")"
+gen v.out v.err --ids --prompt "1 2 300"
+[ $rc -eq 1 ] && grep -q "outside the vocabulary" "$work/v.err" ||
+	fail "id 300 of 256: exit $rc: $(cat "$work/v.err")"
+# the tiny preset has 2048 positions: a longer prompt is refused before
+# anything runs, and so is one that would outgrow them while generating
+long=$(awk 'BEGIN { for (i = 0; i < 2100; i++) printf "%d ", i % 250 }')
+gen l.out l.err --ids --prompt "$long" --max-new-tokens 4
+[ $rc -eq 1 ] && grep -q "max_position_embeddings = 2048" "$work/l.err" ||
+	fail "2100-token prompt: exit $rc: $(cat "$work/l.err")"
+cat "$work/l.err"
+gen l2.out l2.err --ids --prompt "$P" --max-new-tokens 2044
+[ $rc -eq 1 ] && grep -q "max_position_embeddings" "$work/l2.err" ||
+	fail "5 + 2044 tokens: exit $rc"
+gen l3.out l3.err --ids --prompt "$P" --max-new-tokens 2043 --greedy
+[ $rc -eq 0 ] && [ "$(wc -w <"$work/l3.out")" -eq 2043 ] ||
+	fail "5 + 2043 tokens (the whole window): exit $rc: $(tail -2 "$work/l3.err")"
+# a model without decode (the MLP classifier)
+"$mgrun" generate -c "$repo/conf/fashion_mnist.ini" --ids --prompt "1" \
+	>"$work/m.out" 2>"$work/m.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "has no decode op" "$work/m.err" ||
+	fail "model without decode: exit $rc: $(cat "$work/m.err")"
+cat "$work/m.err"
+# no prompt, two prompts
+gen p.out p.err --ids
+[ $rc -eq 2 ] || fail "no prompt: exit $rc"
+
+[ $fails -eq 0 ] || exit 1
+echo "ok"
