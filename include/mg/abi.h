@@ -27,9 +27,11 @@ extern "C" {
  *        gradient accumulation (ctx micro / micro_count, strategy caps)
  *   1.4  text: ctx cache_dir (where datasets keep tokenized data), model
  *        decode (incremental next-token logits for `mgrun generate`)
+ *   1.5  comm supports() (which dtypes and reductions a backend takes);
+ *        the strategy kit (mg/kit.h) is versioned apart, MG_KIT_VERSION_*
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 4
+#define MG_ABI_MINOR 5
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

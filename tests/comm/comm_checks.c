@@ -455,7 +455,7 @@ static void t_stats(void)
 {
 	struct mg_comm_stats st;
 	int W = C->world;
-	bool self = !strcmp(C->backend, "self");
+	bool self = C->world == 1; /* one rank moves nothing */
 	ct_ok(C->collect(C, &st), "collect (reset)");
 	struct ct_buf a, rs_s, rs_r, ag_s, ag_r, bc;
 	buf_make(&a, MG_F32, 10);
@@ -550,7 +550,7 @@ int ct_run_all(struct mg_comm *c, const struct ct_mem *mem,
 	t_all_reduce_host();
 	t_split();
 	t_stats();
-	if (strcmp(c->backend, "self"))
+	if (c->world > 1) /* one rank refuses nothing it can skip */
 		t_bad(reject, nreject);
 	/* The world communicator still works after all of that. */
 	t_broadcast(MG_F64);

@@ -6,7 +6,7 @@
  * host and the full parameters on the device.
  */
 #include "offload.h"
-#include "shard_ckpt.h"
+#include "mg/kit/shard_ckpt.h"
 
 /* Host shard of `what` (0: parameters, 1+: optimizer slot) of flat f. */
 static void *shard_of(void *self, const struct mg_flat *f, int what)

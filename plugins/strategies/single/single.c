@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "mg/mg.h"
-#include "replica.h"
-#include "sampler.h"
+#include "mg/kit/replica.h"
+#include "mg/kit/sampler.h"
 
 struct single {
 	struct mg_ctx *ctx;

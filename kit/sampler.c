@@ -3,7 +3,7 @@
  */
 #include <stdlib.h>
 
-#include "sampler.h"
+#include "mg/kit/sampler.h"
 
 void mg_sampler_init(struct mg_sampler *s, uint64_t seed, bool shuffle)
 {

@@ -16,7 +16,7 @@
 
 #include <stdbool.h>
 
-#include "flat.h"
+#include "mg/kit/flat.h"
 
 struct mg_shard_ckpt {
 	const struct mg_flat_layout *L;
