@@ -201,12 +201,17 @@ static int la_step(void *self, const struct mg_optim_hparams *h,
 	}
 	if (++s->steps % s->period || ctx->world == 1)
 		return 0;
-	/* Model averaging: sum over ranks, then divide. */
-	for (int i = 0; i < sp->nparams; i++) {
-		const struct mg_param_decl *p = &sp->params[i];
-		if (ctx->comm->all_reduce(ctx->comm, s->param[i].ptr, p->numel,
+	/* Model averaging: sum over ranks, then divide. Collectives are
+	 * asynchronous: the sums exist only after wait(). */
+	for (int i = 0; i < sp->nparams; i++)
+		if (ctx->comm->all_reduce(ctx->comm, s->param[i].ptr,
+					  sp->params[i].numel,
 					  ctx->master_dtype, MG_REDUCE_SUM))
 			return -1;
+	if (ctx->comm->wait(ctx->comm))
+		return -1;
+	for (int i = 0; i < sp->nparams; i++) {
+		const struct mg_param_decl *p = &sp->params[i];
 		if (ctx->master_dtype == MG_F32) {
 			float *x = s->param[i].ptr;
 			for (int64_t k = 0; k < p->numel; k++)
