@@ -92,7 +92,7 @@ struct mg_trainer {
 	int64_t start_step; /* first step this process runs (resume) */
 	bool eval_only;	    /* --eval-only: loads, evaluates, trains not */
 	char run_dir[PATH_MAX];
-	char cache_dir[PATH_MAX]; /* ctx->cache_dir: out_dir/cache */
+	char cache_dir[PATH_MAX];  /* ctx->cache_dir: out_dir/cache */
 	struct mg_epoch_stats *ep; /* epochs done, for report.json */
 	int nep;
 	double t_begin;

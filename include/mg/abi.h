@@ -65,7 +65,10 @@ struct mg_plugin {
 
 	/*
 	 * create: build an instance from validated options. ctx is the run
-	 * context (rank, device, logging); it stays valid until destroy.
+	 * context; it stays valid until destroy. Valid already in create():
+	 * rank, world, local ranks, dev, comm (collectives work), dtypes,
+	 * seed, optim, cache_dir; optim_vals, grad_scale and the
+	 * model/strategy binding come later (docs/PLUGINS.md).
 	 * Returns 0, or a negative value after mg_error() said why.
 	 */
 	int (*create)(const struct mg_opts *opts, struct mg_ctx *ctx,

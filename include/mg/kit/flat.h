@@ -17,8 +17,8 @@
  * Buffers (MG_P_BUFFER: batch-norm statistics) are never sharded; they get
  * offsets in a separate replicated buffer.
  */
-#ifndef MG_FLAT_H
-#define MG_FLAT_H
+#ifndef MG_KIT_FLAT_H
+#define MG_KIT_FLAT_H
 
 #include "mg/mg.h"
 

@@ -15,8 +15,8 @@
  * copy after the update (round to nearest even, mg_float_to_half /
  * mg_float_to_bf16; NaN payloads may differ).
  */
-#ifndef MG_HOST_OPTIM_H
-#define MG_HOST_OPTIM_H
+#ifndef MG_KIT_HOST_OPTIM_H
+#define MG_KIT_HOST_OPTIM_H
 
 #include "mg/mg.h"
 

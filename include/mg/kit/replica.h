@@ -11,8 +11,8 @@
  * BF16) the master copy is F32 and a low-precision copy is what the model
  * borrows; the optimizer refreshes it in the same pass.
  */
-#ifndef MG_REPLICA_H
-#define MG_REPLICA_H
+#ifndef MG_KIT_REPLICA_H
+#define MG_KIT_REPLICA_H
 
 #include "mg/mg.h"
 

@@ -11,8 +11,8 @@
  * rank count); where the shards live and what follows a load are the
  * strategy's, through the fields below.
  */
-#ifndef MG_SHARD_CKPT_H
-#define MG_SHARD_CKPT_H
+#ifndef MG_KIT_SHARD_CKPT_H
+#define MG_KIT_SHARD_CKPT_H
 
 #include <stdbool.h>
 

@@ -23,8 +23,8 @@
 #define MG_FSDP_H
 
 #include "mg/kit/flat.h"
-#include "mg/mg.h"
 #include "mg/kit/sampler.h"
+#include "mg/mg.h"
 
 enum fsdp_mode { FSDP_FULL = 0, FSDP_GRAD_OP, FSDP_NONE, FSDP_HYBRID };
 

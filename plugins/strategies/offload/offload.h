@@ -21,8 +21,8 @@
 
 #include "mg/kit/flat.h"
 #include "mg/kit/host_optim.h"
-#include "mg/mg.h"
 #include "mg/kit/sampler.h"
+#include "mg/mg.h"
 
 #define OFFLOAD_CHUNKS 4
 
