@@ -20,6 +20,10 @@
 #include "mg/kit/sampler.h"
 #include "mg/mg.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A contiguous slice of one gradient buffer, reduced in one collective
  * (or what the communication hook makes of it). */
 struct mg_ddp_bucket {
@@ -130,4 +134,7 @@ int mg_ddp_load(void *self, struct mg_ckpt *ck);
 	.save = mg_ddp_save, .load = mg_ddp_load,                              \
 	.caps = MG_STRATEGY_GRAD_ACCUM
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* MG_KIT_DDP_H */

@@ -22,6 +22,10 @@
 
 #include "mg/mg.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define MG_FLAT_ALIGN 32 /* elements */
 
 struct mg_flat {
@@ -124,4 +128,7 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 		      void **out, void *bufs_host);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -20,6 +20,10 @@
 
 #include "mg/mg.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* A thread pool (workers created once, woken per run) and the chosen
  * instruction set. One run at a time per pool. */
 struct mg_host_optim;
@@ -47,4 +51,7 @@ int mg_host_optim_run(struct mg_host_optim *o, const struct mg_optim_hparams *h,
 		      const struct mg_optim_vals *v,
 		      const struct mg_optim_slice *s, int n);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

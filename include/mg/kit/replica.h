@@ -16,6 +16,10 @@
 
 #include "mg/mg.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define MG_REPLICA_MAX_SLOTS 2
 #define MG_REPLICA_GROUPS 4 /* lp-decay, lp-nodecay, f32-decay, f32-nodecay */
 
@@ -60,4 +64,7 @@ int mg_replica_load(struct mg_replica *r, struct mg_ckpt *ck);
  * low-precision copy. */
 int mg_replica_refresh_lp(struct mg_replica *r);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

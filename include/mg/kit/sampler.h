@@ -18,6 +18,10 @@
 
 #include "mg/mg.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct mg_sampler {
 	uint64_t seed;
 	bool shuffle;
@@ -61,4 +65,7 @@ int mg_sampler_plan_own(struct mg_sampler *s, int world, int rank, int64_t n,
 			int64_t batch, int64_t epoch, int64_t step,
 			struct mg_plan *p);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* MG_KIT_SAMPLER_H */

@@ -18,6 +18,10 @@
 
 #include "mg/kit/flat.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct mg_shard_ckpt {
 	const struct mg_flat_layout *L;
 	struct mg_ctx *ctx;
@@ -41,4 +45,7 @@ struct mg_shard_ckpt {
 int mg_shard_ckpt_save(const struct mg_shard_ckpt *s, struct mg_ckpt *ck);
 int mg_shard_ckpt_load(const struct mg_shard_ckpt *s, struct mg_ckpt *ck);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
