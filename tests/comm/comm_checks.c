@@ -539,6 +539,20 @@ int ct_run_all(struct mg_comm *c, const struct ct_mem *mem,
 	C = c;
 	M = mem;
 	ct_rank = c->rank;
+	/* supports() answers what the checks below exercise and refuse. */
+	for (int k = 0; k < ndt; k++)
+		for (int coll = MG_COLL_ALL_REDUCE;
+		     coll <= MG_COLL_ALL_REDUCE_HOST; coll++)
+			ct_check(c->supports(c, (enum mg_comm_coll)coll, dts[k],
+					     MG_REDUCE_SUM),
+				 "%s: supports(collective %d, %s) is false",
+				 c->backend, coll, mg_dtype_name(dts[k]));
+	for (int k = 0; k < nreject; k++)
+		ct_check(!c->supports(c, MG_COLL_ALL_REDUCE, reject[k],
+				      MG_REDUCE_SUM),
+			 "%s: supports(all_reduce, %s) is true, but it is "
+			 "refused",
+			 c->backend, mg_dtype_name(reject[k]));
 	for (int k = 0; k < ndt; k++) {
 		t_all_reduce(dts[k]);
 		t_reduce_scatter(dts[k]);
