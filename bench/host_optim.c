@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "host_optim.h"
+#include "mg/kit/host_optim.h"
 #include "mg/mg.h"
 
 /* The baseline must stay scalar: no auto-vectorisation. */

@@ -1,7 +1,11 @@
-# mg_add_plugin(NAME KIND SOURCES...): build one mgrun plugin as a MODULE
-# library with hidden visibility (only mg_plugin_entry is exported), linked
-# against libmg. Used in-tree and by third parties after
-# find_package(mgrun). In-tree plugins land in MG_BUILD_PLUGIN_DIR.
+# mg_add_plugin(name SOURCES src... [LIBS lib...]): build one mgrun plugin,
+# libmg_<name>.so, as a MODULE library with hidden visibility (only
+# mg_plugin_entry is exported), linked against libmg and LIBS (a strategy
+# built from the kit adds mgrun::mg_kit). The plugin's kind is what its
+# descriptor says. Used in-tree and by third parties after
+# find_package(mgrun). In-tree plugins land in MG_BUILD_PLUGIN_DIR and
+# install to <libdir>/mgrun/plugins, whose RUNPATH ($ORIGIN/../..) finds
+# libmg two folders up.
 function(mg_add_plugin name)
   cmake_parse_arguments(P "" "" "SOURCES;LIBS" ${ARGN})
   set(target mg_${name})
@@ -13,6 +17,7 @@ function(mg_add_plugin name)
     target_link_libraries(${target} PRIVATE mg ${P_LIBS})
     set_target_properties(${target} PROPERTIES
       LIBRARY_OUTPUT_DIRECTORY ${MG_BUILD_PLUGIN_DIR})
+    set_target_properties(${target} PROPERTIES INSTALL_RPATH "$ORIGIN/../..")
     install(TARGETS ${target} LIBRARY DESTINATION ${MG_INSTALL_PLUGIN_DIR})
   else()
     target_link_libraries(${target} PRIVATE mgrun::mg ${P_LIBS})

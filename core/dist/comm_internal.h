@@ -71,6 +71,35 @@ static inline int mg_comm_check_root(const char *who, const struct mg_comm *c,
 	return 0;
 }
 
+/* What every backend supports today (comm.h lists it): the plain float
+ * and integer dtypes, both reductions, every collective. Backends point
+ * mg_comm.supports here, or at their own when they differ. */
+static inline bool mg_comm_supports_std(const struct mg_comm *c,
+					enum mg_comm_coll coll,
+					enum mg_dtype dt, enum mg_reduce_op op)
+{
+	(void)c;
+	bool reduces = coll == MG_COLL_ALL_REDUCE ||
+		       coll == MG_COLL_REDUCE_SCATTER ||
+		       coll == MG_COLL_ALL_REDUCE_HOST;
+	if (coll < MG_COLL_ALL_REDUCE || coll > MG_COLL_ALL_REDUCE_HOST)
+		return false;
+	if (reduces && op != MG_REDUCE_SUM && op != MG_REDUCE_MAX)
+		return false;
+	switch (dt) {
+	case MG_F32:
+	case MG_F64:
+	case MG_F16:
+	case MG_BF16:
+	case MG_I32:
+	case MG_I64:
+	case MG_U8:
+		return true;
+	default:
+		return false;
+	}
+}
+
 #ifdef MG_HAVE_NCCL
 /* NCCL world communicator for a CUDA rank: the id comes from MG_NCCL_ID,
  * else from rank 0 over MPI (under an MPI launcher), else through the TCP

@@ -9,6 +9,13 @@
  * untouched from the collective's call until the next wait() on this
  * communicator. Time is host time spent blocked (in wait() and in the
  * blocking calls), so busy and exposed seconds are the same number.
+ *
+ * MPI has no half-precision types. F16 and BF16 move as 16-bit words;
+ * their reductions convert to F32 temporaries, reduce those with
+ * MPI_FLOAT (so the sum accumulates in F32 and rounds once, at the end)
+ * and convert back in wait(), so CPU ranks run the bf16 paths GPU ranks
+ * run (gradient compression, mixed-precision buckets). Accounting counts
+ * the caller's dtype: a BF16 all-reduce puts 2 bytes an element.
  */
 #include <limits.h>
 #include <stdint.h>
@@ -21,11 +28,14 @@
 
 #include "dist/comm_internal.h"
 
-/* A result that wait() still has to move into place (in-place
- * reduce-scatter in NCCL's layout goes through a temporary). */
+/* A result that wait() still has to move into place: in-place
+ * reduce-scatter in NCCL's layout goes through a temporary (copied), and
+ * half-precision reductions through F32 ones (converted to `dt`). */
 struct mpi_post {
 	void *tmp, *dst;
-	size_t bytes;
+	size_t bytes;	  /* copy: bytes; conversion: elements */
+	enum mg_dtype dt; /* MG_F16 / MG_BF16: convert; else copy */
+	void *tmp2;	  /* a second temporary to free (the F32 send) */
 };
 
 struct mpi_comm {
@@ -110,11 +120,54 @@ static int mpi_type(enum mg_dtype dt, MPI_Datatype *t, const char *what)
 	case MG_U8:
 		*t = MPI_UINT8_T;
 		return 0;
+	case MG_F16:
+	case MG_BF16: /* moved as words; reductions go through F32 */
+		*t = MPI_UINT16_T;
+		return 0;
 	default:
 		return mg_error("mpi: %s: %s buffers are not supported on CPU "
-				"ranks (F32, F64, I32, I64 and U8 are)",
+				"ranks (F32, F64, F16, BF16, I32, I64 and U8 "
+				"are)",
 				what, mg_dtype_name(dt));
 	}
+}
+
+static bool is_half(enum mg_dtype dt)
+{
+	return dt == MG_F16 || dt == MG_BF16;
+}
+
+/* n half-precision elements to F32 and back (round to nearest even). */
+static void half_to_f32(float *dst, const uint16_t *src, int64_t n,
+			enum mg_dtype dt)
+{
+	for (int64_t i = 0; i < n; i++)
+		dst[i] = dt == MG_F16 ? mg_half_to_float(src[i])
+				      : mg_bf16_to_float(src[i]);
+}
+
+static void f32_to_half(uint16_t *dst, const float *src, int64_t n,
+			enum mg_dtype dt)
+{
+	for (int64_t i = 0; i < n; i++)
+		dst[i] = dt == MG_F16 ? mg_float_to_half(src[i])
+				      : mg_float_to_bf16(src[i]);
+}
+
+/* An F32 copy of n half-precision elements at src (NULL: uninitialised)
+ * for a reduction; NULL with the error set. */
+static float *f32_temp(const void *src, int64_t n, enum mg_dtype dt,
+		       const char *what)
+{
+	float *t = malloc((size_t)(n ? n : 1) * sizeof *t);
+	if (!t) {
+		mg_error("mpi: %s: out of memory for %lld F32 elements", what,
+			 (long long)n);
+		return NULL;
+	}
+	if (src)
+		half_to_f32(t, src, n, dt);
+	return t;
 }
 
 /* Checks every collective starts with: count, buffer, dtype, and MPI's
@@ -134,6 +187,20 @@ static int mpi_args(const char *what, const void *p, int64_t count,
 static MPI_Op mpi_op(enum mg_reduce_op op)
 {
 	return op == MG_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+}
+
+/* Room for one more post-processing entry. */
+static int reserve_post(struct mpi_comm *m)
+{
+	if (m->npost < m->post_cap)
+		return 0;
+	int cap = m->post_cap ? 2 * m->post_cap : 8;
+	struct mpi_post *p = realloc(m->post, (size_t)cap * sizeof *p);
+	if (!p)
+		return mg_error("mpi: out of memory");
+	m->post = p;
+	m->post_cap = cap;
+	return 0;
 }
 
 static bool overlap(const void *a, size_t na, const void *b, size_t nb)
@@ -174,12 +241,56 @@ static int mpi_all_reduce(struct mg_comm *c, void *buf, int64_t count,
 	if (mpi_args("all_reduce", buf, count, dt, &t) ||
 	    mg_comm_check_op("mpi", "all_reduce", op) || !(r = next_req(m)))
 		return -1;
-	int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, t, mpi_op(op),
+	void *at = buf;
+	if (is_half(dt)) { /* reduce an F32 copy; wait() converts back */
+		if (reserve_post(m) ||
+		    !(at = f32_temp(buf, count, dt, "all_reduce")))
+			return -1;
+		t = MPI_FLOAT;
+	}
+	int rc = MPI_Iallreduce(MPI_IN_PLACE, at, (int)count, t, mpi_op(op),
 				m->comm, r);
-	if (rc != MPI_SUCCESS)
+	if (rc != MPI_SUCCESS) {
+		if (at != buf)
+			free(at);
 		return mpi_fail(rc, "MPI_Iallreduce");
+	}
 	m->nreq++;
+	if (at != buf)
+		m->post[m->npost++] =
+			(struct mpi_post){at, buf, (size_t)count, dt, NULL};
 	account(m, count, dt);
+	return 0;
+}
+
+/* Half-precision reduce-scatter: the whole send buffer as F32, reduced
+ * into an F32 block that wait() converts into recv (any layout, in place
+ * included, since both sides are temporaries). Arguments are checked. */
+static int reduce_scatter_half(struct mg_comm *c, const void *send, void *recv,
+			       int64_t recv_count, enum mg_dtype dt,
+			       enum mg_reduce_op op)
+{
+	struct mpi_comm *m = c->impl;
+	MPI_Request *r;
+	float *s32 = NULL, *r32 = NULL;
+	if (reserve_post(m) || !(r = next_req(m)) ||
+	    !(s32 = f32_temp(send, recv_count * c->world, dt,
+			     "reduce_scatter")) ||
+	    !(r32 = f32_temp(NULL, recv_count, dt, "reduce_scatter"))) {
+		free(s32);
+		return -1;
+	}
+	int rc = MPI_Ireduce_scatter_block(s32, r32, (int)recv_count, MPI_FLOAT,
+					   mpi_op(op), m->comm, r);
+	if (rc != MPI_SUCCESS) {
+		free(s32);
+		free(r32);
+		return mpi_fail(rc, "MPI_Ireduce_scatter_block");
+	}
+	m->nreq++;
+	m->post[m->npost++] =
+		(struct mpi_post){r32, recv, (size_t)recv_count, dt, s32};
+	account(m, recv_count * c->world, dt);
 	return 0;
 }
 
@@ -206,16 +317,11 @@ static int mpi_reduce_scatter(struct mg_comm *c, const void *send, void *recv,
 				(long long)(recv_count * c->world));
 	size_t es = mg_dtype_size(dt), rb = (size_t)recv_count * es;
 	void *dst = recv;
+	if (is_half(dt))
+		return reduce_scatter_half(c, send, recv, recv_count, dt, op);
 	if (recv == (const char *)send + (size_t)c->rank * rb && rb) {
-		if (m->npost == m->post_cap) {
-			int cap = m->post_cap ? 2 * m->post_cap : 8;
-			struct mpi_post *p =
-				realloc(m->post, (size_t)cap * sizeof *p);
-			if (!p)
-				return mg_error("mpi: out of memory");
-			m->post = p;
-			m->post_cap = cap;
-		}
+		if (reserve_post(m))
+			return -1;
 		if (!(dst = malloc(rb)))
 			return mg_error("mpi: reduce_scatter: out of memory "
 					"for %zu bytes",
@@ -239,7 +345,8 @@ static int mpi_reduce_scatter(struct mg_comm *c, const void *send, void *recv,
 	}
 	m->nreq++;
 	if (dst != recv)
-		m->post[m->npost++] = (struct mpi_post){dst, recv, rb};
+		m->post[m->npost++] =
+			(struct mpi_post){dst, recv, rb, MG_F32, NULL};
 	account(m, recv_count * c->world, dt);
 	return 0;
 }
@@ -304,10 +411,13 @@ static int mpi_wait(struct mg_comm *c)
 	int rc = m->nreq ? MPI_Waitall(m->nreq, m->req, MPI_STATUSES_IGNORE)
 			 : MPI_SUCCESS;
 	for (int i = 0; i < m->npost; i++) {
-		if (rc == MPI_SUCCESS)
-			memcpy(m->post[i].dst, m->post[i].tmp,
-			       m->post[i].bytes);
-		free(m->post[i].tmp);
+		struct mpi_post *p = &m->post[i];
+		if (rc == MPI_SUCCESS && is_half(p->dt))
+			f32_to_half(p->dst, p->tmp, (int64_t)p->bytes, p->dt);
+		else if (rc == MPI_SUCCESS)
+			memcpy(p->dst, p->tmp, p->bytes);
+		free(p->tmp);
+		free(p->tmp2);
 	}
 	m->nreq = m->npost = 0;
 	m->blocked += mg_now() - t0;
@@ -334,10 +444,21 @@ static int mpi_all_reduce_host(struct mg_comm *c, void *buf, int64_t count,
 	if (mpi_args("all_reduce_host", buf, count, dt, &t) ||
 	    mg_comm_check_op("mpi", "all_reduce_host", op))
 		return -1;
+	void *at = buf;
+	if (is_half(dt)) {
+		if (!(at = f32_temp(buf, count, dt, "all_reduce_host")))
+			return -1;
+		t = MPI_FLOAT;
+	}
 	double t0 = mg_now();
-	int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, t, mpi_op(op),
+	int rc = MPI_Allreduce(MPI_IN_PLACE, at, (int)count, t, mpi_op(op),
 			       m->comm);
 	m->blocked += mg_now() - t0;
+	if (at != buf) {
+		if (rc == MPI_SUCCESS)
+			f32_to_half(buf, at, count, dt);
+		free(at);
+	}
 	if (rc != MPI_SUCCESS)
 		return mpi_fail(rc, "MPI_Allreduce");
 	account(m, count, dt);
@@ -392,8 +513,10 @@ static void mpi_destroy(struct mg_comm *c)
 			MPI_Waitall(m->nreq, m->req, MPI_STATUSES_IGNORE);
 		MPI_Comm_free(&m->comm);
 	}
-	for (int i = 0; i < m->npost; i++)
+	for (int i = 0; i < m->npost; i++) {
 		free(m->post[i].tmp);
+		free(m->post[i].tmp2);
+	}
 	free(m->post);
 	free(m->req);
 	free(m);
@@ -438,6 +561,7 @@ static struct mg_comm *mpi_wrap(MPI_Comm comm)
 	c->collect = mpi_collect;
 	c->capture = mpi_capture;
 	c->abort = mpi_abort;
+	c->supports = mg_comm_supports_std;
 	return c;
 fail:
 	MPI_Comm_free(&comm);

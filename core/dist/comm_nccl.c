@@ -629,6 +629,7 @@ static struct mg_comm *nc_wrap(struct mg_device *dev, ncclComm_t nc)
 	c->collect = nccl_collect;
 	c->capture = nccl_capture;
 	c->abort = nccl_abort;
+	c->supports = mg_comm_supports_std;
 	return c;
 fail:
 	ncclCommDestroy(nc);

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dist/dist.h"
+#include "dist/comm_internal.h"
 
 static int self_all_reduce(struct mg_comm *c, void *buf, int64_t count,
 			   enum mg_dtype dt, enum mg_reduce_op op)
@@ -108,5 +108,6 @@ struct mg_comm *mg_comm_self(void)
 	c->collect = self_collect;
 	c->capture = self_capture;
 	c->abort = self_abort;
+	c->supports = mg_comm_supports_std;
 	return c;
 }

@@ -83,9 +83,36 @@ void mg_search_path_free(struct mg_search_path *sp)
 	sp->n = 0;
 }
 
+/* Append `name` to the list of missing callbacks in buf. */
+static void add_missing(char *buf, size_t n, bool absent, const char *name)
+{
+	if (!absent)
+		return;
+	size_t len = strlen(buf);
+	snprintf(buf + len, n - len, "%s%s", len ? ", " : "", name);
+}
+
+/* A strategy's required callbacks, each named when absent. */
+static void missing_strategy_ops(const struct mg_strategy_ops *o, char *buf,
+				 size_t n)
+{
+	buf[0] = 0;
+	add_missing(buf, n, !o->setup, "setup");
+	add_missing(buf, n, !o->steps_per_epoch, "steps_per_epoch");
+	add_missing(buf, n, !o->plan, "plan");
+	add_missing(buf, n, !o->begin_step, "begin_step");
+	add_missing(buf, n, !o->acquire, "acquire");
+	add_missing(buf, n, !o->release, "release");
+	add_missing(buf, n, !o->grads_ready, "grads_ready");
+	add_missing(buf, n, !o->step, "step");
+	add_missing(buf, n, !o->save, "save");
+	add_missing(buf, n, !o->load, "load");
+}
+
 static int check_ops(const struct mg_plugin *d, const char *path)
 {
 	const char *missing = NULL;
+	char names[256], what[300];
 	if (!d->ops)
 		missing = "ops";
 	else if (d->kind == MG_PLUGIN_MODEL) {
@@ -103,11 +130,13 @@ static int check_ops(const struct mg_plugin *d, const char *path)
 				"dataset ops (count/layout and read/transform "
 				"or read_tokens)";
 	} else if (d->kind == MG_PLUGIN_STRATEGY) {
-		const struct mg_strategy_ops *o = d->ops;
-		if (!o->setup || !o->steps_per_epoch || !o->plan ||
-		    !o->begin_step || !o->acquire || !o->release ||
-		    !o->grads_ready || !o->step || !o->save || !o->load)
-			missing = "strategy ops";
+		missing_strategy_ops(d->ops, names, sizeof names);
+		snprintf(what, sizeof what,
+			 "strategy ops: %s (struct "
+			 "mg_strategy_ops, strategy.h)",
+			 names);
+		if (names[0])
+			missing = what;
 	}
 	if (missing)
 		return mg_error("plugin '%s' (%s) is malformed: no %s", d->name,

@@ -95,8 +95,9 @@ static int create_instances(struct mg_trainer *t)
 	t->strat = t->s->plugin[MG_SEC_STRATEGY].desc->ops;
 	t->ctx.model = t->inst[MG_SEC_MODEL];
 	t->ctx.model_ops = t->model;
-	t->ctx.strategy = t->inst[MG_SEC_STRATEGY];
-	t->ctx.strategy_ops = t->strat;
+	mg_strategy_bind(&t->sbind, &t->ctx,
+			 t->s->plugin[MG_SEC_STRATEGY].desc->name, t->strat,
+			 t->inst[MG_SEC_STRATEGY]);
 	return 0;
 }
 
@@ -679,8 +680,12 @@ static int step_compute(struct mg_trainer *t, const struct mg_plan *ps,
 					MG_REDUCE_SUM))
 			return mg_error_prefix("metrics all-reduce");
 		mg_timer_start(ctx, MG_T_BACKWARD);
+		mg_strategy_bind_reset(&t->sbind);
 		rc = t->model->backward(t->inst[MG_SEC_MODEL], ctx);
 		mg_timer_stop(ctx, MG_T_BACKWARD);
+		/* The strategy's grads_ready failing is the strategy's. */
+		if (mg_strategy_bind_check(&t->sbind, (long long)ctx->step))
+			return -1;
 		if (rc)
 			return mg_error_prefix("backward at step %lld",
 					       (long long)ctx->step);

@@ -12,6 +12,7 @@
 
 #include "engine/report.h"
 #include "engine/session.h"
+#include "engine/strategy_bind.h"
 #include "runtime/runtime.h"
 
 /* One micro-batch slot of the input buffers: what was fetched into it. */
@@ -60,6 +61,7 @@ struct mg_trainer {
 	const struct mg_model_ops *model;
 	const struct mg_dataset_ops *data;
 	const struct mg_strategy_ops *strat;
+	struct mg_strategy_bind sbind; /* what ctx->strategy points at */
 	struct mg_model_spec spec;
 	struct mg_optim_hparams hp;
 	struct mg_input in;

@@ -1,18 +1,22 @@
 /*
  * local_avg.c - an example third-party strategy, built only against the
- * installed public headers (include/mg). It keeps one full replica per
- * rank, trains locally and averages parameters across ranks every
- * `period` steps (local SGD / model averaging). With one rank it is plain
- * single-rank training, which is what the install test checks.
+ * installed public headers (include/mg) and the kit's sampler. It keeps
+ * one full replica per rank, trains locally and averages parameters
+ * across ranks every `period` steps (local SGD / model averaging). With
+ * period = 1 and no gradient clipping the averaged step is the mean of
+ * the ranks' steps, which is DDP's (the optimizer is linear in the
+ * gradient for SGD), so it trains what ddp_ds trains: CI checks that on
+ * 2 ranks.
  *
- * It shows every part of the contract: storage (setup/acquire/release),
- * the sampler (plan), gradient readiness, the optimizer step and
- * checkpoints through named full tensors.
+ * It shows every part of the contract written by hand: storage
+ * (setup/acquire/release), gradient readiness, the optimizer step and
+ * checkpoints through named full tensors; the sampler (plan) is the
+ * kit's, so its order is ddp_ds's.
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
+#include <mg/kit/sampler.h>
 #include <mg/mg.h>
 
 struct local_avg {
@@ -22,7 +26,7 @@ struct local_avg {
 	struct mg_buf *param, *grad, *state[2]; /* one buffer per parameter */
 	struct mg_tensor *pt, *gt;
 	struct mg_unit_view *views;
-	int64_t *perm, perm_n, perm_epoch;
+	struct mg_sampler sampler;
 };
 
 static const struct mg_option options[] = {
@@ -38,7 +42,7 @@ static int la_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 		return mg_error("out of memory");
 	s->ctx = ctx;
 	s->period = mg_opt_int(o, "period");
-	s->perm_epoch = -1;
+	mg_sampler_init(&s->sampler, ctx->seed, true);
 	*self = s;
 	return 0;
 }
@@ -59,7 +63,7 @@ static void la_destroy(void *self)
 	free(s->pt);
 	free(s->gt);
 	free(s->views);
-	free(s->perm);
+	mg_sampler_free(&s->sampler);
 	free(s);
 }
 
@@ -119,34 +123,20 @@ static int la_setup(void *self, const struct mg_model_spec *spec)
 static int64_t la_steps(void *self, int64_t n, int64_t batch)
 {
 	struct local_avg *s = self;
-	return n / (batch * s->ctx->world);
+	return mg_sampler_steps(n, batch * s->ctx->world, true);
 }
 
-/* Each rank takes its own contiguous share of the shuffled global batch. */
+/* Each rank takes its own block of the shuffled global batch (the kit's
+ * own-block plan), but divides by its own count: each rank optimises its
+ * own replica. */
 static int la_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
 		   int64_t step, struct mg_plan *p)
 {
 	struct local_avg *s = self;
-	if (s->perm_epoch != epoch || s->perm_n != n) {
-		free(s->perm);
-		s->perm = malloc((size_t)n * sizeof *s->perm);
-		if (!s->perm)
-			return mg_error("out of memory");
-		mg_rng_permutation(mg_rng_key(s->ctx->seed, (uint64_t)epoch), n,
-				   s->perm);
-		s->perm_n = n;
-		s->perm_epoch = epoch;
-	}
-	int64_t off = (step * s->ctx->world + s->ctx->rank) * batch;
-	if (batch > p->read_cap || off + batch > n)
-		return mg_error("local_avg: step %lld outside the epoch",
-				(long long)step);
-	memcpy(p->read_idx, s->perm + off, (size_t)batch * sizeof *s->perm);
-	p->n_read = batch;
-	p->compute_begin = 0;
-	p->compute_count = batch;
-	p->global_count = batch; /* each rank optimises its own replica */
-	p->global_offset = s->ctx->rank * batch;
+	if (mg_sampler_plan_own(&s->sampler, s->ctx->world, s->ctx->rank, n,
+				batch, epoch, step, p))
+		return -1;
+	p->global_count = p->compute_count;
 	return 0;
 }
 
@@ -211,12 +201,17 @@ static int la_step(void *self, const struct mg_optim_hparams *h,
 	}
 	if (++s->steps % s->period || ctx->world == 1)
 		return 0;
-	/* Model averaging: sum over ranks, then divide. */
-	for (int i = 0; i < sp->nparams; i++) {
-		const struct mg_param_decl *p = &sp->params[i];
-		if (ctx->comm->all_reduce(ctx->comm, s->param[i].ptr, p->numel,
+	/* Model averaging: sum over ranks, then divide. Collectives are
+	 * asynchronous: the sums exist only after wait(). */
+	for (int i = 0; i < sp->nparams; i++)
+		if (ctx->comm->all_reduce(ctx->comm, s->param[i].ptr,
+					  sp->params[i].numel,
 					  ctx->master_dtype, MG_REDUCE_SUM))
 			return -1;
+	if (ctx->comm->wait(ctx->comm))
+		return -1;
+	for (int i = 0; i < sp->nparams; i++) {
+		const struct mg_param_decl *p = &sp->params[i];
 		if (ctx->master_dtype == MG_F32) {
 			float *x = s->param[i].ptr;
 			for (int64_t k = 0; k < p->numel; k++)

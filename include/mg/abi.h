@@ -25,8 +25,11 @@ extern "C" {
  *   1.3  sequence models: token batches (ids, labels with MG_IGNORE_INDEX,
  *        positions, lengths), dataset read_tokens, model-declared metrics,
  *        gradient accumulation (ctx micro / micro_count, strategy caps)
- *   1.4  text: ctx cache_dir (where datasets keep tokenized data), model
- *        decode (incremental next-token logits for `mgrun generate`)
+ *   1.4  text and the kit: ctx cache_dir (where datasets keep tokenized
+ *        data), model decode (incremental next-token logits for `mgrun
+ *        generate`), comm supports() (which dtypes and reductions a
+ *        backend takes); the strategy kit (mg/kit.h) is versioned apart,
+ *        MG_KIT_VERSION_*
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 4
@@ -63,7 +66,10 @@ struct mg_plugin {
 
 	/*
 	 * create: build an instance from validated options. ctx is the run
-	 * context (rank, device, logging); it stays valid until destroy.
+	 * context; it stays valid until destroy. Valid already in create():
+	 * rank, world, local ranks, dev, comm (collectives work), dtypes,
+	 * seed, optim, cache_dir; optim_vals, grad_scale and the
+	 * model/strategy binding come later (docs/PLUGINS.md).
 	 * Returns 0, or a negative value after mg_error() said why.
 	 */
 	int (*create)(const struct mg_opts *opts, struct mg_ctx *ctx,

@@ -9,6 +9,7 @@
 #ifndef MG_COMM_H
 #define MG_COMM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tensor.h"
@@ -18,6 +19,15 @@ extern "C" {
 #endif
 
 enum mg_reduce_op { MG_REDUCE_SUM = 0, MG_REDUCE_MAX = 1 };
+
+/* The collectives of struct mg_comm, for supports(). */
+enum mg_comm_coll {
+	MG_COLL_ALL_REDUCE = 0,
+	MG_COLL_REDUCE_SCATTER,
+	MG_COLL_ALL_GATHER,
+	MG_COLL_BROADCAST,
+	MG_COLL_ALL_REDUCE_HOST,
+};
 
 /* What collectives cost this rank since the last collect(). */
 struct mg_comm_stats {
@@ -70,6 +80,23 @@ struct mg_comm {
 	int (*collect)(struct mg_comm *c, struct mg_comm_stats *st);
 	void (*capture)(struct mg_comm *c, enum mg_comm_capture what);
 	void (*abort)(struct mg_comm *c, int code);
+
+	/*
+	 * Added in ABI 1.4. Whether collective coll takes buffers of dtype
+	 * dt (and, for reductions, reduction op; ignored otherwise): ask
+	 * this instead of comparing backend names. What each backend does:
+	 *   self  every dtype and op (one rank: copies or nothing)
+	 *   nccl  F32 F64 F16 BF16 I32 I64 U8, SUM and MAX, every
+	 *         collective (F16/BF16 reduced as NCCL does, per hop)
+	 *   mpi   F32 F64 I32 I64 U8, SUM and MAX, every collective; F16
+	 *         and BF16 too, reductions accumulating in F32 with one
+	 *         rounding at the end (so CPU ranks test what GPU ranks
+	 *         run)
+	 * A collective a backend does not support fails with an error that
+	 * names the dtype; it never silently converts.
+	 */
+	bool (*supports)(const struct mg_comm *c, enum mg_comm_coll coll,
+			 enum mg_dtype dt, enum mg_reduce_op op);
 };
 
 #ifdef __cplusplus

@@ -51,7 +51,9 @@ struct mg_plan {
 				  the step's global batch */
 };
 
-/* What the step did, for the report. */
+/* What the step did, for the report. The core zeroes it before step();
+ * a strategy need not fill skipped or grad_norm: the core reads both from
+ * ctx->optim_vals, where mg_optim_finalize() writes them on the device. */
 struct mg_step_report {
 	bool skipped;	     /* optimizer step skipped (overflow) */
 	double grad_norm;    /* global L2 norm of the (unscaled) gradient */

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "../common/test_util.h"
-#include "host_optim.h"
+#include "mg/kit/host_optim.h"
 #include "mg/mg.h"
 
 static struct mg_device dev = {.kind = MG_DEV_CPU};

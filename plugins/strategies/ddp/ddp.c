@@ -5,7 +5,7 @@
  * all-reduced as in every DDP-family strategy. Kept as the baseline that
  * shows why sharding the data matters.
  */
-#include "ddp.h"
+#include "mg/kit/ddp.h"
 
 static const struct mg_option ddp_options[] = {
 	MG_DDP_OPTIONS,

@@ -4,7 +4,7 @@
  * batch_size, and each rank reads, copies and computes only its block.
  * With the same global batch this trains the model a single rank would.
  */
-#include "ddp.h"
+#include "mg/kit/ddp.h"
 
 static const struct mg_option ds_options[] = {
 	MG_DDP_OPTIONS,

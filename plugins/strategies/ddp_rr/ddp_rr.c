@@ -5,7 +5,7 @@
  * the same model), but world times the reading and host-to-device
  * traffic: the report's h2d_bytes shows the cost.
  */
-#include "ddp.h"
+#include "mg/kit/ddp.h"
 
 static const struct mg_option rr_options[] = {
 	MG_DDP_OPTIONS,

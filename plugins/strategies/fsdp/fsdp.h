@@ -22,9 +22,9 @@
 #ifndef MG_FSDP_H
 #define MG_FSDP_H
 
-#include "flat.h"
+#include "mg/kit/flat.h"
+#include "mg/kit/sampler.h"
 #include "mg/mg.h"
-#include "sampler.h"
 
 enum fsdp_mode { FSDP_FULL = 0, FSDP_GRAD_OP, FSDP_NONE, FSDP_HYBRID };
 

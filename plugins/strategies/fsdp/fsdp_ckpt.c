@@ -7,7 +7,7 @@
  * rank and keeps this rank's shard.
  */
 #include "fsdp.h"
-#include "shard_ckpt.h"
+#include "mg/kit/shard_ckpt.h"
 
 /* Shard of `what` (0: parameters, 1+: optimizer slot) of flat f, on the
  * device. */

@@ -19,10 +19,10 @@
 #ifndef MG_OFFLOAD_H
 #define MG_OFFLOAD_H
 
-#include "flat.h"
-#include "host_optim.h"
+#include "mg/kit/flat.h"
+#include "mg/kit/host_optim.h"
+#include "mg/kit/sampler.h"
 #include "mg/mg.h"
-#include "sampler.h"
 
 #define OFFLOAD_CHUNKS 4
 

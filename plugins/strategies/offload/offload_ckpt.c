@@ -5,8 +5,8 @@
  * any rank count or strategy; on load every rank keeps its shard on the
  * host and the full parameters on the device.
  */
+#include "mg/kit/shard_ckpt.h"
 #include "offload.h"
-#include "shard_ckpt.h"
 
 /* Host shard of `what` (0: parameters, 1+: optimizer slot) of flat f. */
 static void *shard_of(void *self, const struct mg_flat *f, int what)

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mg/kit/replica.h"
+#include "mg/kit/sampler.h"
 #include "mg/mg.h"
-#include "replica.h"
-#include "sampler.h"
 
 struct single {
 	struct mg_ctx *ctx;

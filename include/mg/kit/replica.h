@@ -11,10 +11,14 @@
  * BF16) the master copy is F32 and a low-precision copy is what the model
  * borrows; the optimizer refreshes it in the same pass.
  */
-#ifndef MG_REPLICA_H
-#define MG_REPLICA_H
+#ifndef MG_KIT_REPLICA_H
+#define MG_KIT_REPLICA_H
 
 #include "mg/mg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define MG_REPLICA_MAX_SLOTS 2
 #define MG_REPLICA_GROUPS 4 /* lp-decay, lp-nodecay, f32-decay, f32-nodecay */
@@ -60,4 +64,7 @@ int mg_replica_load(struct mg_replica *r, struct mg_ckpt *ck);
  * low-precision copy. */
 int mg_replica_refresh_lp(struct mg_replica *r);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -15,10 +15,14 @@
  * copy after the update (round to nearest even, mg_float_to_half /
  * mg_float_to_bf16; NaN payloads may differ).
  */
-#ifndef MG_HOST_OPTIM_H
-#define MG_HOST_OPTIM_H
+#ifndef MG_KIT_HOST_OPTIM_H
+#define MG_KIT_HOST_OPTIM_H
 
 #include "mg/mg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* A thread pool (workers created once, woken per run) and the chosen
  * instruction set. One run at a time per pool. */
@@ -47,4 +51,7 @@ int mg_host_optim_run(struct mg_host_optim *o, const struct mg_optim_hparams *h,
 		      const struct mg_optim_vals *v,
 		      const struct mg_optim_slice *s, int n);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,7 +1,7 @@
 /*
  * shard_ckpt.c - checkpoints of sharded flat state (shard_ckpt.h).
  */
-#include "shard_ckpt.h"
+#include "mg/kit/shard_ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,12 +11,16 @@
  * rank count); where the shards live and what follows a load are the
  * strategy's, through the fields below.
  */
-#ifndef MG_SHARD_CKPT_H
-#define MG_SHARD_CKPT_H
+#ifndef MG_KIT_SHARD_CKPT_H
+#define MG_KIT_SHARD_CKPT_H
 
 #include <stdbool.h>
 
-#include "flat.h"
+#include "mg/kit/flat.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 struct mg_shard_ckpt {
 	const struct mg_flat_layout *L;
@@ -41,4 +45,7 @@ struct mg_shard_ckpt {
 int mg_shard_ckpt_save(const struct mg_shard_ckpt *s, struct mg_ckpt *ck);
 int mg_shard_ckpt_load(const struct mg_shard_ckpt *s, struct mg_ckpt *ck);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

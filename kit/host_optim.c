@@ -12,7 +12,7 @@
  * single-rank oracle exactly. The update is memory bound; FMAs would not
  * make it faster.
  */
-#include "host_optim.h"
+#include "mg/kit/host_optim.h"
 
 #include <math.h>
 #include <pthread.h>

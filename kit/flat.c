@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "flat.h"
+#include "mg/kit/flat.h"
 
 static int64_t round_up(int64_t x, int64_t m)
 {

@@ -17,10 +17,14 @@
  * Buffers (MG_P_BUFFER: batch-norm statistics) are never sharded; they get
  * offsets in a separate replicated buffer.
  */
-#ifndef MG_FLAT_H
-#define MG_FLAT_H
+#ifndef MG_KIT_FLAT_H
+#define MG_KIT_FLAT_H
 
 #include "mg/mg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define MG_FLAT_ALIGN 32 /* elements */
 
@@ -124,4 +128,7 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 		      void **out, void *bufs_host);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,12 +1,13 @@
 /*
- * ddp.c - data-parallel training over full replicas (see ddp.h): bucketed
- * gradient all-reduce overlapped with backward, buffer broadcast, and the
- * block sampler the three DDP plugins select samples with.
+ * ddp.c - data-parallel training over full replicas (see kit/ddp.h):
+ * bucketed gradient reduction overlapped with backward through a
+ * communication hook, buffer broadcast, and the block sampler the DDP
+ * plugins select samples with.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "ddp.h"
+#include "mg/kit/ddp.h"
 
 int mg_ddp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 {
@@ -23,9 +24,22 @@ int mg_ddp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 	return 0;
 }
 
+int mg_ddp_register_comm_hook(struct mg_ddp *d,
+			      const struct mg_ddp_comm_hook *h)
+{
+	if (!h || !h->launch)
+		return mg_error("ddp: communication hook '%s' has no launch "
+				"function",
+				h && h->name ? h->name : "(null)");
+	d->hook = h;
+	return 0;
+}
+
 void mg_ddp_destroy(void *self)
 {
 	struct mg_ddp *d = self;
+	if (d->hook && d->hook->destroy)
+		d->hook->destroy(d);
 	mg_replica_free(&d->rep);
 	mg_sampler_free(&d->sampler);
 	free(d->buckets);
@@ -127,6 +141,9 @@ int mg_ddp_setup(void *self, const struct mg_model_spec *spec)
 	struct mg_ddp *d = self;
 	if (mg_replica_init(&d->rep, d->ctx, spec) || build_buckets(d))
 		return -1;
+	if (d->hook && d->hook->setup && d->hook->setup(d))
+		return mg_error_prefix("ddp communication hook '%s'",
+				       d->hook->name);
 	return sync_from_rank0(d);
 }
 
@@ -153,13 +170,26 @@ void mg_ddp_release(void *self, int unit, enum mg_phase ph)
 
 /* Sum the bucket over ranks. Gradients are already divided by the global
  * sample count (ctx->grad_scale), so the sum is the global mean. */
-static int launch(struct mg_ddp *d, struct mg_ddp_bucket *b)
+static int hook_allreduce(struct mg_ddp *d, struct mg_ddp_bucket *b)
 {
 	struct mg_comm *c = d->ctx->comm;
+	return c->all_reduce(c, b->data, b->n, b->dtype, MG_REDUCE_SUM);
+}
+
+const struct mg_ddp_comm_hook mg_ddp_hook_allreduce = {
+	.name = "allreduce",
+	.launch = hook_allreduce,
+};
+
+static int launch(struct mg_ddp *d, struct mg_ddp_bucket *b)
+{
+	const struct mg_ddp_comm_hook *h =
+		d->hook ? d->hook : &mg_ddp_hook_allreduce;
 	b->launched = true;
-	if (c->all_reduce(c, b->data, b->n, b->dtype, MG_REDUCE_SUM))
-		return mg_error_prefix("gradient all-reduce of bucket %d",
-				       (int)(b - d->buckets));
+	if (h->launch(d, b))
+		return mg_error_prefix("gradient reduction (hook '%s') of "
+				       "bucket %d",
+				       h->name, (int)(b - d->buckets));
 	return 0;
 }
 
@@ -205,6 +235,11 @@ int mg_ddp_step(void *self, const struct mg_optim_hparams *h,
 		return mg_error_prefix("buffer broadcast");
 	if (c->wait(c))
 		return -1;
+	for (int b = 0; d->hook && d->hook->finish && b < d->nbuckets; b++)
+		if (d->hook->finish(d, &d->buckets[b]))
+			return mg_error_prefix("ddp communication hook '%s', "
+					       "bucket %d",
+					       d->hook->name, b);
 	return mg_replica_step(rep, h);
 }
 

@@ -3,7 +3,7 @@
  */
 #include <stdlib.h>
 
-#include "sampler.h"
+#include "mg/kit/sampler.h"
 
 void mg_sampler_init(struct mg_sampler *s, uint64_t seed, bool shuffle)
 {
@@ -33,7 +33,7 @@ const int64_t *mg_sampler_order(struct mg_sampler *s, int64_t n, int64_t epoch)
 	s->perm = p;
 	if (s->shuffle) {
 		mg_rng_permutation(
-			mg_rng_key(s->seed, 0x5348554646ull + (uint64_t)epoch),
+			mg_rng_key(s->seed, MG_SAMPLER_KEY + (uint64_t)epoch),
 			n, p);
 	} else {
 		for (int64_t i = 0; i < n; i++)

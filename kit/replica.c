@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "replica.h"
+#include "mg/kit/replica.h"
 
 static bool is_buffer(const struct mg_param_decl *p)
 {

@@ -1,0 +1,36 @@
+/*
+ * kit.h - the strategy kit: the pieces mgrun's own strategies are built
+ * from, installed for third-party strategies (link mgrun::mg_kit, or
+ * pkg-config mgrun-kit). Include this one header.
+ *
+ *   kit/sampler.h     per-epoch shuffled order, global-batch blocks, the
+ *                     own-block plan, last-batch padding
+ *   kit/replica.h     a full replica's flat storage and optimizer step
+ *   kit/ddp.h         the bucketed, overlapped DDP core and its
+ *                     communication hooks (bf16 compression built in)
+ *   kit/flat.h        flat parameters and shards (FSDP-style layouts)
+ *   kit/shard_ckpt.h  checkpoints of sharded flat state
+ *   kit/host_optim.h  the vectorised, threaded host optimizer
+ *
+ * The kit is a static library: a strategy carries the kit it was built
+ * with, so its run-time contract with mgrun stays the plugin ABI (abi.h)
+ * alone. Its source interface has its own version below: the minor grows
+ * with additions only (new functions, fields appended to structs the kit
+ * allocates); a change that breaks source compatibility bumps the major.
+ *   1.0  sampler, replica, flat, shard_ckpt, host_optim, ddp with
+ *        communication hooks (mg_ddp_comm_hook, mg_ddp_hook_bf16)
+ */
+#ifndef MG_KIT_H
+#define MG_KIT_H
+
+#define MG_KIT_VERSION_MAJOR 1
+#define MG_KIT_VERSION_MINOR 0
+
+#include "kit/ddp.h"
+#include "kit/flat.h"
+#include "kit/host_optim.h"
+#include "kit/replica.h"
+#include "kit/sampler.h"
+#include "kit/shard_ckpt.h"
+
+#endif
