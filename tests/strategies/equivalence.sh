@@ -233,6 +233,68 @@ llama)
 		--set run.batch_size=8 --set dataset.pack=true
 	same packed1 packed2 1e-10
 	;;
+lora)
+	# LoRA on the tiny llama: the base frozen, rank-4 adapters on every
+	# projection and the untied head, adapter dropout on. Every
+	# replicated strategy on 2 or 4 ranks, and 4 micro-batches on one
+	# rank, train the adapters one rank trains with the whole batch;
+	# dropout masks key on each row's global sample index.
+	set -- --set model.lora_rank=4 --set model.lora_alpha=8 \
+		--set model.lora_targets=all,head --set model.lora_dropout=0.2 \
+		--set model.tie_embeddings=no
+	run single 1 "$llama" --set run.batch_size=16 "$@"
+	run other 1 "$llama" --set run.batch_size=16 --set dataset.seed=99 "$@"
+	if same single other 1e-6; then
+		echo "FAIL: training on other data gave the same adapters"
+		exit 1
+	fi
+	# The checkpoint holds the adapters (and their optimizer state)
+	# only: the frozen base is re-created from the seed.
+	python3 - "$work/single/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    keys = [k for k in json.loads(f.read(n)) if k != "__metadata__"]
+params = [k for k in keys if k.startswith("param/")]
+assert params and all(".lora_" in k for k in params), params
+assert len(params) == 2 * (2 * 7 + 1), len(params)
+print("checkpoint: %d adapter tensors, no base" % len(params))
+PY
+	run accum4 1 "$llama" --set run.grad_accum=4 "$@"
+	same single accum4 1e-10
+	run ds4 4 "$llama" --set strategy.name=ddp_ds "$@"
+	same single ds4 1e-10
+	run ds2_accum2 2 "$llama" --set strategy.name=ddp_ds \
+		--set run.grad_accum=2 "$@"
+	same single ds2_accum2 1e-10
+	run rr4 4 "$llama" --set strategy.name=ddp_rr "$@"
+	same single rr4 1e-10
+	# Plain DDP: every rank computes the rows one rank alone would.
+	run single4 1 "$llama" "$@"
+	run ddp4 4 "$llama" --set strategy.name=ddp "$@"
+	same single4 ddp4 1e-10
+	# Stopped and resumed: the base comes back from the seed.
+	run resumed 2 "$llama" --set strategy.name=ddp_ds --set run.batch_size=8 \
+		--set run.stop_after=3 "$@"
+	run resumed 2 "$llama" --set strategy.name=ddp_ds --set run.batch_size=8 \
+		--resume "$@"
+	same single resumed 1e-10
+	# Sharded and offloaded storage refuse a frozen base, naming
+	# themselves.
+	for s in fsdp offload; do
+		if "$mpiexec" -np 2 "$mgrun" -c "$llama" \
+			--set strategy.name=$s "$@" --set run.out_dir="$work" \
+			--set run.name="$s" >"$work/$s.log" 2>&1; then
+			echo "FAIL: $s accepted a LoRA run"
+			exit 1
+		fi
+		grep -q "$s: frozen parameters" "$work/$s.log" || {
+			cat "$work/$s.log"
+			echo "FAIL: $s did not say why it refused"
+			exit 1
+		}
+	done
+	;;
 *)
 	echo "unknown scenario $scenario"
 	exit 2

@@ -349,3 +349,15 @@ void mg_flat_views_free(struct mg_flat_views *v)
 	free(v->trains);
 	memset(v, 0, sizeof *v);
 }
+
+int mg_flat_refuse_frozen(const struct mg_model_spec *s, const char *who)
+{
+	for (int i = 0; i < s->nparams; i++)
+		if (!(s->params[i].flags & (MG_P_TRAIN | MG_P_BUFFER)))
+			return mg_error(
+				"%s: frozen parameters (a LoRA base such as "
+				"'%s') are not supported by this strategy yet; "
+				"use single, ddp, ddp_rr or ddp_ds",
+				who, s->params[i].name);
+	return 0;
+}

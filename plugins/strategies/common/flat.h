@@ -124,4 +124,10 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 		      void **out, void *bufs_host);
 
+/* Sharded and offloaded storage still keep an F32 master of frozen
+ * parameters (a LoRA base), which the LoRA contract rules out: refuse
+ * such a model, naming the strategy, until they keep it in the compute
+ * dtype only. */
+int mg_flat_refuse_frozen(const struct mg_model_spec *s, const char *who);
+
 #endif

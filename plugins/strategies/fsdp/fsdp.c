@@ -176,6 +176,8 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 	d->master = ctx->master_dtype;
 	d->compute = ctx->compute_dtype;
 	d->dedicated = d->mode == FSDP_GRAD_OP;
+	if (mg_flat_refuse_frozen(spec, "fsdp"))
+		return -1;
 	if (make_groups(d) ||
 	    mg_flat_build(&d->L, spec, d->master, d->compute, d->group,
 			  d->reduce_fp32) ||

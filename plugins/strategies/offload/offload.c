@@ -216,6 +216,8 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	d->compute = ctx->compute_dtype;
 	d->world = ctx->world;
 	d->srank = ctx->rank;
+	if (mg_flat_refuse_frozen(spec, "offload"))
+		return -1;
 	if (d->master != MG_F32 && d->master != MG_F64)
 		return mg_error("offload: master dtype %s (fp32 or fp64 only)",
 				mg_dtype_name(d->master));

@@ -1,0 +1,258 @@
+/*
+ * llama_lora.c - low-rank adapters (LoRA, Hu et al. 2021, as Hugging
+ * Face PEFT implements them) on the llama projections: the options, the
+ * initialisation, and the adapter path y += s * B (A dropout(x)) forward
+ * and backward through the core's public ops, kept in two functions so
+ * training and incremental decoding apply adapters the same way.
+ *
+ * The scale s = alpha / r (alpha / sqrt(r) with rsLoRA) is applied as a
+ * tiny [r, r] GEMM by s * I after A: R x r x r multiply-adds against the
+ * R x in x r of A, so no element-wise scale op is needed and the scale
+ * stays exact in every dtype.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama.h"
+
+const char *const llama_lora_module[LT_COUNT] = {
+	"q_proj",    "k_proj",	"v_proj",    "o_proj",
+	"gate_proj", "up_proj", "down_proj", "lm_head"};
+
+/* Short names accepted in lora_targets, by LT_*. */
+static const char *const short_name[LT_COUNT] = {"q",	 "k",  "v",    "o",
+						 "gate", "up", "down", "head"};
+
+/* Key label of the adapters' dropout stream. */
+#define LORA_DROP_LABEL 0x6c6f7261647270ull
+/* Dropout counters advance this many tokens per sample, so a token's
+ * mask does not depend on the padded row length of its micro-batch. */
+#define ROW_STRIDE ((int64_t)1 << 20)
+
+void llama_lora_dims(const struct llama_cfg *c, int t, int64_t *in,
+		     int64_t *out)
+{
+	const int64_t D = c->dim, qd = c->heads * c->head_dim,
+		      kvd = c->kv_heads * c->head_dim;
+	const int64_t ins[LT_COUNT] = {D, D, D, qd, D, D, c->ffn, D};
+	const int64_t outs[LT_COUNT] = {qd,	kvd,	kvd, D,
+					c->ffn, c->ffn, D,   c->vocab};
+	*in = ins[t];
+	*out = outs[t];
+}
+
+/* "q,k,v" (or PEFT's "q_proj", "all") into target bits. */
+static int parse_targets(const char *s, unsigned *bits)
+{
+	*bits = 0;
+	const char *p = s;
+	while (*p) {
+		size_t n = strcspn(p, ", ");
+		if (n) {
+			int found = -1;
+			for (int t = 0; t < LT_COUNT && found < 0; t++)
+				if ((strlen(short_name[t]) == n &&
+				     !strncmp(p, short_name[t], n)) ||
+				    (strlen(llama_lora_module[t]) == n &&
+				     !strncmp(p, llama_lora_module[t], n)))
+					found = t;
+			if (n == 3 && !strncmp(p, "all", 3)) {
+				*bits |= (1u << LT_HEAD) - 1;
+			} else if (found < 0) {
+				return mg_error("llama: lora_targets: unknown "
+						"target '%.*s' (q, k, v, o, "
+						"gate, up, down, head, all)",
+						(int)n, p);
+			} else {
+				*bits |= 1u << found;
+			}
+		}
+		p += n;
+		p += strspn(p, ", ");
+	}
+	if (!*bits)
+		return mg_error("llama: lora_targets names no projection");
+	return 0;
+}
+
+int llama_lora_setup(struct llama *m, const struct mg_opts *o)
+{
+	struct llama_lora *L = &m->lora;
+	L->rank = (int)mg_opt_int(o, "lora_rank");
+	L->alpha = mg_opt_float(o, "lora_alpha");
+	L->dropout = mg_opt_float(o, "lora_dropout");
+	L->rslora = mg_opt_bool(o, "rslora");
+	for (int t = 0; t < LT_COUNT; t++)
+		L->ia[t] = L->ib[t] = -1;
+	L->layer_params = LP_COUNT;
+	L->head_params = m->c.tie_embeddings ? 1 : 2;
+	if (!L->rank)
+		return 0;
+	if (parse_targets(mg_opt_str(o, "lora_targets"), &L->targets))
+		return -1;
+	if ((L->targets & (1u << LT_HEAD)) && m->c.tie_embeddings)
+		return mg_error("llama: lora_targets 'head' needs an untied "
+				"output head (the tied one is the frozen "
+				"embedding)");
+	L->scale = L->rslora ? L->alpha / sqrt((double)L->rank)
+			     : L->alpha / L->rank;
+	/* A's of a unit first, then B's: the q, k, v (and gate, up) A's
+	 * lie side by side in replicated storage. */
+	int na = 0;
+	for (int t = 0; t < LT_HEAD; t++)
+		na += !!(L->targets & (1u << t));
+	int k = 0;
+	for (int t = 0; t < LT_HEAD; t++)
+		if (L->targets & (1u << t)) {
+			L->ia[t] = LP_COUNT + k;
+			L->ib[t] = LP_COUNT + na + k;
+			k++;
+		}
+	L->layer_params = LP_COUNT + 2 * na;
+	if (L->targets & (1u << LT_HEAD)) {
+		L->ia[LT_HEAD] = 2;
+		L->ib[LT_HEAD] = 3;
+		L->head_params = 4;
+	}
+	return 0;
+}
+
+void llama_lora_free(struct llama *m)
+{
+	mg_buf_free(m->ctx, &m->lora.S);
+}
+
+void llama_lora_init(const struct llama *m, struct mg_tensor *A,
+		     struct mg_tensor *B, uint64_t key)
+{
+	const double bound = 1.0 / sqrt((double)A->shape[1]);
+	const int64_t na = mg_tensor_numel(A), nb = mg_tensor_numel(B);
+	(void)m;
+	for (int64_t j = 0; j < na; j++) {
+		double x = bound * (2 * mg_rng_uniform(key, (uint64_t)j) - 1);
+		if (A->dtype == MG_F64)
+			((double *)A->data)[j] = x;
+		else
+			((float *)A->data)[j] = (float)x;
+	}
+	memset(B->data, 0, (size_t)nb * mg_dtype_size(B->dtype));
+}
+
+/* s * I in the compute dtype, built on first use (the dtype is the
+ * context's at forward). */
+static int scale_matrix(struct llama *m, struct mg_ctx *ctx,
+			struct mg_tensor *S)
+{
+	struct llama_lora *L = &m->lora;
+	const enum mg_dtype dt = ctx->compute_dtype;
+	const int64_t r = L->rank;
+	int64_t shape[2] = {r, r};
+	const size_t es = mg_dtype_size(dt), bytes = (size_t)(r * r) * es;
+	if (!L->S_built || L->S_dt != dt) {
+		unsigned char *h = calloc(1, bytes);
+		if (!h || mg_buf_reserve(ctx, &L->S, bytes, MG_MEM_PARAMS)) {
+			free(h);
+			return mg_error_prefix("llama: LoRA scale");
+		}
+		for (int64_t i = 0; i < r; i++) {
+			void *e = h + (size_t)(i * r + i) * es;
+			double s = L->scale;
+			if (dt == MG_F64)
+				memcpy(e, &s, 8);
+			else if (dt == MG_F32)
+				*(float *)e = (float)s;
+			else if (dt == MG_BF16)
+				*(uint16_t *)e = mg_float_to_bf16((float)s);
+			else
+				*(uint16_t *)e = mg_float_to_half((float)s);
+		}
+		int rc = mg_copy_h2d(ctx, L->S.ptr, h, bytes);
+		free(h);
+		if (rc)
+			return -1;
+		L->S_dt = dt;
+		L->S_built = true;
+	}
+	*S = mg_tensor_make(L->S.ptr, dt, ctx->dev->kind, 2, shape);
+	return 0;
+}
+
+static struct mg_tensor like(struct mg_ctx *ctx, void *p, int64_t R, int64_t w)
+{
+	int64_t shape[2] = {R, w};
+	return mg_tensor_make(p, ctx->compute_dtype, ctx->dev->kind, 2, shape);
+}
+
+/* Dropout of x into xd (or, backward, of dxd in place), one call per
+ * sample so each token's mask is a function of (sample, position). */
+static int drop(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+		const struct mg_tensor *x, struct mg_tensor *y, bool bwd)
+{
+	const double p = m->lora.dropout;
+	const int64_t T = m->T, w = x->shape[1];
+	const size_t rb = (size_t)(T * w) * mg_dtype_size(x->dtype);
+	const uint64_t key = mg_rng_key(mg_rng_key(ctx->seed, LORA_DROP_LABEL),
+					(uint64_t)(layer * LT_COUNT + t));
+	if (T > ROW_STRIDE)
+		return mg_error("llama: lora_dropout on rows over %lld tokens",
+				(long long)ROW_STRIDE);
+	for (int64_t s = 0; s < m->n; s++) {
+		struct mg_tensor xs = like(ctx, (char *)x->data + rb * s, T, w),
+				 ys = like(ctx, (char *)y->data + rb * s, T, w);
+		int64_t off = (m->goff + s) * ROW_STRIDE * w;
+		if (bwd ? mg_op_dropout_backward(ctx, &xs, &ys, p, key, off)
+			: mg_op_dropout(ctx, &xs, &ys, p, key, off))
+			return -1;
+	}
+	return 0;
+}
+
+int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+		       const struct mg_tensor *A, const struct mg_tensor *B,
+		       const struct mg_tensor *x, struct mg_tensor *as,
+		       void *xd, void *tmp, struct mg_tensor *y)
+{
+	const int64_t R = x->shape[0];
+	struct mg_tensor S, a = *as, in = *x;
+	struct mg_tensor ty = like(ctx, tmp, R, y->shape[1]);
+	if (scale_matrix(m, ctx, &S))
+		return -1;
+	if (ctx->training && m->lora.dropout > 0) {
+		in = like(ctx, xd, R, x->shape[1]);
+		if (drop(m, ctx, layer, t, x, &in, false))
+			return -1;
+	}
+	/* a = A drop(x) into ty's room, then as = a S, then y += B as. */
+	a.data = tmp;
+	return mg_op_linear(ctx, &in, A, NULL, &a) ||
+	       mg_op_linear(ctx, &a, &S, NULL, as) ||
+	       mg_op_linear(ctx, as, B, NULL, &ty) || mg_op_add(ctx, y, &ty, y);
+}
+
+int llama_lora_backward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+			const struct mg_tensor *A, const struct mg_tensor *B,
+			struct mg_tensor *dA, struct mg_tensor *dB,
+			const struct mg_tensor *x, const struct mg_tensor *as,
+			const struct mg_tensor *dy, struct mg_tensor *dx,
+			void *das, void *da, void *xd, void *dxd)
+{
+	const int64_t R = x->shape[0], r = m->lora.rank, in = x->shape[1];
+	struct mg_tensor S,
+		tdas = like(ctx, das, R, r), tda = like(ctx, da, R, r),
+		txd = like(ctx, xd, R, in), tdxd = like(ctx, dxd, R, in);
+	const bool dropped = ctx->training && m->lora.dropout > 0;
+	if (scale_matrix(m, ctx, &S))
+		return -1;
+	/* dB += dy^T as, das = dy B; da = das S (S symmetric); the
+	 * dropout mask is drawn again rather than kept. */
+	if (mg_op_linear_backward(ctx, as, B, dy, &tdas, dB, NULL) ||
+	    mg_op_linear_backward(ctx, &tdas, &S, &tdas, &tda, NULL, NULL))
+		return -1;
+	if (dropped && drop(m, ctx, layer, t, x, &txd, false))
+		return -1;
+	return mg_op_linear_backward(ctx, dropped ? &txd : x, A, &tda, &tdxd,
+				     dA, NULL) ||
+	       (dropped && drop(m, ctx, layer, t, &tdxd, &tdxd, true)) ||
+	       mg_op_add(ctx, dx, &tdxd, dx);
+}
