@@ -76,6 +76,13 @@ int mg_peft_export(const struct mg_st_writer *w, const struct mg_plugin *model,
 {
 	if (!declares(model, "lora_rank") || mg_opt_int(mo, "lora_rank") <= 0)
 		return 0;
+	static const char *const need[] = {"lora_alpha", "lora_dropout",
+					   "rslora", "hf_dir"};
+	for (size_t i = 0; i < sizeof need / sizeof *need; i++)
+		if (!declares(model, need[i]))
+			return mg_error("PEFT adapter: model %s has lora_rank "
+					"but no %s option",
+					model->name, need[i]);
 	char dir[4096], path[4200], mod[256], key[512];
 	snprintf(dir, sizeof dir, "%s/adapter", run_dir);
 	if (mkdir(dir, 0755) && errno != EEXIST)

@@ -352,12 +352,17 @@ void mg_flat_views_free(struct mg_flat_views *v)
 
 int mg_flat_refuse_frozen(const struct mg_model_spec *s, const char *who)
 {
-	for (int i = 0; i < s->nparams; i++)
-		if (!(s->params[i].flags & (MG_P_TRAIN | MG_P_BUFFER)))
-			return mg_error(
-				"%s: frozen parameters (a LoRA base such as "
-				"'%s') are not supported by this strategy yet; "
-				"use single, ddp, ddp_rr or ddp_ds",
-				who, s->params[i].name);
+	for (int u = 0; u < s->nunits; u++)
+		for (int k = 0; k < s->units[u].nparams; k++) {
+			const struct mg_param_decl *p =
+				&s->params[s->units[u].first_param + k];
+			if (!(p->flags & (MG_P_TRAIN | MG_P_BUFFER)))
+				return mg_error(
+					"%s: frozen parameters (a LoRA base "
+					"such as '%s.%s') are not supported "
+					"by this strategy yet; use single, "
+					"ddp, ddp_rr or ddp_ds",
+					who, s->units[u].name, p->name);
+		}
 	return 0;
 }
