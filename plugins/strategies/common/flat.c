@@ -123,8 +123,11 @@ static void place_shards(struct mg_flat_layout *L)
 		for (int k = 0; k < L->nflats; k++) {
 			struct mg_flat *f = &L->flats[k];
 			if (pass == 0) {
-				f->master_off = L->n_master;
-				L->n_master += f->shard;
+				f->master_off = -1;
+				if (!mg_flat_frozen_lp(f)) {
+					f->master_off = L->n_master;
+					L->n_master += f->shard;
+				}
 				if (f->lp) {
 					f->lp_off = L->n_lp;
 					L->n_lp += f->shard;
@@ -348,21 +351,4 @@ void mg_flat_views_free(struct mg_flat_views *v)
 	free(v->views);
 	free(v->trains);
 	memset(v, 0, sizeof *v);
-}
-
-int mg_flat_refuse_frozen(const struct mg_model_spec *s, const char *who)
-{
-	for (int u = 0; u < s->nunits; u++)
-		for (int k = 0; k < s->units[u].nparams; k++) {
-			const struct mg_param_decl *p =
-				&s->params[s->units[u].first_param + k];
-			if (!(p->flags & (MG_P_TRAIN | MG_P_BUFFER)))
-				return mg_error(
-					"%s: frozen parameters (a LoRA base "
-					"such as '%s.%s') are not supported "
-					"by this strategy yet; use single, "
-					"ddp, ddp_rr or ddp_ds",
-					who, s->units[u].name, p->name);
-		}
-	return 0;
 }
