@@ -6,7 +6,9 @@
 # the seed) must print the same loss; adapter/ must be a PEFT adapter:
 # adapter_config.json fields and every key and shape of
 # adapter_model.safetensors (peft_check.py loads it in peft on the GPU
-# machine).
+# machine); a fresh run started from that adapter (model.lora_adapter)
+# must evaluate to the same loss, and one whose lora_alpha differs from
+# the adapter's must be refused.
 set -eu
 mgrun=$1 ini=$2 work=$3
 rm -rf "$work"
@@ -33,6 +35,28 @@ awk -v l="$loss" 'BEGIN { exit !(l < 4.5) }' || {
 grep -q "test loss $loss " "$work/eval.log" || {
 	cat "$work/eval.log"
 	echo "FAIL: --eval-only does not reproduce the test loss $loss"
+	exit 1
+}
+ad="$work/lora/adapter"
+"$mgrun" -c "$ini" "$@" --set run.name=from_adapter \
+	--set model.lora_adapter="$ad" --eval-only >"$work/from.log" 2>&1 || {
+	cat "$work/from.log"
+	echo "FAIL: --eval-only from the PEFT adapter"
+	exit 1
+}
+grep -q "test loss $loss " "$work/from.log" || {
+	cat "$work/from.log"
+	echo "FAIL: the PEFT adapter does not reproduce the test loss $loss"
+	exit 1
+}
+if "$mgrun" -c "$ini" "$@" --set run.name=bad_alpha --set model.lora_alpha=32 \
+	--set model.lora_adapter="$ad" --eval-only >"$work/bad.log" 2>&1; then
+	echo "FAIL: an adapter of another lora_alpha was accepted"
+	exit 1
+fi
+grep -q "lora_alpha 16.*lora_alpha 32" "$work/bad.log" || {
+	cat "$work/bad.log"
+	echo "FAIL: the refusal does not name lora_alpha"
 	exit 1
 }
 python3 - "$work/lora" <<'PY'

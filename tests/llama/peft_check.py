@@ -13,8 +13,10 @@ equals mgrun --eval-only's on the same checkpoint; the logits equal those
 of the base model with W + s B A merged by hand (s = alpha / r or alpha /
 sqrt(r)); the adapter changes the loss. Two configurations: every
 projection and the head (alpha / r), and q, v with rsLoRA and dropout, on
-the CPU and on CUDA in fp32. Every comparison asserts; the exit status is
-the verdict.
+the CPU and on CUDA in fp32. Then the other way: an adapter made and
+saved by peft (random nonzero B, q/k/v/o/gate/up/down) loaded by mgrun
+(model.lora_adapter) evaluates to peft's loss. Every comparison asserts;
+the exit status is the verdict.
 """
 import json
 import math
@@ -23,7 +25,7 @@ import subprocess
 import sys
 
 import torch
-from peft import PeftModel
+from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -200,6 +202,33 @@ for dev in ["cpu", "cuda"]:
                     for p, q in zip(peft_logits, merged_logits))
         check(worst < 1e-4, f"{tag}: peft logits vs W + s B A merged, "
               f"worst |diff| {worst:.2e} < 1e-4")
+
+# peft -> mgrun: an adapter peft made and saved, evaluated by mgrun.
+torch.manual_seed(5)
+pm = get_peft_model(
+    LlamaForCausalLM.from_pretrained(base_dir, torch_dtype=torch.float32),
+    LoraConfig(r=4, lora_alpha=12, lora_dropout=0.0, task_type="CAUSAL_LM",
+               target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                               "gate_proj", "up_proj", "down_proj"]))
+with torch.no_grad():
+    for n, p in pm.named_parameters():
+        if "lora_B" in n:
+            p.normal_(0, 0.05)
+made = os.path.join(work, "peft_made")
+pm.save_pretrained(made)
+ref, _ = loss_and_logits(pm, rows, "cpu")
+lora = (f"lora_rank = 4\nlora_alpha = 12\nlora_targets = all\n"
+        f"lora_adapter = {made}\n")
+for dev in ["cpu", "cuda"]:
+    tag = f"peft_made_{dev}"
+    rc, run = mgrun_run(base_dir, data, dev, tag, lora, ["--eval-only"])
+    check(rc == 0, f"{tag}: mgrun --eval-only of peft's adapter exits 0")
+    if rc:
+        continue
+    got = json.load(open(os.path.join(run, "eval.json")))["metrics"]["loss"]
+    rel = abs(got - ref) / abs(ref)
+    check(rel < 2e-5, f"{tag}: mgrun loss {got:.6f} vs peft {ref:.6f} "
+          f"(rel {rel:.2e} < 2e-5)")
 
 print(f"peft_check: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -52,6 +52,12 @@ static const struct mg_option llama_options[] = {
 	MG_OPT_B("rslora", "false",
 		 "rank-stabilised LoRA: scale alpha / sqrt(r) instead of "
 		 "alpha / r"),
+	MG_OPT_P("lora_adapter", "",
+		 "PEFT adapter folder (adapter_config.json, "
+		 "adapter_model.safetensors; a run's adapter/) to start the "
+		 "adapters from, to continue training or evaluate it; its r, "
+		 "lora_alpha and use_rslora must equal the options above and "
+		 "it must hold every targeted module"),
 	MG_OPT_END,
 };
 
@@ -64,6 +70,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	m->ctx = ctx;
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
 	    llama_lora_setup(m, o)) {
+		llama_lora_free(m);
 		free(m);
 		return -1;
 	}
@@ -73,6 +80,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	if (!f || mg_buf_alloc(ctx, &m->inv_freq, (size_t)half * sizeof *f,
 			       MG_MEM_PARAMS)) {
 		free(f);
+		llama_lora_free(m);
 		free(m);
 		return mg_error_prefix("llama: rotary table");
 	}
@@ -81,6 +89,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 		free(f);
 		llama_hf_close(m);
 		mg_buf_free(ctx, &m->inv_freq);
+		llama_lora_free(m);
 		free(m);
 		return -1;
 	}
@@ -89,6 +98,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	if (rc) {
 		llama_hf_close(m);
 		mg_buf_free(ctx, &m->inv_freq);
+		llama_lora_free(m);
 		free(m);
 		return -1;
 	}

@@ -89,6 +89,8 @@ struct llama_lora {
 	/* Index of the target's lora_A and lora_B within its unit, or -1. */
 	int ia[LT_COUNT], ib[LT_COUNT];
 	int layer_params, head_params; /* parameters per unit */
+	/* lora_adapter: a PEFT adapter to start from, or NULL. */
+	struct mg_tensor_file *from;
 	struct mg_buf S;    /* [rank, rank] scale * I, compute dtype */
 	enum mg_dtype S_dt; /* S's dtype, once S_built */
 	bool S_built;
@@ -128,10 +130,11 @@ int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst);
 int llama_lora_setup(struct llama *m, const struct mg_opts *o);
 void llama_lora_dims(const struct llama_cfg *c, int t, int64_t *in,
 		     int64_t *out);
-/* A [rank, in] kaiming-uniform(a = sqrt(5)) as PEFT (uniform within
- * +-1/sqrt(in)), B zero. */
-void llama_lora_init(const struct llama *m, struct mg_tensor *A,
-		     struct mg_tensor *B, uint64_t key);
+/* Target t's adapter of layer `layer` (layers: the head): from the
+ * lora_adapter folder, else A [rank, in] kaiming-uniform(a = sqrt(5)) as
+ * PEFT (uniform within +-1/sqrt(in)) and B zero. */
+int llama_lora_init(const struct llama *m, int layer, int t,
+		    struct mg_tensor *A, struct mg_tensor *B, uint64_t key);
 /*
  * The adapter path of one projection, reusable by training and decode.
  * Forward: y += scale * B (A drop(x)), x [R, in], y [R, out]; saves

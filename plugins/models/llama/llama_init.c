@@ -47,8 +47,10 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 			continue;
 		if (L->ia[t] >= nall || L->ib[t] >= nall)
 			return mg_error("llama: adapter index out of range");
-		llama_lora_init(m, &params[L->ia[t]], &params[L->ib[t]],
-				mg_rng_key(seed, (uint64_t)(64 + t)));
+		if (llama_lora_init(m, unit - 1, t, &params[L->ia[t]],
+				    &params[L->ib[t]],
+				    mg_rng_key(seed, (uint64_t)(64 + t))))
+			return -1;
 	}
 	static const char *const layer_names[LP_COUNT] = {
 		"input_layernorm.weight",  "self_attn.q_proj.weight",

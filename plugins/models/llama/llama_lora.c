@@ -10,7 +10,9 @@
  * R x in x r of A, so no element-wise scale op is needed and the scale
  * stays exact in every dtype.
  */
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +78,40 @@ static int parse_targets(const char *s, unsigned *bits)
 	return 0;
 }
 
+/* Open a PEFT adapter folder and check its config against the options
+ * (r, lora_alpha, use_rslora): its tensors then replace the random
+ * initialisation. */
+static int open_adapter(struct llama_lora *L, const char *dir)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+	char *text = llama_read_file(path, 1 << 20);
+	if (!text)
+		return -1;
+	cJSON *c = cJSON_Parse(text);
+	free(text);
+	const cJSON *r = cJSON_GetObjectItem(c, "r"),
+		    *a = cJSON_GetObjectItem(c, "lora_alpha"),
+		    *rs = cJSON_GetObjectItem(c, "use_rslora");
+	int rc = 0;
+	if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a))
+		rc = mg_error("llama: %s: no numeric r and lora_alpha", path);
+	else if ((int)r->valuedouble != L->rank || a->valuedouble != L->alpha ||
+		 cJSON_IsTrue(rs) != L->rslora)
+		rc = mg_error("llama: %s has r %g, lora_alpha %g, use_rslora "
+			      "%s; the options say lora_rank %d, lora_alpha "
+			      "%g, rslora %s",
+			      path, r->valuedouble, a->valuedouble,
+			      cJSON_IsTrue(rs) ? "true" : "false", L->rank,
+			      L->alpha, L->rslora ? "true" : "false");
+	cJSON_Delete(c);
+	if (rc)
+		return -1;
+	snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+	L->from = mg_tensor_file_open(path);
+	return L->from ? 0 : mg_error_prefix("llama: lora_adapter");
+}
+
 int llama_lora_setup(struct llama *m, const struct mg_opts *o)
 {
 	struct llama_lora *L = &m->lora;
@@ -87,8 +123,12 @@ int llama_lora_setup(struct llama *m, const struct mg_opts *o)
 		L->ia[t] = L->ib[t] = -1;
 	L->layer_params = LP_COUNT;
 	L->head_params = m->c.tie_embeddings ? 1 : 2;
-	if (!L->rank)
-		return 0;
+	if (!L->rank) {
+		const char *from = mg_opt_str(o, "lora_adapter");
+		return from && from[0] ? mg_error("llama: lora_adapter needs "
+						  "lora_rank > 0")
+				       : 0;
+	}
 	if (parse_targets(mg_opt_str(o, "lora_targets"), &L->targets))
 		return -1;
 	if ((L->targets & (1u << LT_HEAD)) && m->c.tie_embeddings)
@@ -115,20 +155,65 @@ int llama_lora_setup(struct llama *m, const struct mg_opts *o)
 		L->ib[LT_HEAD] = 3;
 		L->head_params = 4;
 	}
-	return 0;
+	const char *from = mg_opt_str(o, "lora_adapter");
+	return from && from[0] ? open_adapter(L, from) : 0;
 }
 
 void llama_lora_free(struct llama *m)
 {
+	mg_tensor_file_close(m->lora.from);
+	m->lora.from = NULL;
 	mg_buf_free(m->ctx, &m->lora.S);
 }
 
-void llama_lora_init(const struct llama *m, struct mg_tensor *A,
-		     struct mg_tensor *B, uint64_t key)
+/* PEFT's name of target t's lora_A or lora_B in layer `layer`. */
+static void peft_name(const struct llama *m, int layer, int t, char ab,
+		      char *out, size_t cap)
 {
+	if (t == LT_HEAD || layer >= m->c.layers)
+		snprintf(out, cap, "base_model.model.lm_head.lora_%c.weight",
+			 ab);
+	else
+		snprintf(out, cap,
+			 "base_model.model.model.layers.%d.%s%s.lora_%c.weight",
+			 layer, t <= LT_O ? "self_attn." : "mlp.",
+			 llama_lora_module[t], ab);
+}
+
+/* dst from the adapter file's tensor of the same shape. */
+static int load_one(const struct llama *m, const char *name,
+		    struct mg_tensor *dst)
+{
+	struct mg_tensor v;
+	const char *path = mg_tensor_file_path(m->lora.from);
+	if (mg_tensor_file_get(m->lora.from, name, &v) != 1)
+		return mg_error("llama: %s has no %s (lora_targets differ from "
+				"its target_modules?)",
+				path, name);
+	if (v.ndim != dst->ndim || v.shape[0] != dst->shape[0] ||
+	    v.shape[1] != dst->shape[1])
+		return mg_error("llama: %s: %s is [%lld, %lld], the model "
+				"needs [%lld, %lld]",
+				path, name, (long long)v.shape[0],
+				(long long)v.shape[1], (long long)dst->shape[0],
+				(long long)dst->shape[1]);
+	return mg_tensor_convert_host(dst, &v) ? mg_error_prefix("%s", path)
+					       : 0;
+}
+
+int llama_lora_init(const struct llama *m, int layer, int t,
+		    struct mg_tensor *A, struct mg_tensor *B, uint64_t key)
+{
+	if (m->lora.from) {
+		char name[256];
+		peft_name(m, layer, t, 'A', name, sizeof name);
+		if (load_one(m, name, A))
+			return -1;
+		peft_name(m, layer, t, 'B', name, sizeof name);
+		return load_one(m, name, B);
+	}
 	const double bound = 1.0 / sqrt((double)A->shape[1]);
 	const int64_t na = mg_tensor_numel(A), nb = mg_tensor_numel(B);
-	(void)m;
 	for (int64_t j = 0; j < na; j++) {
 		double x = bound * (2 * mg_rng_uniform(key, (uint64_t)j) - 1);
 		if (A->dtype == MG_F64)
@@ -137,6 +222,7 @@ void llama_lora_init(const struct llama *m, struct mg_tensor *A,
 			((float *)A->data)[j] = (float)x;
 	}
 	memset(B->data, 0, (size_t)nb * mg_dtype_size(B->dtype));
+	return 0;
 }
 
 /* s * I in the compute dtype, built on first use (the dtype is the
