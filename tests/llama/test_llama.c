@@ -19,7 +19,9 @@
  * base is the same whatever the adapter options), lora_gradcheck (the
  * adapters' gradients by central differences, with and without dropout;
  * frozen weights get no gradient and are never written), lora_dropout
- * (masks a function of the step and each row's global sample index).
+ * (masks a function of the step and each row's global sample index),
+ * lora_fused (the fused q/k/v and gate/up adapter path equals the
+ * per-target one).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -592,6 +594,149 @@ static void test_lora_dropout(void)
 	env_close(&e);
 }
 
+/* Lay the lora_A's of each fused group (q, k, v; gate, up) of every
+ * layer, and their gradients, back to back in blocks of their own, as
+ * replicated storage does; the originals are kept in *saved for
+ * unstack(). */
+struct stacked {
+	void *orig_p[64], *orig_g[64];
+	int idx[64], n;
+	void *blocks[16];
+	int nblocks;
+};
+
+static void stack_group(struct env *e, int u, const char *const *mods, int n,
+			struct stacked *s)
+{
+	const struct mg_unit_decl *ud = &e->st.spec.units[u];
+	int at[3];
+	int64_t total = 0;
+	for (int j = 0; j < n; j++) {
+		at[j] = -1;
+		for (int k = 0; k < ud->nparams; k++) {
+			const char *nm =
+				e->st.spec.params[ud->first_param + k].name;
+			if (strstr(nm, mods[j]) && strstr(nm, ".lora_A."))
+				at[j] = ud->first_param + k;
+		}
+		if (at[j] < 0) {
+			fail("lora_fused: unit %d has no %s adapter", u,
+			     mods[j]);
+			return;
+		}
+		total += mg_tensor_numel(&e->st.p[at[j]]);
+	}
+	double *pb = malloc((size_t)total * sizeof *pb),
+	       *gb = calloc((size_t)total, sizeof *gb);
+	s->blocks[s->nblocks++] = pb;
+	s->blocks[s->nblocks++] = gb;
+	int64_t off = 0;
+	for (int j = 0; j < n; j++) {
+		const int i = at[j];
+		const int64_t ne = mg_tensor_numel(&e->st.p[i]);
+		memcpy(pb + off, e->st.p[i].data, (size_t)ne * sizeof *pb);
+		s->idx[s->n] = i;
+		s->orig_p[s->n] = e->st.p[i].data;
+		s->orig_g[s->n++] = e->st.g[i].data;
+		e->st.p[i].data = pb + off;
+		e->st.g[i].data = gb + off;
+		off += ne;
+	}
+}
+
+static void unstack(struct env *e, struct stacked *s)
+{
+	for (int k = 0; k < s->n; k++) {
+		e->st.p[s->idx[k]].data = s->orig_p[k];
+		e->st.g[s->idx[k]].data = s->orig_g[k];
+	}
+	for (int k = 0; k < s->nblocks; k++)
+		free(s->blocks[k]);
+}
+
+/* One forward and backward: the loss, gradients in e->st.g. */
+static double train_step(struct env *e, struct tbatch *tb)
+{
+	double m[MG_METRIC_N];
+	int64_t nm = MG_METRIC_N;
+	struct mg_tensor mt = mg_tensor_make(m, MG_F64, MG_DEV_CPU, 1, &nm);
+	ts_zero_grads(&e->st);
+	e->ctx.training = true;
+	if (M->forward(e->model, &e->ctx, &tb->b, &mt) ||
+	    M->backward(e->model, &e->ctx)) {
+		fail("train step: %s", mg_last_error());
+		return NAN;
+	}
+	ts_check_step(&e->st, true);
+	return m[MG_METRIC_LOSS_SUM];
+}
+
+/* Fused groups (one GEMM over the stacked A's of q, k, v and of gate,
+ * up) compute what the per-target path computes: the same loss and
+ * gradients, and the model says it fused them. */
+static void test_lora_fused(void)
+{
+	char lines[512];
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 3\nlora_alpha = 5\nlora_targets = all\n", tiny);
+	struct env a, b;
+	memset(&b, 0, sizeof b);
+	if (env_open(&a, lines) || env_open(&b, lines)) {
+		fail("lora_fused: %s", mg_last_error());
+		env_close(&a);
+		env_close(&b);
+		return;
+	}
+	randomize_b(&a);
+	randomize_b(&b);
+	struct stacked s = {0};
+	static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
+	static const char *const gu[2] = {"gate_proj", "up_proj"};
+	for (int u = 1; u + 1 < b.st.spec.nunits; u++) {
+		stack_group(&b, u, qkv, 3, &s);
+		stack_group(&b, u, gu, 2, &s);
+	}
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	a.grad_scale = b.grad_scale = 0.01f;
+	double la = train_step(&a, &tb);
+	/* The fused run's output, to find the model's word that it fused. */
+	fflush(stdout);
+	FILE *cap = tmpfile();
+	int saved = dup(1);
+	dup2(fileno(cap), 1);
+	double lb = train_step(&b, &tb);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	char out[4096] = "";
+	rewind(cap);
+	size_t got = fread(out, 1, sizeof out - 1, cap);
+	out[got] = 0;
+	fclose(cap);
+	CHECK(strstr(out, "forward of q_proj,k_proj,v_proj fused") != NULL);
+	CHECK(strstr(out, "backward of gate_proj,up_proj fused") != NULL);
+	double worst = 0, gmax = 0;
+	for (int i = 0; i < a.st.spec.nparams; i++) {
+		if (!a.st.g[i].data)
+			continue;
+		for (int64_t j = 0; j < mg_tensor_numel(&a.st.g[i]); j++) {
+			double ga = ((double *)a.st.g[i].data)[j],
+			       gb = ((double *)b.st.g[i].data)[j];
+			worst = fmax(worst, fabs(ga - gb));
+			gmax = fmax(gmax, fabs(ga));
+		}
+	}
+	printf("lora_fused: loss %.15g vs %.15g, gradients differ by %.2e "
+	       "(largest %.2e)\n%s",
+	       la, lb, worst, gmax, out);
+	CHECK(fabs(la - lb) <= 1e-12 * fabs(la));
+	CHECK(gmax > 0 && worst <= 1e-10 * gmax);
+	unstack(&b, &s);
+	env_close(&a);
+	env_close(&b);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -619,6 +764,8 @@ int main(int argc, char **argv)
 		test_lora_gradcheck();
 	else if (!strcmp(argv[2], "lora_dropout"))
 		test_lora_dropout();
+	else if (!strcmp(argv[2], "lora_fused"))
+		test_lora_fused();
 	else {
 		fprintf(stderr, "unknown test %s\n", argv[2]);
 		return 2;

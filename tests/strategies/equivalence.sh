@@ -290,6 +290,22 @@ PY
 	run fsdp_hybrid 4 "$llama" --set strategy.name=fsdp \
 		--set strategy.shard=hybrid --set strategy.shard_group_size=2 "$@"
 	same single fsdp_hybrid 1e-10
+	# Without dropout the q/k/v and gate/up adapters run fused (their
+	# A's lie back to back in replicated storage and in flats).
+	run nodrop1 1 "$llama" --set run.batch_size=16 "$@" \
+		--set model.lora_dropout=0
+	grep -q "LoRA backward of q_proj,k_proj,v_proj fused" \
+		"$work/nodrop1.log" || {
+		cat "$work/nodrop1.log"
+		echo "FAIL: the q/k/v adapters did not run fused"
+		exit 1
+	}
+	run nodrop_ds4 4 "$llama" --set strategy.name=ddp_ds "$@" \
+		--set model.lora_dropout=0
+	same nodrop1 nodrop_ds4 1e-10
+	run nodrop_fsdp4 4 "$llama" --set strategy.name=fsdp "$@" \
+		--set model.lora_dropout=0
+	same nodrop1 nodrop_fsdp4 1e-10
 	# Offload: the adapters' optimizer on the host, the base on the
 	# device only.
 	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \

@@ -94,6 +94,7 @@ struct llama_lora {
 	struct mg_buf S;    /* [rank, rank] scale * I, compute dtype */
 	enum mg_dtype S_dt; /* S's dtype, once S_built */
 	bool S_built;
+	unsigned said_fused; /* fused groups announced (once each) */
 };
 
 struct llama {
@@ -157,6 +158,32 @@ int llama_lora_backward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 			const struct mg_tensor *x, const struct mg_tensor *as,
 			const struct mg_tensor *dy, struct mg_tensor *dx,
 			void *das, void *da, void *xd, void *dxd);
+/*
+ * Fused groups: targets ts[0..n) (n 2 or 3: q, k, v or gate, up) that
+ * read the same input x. When their lora_A's lie back to back in the
+ * lent storage (and in G's gradients when G is given: replicated storage
+ * declares them so) and no dropout draws a mask per target, one GEMM by
+ * the [n r, in] stack of A's reads x once for all of them, forward and
+ * backward; selection matrices split its [R, n r] product into each
+ * target's saved s A x. Same results as the per-target path.
+ */
+bool llama_lora_fusable(const struct llama *m, const struct mg_ctx *ctx,
+			const int *ts, int n, const struct mg_tensor *P,
+			const struct mg_tensor *G);
+/* y[j] += s B_j A_j x, as[j] saved; tmp [R, max(n rank, out_j)]. */
+int llama_lora_forward_group(struct llama *m, struct mg_ctx *ctx, const int *ts,
+			     int n, const struct mg_tensor *P,
+			     const struct mg_tensor *x,
+			     struct mg_tensor *const *as,
+			     struct mg_tensor *const *y, void *tmp);
+/* From dy[j]: the adapters' gradients (+=), dx += their input gradient.
+ * Scratch: das [R, rank], da3 and dt3 [R, n rank], dxd [R, in]. */
+int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
+			      const int *ts, int n, const struct mg_tensor *P,
+			      struct mg_tensor *G, const struct mg_tensor *x,
+			      struct mg_tensor *const *as,
+			      struct mg_tensor *const *dy, struct mg_tensor *dx,
+			      void *das, void *da3, void *dt3, void *dxd);
 void llama_lora_free(struct llama *m);
 
 /* llama_model.c */

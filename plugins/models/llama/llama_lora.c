@@ -225,43 +225,83 @@ int llama_lora_init(const struct llama *m, int layer, int t,
 	return 0;
 }
 
-/* s * I in the compute dtype, built on first use (the dtype is the
- * context's at forward). */
-static int scale_matrix(struct llama *m, struct mg_ctx *ctx,
-			struct mg_tensor *S)
+/* Element offset in the scale buffer of the [r, n r] selection matrix
+ * of member j of a fused group of n (n 2 or 3), after s * I. */
+static int64_t sel_off(int64_t r, int n, int j)
+{
+	return r * r + (n == 2 ? 0 : 4 * r * r) + (int64_t)j * n * r * r;
+}
+
+/* h[k] = v in dtype dt. */
+static void put_scale(unsigned char *h, int64_t k, enum mg_dtype dt, double v)
+{
+	void *e = h + (size_t)k * mg_dtype_size(dt);
+	if (dt == MG_F64)
+		memcpy(e, &v, 8);
+	else if (dt == MG_F32)
+		*(float *)e = (float)v;
+	else if (dt == MG_BF16)
+		*(uint16_t *)e = mg_float_to_bf16((float)v);
+	else
+		*(uint16_t *)e = mg_float_to_half((float)v);
+}
+
+/* The scale matrices in the compute dtype, built on first use (the dtype
+ * is the context's at forward): S = s * I [r, r], then for fused groups
+ * of n = 2, 3 the selections Sel(n, j) [r, n r] with s at (i, j r + i),
+ * which take member j's s A x out of the group's [R, n r] product. */
+static int scale_buffer(struct llama *m, struct mg_ctx *ctx)
 {
 	struct llama_lora *L = &m->lora;
 	const enum mg_dtype dt = ctx->compute_dtype;
-	const int64_t r = L->rank;
-	int64_t shape[2] = {r, r};
-	const size_t es = mg_dtype_size(dt), bytes = (size_t)(r * r) * es;
-	if (!L->S_built || L->S_dt != dt) {
-		unsigned char *h = calloc(1, bytes);
-		if (!h || mg_buf_reserve(ctx, &L->S, bytes, MG_MEM_PARAMS)) {
-			free(h);
-			return mg_error_prefix("llama: LoRA scale");
-		}
-		for (int64_t i = 0; i < r; i++) {
-			void *e = h + (size_t)(i * r + i) * es;
-			double s = L->scale;
-			if (dt == MG_F64)
-				memcpy(e, &s, 8);
-			else if (dt == MG_F32)
-				*(float *)e = (float)s;
-			else if (dt == MG_BF16)
-				*(uint16_t *)e = mg_float_to_bf16((float)s);
-			else
-				*(uint16_t *)e = mg_float_to_half((float)s);
-		}
-		int rc = mg_copy_h2d(ctx, L->S.ptr, h, bytes);
+	const int64_t r = L->rank, n_el = sel_off(r, 3, 3);
+	const size_t es = mg_dtype_size(dt), bytes = (size_t)n_el * es;
+	if (L->S_built && L->S_dt == dt)
+		return 0;
+	unsigned char *h = calloc(1, bytes);
+	if (!h || mg_buf_reserve(ctx, &L->S, bytes, MG_MEM_PARAMS)) {
 		free(h);
-		if (rc)
-			return -1;
-		L->S_dt = dt;
-		L->S_built = true;
+		return mg_error_prefix("llama: LoRA scale");
 	}
-	*S = mg_tensor_make(L->S.ptr, dt, ctx->dev->kind, 2, shape);
+	for (int64_t i = 0; i < r; i++) {
+		put_scale(h, i * r + i, dt, L->scale);
+		for (int n = 2; n <= 3; n++)
+			for (int j = 0; j < n; j++)
+				put_scale(h,
+					  sel_off(r, n, j) + i * n * r + j * r +
+						  i,
+					  dt, L->scale);
+	}
+	int rc = mg_copy_h2d(ctx, L->S.ptr, h, bytes);
+	free(h);
+	if (rc)
+		return -1;
+	L->S_dt = dt;
+	L->S_built = true;
 	return 0;
+}
+
+/* s * I [r, r]. */
+static int scale_matrix(struct llama *m, struct mg_ctx *ctx,
+			struct mg_tensor *S)
+{
+	int64_t r = m->lora.rank, shape[2] = {r, r};
+	if (scale_buffer(m, ctx))
+		return -1;
+	*S = mg_tensor_make(m->lora.S.ptr, ctx->compute_dtype, ctx->dev->kind,
+			    2, shape);
+	return 0;
+}
+
+/* Sel(n, j) [r, n r]. */
+static struct mg_tensor sel_matrix(const struct llama *m, struct mg_ctx *ctx,
+				   int n, int j)
+{
+	const int64_t r = m->lora.rank, shape[2] = {r, n * r};
+	return mg_tensor_make((char *)m->lora.S.ptr +
+				      (size_t)sel_off(r, n, j) *
+					      mg_dtype_size(ctx->compute_dtype),
+			      ctx->compute_dtype, ctx->dev->kind, 2, shape);
 }
 
 static struct mg_tensor like(struct mg_ctx *ctx, void *p, int64_t R, int64_t w)
@@ -340,5 +380,118 @@ int llama_lora_backward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 	return mg_op_linear_backward(ctx, dropped ? &txd : x, A, &tda, &tdxd,
 				     dA, NULL) ||
 	       (dropped && drop(m, ctx, layer, t, &tdxd, &tdxd, true)) ||
+	       mg_op_add(ctx, dx, &tdxd, dx);
+}
+
+/* Is tensor t[k] of each target in ts right after the one before it? */
+static bool adjacent(const struct llama *m, const int *ts, int n,
+		     const struct mg_tensor *T, bool b)
+{
+	for (int j = 1; j < n; j++) {
+		const struct mg_tensor *p =
+			&T[b ? m->lora.ib[ts[j - 1]] : m->lora.ia[ts[j - 1]]];
+		const struct mg_tensor *q =
+			&T[b ? m->lora.ib[ts[j]] : m->lora.ia[ts[j]]];
+		if (!p->data || !q->data || p->dtype != q->dtype ||
+		    (char *)p->data + mg_tensor_bytes(p) != (char *)q->data)
+			return false;
+	}
+	return true;
+}
+
+bool llama_lora_fusable(const struct llama *m, const struct mg_ctx *ctx,
+			const int *ts, int n, const struct mg_tensor *P,
+			const struct mg_tensor *G)
+{
+	if (n < 2 || n > 3 || (ctx->training && m->lora.dropout > 0))
+		return false;
+	for (int j = 0; j < n; j++)
+		if (m->lora.ia[ts[j]] < 0)
+			return false;
+	return adjacent(m, ts, n, P, false) &&
+	       (!G || adjacent(m, ts, n, G, false));
+}
+
+/* Say once per group and direction that it runs fused (tests read it). */
+static void announce(struct llama *m, const int *ts, int n, bool bwd)
+{
+	unsigned bit = 1u << (ts[0] + (bwd ? LT_COUNT : 0));
+	if (m->lora.said_fused & bit)
+		return;
+	m->lora.said_fused |= bit;
+	char names[64] = "";
+	for (int j = 0; j < n; j++)
+		snprintf(names + strlen(names), sizeof names - strlen(names),
+			 "%s%s", j ? "," : "", llama_lora_module[ts[j]]);
+	mg_info("llama: LoRA %s of %s fused (one GEMM reads the input)",
+		bwd ? "backward" : "forward", names);
+}
+
+/* [n r, in]: the group's lora_A's as one matrix (adjacent in T). */
+static struct mg_tensor a_cat(const struct llama *m, const int *ts, int n,
+			      const struct mg_tensor *T)
+{
+	struct mg_tensor a = T[m->lora.ia[ts[0]]];
+	a.shape[0] *= n;
+	return a;
+}
+
+int llama_lora_forward_group(struct llama *m, struct mg_ctx *ctx, const int *ts,
+			     int n, const struct mg_tensor *P,
+			     const struct mg_tensor *x,
+			     struct mg_tensor *const *as,
+			     struct mg_tensor *const *y, void *tmp)
+{
+	const int64_t R = x->shape[0], r = m->lora.rank;
+	struct mg_tensor A = a_cat(m, ts, n, P), a3 = like(ctx, tmp, R, n * r);
+	announce(m, ts, n, false);
+	if (scale_buffer(m, ctx) || mg_op_linear(ctx, x, &A, NULL, &a3))
+		return -1;
+	for (int j = 0; j < n; j++) {
+		struct mg_tensor sel = sel_matrix(m, ctx, n, j);
+		if (mg_op_linear(ctx, &a3, &sel, NULL, as[j]))
+			return -1;
+	}
+	for (int j = 0; j < n; j++) {
+		struct mg_tensor ty = like(ctx, tmp, R, y[j]->shape[1]);
+		if (mg_op_linear(ctx, as[j], &P[m->lora.ib[ts[j]]], NULL,
+				 &ty) ||
+		    mg_op_add(ctx, y[j], &ty, y[j]))
+			return -1;
+	}
+	return 0;
+}
+
+int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
+			      const int *ts, int n, const struct mg_tensor *P,
+			      struct mg_tensor *G, const struct mg_tensor *x,
+			      struct mg_tensor *const *as,
+			      struct mg_tensor *const *dy, struct mg_tensor *dx,
+			      void *das, void *da3, void *dt3, void *dxd)
+{
+	const int64_t R = x->shape[0], r = m->lora.rank, in = x->shape[1];
+	struct mg_tensor tdas = like(ctx, das, R, r),
+			 tda3 = like(ctx, da3, R, n * r),
+			 tdt3 = like(ctx, dt3, R, n * r),
+			 tdxd = like(ctx, dxd, R, in);
+	announce(m, ts, n, true);
+	if (scale_buffer(m, ctx))
+		return -1;
+	/* da3 = sum_j (dy_j B_j) Sel(n, j); dB_j += dy_j^T as_j. The x
+	 * given with a NULL weight gradient only carries the shape. */
+	for (int j = 0; j < n; j++) {
+		const int b = m->lora.ib[ts[j]];
+		struct mg_tensor sel = sel_matrix(m, ctx, n, j);
+		struct mg_tensor *dB = G[b].data ? &G[b] : NULL;
+		if (mg_op_linear_backward(ctx, as[j], &P[b], dy[j], &tdas, dB,
+					  NULL) ||
+		    mg_op_linear_backward(ctx, j ? &tda3 : &tdt3, &sel, &tdas,
+					  j ? &tdt3 : &tda3, NULL, NULL) ||
+		    (j && mg_op_add(ctx, &tda3, &tdt3, &tda3)))
+			return -1;
+	}
+	struct mg_tensor A = a_cat(m, ts, n, P), dA = a_cat(m, ts, n, G);
+	return mg_op_linear_backward(ctx, x, &A, &tda3, &tdxd,
+				     dA.data ? &dA : NULL, NULL) ||
 	       mg_op_add(ctx, dx, &tdxd, dx);
 }

@@ -33,7 +33,7 @@ struct lay {
 	size_t total;
 	/* the backward work buffer */
 	size_t dx, dxm, dh, dt, ds, du, dq, dk, dv, dout;
-	size_t ldas, lda, ldxd; /* LoRA's */
+	size_t ldas, lda, ldt3, ldxd; /* LoRA's */
 	size_t wtotal;
 };
 
@@ -77,7 +77,8 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	SLOT(lse, R * H * ss);
 	const struct llama_lora *lo = &m->lora;
 	const size_t r = (size_t)lo->rank;
-	size_t max_in = 0, max_out = r;
+	/* ltmp also holds a fused group's [R, 3 r] (llama_lora.c) */
+	size_t max_in = 0, max_out = 3 * r;
 	for (int t = 0; t < LT_COUNT; t++) {
 		if (lo->ia[t] < 0)
 			continue;
@@ -117,7 +118,8 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	SLOT(dv, R * kvd * es);
 	SLOT(dout, R * qd * es);
 	SLOT(ldas, R * r * es);
-	SLOT(lda, R * r * es);
+	SLOT(lda, R * 3 * r * es);
+	SLOT(ldt3, R * 3 * r * es);
 	SLOT(ldxd, R * max_in * es);
 #undef SLOT
 	L->wtotal = p;
@@ -214,6 +216,41 @@ static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 				  x, &as, A + L->lxd, A + L->ltmp, y);
 }
 
+/* The projections ws[j] (targets ts[j]) of one input x: the adapters
+ * of those targeted as one fused group when they can be
+ * (llama_lora_fusable), else each on its own. */
+static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
+		     int l, const int *ts, const int *ws, int n,
+		     const struct mg_tensor *P, const struct mg_tensor *x,
+		     struct mg_tensor *const *ys)
+{
+	int ft[3], nf = 0;
+	for (int j = 0; j < n; j++)
+		if (m->lora.ia[ts[j]] >= 0)
+			ft[nf++] = ts[j];
+	if (!llama_lora_fusable(m, ctx, ft, nf, P, NULL)) {
+		for (int j = 0; j < n; j++)
+			if (proj_fwd(m, ctx, L, l, ts[j], P, ws[j], x, ys[j]))
+				return -1;
+		return 0;
+	}
+	struct mg_tensor as[3], *asp[3], *yf[3];
+	for (int j = 0, k = 0; j < n; j++) {
+		if (mg_op_linear(ctx, x, &P[ws[j]], NULL, ys[j]))
+			return -1;
+		if (m->lora.ia[ts[j]] < 0)
+			continue;
+		as[k] = lora_saved(m, L, l, ts[j]);
+		asp[k] = &as[k];
+		yf[k++] = ys[j];
+	}
+	return llama_lora_forward_group(m, ctx, ft, nf, P, x, asp, yf,
+					(char *)m->arena.ptr + L->ltmp);
+}
+
+static const int QKV_T[3] = {LT_Q, LT_K, LT_V}, QKV_W[3] = {LP_Q, LP_K, LP_V},
+		 GU_T[2] = {LT_GATE, LT_UP}, GU_W[2] = {LP_GATE, LP_UP};
+
 static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 			 const struct mg_tensor *W, struct lt *t,
 			 const struct mg_tensor *pos, const struct lay *L,
@@ -223,9 +260,8 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 	double eps = m->c.norm_eps;
 	return mg_op_rmsnorm(ctx, &t->x, &W[LP_IN_NORM], eps, &t->h1,
 			     &t->rstd1) ||
-	       proj_fwd(m, ctx, L, l, LT_Q, W, LP_Q, &t->h1, &t->q) ||
-	       proj_fwd(m, ctx, L, l, LT_K, W, LP_K, &t->h1, &t->k) ||
-	       proj_fwd(m, ctx, L, l, LT_V, W, LP_V, &t->h1, &t->v) ||
+	       group_fwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, &t->h1,
+			 (struct mg_tensor *const[]){&t->q, &t->k, &t->v}) ||
 	       mg_op_rope(ctx, &t->q4, pos, &f) ||
 	       mg_op_rope(ctx, &t->k4, pos, &f) ||
 	       mg_op_attention(ctx, &t->q4, &t->k4, &t->v4, pos, attn_scale(m),
@@ -235,8 +271,8 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 	       mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
 	       mg_op_rmsnorm(ctx, &t->xm, &W[LP_POST_NORM], eps, &t->h2,
 			     &t->rstd2) ||
-	       proj_fwd(m, ctx, L, l, LT_GATE, W, LP_GATE, &t->h2, &t->g) ||
-	       proj_fwd(m, ctx, L, l, LT_UP, W, LP_UP, &t->h2, &t->u) ||
+	       group_fwd(m, ctx, L, l, GU_T, GU_W, 2, W, &t->h2,
+			 (struct mg_tensor *const[]){&t->g, &t->u}) ||
 	       mg_op_swiglu(ctx, &t->g, &t->u, &t->s) ||
 	       proj_fwd(m, ctx, L, l, LT_DOWN, W, LP_DOWN, &t->s, &t->xn) ||
 	       mg_op_add(ctx, &t->xm, &t->xn, &t->xn);
@@ -369,6 +405,43 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 				   B + L->ldxd);
 }
 
+/* Backward of group_fwd from dys[j]: the input gradient written to dx
+ * (tmp: scratch of its shape), the gradients of what trains. */
+static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
+		     int l, const int *ts, const int *ws, int n,
+		     const struct mg_tensor *P, struct mg_tensor *G,
+		     const struct mg_tensor *x, struct mg_tensor *const *dys,
+		     struct mg_tensor *dx, struct mg_tensor *tmp)
+{
+	int ft[3], nf = 0;
+	for (int j = 0; j < n; j++)
+		if (m->lora.ia[ts[j]] >= 0)
+			ft[nf++] = ts[j];
+	if (!llama_lora_fusable(m, ctx, ft, nf, P, G)) {
+		for (int j = 0; j < n; j++)
+			if (proj_bwd(m, ctx, L, l, ts[j], P, G, ws[j], x,
+				     dys[j], dx, j ? tmp : NULL))
+				return -1;
+		return 0;
+	}
+	struct mg_tensor as[3], *asp[3], *dyf[3];
+	for (int j = 0, k = 0; j < n; j++) {
+		if (mg_op_linear_backward(ctx, x, &P[ws[j]], dys[j],
+					  j ? tmp : dx, gw(&G[ws[j]]), NULL) ||
+		    (j && mg_op_add(ctx, dx, tmp, dx)))
+			return -1;
+		if (m->lora.ia[ts[j]] < 0)
+			continue;
+		as[k] = lora_saved(m, L, l, ts[j]);
+		asp[k] = &as[k];
+		dyf[k++] = dys[j];
+	}
+	char *B = m->work.ptr;
+	return llama_lora_backward_group(m, ctx, ft, nf, P, G, x, asp, dyf, dx,
+					 B + L->ldas, B + L->lda, B + L->ldt3,
+					 B + L->ldxd);
+}
+
 /* Backward through one layer: dx holds d(loss)/d(layer output) and
  * receives d(loss)/d(layer input). */
 static int layer_backward(struct llama *m, struct mg_ctx *ctx,
@@ -404,10 +477,8 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, dx, &ds,
 			NULL) ||
 	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
-	       proj_bwd(m, ctx, L, l, LT_GATE, W, G, LP_GATE, &t->h2, &ds, &dh,
-			NULL) ||
-	       proj_bwd(m, ctx, L, l, LT_UP, W, G, LP_UP, &t->h2, &du, &dh,
-			&dtmp) ||
+	       group_bwd(m, ctx, L, l, GU_T, GU_W, 2, W, G, &t->h2,
+			 (struct mg_tensor *const[]){&ds, &du}, &dh, &dtmp) ||
 	       mg_op_rmsnorm_backward(ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2,
 				      &dh, &dtmp, gw(&G[LP_POST_NORM])) ||
 	       mg_op_add(ctx, dx, &dtmp, &dxm) ||
@@ -419,12 +490,9 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 					&t->lse, &do4, &dq4, &dk4, &dv4) ||
 	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
 	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
-	       proj_bwd(m, ctx, L, l, LT_Q, W, G, LP_Q, &t->h1, &dq, &dh,
-			NULL) ||
-	       proj_bwd(m, ctx, L, l, LT_K, W, G, LP_K, &t->h1, &dk, &dh,
-			&dtmp) ||
-	       proj_bwd(m, ctx, L, l, LT_V, W, G, LP_V, &t->h1, &dv, &dh,
-			&dtmp) ||
+	       group_bwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, G, &t->h1,
+			 (struct mg_tensor *const[]){&dq, &dk, &dv}, &dh,
+			 &dtmp) ||
 	       mg_op_rmsnorm_backward(ctx, &t->x, &W[LP_IN_NORM], &t->rstd1,
 				      &dh, &dtmp, gw(&G[LP_IN_NORM])) ||
 	       mg_op_add(ctx, &dxm, &dtmp, dx);
