@@ -120,7 +120,9 @@ static int build_buckets(struct mg_ddp *d)
 }
 
 /* Make every rank's replica rank 0's (PyTorch DDP does this when it wraps
- * a module): master parameters, buffers, then the low-precision copy. */
+ * a module): master parameters, buffers, then the low-precision copy.
+ * Frozen parameters are a pure function of the model's source, equal on
+ * every rank already (replica.h). */
 static int sync_from_rank0(struct mg_ddp *d)
 {
 	struct mg_replica *r = &d->rep;

@@ -123,8 +123,11 @@ static void place_shards(struct mg_flat_layout *L)
 		for (int k = 0; k < L->nflats; k++) {
 			struct mg_flat *f = &L->flats[k];
 			if (pass == 0) {
-				f->master_off = L->n_master;
-				L->n_master += f->shard;
+				f->master_off = -1;
+				if (!mg_flat_frozen_lp(f)) {
+					f->master_off = L->n_master;
+					L->n_master += f->shard;
+				}
 				if (f->lp) {
 					f->lp_off = L->n_lp;
 					L->n_lp += f->shard;

@@ -14,6 +14,11 @@ static bool is_buffer(const struct mg_param_decl *p)
 	return p->flags & MG_P_BUFFER;
 }
 
+static bool is_frozen(const struct mg_param_decl *p)
+{
+	return !(p->flags & (MG_P_TRAIN | MG_P_BUFFER));
+}
+
 /* Optimizer group of a trained parameter (see replica.h), -1 if frozen. */
 static int group_of(const struct mg_replica *r, const struct mg_param_decl *p)
 {
@@ -44,49 +49,52 @@ static int check(struct mg_replica *r)
 	return 0;
 }
 
-/* Element offsets: trained parameters by group, then frozen; buffers
- * apart. lp copies reuse the master offsets of groups 0, 1 and frozen
- * shifted down past groups 2, 3. */
+/* The dtype a parameter is lent in (and a frozen one stored in). */
+static enum mg_dtype lent_dtype(const struct mg_replica *r,
+				const struct mg_param_decl *p)
+{
+	return lent_lp(r, p) ? r->compute : r->master;
+}
+
+/* Element offsets: trained parameters by group; buffers apart; frozen
+ * ones at byte offsets (256-aligned) of the frozen buffer. The lp copy
+ * of groups 0, 1 shares their master offsets. */
 static void place(struct mg_replica *r)
 {
 	const struct mg_model_spec *s = r->spec;
-	int64_t count[MG_REPLICA_GROUPS + 1] = {0};
+	int64_t count[MG_REPLICA_GROUPS] = {0};
 	for (int i = 0; i < s->nparams; i++) {
 		const struct mg_param_decl *p = &s->params[i];
 		if (is_buffer(p))
 			r->n_buffers += p->numel;
-		else {
-			int g = group_of(r, p);
-			count[g < 0 ? MG_REPLICA_GROUPS : g] += p->numel;
-		}
+		else if (!is_frozen(p))
+			count[group_of(r, p)] += p->numel;
 	}
 	r->group_off[0] = 0;
 	for (int g = 0; g < MG_REPLICA_GROUPS; g++)
 		r->group_off[g + 1] = r->group_off[g] + count[g];
-	r->n_train = r->group_off[MG_REPLICA_GROUPS];
-	r->n_params = r->n_train + count[MG_REPLICA_GROUPS];
-	int64_t next[MG_REPLICA_GROUPS + 1], boff = 0;
-	for (int g = 0; g <= MG_REPLICA_GROUPS; g++)
+	r->n_train = r->n_params = r->group_off[MG_REPLICA_GROUPS];
+	int64_t next[MG_REPLICA_GROUPS], boff = 0;
+	for (int g = 0; g < MG_REPLICA_GROUPS; g++)
 		next[g] = r->group_off[g];
 	for (int i = 0; i < s->nparams; i++) {
 		const struct mg_param_decl *p = &s->params[i];
 		if (is_buffer(p)) {
 			r->off[i] = boff;
 			boff += p->numel;
-			continue;
+		} else if (is_frozen(p)) {
+			r->off[i] = r->frozen_bytes;
+			r->frozen_bytes +=
+				(p->numel * (int64_t)mg_dtype_size(
+						    lent_dtype(r, p)) +
+				 255) &
+				~(int64_t)255;
+		} else {
+			int g = group_of(r, p);
+			r->off[i] = next[g];
+			next[g] += p->numel;
 		}
-		int g = group_of(r, p);
-		g = g < 0 ? MG_REPLICA_GROUPS : g;
-		r->off[i] = next[g];
-		next[g] += p->numel;
 	}
-}
-
-/* Offset of parameter i inside params_lp (groups 2, 3 are not there). */
-static int64_t lp_off(const struct mg_replica *r, int64_t off)
-{
-	int64_t g2 = r->group_off[2], g4 = r->group_off[4];
-	return off >= g4 ? off - (g4 - g2) : off;
 }
 
 static void *at(const struct mg_buf *b, int64_t off, enum mg_dtype dt)
@@ -104,9 +112,12 @@ static void make_views(struct mg_replica *r)
 		enum mg_dtype dt = r->master;
 		if (is_buffer(p))
 			data = at(&r->buffers, r->off[i], dt);
-		else if (lent_lp(r, p)) {
+		else if (is_frozen(p)) {
+			dt = lent_dtype(r, p);
+			data = (char *)r->frozen.ptr + r->off[i];
+		} else if (lent_lp(r, p)) {
 			dt = r->compute;
-			data = at(&r->params_lp, lp_off(r, r->off[i]), dt);
+			data = at(&r->params_lp, r->off[i], dt);
 		} else
 			data = at(&r->params, r->off[i], dt);
 		r->ptensor[i] =
@@ -125,6 +136,30 @@ static void make_views(struct mg_replica *r)
 		r->views[u].params = &r->ptensor[s->units[u].first_param];
 		r->views[u].grads = &r->gtensor[s->units[u].first_param];
 	}
+}
+
+/* A frozen parameter's initial values (master dtype, host) into its lent
+ * dtype on the device: converted on the host, so no master-sized device
+ * copy ever exists. */
+static int put_frozen(struct mg_replica *r, int i, const struct mg_tensor *h)
+{
+	const struct mg_param_decl *p = &r->spec->params[i];
+	const enum mg_dtype dt = lent_dtype(r, p);
+	void *dst = (char *)r->frozen.ptr + r->off[i];
+	if (dt == r->master)
+		return mg_copy_h2d(r->ctx, dst, h->data,
+				   (size_t)p->numel * mg_dtype_size(dt));
+	/* Mixed precision: the master is F32, dt F16 or BF16. */
+	uint16_t *lo = malloc((size_t)p->numel * sizeof *lo);
+	if (!lo)
+		return mg_error("out of memory");
+	const float *f = h->data;
+	for (int64_t j = 0; j < p->numel; j++)
+		lo[j] = dt == MG_BF16 ? mg_float_to_bf16(f[j])
+				      : mg_float_to_half(f[j]);
+	int rc = mg_copy_h2d(r->ctx, dst, lo, (size_t)p->numel * sizeof *lo);
+	free(lo);
+	return rc;
 }
 
 /* Fill master values unit by unit from the model (host staging). */
@@ -150,6 +185,10 @@ static int init_values(struct mg_replica *r)
 		for (int k = 0; k < n && !rc; k++) {
 			int i = ud->first_param + k;
 			const struct mg_param_decl *p = &s->params[i];
+			if (is_frozen(p)) {
+				rc = put_frozen(r, i, &host[k]);
+				continue;
+			}
 			void *dst =
 				is_buffer(p)
 					? at(&r->buffers, r->off[i], r->master)
@@ -168,17 +207,11 @@ static int init_values(struct mg_replica *r)
 
 int mg_replica_refresh_lp(struct mg_replica *r)
 {
-	if (!r->mixed)
+	if (!r->mixed || !r->group_off[2])
 		return 0;
-	/* Groups 0, 1 and frozen are contiguous in both buffers apart from
-	 * the 2, 3 hole in the master. */
-	int64_t a = r->group_off[2], b = r->group_off[4];
-	if (mg_op_convert(r->ctx, r->params_lp.ptr, r->compute, r->params.ptr,
-			  r->master, a))
-		return -1;
-	return mg_op_convert(r->ctx, at(&r->params_lp, a, r->compute),
-			     r->compute, at(&r->params, b, r->master),
-			     r->master, r->n_params - b);
+	/* Groups 0, 1 lie at the same offsets in both buffers. */
+	return mg_op_convert(r->ctx, r->params_lp.ptr, r->compute,
+			     r->params.ptr, r->master, r->group_off[2]);
 }
 
 int mg_replica_init(struct mg_replica *r, struct mg_ctx *ctx,
@@ -203,11 +236,13 @@ int mg_replica_init(struct mg_replica *r, struct mg_ctx *ctx,
 	size_t ms = mg_dtype_size(r->master), cs = mg_dtype_size(r->compute);
 	int64_t n_lp_grad = r->group_off[2];
 	int64_t n_32_grad = r->n_train - r->group_off[2];
-	int64_t n_lp = r->mixed ? r->n_params - n_32_grad : 0;
+	int64_t n_lp = r->mixed ? n_lp_grad : 0;
 	r->nslots = ctx->optim ? mg_optim_state_slots(ctx->optim) : 0;
 	if (mg_buf_alloc(ctx, &r->params, (size_t)r->n_params * ms,
 			 MG_MEM_PARAMS) ||
 	    mg_buf_alloc(ctx, &r->params_lp, (size_t)n_lp * cs,
+			 MG_MEM_PARAMS) ||
+	    mg_buf_alloc(ctx, &r->frozen, (size_t)r->frozen_bytes,
 			 MG_MEM_PARAMS) ||
 	    mg_buf_alloc(ctx, &r->buffers, (size_t)r->n_buffers * ms,
 			 MG_MEM_PARAMS) ||
@@ -229,8 +264,8 @@ void mg_replica_free(struct mg_replica *r)
 {
 	if (!r->ctx)
 		return;
-	struct mg_buf *bufs[] = {&r->params, &r->params_lp, &r->buffers,
-				 &r->grads, &r->grads32};
+	struct mg_buf *bufs[] = {&r->params,  &r->params_lp, &r->frozen,
+				 &r->buffers, &r->grads,     &r->grads32};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		mg_buf_free(r->ctx, bufs[i]);
 	for (int k = 0; k < MG_REPLICA_MAX_SLOTS; k++)
@@ -314,7 +349,8 @@ static void full_name(char *out, size_t n, const char *kind,
 }
 
 /* Visit every (name, tensor) the replica saves: master parameters,
- * buffers, and optimizer slots of trained parameters. */
+ * buffers, and optimizer slots of trained parameters. Frozen parameters
+ * are re-created from the model's source, not saved (replica.h). */
 static int visit(struct mg_replica *r, struct mg_ckpt *ck, bool save)
 {
 	const struct mg_model_spec *s = r->spec;
@@ -323,6 +359,8 @@ static int visit(struct mg_replica *r, struct mg_ckpt *ck, bool save)
 		for (int k = 0; k < s->units[u].nparams; k++) {
 			int i = s->units[u].first_param + k;
 			const struct mg_param_decl *p = &s->params[i];
+			if (is_frozen(p))
+				continue;
 			struct mg_tensor t = mg_tensor_make(
 				at(is_buffer(p) ? &r->buffers : &r->params,
 				   r->off[i], r->master),

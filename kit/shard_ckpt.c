@@ -33,7 +33,10 @@ int mg_shard_ckpt_save(const struct mg_shard_ckpt *s, struct mg_ckpt *ck)
 		rc = -1;
 	for (int k = 0; k < L->nflats && !rc; k++) {
 		const struct mg_flat *f = &L->flats[k];
-		int nwhat = 1 + (f->train ? s->nslots : 0);
+		/* Frozen flats are re-created from the model's source. */
+		if (!f->train)
+			continue;
+		int nwhat = 1 + s->nslots;
 		for (int w = 0; w < nwhat && !rc; w++) {
 			char kind[64];
 			kind_of(s, w, kind, sizeof kind);
@@ -73,7 +76,10 @@ int mg_shard_ckpt_load(const struct mg_shard_ckpt *s, struct mg_ckpt *ck)
 	int rc = full ? 0 : mg_error("out of memory");
 	for (int k = 0; k < L->nflats && !rc; k++) {
 		const struct mg_flat *f = &L->flats[k];
-		int nwhat = 1 + (f->train ? s->nslots : 0);
+		/* Frozen flats are re-created from the model's source. */
+		if (!f->train)
+			continue;
+		int nwhat = 1 + s->nslots;
 		for (int w = 0; w < nwhat && !rc; w++) {
 			char kind[64];
 			kind_of(s, w, kind, sizeof kind);

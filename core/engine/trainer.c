@@ -19,6 +19,7 @@
 #include "dist/dist.h"
 #include "engine/ckpt.h"
 #include "engine/core_schema.h"
+#include "engine/peft.h"
 #include "engine/trainer.h"
 #ifdef MG_HAVE_CUDA
 #include "runtime/cuda/cuda_device.h"
@@ -435,7 +436,9 @@ static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		mg_st_writer_meta(&ck.w, "strategy",
 				  t->s->plugin[MG_SEC_STRATEGY].desc->name);
 		snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
-		rc = mg_st_writer_save(&ck.w, path);
+		rc = mg_st_writer_save(&ck.w, path) ||
+		     mg_peft_export(&ck.w, t->s->plugin[MG_SEC_MODEL].desc,
+				    t->s->opts[MG_SEC_MODEL], t->run_dir);
 	}
 	mg_ckpt_free(&ck);
 	return rc ? mg_error_prefix("checkpoint at step %lld",

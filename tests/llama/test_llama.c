@@ -14,7 +14,16 @@
  * changes nothing; the loss counts exactly the unmasked labels; a packed
  * document does not see the one before it), errors
  * (non-token input, bad HF folders named), decode (incremental decoding
- * with the key/value cache against the forward's per-token losses).
+ * with the key/value cache against the forward's per-token losses), and
+ * LoRA: lora_merge (a LoRA
+ * model's loss equals the base model's with W + s B A merged in, s =
+ * alpha / r or alpha / sqrt(r); a fresh adapter changes no logit; the
+ * base is the same whatever the adapter options), lora_gradcheck (the
+ * adapters' gradients by central differences, with and without dropout;
+ * frozen weights get no gradient and are never written), lora_dropout
+ * (masks a function of the step and each row's global sample index),
+ * lora_fused (the fused q/k/v and gate/up adapter path equals the
+ * per-target one).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -122,13 +131,17 @@ static void tbatch_make(struct tbatch *t, int vocab)
 	t->b.seq = BT;
 }
 
-/* The per-token mean loss of a forward (training mode off). */
+/* Forwards of loss_of run in training mode (dropout on). */
+static bool fd_training;
+
+/* The per-token mean loss of a forward (training mode off unless
+ * fd_training). */
 static double loss_of(struct env *e, const struct mg_batch *b, double *count)
 {
 	double m[MG_METRIC_N];
 	int64_t nm = MG_METRIC_N;
 	struct mg_tensor mt = mg_tensor_make(m, MG_F64, MG_DEV_CPU, 1, &nm);
-	e->ctx.training = false;
+	e->ctx.training = fd_training;
 	if (M->forward(e->model, &e->ctx, b, &mt)) {
 		fail("forward: %s", mg_last_error());
 		return NAN;
@@ -139,6 +152,29 @@ static double loss_of(struct env *e, const struct mg_batch *b, double *count)
 	return m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
 }
 
+static bool is_lora_b(const char *name)
+{
+	return strstr(name, ".lora_B.") != NULL;
+}
+
+/* Every lora_B to small random values, so the adapters change the
+ * model (a fresh B is zero). */
+static void randomize_b(struct env *e)
+{
+	for (int i = 0; i < e->st.spec.nparams; i++) {
+		if (!is_lora_b(e->st.spec.params[i].name))
+			continue;
+		struct mg_tensor *p = &e->st.p[i];
+		for (int64_t j = 0; j < mg_tensor_numel(p); j++)
+			((double *)p->data)[j] =
+				0.3 *
+				mg_rng_normal(77 + (uint64_t)i, (uint64_t)j);
+	}
+}
+
+/* gradcheck of a model; with LoRA (lora_rank in lines) the B's are
+ * randomised first, frozen tensors must have no gradient and keep their
+ * values, and the adapters must be among the values checked. */
 static void gradcheck(const char *lines)
 {
 	struct env e;
@@ -147,6 +183,28 @@ static void gradcheck(const char *lines)
 		env_close(&e);
 		return;
 	}
+	const bool lora = strstr(lines, "lora_rank") != NULL;
+	if (lora)
+		randomize_b(&e);
+	/* Frozen values before training, to check none was written. */
+	double *frozen_sum = calloc((size_t)e.st.spec.nparams, sizeof(double));
+	int nfrozen = 0, nadapters = 0;
+	for (int i = 0; i < e.st.spec.nparams; i++) {
+		const struct mg_param_decl *d = &e.st.spec.params[i];
+		if (d->flags & MG_P_TRAIN) {
+			nadapters += strstr(d->name, ".lora_") != NULL;
+			continue;
+		}
+		nfrozen++;
+		CHECK(e.st.g[i].data == NULL);
+		for (int64_t j = 0; j < d->numel; j++)
+			frozen_sum[i] += ((double *)e.st.p[i].data)[j] *
+					 (double)(j % 7 + 1);
+	}
+	if (lora)
+		CHECK(nfrozen > 0 && nadapters > 0);
+	else
+		CHECK(nfrozen == 0);
 	struct tbatch tb;
 	tbatch_make(&tb, 32);
 	double count;
@@ -166,6 +224,19 @@ static void gradcheck(const char *lines)
 		return;
 	}
 	ts_check_step(&e.st, true);
+	for (int i = 0; i < e.st.spec.nparams; i++) {
+		const struct mg_param_decl *d = &e.st.spec.params[i];
+		if (d->flags & MG_P_TRAIN)
+			continue;
+		double sum = 0;
+		for (int64_t j = 0; j < d->numel; j++)
+			sum += ((double *)e.st.p[i].data)[j] *
+			       (double)(j % 7 + 1);
+		if (sum != frozen_sum[i])
+			fail("gradcheck '%s': frozen %s changed", lines,
+			     d->name);
+	}
+	free(frozen_sum);
 	/* grad_scale went through F32: rescale to the exact mean. */
 	const double gfix = (1.0 / count) / (double)e.grad_scale;
 	double worst = 0;
@@ -173,6 +244,8 @@ static void gradcheck(const char *lines)
 	for (int i = 0; i < e.st.spec.nparams; i++) {
 		struct mg_tensor *p = &e.st.p[i], *g = &e.st.g[i];
 		int64_t n = mg_tensor_numel(p);
+		if (!g->data)
+			continue; /* frozen */
 		for (int k = 0; k < 5; k++) {
 			int64_t j =
 				(int64_t)(mg_rng_u64(99 + i, k) % (uint64_t)n);
@@ -456,6 +529,360 @@ static void test_decode(void)
 		     "3\ntie_embeddings = no\n");
 }
 
+static const char untied[] = "vocab_size = 32\nhidden_size = 16\n"
+			     "num_heads = 4\nnum_kv_heads = 2\n"
+			     "intermediate_size = 24\nnum_layers = 2\n"
+			     "tie_embeddings = no\n";
+
+static void test_lora_gradcheck(void)
+{
+	char lines[512];
+	/* All seven projections and the head; rank 3, rsLoRA. */
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 3\nlora_alpha = 5\nrslora = yes\n"
+		 "lora_targets = all,head\n",
+		 untied);
+	gradcheck(lines);
+	/* Dropout: the finite differences run training forwards, which
+	 * draw the same masks as the backward's (same step). */
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 2\nlora_alpha = 4\nlora_dropout = 0.3\n"
+		 "lora_targets = q,v,o,down\n",
+		 tiny);
+	fd_training = true;
+	gradcheck(lines);
+	fd_training = false;
+}
+
+/* Base parameter index in eb of LoRA parameter i of el ("X.lora_A.weight"
+ * -> "X.weight" in the same unit), or -1. */
+static int base_of(const struct env *el, const struct env *eb, int i)
+{
+	const struct mg_model_spec *sl = &el->st.spec, *sb = &eb->st.spec;
+	char want[MG_NAME_MAX];
+	snprintf(want, sizeof want, "%s", sl->params[i].name);
+	char *cut = strstr(want, ".lora_");
+	if (!cut)
+		return -1;
+	strcpy(cut, ".weight");
+	int u = 0;
+	while (u + 1 < sl->nunits && sl->units[u + 1].first_param <= i)
+		u++;
+	for (int k = 0; k < sb->units[u].nparams; k++)
+		if (!strcmp(sb->params[sb->units[u].first_param + k].name,
+			    want))
+			return sb->units[u].first_param + k;
+	return -1;
+}
+
+/* y = W x + s B A x: the LoRA model and the base model with s B A added
+ * to W give one loss. A fresh adapter (B = 0) changes nothing, exactly,
+ * and the base does not depend on the adapter options. */
+static void lora_merge(const char *extra, double s)
+{
+	char lines[512];
+	snprintf(lines, sizeof lines, "%s%s", untied, extra);
+	struct env el, eb;
+	memset(&eb, 0, sizeof eb);
+	if (env_open(&el, lines) || env_open(&eb, untied)) {
+		fail("lora_merge '%s': %s", extra, mg_last_error());
+		env_close(&el);
+		env_close(&eb);
+		return;
+	}
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	int merged = 0;
+	/* Same seed, same base: the adapters come after it in each unit. */
+	for (int u = 0; u < eb.st.spec.nunits; u++) {
+		const struct mg_unit_decl *ub = &eb.st.spec.units[u],
+					  *ul = &el.st.spec.units[u];
+		for (int k = 0; k < ub->nparams; k++) {
+			const int ib = ub->first_param + k,
+				  il = ul->first_param + k;
+			CHECK(!strcmp(eb.st.spec.params[ib].name,
+				      el.st.spec.params[il].name));
+			CHECK(!memcmp(eb.st.p[ib].data, el.st.p[il].data,
+				      (size_t)mg_tensor_numel(&eb.st.p[ib]) *
+					      sizeof(double)));
+		}
+	}
+	double base = loss_of(&eb, &tb.b, NULL);
+	CHECK(loss_of(&el, &tb.b, NULL) == base);
+	randomize_b(&el);
+	for (int i = 0; i < el.st.spec.nparams; i++) {
+		if (!strstr(el.st.spec.params[i].name, ".lora_A."))
+			continue;
+		int w = base_of(&el, &eb, i);
+		int ib = -1;
+		char bname[MG_NAME_MAX];
+		snprintf(bname, sizeof bname, "%s", el.st.spec.params[i].name);
+		strstr(bname, ".lora_A.")[6] = 'B';
+		/* lora_B of the same unit: A's first_param bound. */
+		for (int k = i + 1; k < el.st.spec.nparams && ib < 0; k++)
+			if (!strcmp(el.st.spec.params[k].name, bname))
+				ib = k;
+		if (w < 0 || ib < 0) {
+			fail("lora_merge: no base or B for %s",
+			     el.st.spec.params[i].name);
+			continue;
+		}
+		const struct mg_tensor *A = &el.st.p[i], *B = &el.st.p[ib];
+		struct mg_tensor *W = &eb.st.p[w];
+		const int64_t out = W->shape[0], in = W->shape[1],
+			      r = A->shape[0];
+		CHECK(A->shape[1] == in && B->shape[0] == out &&
+		      B->shape[1] == r);
+		for (int64_t o = 0; o < out; o++)
+			for (int64_t j = 0; j < in; j++) {
+				double acc = 0;
+				for (int64_t k = 0; k < r; k++)
+					acc += ((double *)B->data)[o * r + k] *
+					       ((double *)A->data)[k * in + j];
+				((double *)W->data)[o * in + j] += s * acc;
+			}
+		merged++;
+	}
+	double ll = loss_of(&el, &tb.b, NULL), lb = loss_of(&eb, &tb.b, NULL);
+	printf("lora_merge '%s': %d adapters, base %.9f, lora %.12f, merged "
+	       "%.12f\n",
+	       extra, merged, base, ll, lb);
+	CHECK(merged > 0);
+	CHECK(fabs(ll - base) > 1e-6);
+	CHECK(fabs(ll - lb) < 1e-12);
+	env_close(&el);
+	env_close(&eb);
+}
+
+static void test_lora_merge(void)
+{
+	lora_merge("lora_rank = 3\nlora_alpha = 6\nlora_targets = all,head\n",
+		   6.0 / 3);
+	lora_merge("lora_rank = 4\nlora_alpha = 6\nrslora = true\n"
+		   "lora_targets = k,o,up\n",
+		   6.0 / sqrt(4.0));
+	lora_merge("lora_rank = 2\nlora_alpha = 16\n", 16.0 / 2);
+	/* Options refused: unknown target, head on a tied head. */
+	struct env e;
+	CHECK(env_open(&e, "lora_rank = 2\nlora_targets = q,x\n") != 0);
+	CHECK(strstr(mg_last_error(), "unknown target 'x'") != NULL);
+	env_close(&e);
+	CHECK(env_open(&e, "lora_rank = 2\ntie_embeddings = yes\n"
+			   "lora_targets = head\n") != 0);
+	CHECK(strstr(mg_last_error(), "untied") != NULL);
+	env_close(&e);
+}
+
+/* The loss sum of one training forward of rows [r0, r0 + n) of t at
+ * global sample offset goff. */
+static double train_sum(struct env *e, struct tbatch *t, int r0, int n,
+			int64_t goff)
+{
+	int64_t s2[2] = {n, BT}, s1[1] = {n};
+	struct mg_batch b = t->b;
+	b.input = mg_tensor_make(t->ids + r0 * BT, MG_I32, MG_DEV_CPU, 2, s2);
+	b.labels =
+		mg_tensor_make(t->labels + r0 * BT, MG_I32, MG_DEV_CPU, 2, s2);
+	b.positions =
+		mg_tensor_make(t->pos + r0 * BT, MG_I32, MG_DEV_CPU, 2, s2);
+	b.lens = mg_tensor_make(t->lens + r0, MG_I32, MG_DEV_CPU, 1, s1);
+	b.lens_host = t->lens + r0;
+	b.n = n;
+	b.global_offset = goff;
+	double m[MG_METRIC_N];
+	int64_t nm = MG_METRIC_N;
+	struct mg_tensor mt = mg_tensor_make(m, MG_F64, MG_DEV_CPU, 1, &nm);
+	e->ctx.training = true;
+	if (M->forward(e->model, &e->ctx, &b, &mt)) {
+		fail("forward: %s", mg_last_error());
+		return NAN;
+	}
+	return m[MG_METRIC_LOSS_SUM];
+}
+
+/* Dropout masks are a function of (seed, step, layer, target, global
+ * sample, position, feature): a batch split over two "ranks" draws what
+ * one rank draws, the same step draws the same mask again, another step
+ * another one, and evaluation drops nothing. */
+static void test_lora_dropout(void)
+{
+	struct env e;
+	char lines[512];
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 4\nlora_dropout = 0.5\nlora_targets = all\n",
+		 tiny);
+	if (env_open(&e, lines)) {
+		fail("lora_dropout: %s", mg_last_error());
+		env_close(&e);
+		return;
+	}
+	randomize_b(&e);
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	e.ctx.step = 4;
+	double whole = train_sum(&e, &tb, 0, 2, 10);
+	double split =
+		train_sum(&e, &tb, 0, 1, 10) + train_sum(&e, &tb, 1, 1, 11);
+	double again = train_sum(&e, &tb, 0, 2, 10);
+	double shifted = train_sum(&e, &tb, 0, 2, 12);
+	e.ctx.step = 5;
+	double next = train_sum(&e, &tb, 0, 2, 10);
+	double count;
+	double eval = loss_of(&e, &tb.b, &count) * count;
+	printf("lora_dropout: whole %.12f split %.12f next step %.9f eval "
+	       "%.9f\n",
+	       whole, split, next, eval);
+	CHECK(fabs(whole - split) < 1e-10);
+	CHECK(whole == again);
+	CHECK(fabs(whole - shifted) > 1e-6);
+	CHECK(fabs(whole - next) > 1e-6);
+	CHECK(fabs(whole - eval) > 1e-6);
+	env_close(&e);
+}
+
+/* Lay the lora_A's of each fused group (q, k, v; gate, up) of every
+ * layer, and their gradients, back to back in blocks of their own, as
+ * replicated storage does; the originals are kept in *saved for
+ * unstack(). */
+struct stacked {
+	void *orig_p[64], *orig_g[64];
+	int idx[64], n;
+	void *blocks[16];
+	int nblocks;
+};
+
+static void stack_group(struct env *e, int u, const char *const *mods, int n,
+			struct stacked *s)
+{
+	const struct mg_unit_decl *ud = &e->st.spec.units[u];
+	int at[3];
+	int64_t total = 0;
+	for (int j = 0; j < n; j++) {
+		at[j] = -1;
+		for (int k = 0; k < ud->nparams; k++) {
+			const char *nm =
+				e->st.spec.params[ud->first_param + k].name;
+			if (strstr(nm, mods[j]) && strstr(nm, ".lora_A."))
+				at[j] = ud->first_param + k;
+		}
+		if (at[j] < 0) {
+			fail("lora_fused: unit %d has no %s adapter", u,
+			     mods[j]);
+			return;
+		}
+		total += mg_tensor_numel(&e->st.p[at[j]]);
+	}
+	double *pb = malloc((size_t)total * sizeof *pb),
+	       *gb = calloc((size_t)total, sizeof *gb);
+	s->blocks[s->nblocks++] = pb;
+	s->blocks[s->nblocks++] = gb;
+	int64_t off = 0;
+	for (int j = 0; j < n; j++) {
+		const int i = at[j];
+		const int64_t ne = mg_tensor_numel(&e->st.p[i]);
+		memcpy(pb + off, e->st.p[i].data, (size_t)ne * sizeof *pb);
+		s->idx[s->n] = i;
+		s->orig_p[s->n] = e->st.p[i].data;
+		s->orig_g[s->n++] = e->st.g[i].data;
+		e->st.p[i].data = pb + off;
+		e->st.g[i].data = gb + off;
+		off += ne;
+	}
+}
+
+static void unstack(struct env *e, struct stacked *s)
+{
+	for (int k = 0; k < s->n; k++) {
+		e->st.p[s->idx[k]].data = s->orig_p[k];
+		e->st.g[s->idx[k]].data = s->orig_g[k];
+	}
+	for (int k = 0; k < s->nblocks; k++)
+		free(s->blocks[k]);
+}
+
+/* One forward and backward: the loss, gradients in e->st.g. */
+static double train_step(struct env *e, struct tbatch *tb)
+{
+	double m[MG_METRIC_N];
+	int64_t nm = MG_METRIC_N;
+	struct mg_tensor mt = mg_tensor_make(m, MG_F64, MG_DEV_CPU, 1, &nm);
+	ts_zero_grads(&e->st);
+	e->ctx.training = true;
+	if (M->forward(e->model, &e->ctx, &tb->b, &mt) ||
+	    M->backward(e->model, &e->ctx)) {
+		fail("train step: %s", mg_last_error());
+		return NAN;
+	}
+	ts_check_step(&e->st, true);
+	return m[MG_METRIC_LOSS_SUM];
+}
+
+/* Fused groups (one GEMM over the stacked A's of q, k, v and of gate,
+ * up) compute what the per-target path computes: the same loss and
+ * gradients, and the model says it fused them. */
+static void test_lora_fused(void)
+{
+	char lines[512];
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 3\nlora_alpha = 5\nlora_targets = all\n", tiny);
+	struct env a, b;
+	memset(&b, 0, sizeof b);
+	if (env_open(&a, lines) || env_open(&b, lines)) {
+		fail("lora_fused: %s", mg_last_error());
+		env_close(&a);
+		env_close(&b);
+		return;
+	}
+	randomize_b(&a);
+	randomize_b(&b);
+	struct stacked s = {0};
+	static const char *const qkv[3] = {"q_proj", "k_proj", "v_proj"};
+	static const char *const gu[2] = {"gate_proj", "up_proj"};
+	for (int u = 1; u + 1 < b.st.spec.nunits; u++) {
+		stack_group(&b, u, qkv, 3, &s);
+		stack_group(&b, u, gu, 2, &s);
+	}
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	a.grad_scale = b.grad_scale = 0.01f;
+	double la = train_step(&a, &tb);
+	/* The fused run's output, to find the model's word that it fused. */
+	fflush(stdout);
+	FILE *cap = tmpfile();
+	int saved = dup(1);
+	dup2(fileno(cap), 1);
+	double lb = train_step(&b, &tb);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	char out[4096] = "";
+	rewind(cap);
+	size_t got = fread(out, 1, sizeof out - 1, cap);
+	out[got] = 0;
+	fclose(cap);
+	CHECK(strstr(out, "forward of q_proj,k_proj,v_proj fused") != NULL);
+	CHECK(strstr(out, "backward of gate_proj,up_proj fused") != NULL);
+	double worst = 0, gmax = 0;
+	for (int i = 0; i < a.st.spec.nparams; i++) {
+		if (!a.st.g[i].data)
+			continue;
+		for (int64_t j = 0; j < mg_tensor_numel(&a.st.g[i]); j++) {
+			double ga = ((double *)a.st.g[i].data)[j],
+			       gb = ((double *)b.st.g[i].data)[j];
+			worst = fmax(worst, fabs(ga - gb));
+			gmax = fmax(gmax, fabs(ga));
+		}
+	}
+	printf("lora_fused: loss %.15g vs %.15g, gradients differ by %.2e "
+	       "(largest %.2e)\n%s",
+	       la, lb, worst, gmax, out);
+	CHECK(fabs(la - lb) <= 1e-12 * fabs(la));
+	CHECK(gmax > 0 && worst <= 1e-10 * gmax);
+	unstack(&b, &s);
+	env_close(&a);
+	env_close(&b);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -479,6 +906,14 @@ int main(int argc, char **argv)
 		test_errors();
 	else if (!strcmp(argv[2], "decode"))
 		test_decode();
+	else if (!strcmp(argv[2], "lora_merge"))
+		test_lora_merge();
+	else if (!strcmp(argv[2], "lora_gradcheck"))
+		test_lora_gradcheck();
+	else if (!strcmp(argv[2], "lora_dropout"))
+		test_lora_dropout();
+	else if (!strcmp(argv[2], "lora_fused"))
+		test_lora_fused();
 	else {
 		fprintf(stderr, "unknown test %s\n", argv[2]);
 		return 2;

@@ -273,6 +273,85 @@ llama)
 		--set run.batch_size=8 --set dataset.pack=true
 	same packed1 packed2 1e-10
 	;;
+lora)
+	# LoRA on the tiny llama: the base frozen, rank-4 adapters on every
+	# projection and the untied head, adapter dropout on. Every
+	# replicated strategy, every fsdp shard mode and offload on 2 or 4
+	# ranks, and
+	# 4 micro-batches on one rank, train the adapters one rank trains
+	# with the whole batch;
+	# dropout masks key on each row's global sample index.
+	set -- --set model.lora_rank=4 --set model.lora_alpha=8 \
+		--set model.lora_targets=all,head --set model.lora_dropout=0.2 \
+		--set model.tie_embeddings=no
+	run single 1 "$llama" --set run.batch_size=16 "$@"
+	run other 1 "$llama" --set run.batch_size=16 --set dataset.seed=99 "$@"
+	if same single other 1e-6; then
+		echo "FAIL: training on other data gave the same adapters"
+		exit 1
+	fi
+	# The checkpoint holds the adapters (and their optimizer state)
+	# only: the frozen base is re-created from the seed.
+	python3 - "$work/single/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    keys = [k for k in json.loads(f.read(n)) if k != "__metadata__"]
+params = [k for k in keys if k.startswith("param/")]
+assert params and all(".lora_" in k for k in params), params
+assert len(params) == 2 * (2 * 7 + 1), len(params)
+print("checkpoint: %d adapter tensors, no base" % len(params))
+PY
+	run accum4 1 "$llama" --set run.grad_accum=4 "$@"
+	same single accum4 1e-10
+	run ds4 4 "$llama" --set strategy.name=ddp_ds "$@"
+	same single ds4 1e-10
+	run ds2_accum2 2 "$llama" --set strategy.name=ddp_ds \
+		--set run.grad_accum=2 "$@"
+	same single ds2_accum2 1e-10
+	run rr4 4 "$llama" --set strategy.name=ddp_rr "$@"
+	same single rr4 1e-10
+	# Plain DDP: every rank computes the rows one rank alone would.
+	run single4 1 "$llama" "$@"
+	run ddp4 4 "$llama" --set strategy.name=ddp "$@"
+	same single4 ddp4 1e-10
+	# Stopped and resumed: the base comes back from the seed.
+	run resumed 2 "$llama" --set strategy.name=ddp_ds --set run.batch_size=8 \
+		--set run.stop_after=3 "$@"
+	run resumed 2 "$llama" --set strategy.name=ddp_ds --set run.batch_size=8 \
+		--resume "$@"
+	same single resumed 1e-10
+	# Every fsdp shard mode: the frozen base sharded and gathered too.
+	for mode in full grad_op none; do
+		run "fsdp_$mode" 4 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" "$@"
+		same single "fsdp_$mode" 1e-10
+	done
+	run fsdp_hybrid 4 "$llama" --set strategy.name=fsdp \
+		--set strategy.shard=hybrid --set strategy.shard_group_size=2 "$@"
+	same single fsdp_hybrid 1e-10
+	# Without dropout the q/k/v and gate/up adapters run fused (their
+	# A's lie back to back in replicated storage and in flats).
+	run nodrop1 1 "$llama" --set run.batch_size=16 "$@" \
+		--set model.lora_dropout=0
+	grep -q "LoRA backward of q_proj,k_proj,v_proj fused" \
+		"$work/nodrop1.log" || {
+		cat "$work/nodrop1.log"
+		echo "FAIL: the q/k/v adapters did not run fused"
+		exit 1
+	}
+	run nodrop_ds4 4 "$llama" --set strategy.name=ddp_ds "$@" \
+		--set model.lora_dropout=0
+	same nodrop1 nodrop_ds4 1e-10
+	run nodrop_fsdp4 4 "$llama" --set strategy.name=fsdp "$@" \
+		--set model.lora_dropout=0
+	same nodrop1 nodrop_fsdp4 1e-10
+	# Offload: the adapters' optimizer on the host, the base on the
+	# device only.
+	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \
+		"$@"
+	same single off2 1e-10
+	;;
 *)
 	echo "unknown scenario $scenario"
 	exit 2

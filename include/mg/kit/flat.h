@@ -6,7 +6,10 @@
  * One flat parameter per (unit, lent dtype, trained or frozen): a unit
  * whose tensors the model borrows in two dtypes (mixed precision keeps
  * norm weights in fp32, MG_P_FP32) has two flats, frozen tensors get
- * their own flat so they never carry gradients. Inside a trained flat the
+ * their own flat so they never carry gradients. A frozen flat lent in a
+ * lower dtype than the master (a LoRA base under mixed precision) has
+ * no master shard at all (master_off -1): its shard is kept once, in
+ * the lent dtype. Inside a trained flat the
  * parameters that take weight decay come first, so a shard's optimizer
  * update is at most two slices. Every parameter starts at a multiple of
  * MG_FLAT_ALIGN elements (kernels get aligned pointers); the gaps hold
@@ -39,7 +42,8 @@ struct mg_flat {
 	int64_t shard;	   /* elements per shard (group x shard >= n) */
 	size_t full_byte;  /* padded full tensor in the unit's gather buffer */
 	size_t gfull_byte; /* trained: full gradient in the unit's grad buffer */
-	int64_t master_off; /* shard in the master buffer (master dtype) */
+	int64_t master_off; /* shard in the master buffer (master dtype), -1
+			       for a frozen lp flat (mg_flat_frozen_lp) */
 	int64_t lp_off;	    /* lp: shard in the lp buffer (lent dtype) */
 	int64_t train_off;  /* trained: shard in the optimizer state buffers */
 	size_t gshard_byte; /* trained: shard in the gradient shard buffer */
@@ -127,6 +131,12 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
  * bufs_host at their offsets (may be NULL when the unit has none). */
 int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 		      void **out, void *bufs_host);
+
+/* A frozen flat kept only in its lent (lower) dtype: no master shard. */
+static inline bool mg_flat_frozen_lp(const struct mg_flat *f)
+{
+	return !f->train && f->lp;
+}
 
 #ifdef __cplusplus
 }

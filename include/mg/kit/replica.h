@@ -6,10 +6,17 @@
  * Flat buffers, so a whole-model all-reduce or broadcast is one call and
  * the optimizer is a handful of launches. Trained parameters are ordered
  * in four groups - {compute dtype, kept in master dtype (MG_P_FP32)} x
- * {weight decay, no decay} - then frozen ones, so each group is one
- * contiguous optimizer slice. With mixed precision (compute dtype F16 or
- * BF16) the master copy is F32 and a low-precision copy is what the model
- * borrows; the optimizer refreshes it in the same pass.
+ * {weight decay, no decay} - so each group is one contiguous optimizer
+ * slice. With mixed precision (compute dtype F16 or BF16) the master copy
+ * is F32 and a low-precision copy is what the model borrows; the
+ * optimizer refreshes it in the same pass.
+ *
+ * Frozen parameters (no MG_P_TRAIN: a LoRA base) are kept once, in the
+ * dtype they are lent in (the compute dtype, or the master dtype for
+ * MG_P_FP32 ones), in a buffer of their own: no master copy, gradient or
+ * optimizer state. They are never reduced, broadcast or checkpointed:
+ * their values are a pure function of the model's source (seed or
+ * weights folder), the same on every rank and again on resume.
  */
 #ifndef MG_KIT_REPLICA_H
 #define MG_KIT_REPLICA_H
@@ -27,18 +34,20 @@ struct mg_replica {
 	struct mg_ctx *ctx;
 	const struct mg_model_spec *spec;
 	enum mg_dtype master, compute;
-	bool mixed;	      /* compute != master */
-	struct mg_buf params; /* master: groups 0..3, then frozen */
-	struct mg_buf
-		params_lp;     /* mixed: compute copy of groups 0, 1, frozen */
-	struct mg_buf buffers; /* MG_P_BUFFER tensors (master dtype) */
-	struct mg_buf grads;   /* groups 0, 1 (compute dtype) */
-	struct mg_buf grads32; /* groups 2, 3 (master dtype) */
+	bool mixed;		 /* compute != master */
+	struct mg_buf params;	 /* master: groups 0..3 */
+	struct mg_buf params_lp; /* mixed: compute copy of groups 0, 1 */
+	struct mg_buf frozen;	 /* frozen parameters, each as lent */
+	struct mg_buf buffers;	 /* MG_P_BUFFER tensors (master dtype) */
+	struct mg_buf grads;	 /* groups 0, 1 (compute dtype) */
+	struct mg_buf grads32;	 /* groups 2, 3 (master dtype) */
 	struct mg_buf state[MG_REPLICA_MAX_SLOTS]; /* trained, master dtype */
 	int nslots;
-	int64_t n_params, n_buffers, n_train;
+	int64_t n_params, n_buffers, n_train; /* n_params == n_train */
+	int64_t frozen_bytes;
 	int64_t group_off[MG_REPLICA_GROUPS + 1]; /* element offsets */
-	int64_t *off;		   /* per parameter: offset in its buffer */
+	/* per parameter: element offset in its buffer (bytes in frozen) */
+	int64_t *off;
 	struct mg_tensor *ptensor; /* per parameter, as lent */
 	struct mg_tensor *gtensor; /* per parameter (data NULL if none) */
 	struct mg_unit_view *views;

@@ -37,6 +37,27 @@ static const struct mg_option llama_options[] = {
 	MG_OPT_F("rms_norm_eps", "0", 0, 1, "RMSNorm epsilon (0: preset's)"),
 	MG_OPT_E("tie_embeddings", "auto", "auto|yes|no",
 		 "output head shares the embedding matrix (auto: preset's)"),
+	MG_OPT_I("lora_rank", "0", 0, 65536,
+		 "LoRA adapter rank r; 0: full fine-tuning. With r > 0 the "
+		 "base weights are frozen (kept in the compute dtype only) and "
+		 "only the adapters train"),
+	MG_OPT_F("lora_alpha", "16", 0, 1e9,
+		 "LoRA alpha: the adapter path is scaled by alpha / r"),
+	MG_OPT_F("lora_dropout", "0", 0, 1,
+		 "dropout on the adapters' input (training only)"),
+	MG_OPT_S("lora_targets", "q,v",
+		 "projections given adapters: any of q, k, v, o, gate, up, "
+		 "down, head (untied output head), or all (the seven layer "
+		 "projections); PEFT's names (q_proj, ...) also work"),
+	MG_OPT_B("rslora", "false",
+		 "rank-stabilised LoRA: scale alpha / sqrt(r) instead of "
+		 "alpha / r"),
+	MG_OPT_P("lora_adapter", "",
+		 "PEFT adapter folder (adapter_config.json, "
+		 "adapter_model.safetensors; a run's adapter/) to start the "
+		 "adapters from, to continue training or evaluate it; its r, "
+		 "lora_alpha and use_rslora must equal the options above and "
+		 "it must hold every targeted module"),
 	MG_OPT_END,
 };
 
@@ -47,7 +68,9 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	if (!m)
 		return mg_error("llama: out of memory");
 	m->ctx = ctx;
-	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir)) {
+	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
+	    llama_lora_setup(m, o)) {
+		llama_lora_free(m);
 		free(m);
 		return -1;
 	}
@@ -57,6 +80,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	if (!f || mg_buf_alloc(ctx, &m->inv_freq, (size_t)half * sizeof *f,
 			       MG_MEM_PARAMS)) {
 		free(f);
+		llama_lora_free(m);
 		free(m);
 		return mg_error_prefix("llama: rotary table");
 	}
@@ -65,6 +89,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 		free(f);
 		llama_hf_close(m);
 		mg_buf_free(ctx, &m->inv_freq);
+		llama_lora_free(m);
 		free(m);
 		return -1;
 	}
@@ -73,6 +98,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	if (rc) {
 		llama_hf_close(m);
 		mg_buf_free(ctx, &m->inv_freq);
+		llama_lora_free(m);
 		free(m);
 		return -1;
 	}
@@ -86,6 +112,7 @@ static void llama_destroy(void *self)
 	if (!m)
 		return;
 	llama_hf_close(m);
+	llama_lora_free(m);
 	mg_buf_free(m->ctx, &m->inv_freq);
 	mg_buf_free(m->ctx, &m->arena);
 	mg_buf_free(m->ctx, &m->work);
@@ -101,14 +128,42 @@ static int add(struct mg_model_spec *s, const char *name, int flags, int64_t a,
 				 shape) < 0;
 }
 
+/* A unit's adapters, lora_A's of every target then lora_B's (the order
+ * llama_lora_setup gave their indices). */
+static int add_adapters(struct mg_model_spec *s, const struct llama *m,
+			int first, int last)
+{
+	const struct llama_lora *L = &m->lora;
+	for (int pass = 0; pass < 2; pass++)
+		for (int t = first; t <= last; t++) {
+			if (!(L->targets & (1u << t)))
+				continue;
+			int64_t in, out;
+			llama_lora_dims(&m->c, t, &in, &out);
+			char name[64];
+			snprintf(name, sizeof name, "%s%s.lora_%c.weight",
+				 t <= LT_O	? "self_attn."
+				 : t == LT_HEAD ? ""
+						: "mlp.",
+				 llama_lora_module[t], pass ? 'B' : 'A');
+			if (pass ? add(s, name, MG_P_TRAIN, out, L->rank)
+				 : add(s, name, MG_P_TRAIN, L->rank, in))
+				return -1;
+		}
+	return 0;
+}
+
 static int llama_declare(void *self, struct mg_model_spec *s)
 {
-	const struct llama_cfg *c = &((struct llama *)self)->c;
+	const struct llama *m = self;
+	const struct llama_cfg *c = &m->c;
 	const int64_t D = c->dim, qd = c->heads * c->head_dim,
 		      kvd = c->kv_heads * c->head_dim;
 	/* Norm weights stay fp32 under mixed precision, as HF's autocast
-	 * keeps them; they and nothing else skip weight decay. */
-	const int W = MG_P_TRAIN, N = MG_P_TRAIN | MG_P_NO_DECAY | MG_P_FP32;
+	 * keeps them; they and nothing else skip weight decay. With LoRA
+	 * the whole base is frozen: no MG_P_TRAIN. */
+	const int tr = m->lora.rank ? 0 : MG_P_TRAIN;
+	const int W = tr, N = tr | MG_P_NO_DECAY | MG_P_FP32;
 	if (mg_spec_add_unit(s, "model.embed_tokens") < 0 ||
 	    add(s, "weight", W, c->vocab, D))
 		return -1;
@@ -124,12 +179,14 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 		    add(s, "post_attention_layernorm.weight", N, D, 0) ||
 		    add(s, "mlp.gate_proj.weight", W, c->ffn, D) ||
 		    add(s, "mlp.up_proj.weight", W, c->ffn, D) ||
-		    add(s, "mlp.down_proj.weight", W, D, c->ffn))
+		    add(s, "mlp.down_proj.weight", W, D, c->ffn) ||
+		    add_adapters(s, m, LT_Q, LT_DOWN))
 			return -1;
 	}
 	if (mg_spec_add_unit(s, "head") < 0 ||
 	    add(s, "model.norm.weight", N, D, 0) ||
-	    (!c->tie_embeddings && add(s, "lm_head.weight", W, c->vocab, D)))
+	    (!c->tie_embeddings && add(s, "lm_head.weight", W, c->vocab, D)) ||
+	    add_adapters(s, m, LT_HEAD, LT_HEAD))
 		return -1;
 	return 0;
 }

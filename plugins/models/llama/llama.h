@@ -64,8 +64,43 @@ enum {
 	LP_COUNT,
 };
 
+/* LoRA targets: a layer's seven projections, then the output head. */
+enum {
+	LT_Q = 0,
+	LT_K,
+	LT_V,
+	LT_O,
+	LT_GATE,
+	LT_UP,
+	LT_DOWN,
+	LT_HEAD,
+	LT_COUNT,
+};
+/* The names PEFT's target_modules use, by LT_*. */
+extern const char *const llama_lora_module[LT_COUNT];
+
+/* Low-rank adapters (llama_lora.c): y = W x + scale * B (A dropout(x))
+ * on each targeted projection, W frozen. */
+struct llama_lora {
+	int rank; /* 0: off (full fine-tuning) */
+	double alpha, dropout, scale;
+	bool rslora;
+	unsigned targets; /* bit LT_* */
+	/* Index of the target's lora_A and lora_B within its unit, or -1. */
+	int ia[LT_COUNT], ib[LT_COUNT];
+	int layer_params, head_params; /* parameters per unit */
+	/* lora_adapter: a PEFT adapter to start from, or NULL. */
+	struct mg_tensor_file *from;
+	struct mg_buf S;    /* [rank, rank] scale * I, compute dtype */
+	enum mg_dtype S_dt; /* S's dtype, once S_built */
+	bool S_built;
+	unsigned said_fused; /* fused groups announced (once each) */
+};
+
 struct llama {
 	struct llama_cfg c;
+	struct llama_lora lora;
+	int64_t goff; /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
 	char hf_dir[4096];	/* weights to start from, or "" */
 	struct llama_hf *hf;	/* its open files (llama_hf.c) */
@@ -94,6 +129,66 @@ struct llama_hf;
 int llama_hf_open(struct llama *m);
 void llama_hf_close(struct llama *m);
 int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst);
+
+/* llama_lora.c: parse the lora_* options (after the architecture);
+ * in/out width of target t. */
+int llama_lora_setup(struct llama *m, const struct mg_opts *o);
+void llama_lora_dims(const struct llama_cfg *c, int t, int64_t *in,
+		     int64_t *out);
+/* Target t's adapter of layer `layer` (layers: the head): from the
+ * lora_adapter folder, else A [rank, in] kaiming-uniform(a = sqrt(5)) as
+ * PEFT (uniform within +-1/sqrt(in)) and B zero. */
+int llama_lora_init(const struct llama *m, int layer, int t,
+		    struct mg_tensor *A, struct mg_tensor *B, uint64_t key);
+/*
+ * The adapter path of one projection, reusable by training and decode.
+ * Forward: y += scale * B (A drop(x)), x [R, in], y [R, out]; saves
+ * as = scale * A drop(x) [R, rank] for backward (as may be scratch when
+ * no backward follows). Dropout only when ctx->training, keyed on
+ * (layer, target) and each row's global sample index so N ranks draw
+ * what one rank would. xd [R, in] and tmp [R, max(out, rank)] are
+ * scratch.
+ */
+int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+		       const struct mg_tensor *A, const struct mg_tensor *B,
+		       const struct mg_tensor *x, struct mg_tensor *as,
+		       void *xd, void *tmp, struct mg_tensor *y);
+/* Backward from dy [R, out]: dA, dB += (NULL: not computed), dx [R, in]
+ * += the adapter's input gradient. Scratch: das, da [R, rank], xd and
+ * dxd [R, in]. */
+int llama_lora_backward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+			const struct mg_tensor *A, const struct mg_tensor *B,
+			struct mg_tensor *dA, struct mg_tensor *dB,
+			const struct mg_tensor *x, const struct mg_tensor *as,
+			const struct mg_tensor *dy, struct mg_tensor *dx,
+			void *das, void *da, void *xd, void *dxd);
+/*
+ * Fused groups: targets ts[0..n) (n 2 or 3: q, k, v or gate, up) that
+ * read the same input x. When their lora_A's lie back to back in the
+ * lent storage (and in G's gradients when G is given: replicated storage
+ * declares them so) and no dropout draws a mask per target, one GEMM by
+ * the [n r, in] stack of A's reads x once for all of them, forward and
+ * backward; selection matrices split its [R, n r] product into each
+ * target's saved s A x. Same results as the per-target path.
+ */
+bool llama_lora_fusable(const struct llama *m, const struct mg_ctx *ctx,
+			const int *ts, int n, const struct mg_tensor *P,
+			const struct mg_tensor *G);
+/* y[j] += s B_j A_j x, as[j] saved; tmp [R, max(n rank, out_j)]. */
+int llama_lora_forward_group(struct llama *m, struct mg_ctx *ctx, const int *ts,
+			     int n, const struct mg_tensor *P,
+			     const struct mg_tensor *x,
+			     struct mg_tensor *const *as,
+			     struct mg_tensor *const *y, void *tmp);
+/* From dy[j]: the adapters' gradients (+=), dx += their input gradient.
+ * Scratch: das [R, rank], da3 and dt3 [R, n rank], dxd [R, in]. */
+int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
+			      const int *ts, int n, const struct mg_tensor *P,
+			      struct mg_tensor *G, const struct mg_tensor *x,
+			      struct mg_tensor *const *as,
+			      struct mg_tensor *const *dy, struct mg_tensor *dx,
+			      void *das, void *da3, void *dt3, void *dxd);
+void llama_lora_free(struct llama *m);
 
 /* llama_model.c */
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,

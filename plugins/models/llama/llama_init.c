@@ -4,7 +4,9 @@
  * normal(0, initializer_range), RMSNorm weights one. Each value is a pure
  * function of (seed, parameter, element), so every rank count and shard
  * layout starts from the same model. With model.hf_dir the values come
- * from the folder's safetensors instead (llama_hf.c).
+ * from the folder's safetensors instead (llama_hf.c). LoRA adapters come
+ * after a unit's base parameters, so the base (its keys and its HF
+ * names) is the same whatever the adapter options.
  */
 #include <stdio.h>
 
@@ -26,15 +28,30 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 		    uint64_t seed)
 {
 	const struct llama_cfg *c = &m->c;
-	int np;
+	const struct llama_lora *L = &m->lora;
+	int np, nall;
 	if (unit == LLAMA_UNIT_EMBED)
-		np = 1;
-	else if (unit == LLAMA_UNIT_HEAD(c))
+		np = nall = 1;
+	else if (unit == LLAMA_UNIT_HEAD(c)) {
 		np = c->tie_embeddings ? 1 : 2;
-	else if (unit > 0 && unit <= c->layers)
+		nall = L->head_params;
+	} else if (unit > 0 && unit <= c->layers) {
 		np = LP_COUNT;
-	else
+		nall = L->layer_params;
+	} else
 		return mg_error("llama: no unit %d", unit);
+	for (int t = 0; t < LT_COUNT; t++) {
+		bool here = unit == LLAMA_UNIT_HEAD(c) ? t == LT_HEAD
+						       : t != LT_HEAD;
+		if (L->ia[t] < 0 || !here || unit == LLAMA_UNIT_EMBED)
+			continue;
+		if (L->ia[t] >= nall || L->ib[t] >= nall)
+			return mg_error("llama: adapter index out of range");
+		if (llama_lora_init(m, unit - 1, t, &params[L->ia[t]],
+				    &params[L->ib[t]],
+				    mg_rng_key(seed, (uint64_t)(64 + t))))
+			return -1;
+	}
 	static const char *const layer_names[LP_COUNT] = {
 		"input_layernorm.weight",  "self_attn.q_proj.weight",
 		"self_attn.k_proj.weight", "self_attn.v_proj.weight",

@@ -9,6 +9,11 @@
  * loss is a sum over label tokens; backward seeds it with ctx->grad_scale
  * (loss scale / the step's label tokens over every rank and micro-batch),
  * so N ranks and one rank train the same model.
+ *
+ * With LoRA (llama_lora.c) each targeted projection adds its adapter
+ * path after the frozen GEMM and saves only s * A drop(x) [R, r];
+ * backward takes no weight gradient of a frozen tensor (the strategy
+ * lends it without one) and draws the dropout mask again.
  */
 #include <math.h>
 #include <string.h>
@@ -22,10 +27,14 @@ struct lay {
 	size_t per;   /* bytes of one layer's saved block */
 	size_t h1, q, k, v, o, xm, h2, g, u, s; /* within a layer block */
 	size_t rstd1, rstd2, lse;		/* stats, within the block */
+	size_t la[LT_COUNT];			/* LoRA s A x, per target */
 	size_t hn, rstdn, logits;		/* the head's */
+	size_t lxd, ltmp;			/* LoRA scratch */
 	size_t total;
 	/* the backward work buffer */
-	size_t dx, dxm, dh, dt, ds, du, dq, dk, dv, dout, wtotal;
+	size_t dx, dxm, dh, dt, ds, du, dq, dk, dv, dout;
+	size_t ldas, lda, ldt3, ldxd; /* LoRA's */
+	size_t wtotal;
 };
 
 static size_t al(size_t b)
@@ -66,6 +75,20 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	SLOT(rstd1, R * ss);
 	SLOT(rstd2, R * ss);
 	SLOT(lse, R * H * ss);
+	const struct llama_lora *lo = &m->lora;
+	const size_t r = (size_t)lo->rank;
+	/* ltmp also holds a fused group's [R, 3 r] (llama_lora.c) */
+	size_t max_in = 0, max_out = 3 * r;
+	for (int t = 0; t < LT_COUNT; t++) {
+		if (lo->ia[t] < 0)
+			continue;
+		int64_t in, out;
+		llama_lora_dims(c, t, &in, &out);
+		max_in = (size_t)in > max_in ? (size_t)in : max_in;
+		max_out = (size_t)out > max_out ? (size_t)out : max_out;
+		if (t != LT_HEAD)
+			SLOT(la[t], R * r * es);
+	}
 	L->per = p;
 	o += p * (size_t)c->layers;
 	L->hn = o;
@@ -74,6 +97,14 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	o += al(R * ss);
 	L->logits = o;
 	o += al(R * (size_t)c->vocab * es);
+	if (lo->ia[LT_HEAD] >= 0) {
+		L->la[LT_HEAD] = o;
+		o += al(R * r * es);
+	}
+	L->lxd = o;
+	o += al(R * max_in * es);
+	L->ltmp = o;
+	o += r ? al(R * max_out * es) : 0;
 	L->total = o;
 	p = 0;
 	SLOT(dx, R * D * es);
@@ -86,6 +117,10 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	SLOT(dk, R * kvd * es);
 	SLOT(dv, R * kvd * es);
 	SLOT(dout, R * qd * es);
+	SLOT(ldas, R * r * es);
+	SLOT(lda, R * 3 * r * es);
+	SLOT(ldt3, R * 3 * r * es);
+	SLOT(ldxd, R * max_in * es);
 #undef SLOT
 	L->wtotal = p;
 }
@@ -153,30 +188,93 @@ static double attn_scale(const struct llama *m)
 	return 1.0 / sqrt((double)m->c.head_dim);
 }
 
+/* Target tg's saved s A x [R, r]: in layer l's block, or the head's
+ * (l == layers). */
+static struct mg_tensor lora_saved(const struct llama *m, const struct lay *L,
+				   int l, int tg)
+{
+	size_t off = tg == LT_HEAD ? L->la[tg]
+				   : L->layer + L->per * (size_t)l + L->la[tg];
+	return at(m, m->arena.ptr, off, m->ctx->compute_dtype, 2, m->n * m->T,
+		  m->lora.rank, 0, 0);
+}
+
+/* y = x W^T of a projection (parameter w of the unit), plus target tg's
+ * adapter path when it has one. */
+static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
+		    int l, int tg, const struct mg_tensor *P, int w,
+		    const struct mg_tensor *x, struct mg_tensor *y)
+{
+	const struct llama_lora *lo = &m->lora;
+	if (mg_op_linear(ctx, x, &P[w], NULL, y))
+		return -1;
+	if (lo->ia[tg] < 0)
+		return 0;
+	struct mg_tensor as = lora_saved(m, L, l, tg);
+	char *A = m->arena.ptr;
+	return llama_lora_forward(m, ctx, l, tg, &P[lo->ia[tg]], &P[lo->ib[tg]],
+				  x, &as, A + L->lxd, A + L->ltmp, y);
+}
+
+/* The projections ws[j] (targets ts[j]) of one input x: the adapters
+ * of those targeted as one fused group when they can be
+ * (llama_lora_fusable), else each on its own. */
+static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
+		     int l, const int *ts, const int *ws, int n,
+		     const struct mg_tensor *P, const struct mg_tensor *x,
+		     struct mg_tensor *const *ys)
+{
+	int ft[3], nf = 0;
+	for (int j = 0; j < n; j++)
+		if (m->lora.ia[ts[j]] >= 0)
+			ft[nf++] = ts[j];
+	if (!llama_lora_fusable(m, ctx, ft, nf, P, NULL)) {
+		for (int j = 0; j < n; j++)
+			if (proj_fwd(m, ctx, L, l, ts[j], P, ws[j], x, ys[j]))
+				return -1;
+		return 0;
+	}
+	struct mg_tensor as[3], *asp[3], *yf[3];
+	for (int j = 0, k = 0; j < n; j++) {
+		if (mg_op_linear(ctx, x, &P[ws[j]], NULL, ys[j]))
+			return -1;
+		if (m->lora.ia[ts[j]] < 0)
+			continue;
+		as[k] = lora_saved(m, L, l, ts[j]);
+		asp[k] = &as[k];
+		yf[k++] = ys[j];
+	}
+	return llama_lora_forward_group(m, ctx, ft, nf, P, x, asp, yf,
+					(char *)m->arena.ptr + L->ltmp);
+}
+
+static const int QKV_T[3] = {LT_Q, LT_K, LT_V}, QKV_W[3] = {LP_Q, LP_K, LP_V},
+		 GU_T[2] = {LT_GATE, LT_UP}, GU_W[2] = {LP_GATE, LP_UP};
+
 static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 			 const struct mg_tensor *W, struct lt *t,
-			 const struct mg_tensor *pos)
+			 const struct mg_tensor *pos, const struct lay *L,
+			 int l)
 {
 	struct mg_tensor f = inv_freq(m);
 	double eps = m->c.norm_eps;
 	return mg_op_rmsnorm(ctx, &t->x, &W[LP_IN_NORM], eps, &t->h1,
 			     &t->rstd1) ||
-	       mg_op_linear(ctx, &t->h1, &W[LP_Q], NULL, &t->q) ||
-	       mg_op_linear(ctx, &t->h1, &W[LP_K], NULL, &t->k) ||
-	       mg_op_linear(ctx, &t->h1, &W[LP_V], NULL, &t->v) ||
+	       group_fwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, &t->h1,
+			 (struct mg_tensor *const[]){&t->q, &t->k, &t->v}) ||
 	       mg_op_rope(ctx, &t->q4, pos, &f) ||
 	       mg_op_rope(ctx, &t->k4, pos, &f) ||
 	       mg_op_attention(ctx, &t->q4, &t->k4, &t->v4, pos, attn_scale(m),
 			       &t->o4, &t->lse) ||
 	       /* xm = x + o W_o^T, through xn as scratch */
-	       mg_op_linear(ctx, &t->o, &W[LP_O], NULL, &t->xn) ||
+	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, &t->xn) ||
 	       mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
 	       mg_op_rmsnorm(ctx, &t->xm, &W[LP_POST_NORM], eps, &t->h2,
 			     &t->rstd2) ||
-	       mg_op_linear(ctx, &t->h2, &W[LP_GATE], NULL, &t->g) ||
-	       mg_op_linear(ctx, &t->h2, &W[LP_UP], NULL, &t->u) ||
+	       group_fwd(m, ctx, L, l, GU_T, GU_W, 2, W, &t->h2,
+			 (struct mg_tensor *const[]){&t->g, &t->u}) ||
 	       mg_op_swiglu(ctx, &t->g, &t->u, &t->s) ||
-	       mg_op_linear(ctx, &t->s, &W[LP_DOWN], NULL, &t->xn) ||
+	       proj_fwd(m, ctx, L, l, LT_DOWN, W, LP_DOWN, &t->s, &t->xn) ||
 	       mg_op_add(ctx, &t->xm, &t->xn, &t->xn);
 }
 
@@ -212,6 +310,7 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		return mg_error_prefix("llama activations");
 	m->n = n;
 	m->T = T;
+	m->goff = b->global_offset;
 	const enum mg_phase ph =
 		ctx->training ? MG_PHASE_FORWARD : MG_PHASE_EVAL;
 	const enum mg_dtype dt = ctx->compute_dtype;
@@ -231,7 +330,7 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), ph);
 		if (!v)
 			return -1;
-		rc = layer_forward(m, ctx, v->params, &t, &b->positions);
+		rc = layer_forward(m, ctx, v->params, &t, &b->positions, &L, l);
 		mg_release(ctx, LLAMA_UNIT_LAYER(l), ph);
 		if (rc)
 			return mg_error_prefix("llama layer %d", l);
@@ -258,7 +357,8 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		if (e)
 			mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	} else if (!rc) {
-		rc = mg_op_linear(ctx, &hn, &v->params[1], NULL, &logits);
+		rc = proj_fwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params, 1,
+			      &hn, &logits);
 	}
 	mg_release(ctx, head, ph);
 	if (!rc)
@@ -274,11 +374,79 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	return 0;
 }
 
+/* A weight gradient the strategy lent, or NULL for a frozen weight. */
+static struct mg_tensor *gw(struct mg_tensor *g)
+{
+	return g->data ? g : NULL;
+}
+
+/* Backward of proj_fwd from dy: the input gradient written to dx, or
+ * added to it through tmp (same shape) when tmp is given; the base
+ * weight's gradient if it trains, the adapter's if there is one. */
+static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
+		    int l, int tg, const struct mg_tensor *P,
+		    struct mg_tensor *G, int w, const struct mg_tensor *x,
+		    const struct mg_tensor *dy, struct mg_tensor *dx,
+		    struct mg_tensor *tmp)
+{
+	const struct llama_lora *lo = &m->lora;
+	if (mg_op_linear_backward(ctx, x, &P[w], dy, tmp ? tmp : dx, gw(&G[w]),
+				  NULL) ||
+	    (tmp && mg_op_add(ctx, dx, tmp, dx)))
+		return -1;
+	const int a = lo->ia[tg], b = lo->ib[tg];
+	if (a < 0)
+		return 0;
+	struct mg_tensor as = lora_saved(m, L, l, tg);
+	char *B = m->work.ptr;
+	return llama_lora_backward(m, ctx, l, tg, &P[a], &P[b], gw(&G[a]),
+				   gw(&G[b]), x, &as, dy, dx, B + L->ldas,
+				   B + L->lda, (char *)m->arena.ptr + L->lxd,
+				   B + L->ldxd);
+}
+
+/* Backward of group_fwd from dys[j]: the input gradient written to dx
+ * (tmp: scratch of its shape), the gradients of what trains. */
+static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
+		     int l, const int *ts, const int *ws, int n,
+		     const struct mg_tensor *P, struct mg_tensor *G,
+		     const struct mg_tensor *x, struct mg_tensor *const *dys,
+		     struct mg_tensor *dx, struct mg_tensor *tmp)
+{
+	int ft[3], nf = 0;
+	for (int j = 0; j < n; j++)
+		if (m->lora.ia[ts[j]] >= 0)
+			ft[nf++] = ts[j];
+	if (!llama_lora_fusable(m, ctx, ft, nf, P, G)) {
+		for (int j = 0; j < n; j++)
+			if (proj_bwd(m, ctx, L, l, ts[j], P, G, ws[j], x,
+				     dys[j], dx, j ? tmp : NULL))
+				return -1;
+		return 0;
+	}
+	struct mg_tensor as[3], *asp[3], *dyf[3];
+	for (int j = 0, k = 0; j < n; j++) {
+		if (mg_op_linear_backward(ctx, x, &P[ws[j]], dys[j],
+					  j ? tmp : dx, gw(&G[ws[j]]), NULL) ||
+		    (j && mg_op_add(ctx, dx, tmp, dx)))
+			return -1;
+		if (m->lora.ia[ts[j]] < 0)
+			continue;
+		as[k] = lora_saved(m, L, l, ts[j]);
+		asp[k] = &as[k];
+		dyf[k++] = dys[j];
+	}
+	char *B = m->work.ptr;
+	return llama_lora_backward_group(m, ctx, ft, nf, P, G, x, asp, dyf, dx,
+					 B + L->ldas, B + L->lda, B + L->ldt3,
+					 B + L->ldxd);
+}
+
 /* Backward through one layer: dx holds d(loss)/d(layer output) and
  * receives d(loss)/d(layer input). */
 static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 			  const struct mg_tensor *W, struct mg_tensor *G,
-			  struct lt *t, const struct lay *L,
+			  struct lt *t, const struct lay *L, int l,
 			  struct mg_tensor *dx)
 {
 	const struct llama_cfg *c = &m->c;
@@ -306,35 +474,27 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 				  c->head_dim);
 	struct mg_tensor f = inv_freq(m);
 	/* MLP: xn = xm + down(swiglu(gate(h2), up(h2))) */
-	return mg_op_linear_backward(ctx, &t->s, &W[LP_DOWN], dx, &ds,
-				     &G[LP_DOWN], NULL) ||
+	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, dx, &ds,
+			NULL) ||
 	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
-	       mg_op_linear_backward(ctx, &t->h2, &W[LP_GATE], &ds, &dh,
-				     &G[LP_GATE], NULL) ||
-	       mg_op_linear_backward(ctx, &t->h2, &W[LP_UP], &du, &dtmp,
-				     &G[LP_UP], NULL) ||
-	       mg_op_add(ctx, &dh, &dtmp, &dh) ||
+	       group_bwd(m, ctx, L, l, GU_T, GU_W, 2, W, G, &t->h2,
+			 (struct mg_tensor *const[]){&ds, &du}, &dh, &dtmp) ||
 	       mg_op_rmsnorm_backward(ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2,
-				      &dh, &dtmp, &G[LP_POST_NORM]) ||
+				      &dh, &dtmp, gw(&G[LP_POST_NORM])) ||
 	       mg_op_add(ctx, dx, &dtmp, &dxm) ||
 	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
-	       mg_op_linear_backward(ctx, &t->o, &W[LP_O], &dxm, &dout,
-				     &G[LP_O], NULL) ||
+	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, &dxm, &dout,
+			NULL) ||
 	       mg_op_attention_backward(ctx, &t->q4, &t->k4, &t->v4,
 					&m->positions, attn_scale(m), &t->o4,
 					&t->lse, &do4, &dq4, &dk4, &dv4) ||
 	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
 	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
-	       mg_op_linear_backward(ctx, &t->h1, &W[LP_Q], &dq, &dh, &G[LP_Q],
-				     NULL) ||
-	       mg_op_linear_backward(ctx, &t->h1, &W[LP_K], &dk, &dtmp,
-				     &G[LP_K], NULL) ||
-	       mg_op_add(ctx, &dh, &dtmp, &dh) ||
-	       mg_op_linear_backward(ctx, &t->h1, &W[LP_V], &dv, &dtmp,
-				     &G[LP_V], NULL) ||
-	       mg_op_add(ctx, &dh, &dtmp, &dh) ||
+	       group_bwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, G, &t->h1,
+			 (struct mg_tensor *const[]){&dq, &dk, &dv}, &dh,
+			 &dtmp) ||
 	       mg_op_rmsnorm_backward(ctx, &t->x, &W[LP_IN_NORM], &t->rstd1,
-				      &dh, &dtmp, &G[LP_IN_NORM]) ||
+				      &dh, &dtmp, gw(&G[LP_IN_NORM])) ||
 	       mg_op_add(ctx, &dxm, &dtmp, dx);
 }
 
@@ -374,16 +534,17 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 			mg_acquire(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 		rc = !e ||
 		     mg_op_linear_backward(ctx, &hn, &e->params[0], &logits,
-					   &dhn, &e->grads[0], NULL);
+					   &dhn, gw(&e->grads[0]), NULL);
 		if (e)
 			mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 	} else {
-		rc = mg_op_linear_backward(ctx, &hn, &v->params[1], &logits,
-					   &dhn, &v->grads[1], NULL);
+		rc = proj_bwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params,
+			      v->grads, 1, &hn, &logits, &dhn, NULL);
 	}
 	if (!rc)
 		rc = mg_op_rmsnorm_backward(ctx, &last.xn, &v->params[0],
-					    &rstdn, &dhn, &dx, &v->grads[0]);
+					    &rstdn, &dhn, &dx,
+					    gw(&v->grads[0]));
 	if (!rc)
 		rc = mg_grads_ready(ctx, head);
 	mg_release(ctx, head, MG_PHASE_BACKWARD);
@@ -395,7 +556,8 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), MG_PHASE_BACKWARD);
 		if (!v)
 			return -1;
-		rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, &dx);
+		rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, l,
+				    &dx);
 		if (!rc)
 			rc = mg_grads_ready(ctx, LLAMA_UNIT_LAYER(l));
 		mg_release(ctx, LLAMA_UNIT_LAYER(l), MG_PHASE_BACKWARD);
@@ -407,7 +569,10 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		return -1;
 	struct mg_tensor ids =
 		mg_tensor_make(m->ids.data, MG_I32, ctx->dev->kind, 1, &R);
-	rc = mg_op_embedding_backward(ctx, &ids, &dx, &v->grads[0]);
+	/* A frozen embedding (LoRA) takes no gradient. */
+	rc = v->grads[0].data
+		     ? mg_op_embedding_backward(ctx, &ids, &dx, &v->grads[0])
+		     : 0;
 	if (!rc)
 		rc = mg_grads_ready(ctx, LLAMA_UNIT_EMBED);
 	mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);

@@ -145,7 +145,7 @@ int fsdp_refresh_lp(struct fsdp *d)
 	const struct mg_flat_layout *L = &d->L;
 	for (int k = 0; k < L->nflats; k++) {
 		const struct mg_flat *f = &L->flats[k];
-		if (f->lp &&
+		if (f->lp && !mg_flat_frozen_lp(f) &&
 		    mg_op_convert(
 			    d->ctx, fsdp_at(&d->lp_buf, f->lp_off, d->compute),
 			    d->compute,
@@ -156,12 +156,29 @@ int fsdp_refresh_lp(struct fsdp *d)
 	return 0;
 }
 
-/* Initial values: keep this rank's shard of each full flat. */
+/* Initial values: keep this rank's shard of each full flat; a frozen lp
+ * flat's converted to its lent dtype on the host (it has no master). */
 static int keep_shard(void *arg, int k, const char *full)
 {
 	struct fsdp *d = arg;
 	const struct mg_flat *f = &d->L.flats[k];
 	size_t ms = mg_dtype_size(d->master);
+	if (mg_flat_frozen_lp(f)) {
+		/* Mixed precision: master F32, lent F16 or BF16. */
+		const float *src =
+			(const float *)full + (size_t)(d->srank * f->shard);
+		uint16_t *lo = malloc((size_t)f->shard * sizeof *lo + 1);
+		if (!lo)
+			return mg_error("out of memory");
+		for (int64_t j = 0; j < f->shard; j++)
+			lo[j] = f->lent == MG_BF16 ? mg_float_to_bf16(src[j])
+						   : mg_float_to_half(src[j]);
+		int rc = mg_copy_h2d(d->ctx,
+				     fsdp_at(&d->lp_buf, f->lp_off, f->lent),
+				     lo, (size_t)f->shard * sizeof *lo);
+		free(lo);
+		return rc;
+	}
 	return mg_copy_h2d(d->ctx,
 			   fsdp_at(&d->master_buf, f->master_off, d->master),
 			   full + (size_t)(d->srank * f->shard) * ms,

@@ -102,7 +102,7 @@ void off_refresh_host_lp(struct offload *d)
 	const struct mg_flat_layout *L = &d->L;
 	for (int k = 0; k < L->nflats; k++) {
 		const struct mg_flat *f = &L->flats[k];
-		if (!f->lp)
+		if (!f->lp || !f->train)
 			continue;
 		const float *m = (const float *)off_host(
 			&d->h_master, f->master_off, d->master);
@@ -134,12 +134,16 @@ int off_upload_full(struct offload *d, int k, const void *full_host)
 }
 
 /* Initial values: this rank's shard to the host master, the full flat
- * to the device. */
+ * to the device. A frozen flat lives on the device only: it has no host
+ * master (lent in a lower dtype: none in the layout; in the master dtype:
+ * its host shard is never read, never updated). */
 static int keep_flat(void *arg, int k, const char *full)
 {
 	struct offload *d = arg;
 	const struct mg_flat *f = &d->L.flats[k];
 	size_t ms = mg_dtype_size(d->master);
+	if (!f->train)
+		return off_upload_full(d, k, full);
 	memcpy(off_host(&d->h_master, f->master_off, d->master),
 	       full + (size_t)(d->srank * f->shard) * ms,
 	       (size_t)f->shard * ms);
