@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "../common/test_util.h"
-#include "flat.h"
+#include "mg/kit/flat.h"
+#include "mg/kit/replica.h"
 #include "mg/mg.h"
-#include "replica.h"
 #include "runtime/runtime.h"
 
 /* Initial value of element j of unit parameter i. */

@@ -456,6 +456,7 @@ static void decode_check(const char *lines)
 		for (int64_t j = 0; j < mg_tensor_numel(p); j++)
 			((double *)p->data)[j] *= 4;
 	}
+	randomize_b(&e); /* with LoRA: adapters that change the model */
 	enum { T = 14, P = 5, V = 32, MAXLEN = T + 3 };
 	int32_t ids[T];
 	for (int j = 0; j < T; j++)
@@ -527,6 +528,12 @@ static void test_decode(void)
 	decode_check("vocab_size = 32\nhidden_size = 32\nnum_heads = 2\n"
 		     "num_kv_heads = 2\nintermediate_size = 40\nnum_layers = "
 		     "3\ntie_embeddings = no\n");
+	/* LoRA on every projection and the head: decode applies the
+	 * adapters as the training forward does */
+	decode_check("vocab_size = 32\nhidden_size = 16\nnum_heads = 4\n"
+		     "num_kv_heads = 2\nintermediate_size = 24\nnum_layers = "
+		     "2\ntie_embeddings = no\nlora_rank = 3\nlora_alpha = 6\n"
+		     "lora_targets = all,head\n");
 }
 
 static const char untied[] = "vocab_size = 32\nhidden_size = 16\n"

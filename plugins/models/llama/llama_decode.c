@@ -22,6 +22,7 @@
 /* Byte offsets in the per-call work buffer for n new tokens. */
 struct dlay {
 	size_t x, h, q, o, t, g, u, hn, logits, lf32, total;
+	size_t la, ltmp; /* LoRA: s A x [n, r] and the adapter's scratch */
 };
 
 static size_t dal(size_t b)
@@ -52,6 +53,19 @@ static void dlayout(const struct llama *m, int64_t n, struct dlay *L)
 	DSLOT(hn, D * es);
 	DSLOT(logits, V * es);
 	DSLOT(lf32, V * sizeof(float));
+	if (m->lora.rank > 0) {
+		/* llama_lora_forward's scratch holds A x, then B (s A x):
+		 * n rows of the widest projection (the head: one row). */
+		const size_t r = (size_t)m->lora.rank,
+			     kvd = (size_t)(c->kv_heads * c->head_dim);
+		size_t w = D > qd ? D : qd;
+		w = w > I ? w : I;
+		w = w > kvd ? w : kvd;
+		w = w > r ? w : r;
+		size_t tmp = N * w > V ? N * w : V;
+		DSLOT(la, N * r * es);
+		DSLOT(ltmp, tmp * es);
+	}
 #undef DSLOT
 	L->total = o;
 }
@@ -121,6 +135,26 @@ static void cache_rows(const struct llama *m, struct mg_buf *b, int l,
 	*r4 = tat(m, b->ptr, off, dt, 4, 1, n, c->kv_heads, c->head_dim);
 }
 
+/* y = x W^T, plus target tg's LoRA adapter when it has one, through the
+ * training forward's llama_lora_forward: generation sees exactly what
+ * training learned (no dropout: ctx->training is false). W are the
+ * unit's lent tensors, w the base weight's index in them. */
+static int dproj(struct llama *m, struct mg_ctx *ctx, const struct dlay *L,
+		 int layer, const struct mg_tensor *W, int w, int tg,
+		 const struct mg_tensor *x, struct mg_tensor *y)
+{
+	if (mg_op_linear(ctx, x, &W[w], NULL, y))
+		return -1;
+	if (m->lora.rank == 0 || m->lora.ia[tg] < 0)
+		return 0;
+	char *B = m->dec_work.ptr;
+	struct mg_tensor as = tat(m, B, L->la, ctx->compute_dtype, 2,
+				  x->shape[0], m->lora.rank, 0, 0);
+	return llama_lora_forward(m, ctx, layer, tg, &W[m->lora.ia[tg]],
+				  &W[m->lora.ib[tg]], x, &as, NULL, B + L->ltmp,
+				  y);
+}
+
 /* One decoder layer over the n new tokens in x (updated in place). */
 static int layer_decode(struct llama *m, struct mg_ctx *ctx,
 			const struct mg_tensor *W, int l, const struct dlay *L,
@@ -154,19 +188,19 @@ static int layer_decode(struct llama *m, struct mg_ctx *ctx,
 					    ctx->dev->kind, 1, &half);
 	const double eps = c->norm_eps, scale = 1.0 / sqrt((double)c->head_dim);
 	return mg_op_rmsnorm(ctx, &x, &W[LP_IN_NORM], eps, &h, NULL) ||
-	       mg_op_linear(ctx, &h, &W[LP_Q], NULL, &q) ||
-	       mg_op_linear(ctx, &h, &W[LP_K], NULL, &kf) ||
-	       mg_op_linear(ctx, &h, &W[LP_V], NULL, &vf) ||
+	       dproj(m, ctx, L, l, W, LP_Q, LT_Q, &h, &q) ||
+	       dproj(m, ctx, L, l, W, LP_K, LT_K, &h, &kf) ||
+	       dproj(m, ctx, L, l, W, LP_V, LT_V, &h, &vf) ||
 	       mg_op_rope(ctx, &q4, positions, &f) ||
 	       mg_op_rope(ctx, &k4, positions, &f) ||
 	       mg_op_attention_decode(ctx, &q3, &kc, &vc, pos, scale, &o3) ||
-	       mg_op_linear(ctx, &o, &W[LP_O], NULL, &t) ||
+	       dproj(m, ctx, L, l, W, LP_O, LT_O, &o, &t) ||
 	       mg_op_add(ctx, &x, &t, &x) ||
 	       mg_op_rmsnorm(ctx, &x, &W[LP_POST_NORM], eps, &h, NULL) ||
-	       mg_op_linear(ctx, &h, &W[LP_GATE], NULL, &g) ||
-	       mg_op_linear(ctx, &h, &W[LP_UP], NULL, &u) ||
+	       dproj(m, ctx, L, l, W, LP_GATE, LT_GATE, &h, &g) ||
+	       dproj(m, ctx, L, l, W, LP_UP, LT_UP, &h, &u) ||
 	       mg_op_swiglu(ctx, &g, &u, &g) ||
-	       mg_op_linear(ctx, &g, &W[LP_DOWN], NULL, &t) ||
+	       dproj(m, ctx, L, l, W, LP_DOWN, LT_DOWN, &g, &t) ||
 	       mg_op_add(ctx, &x, &t, &x);
 }
 
@@ -194,7 +228,8 @@ static int head_decode(struct llama *m, struct mg_ctx *ctx,
 		if (e)
 			mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	} else if (!rc) {
-		rc = mg_op_linear(ctx, &hn, &v->params[1], NULL, &lg);
+		rc = dproj(m, ctx, L, (int)c->layers, v->params, 1, LT_HEAD,
+			   &hn, &lg);
 	}
 	mg_release(ctx, head, ph);
 	if (rc)
