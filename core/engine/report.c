@@ -5,10 +5,12 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/report.h"
@@ -46,13 +48,64 @@ static int replace_file(FILE *f, const char *tmp, const char *path, int werr)
 			strerror(e), path);
 }
 
+/*
+ * fopen() for steps.csv, refusing anything but a regular file: a FIFO
+ * put in its place would block open() until some reader came (O_NONBLOCK
+ * opens it at once, then fstat refuses it). mode "r", "w" or "a". NULL
+ * with errno ENOENT when reading a missing file; otherwise NULL after
+ * mg_error().
+ */
+static FILE *open_regular(const char *path, const char *mode)
+{
+	int flags = mode[0] == 'r'   ? O_RDONLY
+		    : mode[0] == 'w' ? O_WRONLY | O_CREAT
+				     : O_WRONLY | O_CREAT | O_APPEND;
+	int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0644);
+	struct stat st;
+	if (fd < 0) {
+		int e = errno;
+		if (e == ENXIO) /* a FIFO without a reader, opened to write */
+			mg_error("%s: not a regular file (a FIFO?), refused",
+				 path);
+		else if (e != ENOENT || mode[0] != 'r')
+			mg_error("%s: cannot open: %s", path, strerror(e));
+		errno = e;
+		return NULL;
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		mg_error("%s: not a regular file (a FIFO or a device?), "
+			 "refused",
+			 path);
+		errno = EINVAL;
+		return NULL;
+	}
+	/* truncate only once it is known to be a plain file */
+	if (mode[0] == 'w' && ftruncate(fd, 0)) {
+		int e = errno;
+		close(fd);
+		mg_error("%s: %s", path, strerror(e));
+		errno = e;
+		return NULL;
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl != -1)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	FILE *f = fdopen(fd, mode);
+	if (!f) {
+		mg_error("%s: %s", path, strerror(errno));
+		close(fd);
+	}
+	return f;
+}
+
 /* On resume keep the header and the rows of steps before the checkpoint,
  * drop the rest (a run may have died after its last checkpoint). */
 static int trim_csv(const char *path, int64_t keep_below)
 {
-	FILE *in = fopen(path, "r");
+	FILE *in = open_regular(path, "r");
 	if (!in)
-		return 0;
+		return errno == ENOENT ? 0 : -1;
 	char tmp[PATH_MAX + 8];
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	FILE *out = fopen(tmp, "w");
@@ -100,15 +153,13 @@ int mg_report_open(const struct mg_run_view *rs, bool resume)
 	if (resume) {
 		if (trim_csv(path, rs->start_step))
 			return -1;
-		rep->csv = fopen(path, "a");
+		rep->csv = open_regular(path, "a");
 	} else {
-		rep->csv = fopen(path, "w");
+		rep->csv = open_regular(path, "w");
 		if (rep->csv)
 			fputs(csv_header, rep->csv);
 	}
-	if (!rep->csv)
-		return mg_error("%s: cannot open for writing", path);
-	return 0;
+	return rep->csv ? 0 : -1;
 }
 
 void mg_report_step(const struct mg_run_view *rs, int64_t step, double loss,
@@ -201,9 +252,9 @@ static int write_memory_csv(const struct mg_run_view *rs)
 	struct mg_stats *st = rs->stats;
 	char path[PATH_MAX + 16];
 	snprintf(path, sizeof path, "%s/memory.csv", rs->run_dir);
-	FILE *f = fopen(path, "w");
+	FILE *f = open_regular(path, "w");
 	if (!f)
-		return mg_error("%s: cannot open for writing", path);
+		return -1;
 	fputs("t_s,step", f);
 	for (int c = 0; c < MG_MEM_CAT_COUNT; c++)
 		fprintf(f, ",%s", mg_mem_cat_name(c));
