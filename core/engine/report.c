@@ -379,9 +379,31 @@ static cJSON *rank_json(const double *row, int rank)
 
 int mg_report_write(const struct mg_run_view *rs, bool final)
 {
+	return mg_report_write_status(rs, final ? "finished" : "running", NULL,
+				      true);
+}
+
+/* Rank 0's own row only, the others' zero: a failing run cannot gather
+ * (the other ranks are elsewhere or gone). */
+static int own_row_only(const struct mg_run_view *rs)
+{
+	double *rows = calloc((size_t)rs->world * ROW_N, sizeof *rows);
+	if (!rows)
+		return mg_error("out of memory");
+	fill_row(rs, rows + (size_t)rs->rank * ROW_N);
+	free(rs->rep->rank_rows);
+	rs->rep->rank_rows = rows;
+	return 0;
+}
+
+int mg_report_write_status(const struct mg_run_view *rs, const char *status,
+			   const char *error, bool collective)
+{
 	const struct mg_report *rep = rs->rep;
-	if (gather_rows(rs) ||
-	    (rs->profile_gather && rs->profile_gather(rs->profile_arg)))
+	if (collective
+		    ? gather_rows(rs) || (rs->profile_gather &&
+					  rs->profile_gather(rs->profile_arg))
+		    : rs->rank == 0 && own_row_only(rs))
 		return -1;
 	if (rs->rank != 0)
 		return 0;
@@ -390,7 +412,9 @@ int mg_report_write(const struct mg_run_view *rs, bool final)
 	cJSON *root = cJSON_CreateObject();
 	cJSON_AddStringToObject(root, "schema", REPORT_SCHEMA);
 	cJSON_AddStringToObject(root, "mgrun_version", MG_VERSION);
-	cJSON_AddStringToObject(root, "status", final ? "finished" : "running");
+	cJSON_AddStringToObject(root, "status", status);
+	if (error)
+		cJSON_AddStringToObject(root, "error", error);
 	cJSON_AddStringToObject(root, "ini", rs->s->ini_path);
 	cJSON_AddItemToObject(root, "config", config_json(rs->s));
 	cJSON_AddItemToObject(root, "plugins", plugins_json(rs->s));
@@ -463,8 +487,10 @@ int mg_report_write(const struct mg_run_view *rs, bool final)
 		cJSON_AddItemToArray(
 			ranks,
 			rank_json(rep->rank_rows + (size_t)r * ROW_N, r));
-	cJSON *prof =
-		rs->profile_json ? rs->profile_json(rs->profile_arg) : NULL;
+	/* the profile's numbers are gathered ones */
+	cJSON *prof = collective && rs->profile_json
+			      ? rs->profile_json(rs->profile_arg)
+			      : NULL;
 	if (prof)
 		cJSON_AddItemToObject(root, "profile", prof);
 	char *text = cJSON_Print(root);

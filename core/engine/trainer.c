@@ -19,6 +19,7 @@
 #include "dist/dist.h"
 #include "engine/ckpt.h"
 #include "engine/core_schema.h"
+#include "engine/signals.h"
 #include "engine/trainer.h"
 #ifdef MG_HAVE_CUDA
 #include "runtime/cuda/cuda_device.h"
@@ -931,6 +932,26 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
 	return 0;
 }
 
+/*
+ * The stop signal every rank agrees on after a step: the largest one any
+ * rank got (signals.c), 0 for none, -1 on a communication failure. With
+ * several ranks this is one small host all-reduce a step, outside the
+ * step's timing and its communication statistics (collected away), so
+ * that all stop after the same step and none waits in a collective.
+ */
+static int stop_agreed(struct mg_trainer *t)
+{
+	double sig = mg_stop_signal();
+	if (t->ctx.world > 1) {
+		struct mg_comm_stats drop;
+		if (t->comm->all_reduce_host(t->comm, &sig, 1, MG_F64,
+					     MG_REDUCE_MAX) ||
+		    t->comm->collect(t->comm, &drop))
+			return mg_error_prefix("agreeing on a stop signal");
+	}
+	return (int)sig;
+}
+
 static int run_loop(struct mg_trainer *t)
 {
 	struct mg_ctx *ctx = &t->ctx;
@@ -1017,8 +1038,14 @@ static int run_loop(struct mg_trainer *t)
 			ep_samples = 0;
 			ep_t0 = mg_now();
 		}
+		/* SIGINT/SIGTERM: this step is the last (not when it ends
+		 * the run anyway), with a checkpoint. */
+		int stop = stop_agreed(t);
+		if (stop < 0)
+			return -1;
+		stop = step + 1 < end ? stop : 0;
 		bool ck_now =
-			ck_on && (epoch_end || step + 1 == end ||
+			ck_on && (stop || epoch_end || step + 1 == end ||
 				  (ck_every > 0 && (step + 1) % ck_every == 0));
 		/* The rows a checkpoint covers reach the disk before it. */
 		if (ck_now && t->rep.csv)
@@ -1027,6 +1054,11 @@ static int run_loop(struct mg_trainer *t)
 			return -1;
 		if (epoch_end && mg_report_write(mg_run_view(t), false))
 			return -1;
+		if (stop) {
+			t->stop_sig = stop;
+			t->stop_step = step + 1;
+			return 0;
+		}
 	}
 	if (end < t->total_steps && t->ctx.rank == 0)
 		mg_info("stopped after step %lld of %lld (run.stop_after); "
@@ -1124,9 +1156,11 @@ static void teardown(struct mg_trainer *t)
 static int write_eval_json(const struct mg_trainer *t, const char *source,
 			   const double *sums, int64_t samples)
 {
-	char path[PATH_MAX + 16], tmp[PATH_MAX + 20];
+	char path[PATH_MAX + 16], tmp[PATH_MAX + 48];
 	snprintf(path, sizeof path, "%s/eval.json", t->run_dir);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	/* --eval-only takes no lock (it may run beside the training): a
+	 * temporary name of its own */
+	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return mg_error("%s: %s", tmp, strerror(errno));
@@ -1192,15 +1226,57 @@ int mg_eval_only(struct mg_session *s)
 	return rc ? 1 : 0;
 }
 
+/* The run stopped on SIGINT/SIGTERM after a step (every rank): report
+ * it as interrupted, say what was kept. */
+static int end_interrupted(struct mg_trainer *t)
+{
+	int rc = mg_report_write_status(mg_run_view(t), "interrupted", NULL,
+					true);
+	if (rc || t->ctx.rank != 0)
+		return rc;
+	mg_report_summary(mg_run_view(t), stdout);
+	fflush(stdout);
+	if (mg_opt_bool(t->s->run, "checkpoint"))
+		mg_info("interrupted by %s after step %lld of %lld; "
+			"checkpoint, steps.csv and report.json written: "
+			"continue with --resume",
+			mg_stop_signal_name(t->stop_sig),
+			(long long)t->stop_step, (long long)t->total_steps);
+	else
+		mg_info("interrupted by %s after step %lld of %lld; no "
+			"checkpoint (run.checkpoint = false), steps.csv and "
+			"report.json written",
+			mg_stop_signal_name(t->stop_sig),
+			(long long)t->stop_step, (long long)t->total_steps);
+	return 0;
+}
+
+/* A run that failed after its report was opened: report.json says so
+ * (status "failed" and the error) rather than staying "running" or
+ * missing, e.g. when the final checkpoint could not be written. Rank 0
+ * only, without collectives (the other ranks may be gone). */
+static void end_failed(struct mg_trainer *t, const char *error)
+{
+	if (t->ctx.rank == 0 &&
+	    mg_report_write_status(mg_run_view(t), "failed", error, false))
+		mg_log(MG_LOG_ERROR, "report.json not updated: %s",
+		       mg_last_error());
+}
+
 int mg_train(struct mg_session *s, bool resume)
 {
 	struct mg_trainer t;
 	memset(&t, 0, sizeof t);
 	t.s = s;
 	t.t_begin = mg_now();
+	mg_stop_install();
 	int rc = setup(&t);
+	/* before reading the checkpoint another run may be writing */
+	if (!rc && t.ctx.rank == 0)
+		rc = mg_run_lock_take(&t.lock, t.run_dir);
 	if (!rc && resume)
 		rc = load_checkpoint(&t);
+	bool reporting = false;
 	if (!rc) {
 		mg_info("mgrun: %s: model %s (%lld parameters, %d units), "
 			"dataset %s, strategy %s, %s on %s, %lld steps of "
@@ -1213,6 +1289,7 @@ int mg_train(struct mg_session *s, bool resume)
 			(long long)t.total_steps, (long long)t.batch,
 			t.run_dir);
 		rc = mg_report_open(mg_run_view(&t), resume);
+		reporting = !rc;
 	}
 	if (!rc) /* before the first CUDA graph capture */
 		rc = mg_profile_init(&t);
@@ -1220,17 +1297,28 @@ int mg_train(struct mg_session *s, bool resume)
 		rc = run_loop(&t);
 	if (!rc)
 		rc = mg_profile_finish(&t);
-	if (!rc)
+	if (!rc && t.stop_sig)
+		rc = end_interrupted(&t);
+	else if (!rc)
 		rc = mg_report_write(mg_run_view(&t), true);
-	if (!rc && t.ctx.rank == 0)
+	if (!rc && !t.stop_sig && t.ctx.rank == 0)
 		mg_report_summary(mg_run_view(&t), stdout);
 	if (rc) {
-		mg_log(MG_LOG_ERROR, "%s", mg_last_error());
+		char err[1024];
+		snprintf(err, sizeof err, "%s", mg_last_error());
+		mg_log(MG_LOG_ERROR, "%s", err);
+		if (reporting)
+			end_failed(&t, err);
 		/* The other ranks would wait for this one in their next
 		 * collective: stop the whole job now. */
 		if (t.comm && t.ctx.world > 1)
 			t.comm->abort(t.comm, 1);
 	}
 	teardown(&t);
-	return rc ? 1 : 0;
+	mg_run_lock_release(&t.lock);
+	mg_stop_restore();
+	if (rc)
+		return 1;
+	/* as a shell reports a process the signal ended */
+	return t.stop_sig ? 128 + t.stop_sig : 0;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "engine/report.h"
+#include "engine/run_lock.h"
 #include "engine/session.h"
 #include "runtime/runtime.h"
 
@@ -90,7 +91,7 @@ struct mg_trainer {
 	int64_t start_step; /* first step this process runs (resume) */
 	bool eval_only;	    /* --eval-only: loads, evaluates, trains not */
 	char run_dir[PATH_MAX];
-	char cache_dir[PATH_MAX]; /* ctx->cache_dir: out_dir/cache */
+	char cache_dir[PATH_MAX];  /* ctx->cache_dir: out_dir/cache */
 	struct mg_epoch_stats *ep; /* epochs done, for report.json */
 	int nep;
 	double t_begin;
@@ -98,6 +99,9 @@ struct mg_trainer {
 	struct mg_report rep;	 /* report.c's state */
 	struct mg_profile *prof; /* [profile]: CUPTI window, NVTX */
 	struct mg_run_view rs;	 /* mg_run_view()'s */
+	struct mg_run_lock lock; /* rank 0: the run directory's */
+	int stop_sig;		 /* SIGINT/SIGTERM that stopped the loop */
+	int64_t stop_step;	 /* the step it stopped before */
 };
 
 /* input.c */
