@@ -18,6 +18,7 @@
 
 #include "dist/dist.h"
 #include "engine/ckpt.h"
+#include "engine/config_agree.h"
 #include "engine/core_schema.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
@@ -173,6 +174,9 @@ static int setup(struct mg_trainer *t)
 	if (!t->comm)
 		return mg_error_prefix("communicator for rank %d of %d (%s)",
 				       env.rank, env.world, env.source);
+	/* before any collective whose size the configuration sets */
+	if (mg_config_agree(t->s, t->comm, env.rank, env.world))
+		return -1;
 	ctx->struct_size = sizeof *ctx;
 	ctx->micro_count = 1;
 	snprintf(t->cache_dir, sizeof t->cache_dir, "%s/cache",
@@ -1310,7 +1314,9 @@ int mg_train(struct mg_session *s, bool resume)
 		if (reporting)
 			end_failed(&t, err);
 		/* The other ranks would wait for this one in their next
-		 * collective: stop the whole job now. */
+		 * collective: stop the whole job now (the SIGTERM an MPI
+		 * abort sends ends this process at once again). */
+		mg_stop_restore();
 		if (t.comm && t.ctx.world > 1)
 			t.comm->abort(t.comm, 1);
 	}
