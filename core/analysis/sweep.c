@@ -195,9 +195,13 @@ int mg_sweep_main(const struct mg_sweep_plan *p, const char *ini,
 		printf("\nmgrun: sweep: %d run%s failed:\n", failed,
 		       failed == 1 ? "" : "s");
 		for (int i = 0; i < p->npoints * p->repeats; i++)
-			if (sw.runs[i].state == MG_RUN_FAILED)
-				printf("  %s: exit %d: %s\n", sw.runs[i].dir,
-				       sw.runs[i].exit_code, sw.runs[i].last);
+			if (sw.runs[i].state == MG_RUN_FAILED) {
+				char how[64];
+				printf("  %s: %s: %s\n", sw.runs[i].dir,
+				       mg_sweep_run_how(&sw.runs[i], how,
+							sizeof how),
+				       sw.runs[i].last);
+			}
 		if (!rc)
 			rc = 1;
 	}
