@@ -937,23 +937,28 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
 }
 
 /*
- * The stop signal every rank agrees on after a step: the largest one any
- * rank got (signals.c), 0 for none, -1 on a communication failure. With
- * several ranks this is one small host all-reduce a step, outside the
- * step's timing and its communication statistics (collected away), so
- * that all stop after the same step and none waits in a collective.
+ * What every rank agrees on after a step: the stop signal (the largest
+ * one any rank got, signals.c; 0 for none) as the return value, and in
+ * *ck_due whether run.checkpoint_every_s has passed since the last
+ * checkpoint on any rank (clocks differ; a checkpoint is collective for
+ * sharded strategies, so all must take it). -1 on a communication
+ * failure. With several ranks this is one small host all-reduce a step,
+ * outside the step's timing and its communication statistics (collected
+ * away), so that all stop or checkpoint after the same step.
  */
-static int stop_agreed(struct mg_trainer *t)
+static int step_agreed(struct mg_trainer *t, double ck_secs, bool *ck_due)
 {
-	double sig = mg_stop_signal();
+	double v[2] = {mg_stop_signal(),
+		       ck_secs > 0 && mg_now() - t->ck_last >= ck_secs};
 	if (t->ctx.world > 1) {
 		struct mg_comm_stats drop;
-		if (t->comm->all_reduce_host(t->comm, &sig, 1, MG_F64,
+		if (t->comm->all_reduce_host(t->comm, v, 2, MG_F64,
 					     MG_REDUCE_MAX) ||
 		    t->comm->collect(t->comm, &drop))
 			return mg_error_prefix("agreeing on a stop signal");
 	}
-	return (int)sig;
+	*ck_due = v[1] > 0;
+	return (int)v[0];
 }
 
 static int run_loop(struct mg_trainer *t)
@@ -961,6 +966,8 @@ static int run_loop(struct mg_trainer *t)
 	struct mg_ctx *ctx = &t->ctx;
 	const struct mg_opts *run = t->s->run;
 	int64_t ck_every = mg_opt_int(run, "checkpoint_every");
+	double ck_secs = mg_opt_float(run, "checkpoint_every_s");
+	t->ck_last = mg_now();
 	bool ck_on = mg_opt_bool(run, "checkpoint");
 	bool eval_on = mg_opt_bool(run, "eval");
 	int64_t stop_after = mg_opt_int(run, "stop_after");
@@ -1044,18 +1051,21 @@ static int run_loop(struct mg_trainer *t)
 		}
 		/* SIGINT/SIGTERM: this step is the last (not when it ends
 		 * the run anyway), with a checkpoint. */
-		int stop = stop_agreed(t);
+		bool ck_due = false;
+		int stop = step_agreed(t, ck_secs, &ck_due);
 		if (stop < 0)
 			return -1;
 		stop = step + 1 < end ? stop : 0;
-		bool ck_now =
-			ck_on && (stop || epoch_end || step + 1 == end ||
-				  (ck_every > 0 && (step + 1) % ck_every == 0));
+		bool ck_now = ck_on &&
+			      (stop || ck_due || epoch_end || step + 1 == end ||
+			       (ck_every > 0 && (step + 1) % ck_every == 0));
 		/* The rows a checkpoint covers reach the disk before it. */
 		if (ck_now && t->rep.csv)
 			fflush(t->rep.csv);
 		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
+		if (ck_now)
+			t->ck_last = mg_now();
 		if (epoch_end && mg_report_write(mg_run_view(t), false))
 			return -1;
 		if (stop) {

@@ -102,6 +102,7 @@ struct mg_trainer {
 	struct mg_run_lock lock; /* rank 0: the run directory's */
 	int stop_sig;		 /* SIGINT/SIGTERM that stopped the loop */
 	int64_t stop_step;	 /* the step it stopped before */
+	double ck_last;		 /* mg_now() of the last checkpoint */
 };
 
 /* input.c */
