@@ -7,6 +7,7 @@
 # once, whatever it was doing.
 set -eu
 mgrun=$1 ini=$2 work=$3
+src=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$work"
 mkdir -p "$work"
 fail() {
@@ -61,6 +62,12 @@ graceful() {
 	[ "$rows" -eq "$n" ] || fail "$name: steps.csv has $rows rows, $n steps were done"
 	last=$(tail -1 "$work/$name/steps.csv" | cut -d, -f1)
 	[ "$last" -eq $((n - 1)) ] || fail "$name: last row is step $last, not $((n - 1))"
+	# the interrupted report is a valid one (docs/report.schema.json)
+	if python3 -c "import jsonschema" 2>/dev/null; then
+		python3 "$src/tests/report/check_report.py" \
+			"$src/docs/report.schema.json" "$work/$name" ||
+			fail "$name: report not valid"
+	fi
 	"$mgrun" -c "$ini" --set run.out_dir="$work" --set run.name="$name" \
 		--set run.max_steps=0 --set run.epochs=5000 --set run.stop_after=2 \
 		--resume >"$work/$name.resume" 2>&1 ||
