@@ -293,6 +293,13 @@ int mg_config_agree(const struct mg_session *s, struct mg_comm *comm, int rank,
 	free(a);
 	free(b);
 out:
+	if (!rc) {
+		/* not the run's traffic: kept out of the first step's
+		 * communication statistics */
+		struct mg_comm_stats drop;
+		if (comm->collect(comm, &drop))
+			rc = mg_error_prefix("communication statistics");
+	}
 	free(hs);
 	free(mine);
 	return rc;
