@@ -250,9 +250,12 @@ static cJSON *metrics_json(const struct mg_metric_spec *ms, const double *sums)
 static int write_memory_csv(const struct mg_run_view *rs)
 {
 	struct mg_stats *st = rs->stats;
-	char path[PATH_MAX + 16];
+	char path[PATH_MAX + 16], tmp[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/memory.csv", rs->run_dir);
-	FILE *f = open_regular(path, "w");
+	/* written aside and renamed, as report.json: a full disk leaves the
+	 * previous memory.csv and says why */
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = open_regular(tmp, "w");
 	if (!f)
 		return -1;
 	fputs("t_s,step", f);
@@ -271,7 +274,7 @@ static int write_memory_csv(const struct mg_run_view *rs)
 		fprintf(f, ",%lld,%lld\n", (long long)total,
 			(long long)r->host_pinned);
 	}
-	return fclose(f) ? mg_error("%s: write failed", path) : 0;
+	return replace_file(f, tmp, path, 0);
 }
 
 static cJSON *config_json(const struct mg_session *s)

@@ -1273,7 +1273,7 @@ static void end_failed(struct mg_trainer *t, const char *error)
 {
 	if (t->ctx.rank == 0 &&
 	    mg_report_write_status(mg_run_view(t), "failed", error, false))
-		mg_log(MG_LOG_ERROR, "report.json not updated: %s",
+		mg_log(MG_LOG_ERROR, "run report not updated: %s",
 		       mg_last_error());
 }
 
