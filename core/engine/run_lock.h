@@ -1,10 +1,13 @@
 /*
- * run_lock.h - one mgrun process at a time per run directory (run_lock.c).
+ * run_lock.h - one mgrun process at a time per run directory (run_lock.c);
+ * exported to the executable for the sweep directory's lock (sweep.c).
  */
 #ifndef MG_RUN_LOCK_H
 #define MG_RUN_LOCK_H
 
 #include <stdbool.h>
+
+#include "mg_internal.h"
 
 struct mg_run_lock {
 	int fd;	   /* the lock file, open while held */
@@ -15,8 +18,8 @@ struct mg_run_lock {
 #define MG_RUN_LOCK_FILE "mgrun.lock"
 
 /* Take run_dir's lock, or fail naming the process that holds it. */
-int mg_run_lock_take(struct mg_run_lock *l, const char *run_dir);
+MG_INTERNAL int mg_run_lock_take(struct mg_run_lock *l, const char *run_dir);
 /* Release it (nothing when not held). */
-void mg_run_lock_release(struct mg_run_lock *l);
+MG_INTERNAL void mg_run_lock_release(struct mg_run_lock *l);
 
 #endif
