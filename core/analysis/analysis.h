@@ -206,11 +206,15 @@ enum mg_run_state {
 struct mg_sweep_run {
 	enum mg_run_state state;
 	int exit_code;	/* failed: the exit code, or 128 + signal */
+	int signal;	/* failed: the signal that killed it, or 0 */
 	char last[240]; /* failed: the child's last output line */
 	char dir[4096]; /* its run directory */
 	bool loaded;	/* run holds the run directory */
 	struct mg_run run;
 };
+
+/* How a failed run ended: "exit 3" or "killed by SIGSEGV" (into buf). */
+const char *mg_sweep_run_how(const struct mg_sweep_run *r, char *buf, size_t n);
 
 /* A point summarised over its finished repeats (sweep_table.c). */
 struct mg_sweep_point {

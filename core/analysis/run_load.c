@@ -9,9 +9,13 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <mg/log.h>
 
@@ -31,31 +35,90 @@ static const char *const phase_cols[MG_PH_COUNT] = {"data_s",
 /* The largest run.world accepted from a report.json. */
 #define MG_RUN_MAX_WORLD (1 << 20)
 
-static char *slurp(const char *path, size_t *len)
+/* The largest run artefacts read: report.json is a few KiB (a profiled
+ * run with many ranks a few MiB), a CSV one row a step or a copy. Beyond
+ * these a file is not one mgrun wrote (a guard against /dev/zero-like
+ * or runaway input, like the config reader's). */
+#define MG_REPORT_MAX_BYTES (64u << 20)
+#define MG_CSV_MAX_BYTES (1u << 30)
+/* Bounds on what a CSV becomes in memory: a short row of a wide header
+ * would otherwise turn a few bytes into many doubles. */
+#define MG_CSV_MAX_COLS 4096
+#define MG_CSV_MAX_CELLS (1 << 26)
+
+/*
+ * Read a whole run artefact into *text (NUL-terminated). Returns 0, 1
+ * when the file does not exist (an artefact a run may lack), or -1 with
+ * the reason in mg_error(): not a regular file (a FIFO would block in
+ * open(), /dev/zero would never end: opened O_NONBLOCK and refused by
+ * fstat), more than max bytes, or a read error.
+ */
+static int slurp(const char *path, size_t max, char **text, size_t *len)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	char *buf = NULL;
-	size_t cap = 0, n = 0, got;
-	do {
-		if (cap - n < 65536) {
-			cap = cap ? 2 * cap : 131072;
+	*text = NULL;
+	*len = 0;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT
+			       ? 1
+			       : mg_error("%s: %s", path, strerror(errno));
+	struct stat st;
+	int e = fstat(fd, &st) ? errno : 0;
+	if (e || !S_ISREG(st.st_mode)) {
+		bool dir = !e && S_ISDIR(st.st_mode);
+		close(fd);
+		return mg_error("%s: %s", path,
+				e     ? strerror(e)
+				: dir ? "a directory, not a file"
+				      : "not a regular file (a FIFO or a "
+					"device?), refused");
+	}
+	if ((uintmax_t)st.st_size > max) {
+		close(fd);
+		return mg_error("%s: %lld bytes, more than a run's file may "
+				"have (%zu MiB); not written by mgrun?",
+				path, (long long)st.st_size, (size_t)max >> 20);
+	}
+	/* The size may change while reading (a run still writing): read to
+	 * the end, but never past max. */
+	size_t cap = (size_t)st.st_size + 4096, n = 0;
+	char *buf = malloc(cap + 1);
+	ssize_t got = 0;
+	while (buf) {
+		if (n == cap) {
+			if (cap > max) /* grew past max */
+				break;
+			cap = 2 * cap > (size_t)max + 1 ? (size_t)max + 1
+							: 2 * cap;
 			char *nb = realloc(buf, cap + 1);
 			if (!nb) {
 				free(buf);
-				fclose(f);
-				return NULL;
+				buf = NULL;
+				break;
 			}
 			buf = nb;
 		}
-		got = fread(buf + n, 1, cap - n, f);
-		n += got;
-	} while (got);
-	fclose(f);
+		got = read(fd, buf + n, cap - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		n += (size_t)got;
+	}
+	e = got < 0 ? errno : 0;
+	close(fd);
+	if (!buf)
+		return mg_error("%s: out of memory", path);
+	if (e || n > max) {
+		free(buf);
+		return e ? mg_error("%s: %s", path, strerror(e))
+			 : mg_error("%s: grew past %zu MiB while being read",
+				    path, (size_t)max >> 20);
+	}
 	buf[n] = 0;
+	*text = buf;
 	*len = n;
-	return buf;
+	return 0;
 }
 
 int mg_csv_col(const struct mg_csv *c, const char *name)
@@ -80,31 +143,59 @@ static void csv_free(struct mg_csv *c)
 static int csv_load(struct mg_csv *c, const char *path)
 {
 	size_t len;
+	char *text;
 	memset(c, 0, sizeof *c);
-	char *text = slurp(path, &len);
-	if (!text)
-		return errno == ENOENT ? 0 : mg_error("%s: cannot read", path);
+	int got = slurp(path, MG_CSV_MAX_BYTES, &text, &len);
+	if (got)
+		return got > 0 ? 0 : -1;
 	char *save = NULL, *line = strtok_r(text, "\n", &save);
+	int rc = 0;
 	if (line) {
 		for (char *p = line, *e;; p = e + 1) {
 			e = strchr(p, ',');
 			size_t n = e ? (size_t)(e - p) : strlen(p);
 			if (n && p[n - 1] == '\r')
 				n--;
-			c->names = realloc(c->names, (size_t)(c->ncols + 1) *
-							     sizeof *c->names);
-			c->names[c->ncols++] = strndup(p, n);
+			char **nn = c->ncols < MG_CSV_MAX_COLS
+					    ? realloc(c->names,
+						      (size_t)(c->ncols + 1) *
+							      sizeof *nn)
+					    : NULL;
+			if (!nn) {
+				rc = mg_error("%s:1: more than %d columns, or "
+					      "out of memory",
+					      path, MG_CSV_MAX_COLS);
+				break;
+			}
+			c->names = nn;
+			if (!(c->names[c->ncols] = strndup(p, n))) {
+				rc = mg_error("%s: out of memory", path);
+				break;
+			}
+			c->ncols++;
 			if (!e)
 				break;
 		}
 	}
 	size_t cap = 0;
-	while ((line = strtok_r(NULL, "\n", &save))) {
+	while (!rc && (line = strtok_r(NULL, "\n", &save))) {
 		if (!line[0])
 			continue;
-		if ((size_t)(c->nrows + 1) * (size_t)c->ncols > cap) {
+		size_t need = (size_t)(c->nrows + 1) * (size_t)c->ncols;
+		if (need > MG_CSV_MAX_CELLS || c->nrows == INT32_MAX) {
+			rc = mg_error("%s: more than %d cells; not a file "
+				      "mgrun wrote?",
+				      path, MG_CSV_MAX_CELLS);
+			break;
+		}
+		if (need > cap) {
 			cap = cap ? 2 * cap : 1024 * (size_t)c->ncols;
-			c->v = realloc(c->v, cap * sizeof *c->v);
+			double *nv = realloc(c->v, cap * sizeof *nv);
+			if (!nv) {
+				rc = mg_error("%s: out of memory", path);
+				break;
+			}
+			c->v = nv;
 		}
 		double *row = c->v + (size_t)c->nrows * (size_t)c->ncols;
 		char *p = line;
@@ -123,7 +214,9 @@ static int csv_load(struct mg_csv *c, const char *path)
 		c->nrows++;
 	}
 	free(text);
-	return 0;
+	if (rc)
+		csv_free(c);
+	return rc;
 }
 
 /* A whole cell as a finite number. */
@@ -157,9 +250,10 @@ static int copies_load(struct mg_run *r, const char *path)
 					    "duration_s"};
 	static const char *const kinds[4] = {"h2d", "d2h", "d2d", "other"};
 	size_t len;
-	char *text = slurp(path, &len);
-	if (!text)
-		return errno == ENOENT ? 0 : mg_error("%s: cannot read", path);
+	char *text;
+	int got = slurp(path, MG_CSV_MAX_BYTES, &text, &len);
+	if (got)
+		return got > 0 ? 0 : -1;
 	r->has_copies = true;
 	int col[4] = {-1, -1, -1, -1}, ncols = 0, rc = 0, cap = 0;
 	char *next = text;
@@ -438,12 +532,13 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	r->test_acc = r->train_s = r->samples_per_s = r->step_median = NAN;
 	r->step_mean = r->window_s = NAN;
 	snprintf(path, sizeof path, "%s/report.json", dir);
-	char *text = slurp(path, &len);
-	if (!text)
-		return mg_error("%s: %s", path,
-				errno == ENOENT ? "no such file (not a run "
-						  "directory?)"
-						: strerror(errno));
+	char *text;
+	int got = slurp(path, MG_REPORT_MAX_BYTES, &text, &len);
+	if (got > 0)
+		return mg_error("%s: no such file (not a run directory?)",
+				path);
+	if (got)
+		return -1;
 	const char *end = NULL;
 	cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
 	if (!root) {
@@ -557,8 +652,10 @@ bool mg_run_finished(const char *dir, char **config)
 	bool done = false;
 	*config = NULL;
 	snprintf(path, sizeof path, "%s/report.json", dir);
-	char *text = slurp(path, &len);
-	if (!text)
+	char *text;
+	/* anything unreadable is a point to run again (its error would
+	 * show there) */
+	if (slurp(path, MG_REPORT_MAX_BYTES, &text, &len))
 		return false;
 	cJSON *root = cJSON_ParseWithLength(text, len);
 	free(text);

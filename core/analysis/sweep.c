@@ -18,6 +18,7 @@
 #include "config/util.h"
 #include "dist/dist.h"
 #include "engine/core_schema.h"
+#include "engine/run_lock.h"
 
 int mg_sweep_plan_load(struct mg_sweep_plan *p, const char *ini,
 		       const char *const *sets, int nsets,
@@ -176,14 +177,23 @@ int mg_sweep_main(const struct mg_sweep_plan *p, const char *ini,
 		fprintf(stderr, "mgrun: %s\n", mg_last_error());
 		return 1;
 	}
+	/* Two sweeps of one directory would run the same points twice and
+	 * write the same tables: the second is refused, as for a run. */
+	struct mg_run_lock lock;
+	if (mg_run_lock_take(&lock, sw.dir)) {
+		fprintf(stderr, "mgrun: sweep: %s\n", mg_last_error());
+		return 1;
+	}
 	printf("mgrun: sweep of %d point%s x %d repeat%s in %s\n", p->npoints,
 	       p->npoints == 1 ? "" : "s", p->repeats,
 	       p->repeats == 1 ? "" : "s", sw.dir);
 	fflush(stdout);
 	sw.runs = calloc((size_t)p->npoints * (size_t)p->repeats,
 			 sizeof *sw.runs);
-	if (!sw.runs)
+	if (!sw.runs) {
+		mg_run_lock_release(&lock);
 		return 1;
+	}
 	rc = mg_sweep_execute(&sw, sets, nsets, plugin_path);
 	load_runs(&sw);
 	mg_sweep_summarise(&sw);
@@ -195,13 +205,18 @@ int mg_sweep_main(const struct mg_sweep_plan *p, const char *ini,
 		printf("\nmgrun: sweep: %d run%s failed:\n", failed,
 		       failed == 1 ? "" : "s");
 		for (int i = 0; i < p->npoints * p->repeats; i++)
-			if (sw.runs[i].state == MG_RUN_FAILED)
-				printf("  %s: exit %d: %s\n", sw.runs[i].dir,
-				       sw.runs[i].exit_code, sw.runs[i].last);
+			if (sw.runs[i].state == MG_RUN_FAILED) {
+				char how[64];
+				printf("  %s: %s: %s\n", sw.runs[i].dir,
+				       mg_sweep_run_how(&sw.runs[i], how,
+							sizeof how),
+				       sw.runs[i].last);
+			}
 		if (!rc)
 			rc = 1;
 	}
 	sweep_free(&sw);
+	mg_run_lock_release(&lock);
 	return rc ? rc : wrc;
 }
 

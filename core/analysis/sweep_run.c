@@ -347,8 +347,9 @@ static bool relay_read(struct relay *r, const char *id, char *last,
  * SIGTERM to the child, SIGKILL to its group after GRACE_S.
  */
 static int run_child(char *const *argv, const char *id, char *last,
-		     size_t nlast, int selfpipe)
+		     size_t nlast, int selfpipe, int *sig)
 {
+	*sig = 0;
 	int out[2], err[2];
 	last[0] = 0;
 	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
@@ -426,8 +427,10 @@ static int run_child(char *const *argv, const char *id, char *last,
 		waitpid(pid, &status, 0);
 	if (sig_got)
 		kill(-pid, SIGKILL); /* what is left of its group */
-	if (WIFSIGNALED(status))
+	if (WIFSIGNALED(status)) {
+		*sig = WTERMSIG(status);
 		return 128 + WTERMSIG(status);
+	}
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
@@ -471,6 +474,25 @@ static char **child_argv(const char *ini, const char *plugin_path,
 	return av;
 }
 
+const char *mg_sweep_run_how(const struct mg_sweep_run *r, char *buf, size_t n)
+{
+	if (!r->signal) {
+		snprintf(buf, n, "exit %d", r->exit_code);
+		return buf;
+	}
+	/* "exit 139" hides a crash: name the signal (SIGSEGV), as a
+	 * shell's "Segmentation fault" does */
+	const char *abbrev = NULL;
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
+	abbrev = sigabbrev_np(r->signal);
+#endif
+	if (abbrev)
+		snprintf(buf, n, "killed by SIG%s", abbrev);
+	else
+		snprintf(buf, n, "killed by signal %d", r->signal);
+	return buf;
+}
+
 /* Run (or skip) one point's repeat. Returns false when interrupted. */
 static bool one_run(struct mg_sweep *sw, int pt, int rep, int nth,
 		    const char *const *sets, int nsets, const char *plugin_path,
@@ -511,7 +533,7 @@ static bool one_run(struct mg_sweep *sw, int pt, int rep, int nth,
 			return false;
 		}
 		run->exit_code = run_child(av, id, run->last, sizeof run->last,
-					   selfpipe);
+					   selfpipe, &run->signal);
 		free(av);
 		if (sig_got)
 			run->state = MG_RUN_INTERRUPTED;
@@ -519,9 +541,11 @@ static bool one_run(struct mg_sweep *sw, int pt, int rep, int nth,
 			run->state = MG_RUN_FAILED;
 		else
 			run->state = MG_RUN_FINISHED;
+		char how[64];
 		if (run->state == MG_RUN_FAILED)
-			printf("== [%s] failed (exit %d): %s\n", id,
-			       run->exit_code, run->last);
+			printf("== [%s] failed (%s): %s\n", id,
+			       mg_sweep_run_how(run, how, sizeof how),
+			       run->last);
 	}
 	fflush(stdout);
 	free(want);

@@ -151,17 +151,21 @@ static const char *point_status(const struct mg_sweep *sw, int pt, char *buf,
 				size_t n)
 {
 	int counts[MG_RUN_NSTATES] = {0}, code = 0;
+	const struct mg_sweep_run *failed = NULL;
 	for (int r = 0; r < sw->plan->repeats; r++) {
 		const struct mg_sweep_run *sr = MG_SWEEP_RUN(sw, pt, r);
 		counts[sr->state]++;
-		if (sr->state == MG_RUN_FAILED && sr->exit_code)
+		if (sr->state == MG_RUN_FAILED && sr->exit_code) {
 			code = sr->exit_code; /* 0: finished, unreadable */
+			failed = sr;
+		}
 	}
+	char how[64];
 	if (counts[MG_RUN_FAILED] && code == 0)
 		snprintf(buf, n, "%d unreadable", counts[MG_RUN_FAILED]);
 	else if (counts[MG_RUN_FAILED])
-		snprintf(buf, n, "%d failed (exit %d)", counts[MG_RUN_FAILED],
-			 code);
+		snprintf(buf, n, "%d failed (%s)", counts[MG_RUN_FAILED],
+			 mg_sweep_run_how(failed, how, sizeof how));
 	else if (counts[MG_RUN_INTERRUPTED])
 		snprintf(buf, n, "interrupted");
 	else if (counts[MG_RUN_MISSING])
@@ -442,6 +446,12 @@ static cJSON *run_json(const struct mg_sweep_run *sr, int rep)
 	cJSON_AddBoolToObject(o, "skipped", sr->state == MG_RUN_SKIPPED);
 	if (sr->state == MG_RUN_FAILED || sr->state == MG_RUN_INTERRUPTED) {
 		cJSON_AddNumberToObject(o, "exit_code", sr->exit_code);
+		if (sr->signal) {
+			char how[64];
+			cJSON_AddStringToObject(
+				o, "ended",
+				mg_sweep_run_how(sr, how, sizeof how));
+		}
 		cJSON_AddStringToObject(o, "last_line", sr->last);
 	}
 	if (sr->state == MG_RUN_MISSING) /* --replot */

@@ -383,8 +383,16 @@ int mg_main(int argc, char **argv)
 	rc = mg_session_open(&s, ini, sets, nsets, plugin_path);
 	if (rc == 0) {
 		if (print && plan.naxes) {
-			mg_session_print(&s, stdout);
-			mg_sweep_plan_print(&plan, stdout);
+			/* every point's values checked, as a sweep run
+			 * would before starting */
+			char *dir = NULL;
+			rc = mg_sweep_validate(&plan, ini, sets, nsets,
+					       plugin_path, &dir);
+			free(dir);
+			if (!rc) {
+				mg_session_print(&s, stdout);
+				mg_sweep_plan_print(&plan, stdout);
+			}
 		} else if (print)
 			mg_session_print(&s, stdout);
 		else if (wants_launcher(&s, &rc))

@@ -67,11 +67,31 @@ section_add(struct mg_config *cfg, const char *name, struct mg_loc loc)
 	return s;
 }
 
+static size_t key_hash(const char *key)
+{
+	size_t h = 1469598103934665603u; /* FNV-1a */
+
+	while (*key)
+		h = (h ^ (unsigned char)*key++) * 1099511628211u;
+	return h;
+}
+
+/* Put entry i into the index (slots has room). */
+static void slot_put(struct mg_config_section *s, size_t i)
+{
+	size_t m = s->nslots - 1, j = key_hash(s->entries[i]->key) & m;
+
+	while (s->slots[j])
+		j = (j + 1) & m;
+	s->slots[j] = i + 1;
+}
+
 static struct mg_config_entry *entry_add(struct mg_config_section *s,
 					 const char *key, const char *value,
 					 struct mg_loc loc)
 {
 	struct mg_config_entry *e = mgc_calloc(1, sizeof(*e));
+	size_t i;
 
 	e->key = mgc_strdup(key);
 	e->value = mgc_strdup(value);
@@ -82,17 +102,29 @@ static struct mg_config_entry *entry_add(struct mg_config_section *s,
 			mgc_realloc(s->entries, s->cap * sizeof(*s->entries));
 	}
 	s->entries[s->nentries++] = e;
+	if (2 * s->nentries > s->nslots) { /* at most half full */
+		free(s->slots);
+		s->nslots = s->nslots ? 2 * s->nslots : 32;
+		s->slots = mgc_calloc(s->nslots, sizeof(*s->slots));
+		for (i = 0; i < s->nentries; i++)
+			slot_put(s, i);
+	} else {
+		slot_put(s, s->nentries - 1);
+	}
 	return e;
 }
 
 static struct mg_config_entry *entry_find(const struct mg_config_section *s,
 					  const char *key)
 {
-	size_t i;
+	size_t m, j;
 
-	for (i = 0; i < s->nentries; i++)
-		if (strcmp(s->entries[i]->key, key) == 0)
-			return s->entries[i];
+	if (!s->nslots)
+		return NULL;
+	m = s->nslots - 1;
+	for (j = key_hash(key) & m; s->slots[j]; j = (j + 1) & m)
+		if (strcmp(s->entries[s->slots[j] - 1]->key, key) == 0)
+			return s->entries[s->slots[j] - 1];
 	return NULL;
 }
 
@@ -133,6 +165,7 @@ void mg_config_free(struct mg_config *cfg)
 			free(s->entries[j]);
 		}
 		free(s->entries);
+		free(s->slots);
 		free(s->name);
 		free((char *)s->loc.set);
 		free(s);

@@ -91,6 +91,9 @@ struct mg_config_section {
 	struct mg_loc loc; /* the [header] line, or the --set that made it */
 	struct mg_config_entry **entries; /* in file order */
 	size_t nentries, cap;
+	/* open-addressing index of entries by key (entry index + 1, 0:
+	 * free), so a file of many keys parses in linear time */
+	size_t *slots, nslots;
 };
 
 /*

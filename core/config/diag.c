@@ -43,6 +43,10 @@ size_t mg_diag_count(const struct mg_diag *d)
 	return d ? d->n : 0;
 }
 
+/* The most problems printed: a file of garbage (or 100,000 unknown
+ * keys) gives the first ones in file order and a count, not a flood. */
+#define MG_DIAG_PRINT_MAX 50
+
 /* 0: in a file, 1: from --set, 2: nowhere. */
 static int loc_group(const struct mg_loc *l)
 {
@@ -96,8 +100,11 @@ void mg_diag_print(FILE *f, const struct mg_diag *d)
 	for (i = 0; i < d->n; i++)
 		order[i] = &d->items[i];
 	qsort(order, d->n, sizeof(*order), item_cmp);
-	for (i = 0; i < d->n; i++)
+	for (i = 0; i < d->n && i < MG_DIAG_PRINT_MAX; i++)
 		item_print(f, order[i]);
+	if (d->n > MG_DIAG_PRINT_MAX)
+		fprintf(f, "... and %zu more (the first %d shown)\n",
+			d->n - MG_DIAG_PRINT_MAX, MG_DIAG_PRINT_MAX);
 	free(order);
 }
 

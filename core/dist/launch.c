@@ -40,9 +40,12 @@
 extern char **environ;
 
 #define LAUNCH_MAX_RANKS 1024
-#define RELAY_BUF 8192	    /* a longer line is relayed in pieces */
-#define LAST_LINE_MAX 240   /* of a rank's last line, quoted in reports */
-#define KILL_WAIT_S 5.0	    /* after SIGKILL, before giving up on a rank */
+#define RELAY_BUF 8192	  /* a longer line is relayed in pieces */
+#define LAST_LINE_MAX 240 /* of a rank's last line, quoted in reports */
+#define KILL_WAIT_S 5.0	  /* after SIGKILL, before giving up on a rank */
+/* after SIGTERM for an interrupt (the ranks write a checkpoint), before
+ * SIGKILL; a second interrupt does not wait */
+#define INTERRUPT_GRACE_S 60.0
 #define DRAIN_MAX (2 << 20) /* see stream_read() */
 
 /* One of a rank's output pipes and its not yet relayed partial line. */
@@ -516,10 +519,15 @@ static void handle_interrupts(struct launcher *l)
 		l->interrupted = sig_last;
 		l->stopped = l->alive;
 	}
-	if (l->stopping)
+	if (l->stopping) {
 		l->kill_at = 0;
-	else
+	} else {
 		stop_all(l);
+		/* A rank stops on SIGTERM after its step, with a checkpoint
+		 * (engine/signals.c): give it the time that takes. */
+		if (l->grace < INTERRUPT_GRACE_S)
+			l->kill_at = l->stop_at + INTERRUPT_GRACE_S;
+	}
 }
 
 /* Run until every rank has been collected (or, after SIGKILL, until the

@@ -52,8 +52,16 @@ const struct mg_option mg_run_schema[] = {
 	MG_OPT_I("checkpoint_every", "0", 0, 1e12,
 		 "also checkpoint every this many steps (0: at the end of each "
 		 "epoch and of the run only)"),
+	MG_OPT_F("checkpoint_every_s", "0", 0, 1e9,
+		 "also checkpoint after the step during which this many "
+		 "seconds passed since the last checkpoint: bounds the work a "
+		 "kill -9 or a crash loses, whatever the step time (0: off)"),
 	MG_OPT_B("checkpoint", "true", "write checkpoints"),
-	MG_OPT_P("out_dir", "runs", "folder that holds run directories"),
+	MG_OPT_P("out_dir", "runs",
+		 "folder that holds run directories; by default runs/ in the "
+		 "current directory (a relative path given in the INI file is "
+		 "relative to the INI file's folder, one given by --set to "
+		 "the current directory)"),
 	MG_OPT_S("name", "",
 		 "run directory name under out_dir (default: the INI file's "
 		 "name)"),

@@ -5,10 +5,12 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/report.h"
@@ -46,13 +48,64 @@ static int replace_file(FILE *f, const char *tmp, const char *path, int werr)
 			strerror(e), path);
 }
 
+/*
+ * fopen() for steps.csv, refusing anything but a regular file: a FIFO
+ * put in its place would block open() until some reader came (O_NONBLOCK
+ * opens it at once, then fstat refuses it). mode "r", "w" or "a". NULL
+ * with errno ENOENT when reading a missing file; otherwise NULL after
+ * mg_error().
+ */
+static FILE *open_regular(const char *path, const char *mode)
+{
+	int flags = mode[0] == 'r'   ? O_RDONLY
+		    : mode[0] == 'w' ? O_WRONLY | O_CREAT
+				     : O_WRONLY | O_CREAT | O_APPEND;
+	int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0644);
+	struct stat st;
+	if (fd < 0) {
+		int e = errno;
+		if (e == ENXIO) /* a FIFO without a reader, opened to write */
+			mg_error("%s: not a regular file (a FIFO?), refused",
+				 path);
+		else if (e != ENOENT || mode[0] != 'r')
+			mg_error("%s: cannot open: %s", path, strerror(e));
+		errno = e;
+		return NULL;
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		mg_error("%s: not a regular file (a FIFO or a device?), "
+			 "refused",
+			 path);
+		errno = EINVAL;
+		return NULL;
+	}
+	/* truncate only once it is known to be a plain file */
+	if (mode[0] == 'w' && ftruncate(fd, 0)) {
+		int e = errno;
+		close(fd);
+		mg_error("%s: %s", path, strerror(e));
+		errno = e;
+		return NULL;
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl != -1)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	FILE *f = fdopen(fd, mode);
+	if (!f) {
+		mg_error("%s: %s", path, strerror(errno));
+		close(fd);
+	}
+	return f;
+}
+
 /* On resume keep the header and the rows of steps before the checkpoint,
  * drop the rest (a run may have died after its last checkpoint). */
 static int trim_csv(const char *path, int64_t keep_below)
 {
-	FILE *in = fopen(path, "r");
+	FILE *in = open_regular(path, "r");
 	if (!in)
-		return 0;
+		return errno == ENOENT ? 0 : -1;
 	char tmp[PATH_MAX + 8];
 	snprintf(tmp, sizeof tmp, "%s.tmp", path);
 	FILE *out = fopen(tmp, "w");
@@ -100,15 +153,13 @@ int mg_report_open(const struct mg_run_view *rs, bool resume)
 	if (resume) {
 		if (trim_csv(path, rs->start_step))
 			return -1;
-		rep->csv = fopen(path, "a");
+		rep->csv = open_regular(path, "a");
 	} else {
-		rep->csv = fopen(path, "w");
+		rep->csv = open_regular(path, "w");
 		if (rep->csv)
 			fputs(csv_header, rep->csv);
 	}
-	if (!rep->csv)
-		return mg_error("%s: cannot open for writing", path);
-	return 0;
+	return rep->csv ? 0 : -1;
 }
 
 void mg_report_step(const struct mg_run_view *rs, int64_t step, double loss,
@@ -199,11 +250,14 @@ static cJSON *metrics_json(const struct mg_metric_spec *ms, const double *sums)
 static int write_memory_csv(const struct mg_run_view *rs)
 {
 	struct mg_stats *st = rs->stats;
-	char path[PATH_MAX + 16];
+	char path[PATH_MAX + 16], tmp[PATH_MAX + 32];
 	snprintf(path, sizeof path, "%s/memory.csv", rs->run_dir);
-	FILE *f = fopen(path, "w");
+	/* written aside and renamed, as report.json: a full disk leaves the
+	 * previous memory.csv and says why */
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = open_regular(tmp, "w");
 	if (!f)
-		return mg_error("%s: cannot open for writing", path);
+		return -1;
 	fputs("t_s,step", f);
 	for (int c = 0; c < MG_MEM_CAT_COUNT; c++)
 		fprintf(f, ",%s", mg_mem_cat_name(c));
@@ -220,7 +274,7 @@ static int write_memory_csv(const struct mg_run_view *rs)
 		fprintf(f, ",%lld,%lld\n", (long long)total,
 			(long long)r->host_pinned);
 	}
-	return fclose(f) ? mg_error("%s: write failed", path) : 0;
+	return replace_file(f, tmp, path, 0);
 }
 
 static cJSON *config_json(const struct mg_session *s)
@@ -328,9 +382,31 @@ static cJSON *rank_json(const double *row, int rank)
 
 int mg_report_write(const struct mg_run_view *rs, bool final)
 {
+	return mg_report_write_status(rs, final ? "finished" : "running", NULL,
+				      true);
+}
+
+/* Rank 0's own row only, the others' zero: a failing run cannot gather
+ * (the other ranks are elsewhere or gone). */
+static int own_row_only(const struct mg_run_view *rs)
+{
+	double *rows = calloc((size_t)rs->world * ROW_N, sizeof *rows);
+	if (!rows)
+		return mg_error("out of memory");
+	fill_row(rs, rows + (size_t)rs->rank * ROW_N);
+	free(rs->rep->rank_rows);
+	rs->rep->rank_rows = rows;
+	return 0;
+}
+
+int mg_report_write_status(const struct mg_run_view *rs, const char *status,
+			   const char *error, bool collective)
+{
 	const struct mg_report *rep = rs->rep;
-	if (gather_rows(rs) ||
-	    (rs->profile_gather && rs->profile_gather(rs->profile_arg)))
+	if (collective
+		    ? gather_rows(rs) || (rs->profile_gather &&
+					  rs->profile_gather(rs->profile_arg))
+		    : rs->rank == 0 && own_row_only(rs))
 		return -1;
 	if (rs->rank != 0)
 		return 0;
@@ -339,7 +415,9 @@ int mg_report_write(const struct mg_run_view *rs, bool final)
 	cJSON *root = cJSON_CreateObject();
 	cJSON_AddStringToObject(root, "schema", REPORT_SCHEMA);
 	cJSON_AddStringToObject(root, "mgrun_version", MG_VERSION);
-	cJSON_AddStringToObject(root, "status", final ? "finished" : "running");
+	cJSON_AddStringToObject(root, "status", status);
+	if (error)
+		cJSON_AddStringToObject(root, "error", error);
 	cJSON_AddStringToObject(root, "ini", rs->s->ini_path);
 	cJSON_AddItemToObject(root, "config", config_json(rs->s));
 	cJSON_AddItemToObject(root, "plugins", plugins_json(rs->s));
@@ -412,8 +490,10 @@ int mg_report_write(const struct mg_run_view *rs, bool final)
 		cJSON_AddItemToArray(
 			ranks,
 			rank_json(rep->rank_rows + (size_t)r * ROW_N, r));
-	cJSON *prof =
-		rs->profile_json ? rs->profile_json(rs->profile_arg) : NULL;
+	/* the profile's numbers are gathered ones */
+	cJSON *prof = collective && rs->profile_json
+			      ? rs->profile_json(rs->profile_arg)
+			      : NULL;
 	if (prof)
 		cJSON_AddItemToObject(root, "profile", prof);
 	char *text = cJSON_Print(root);

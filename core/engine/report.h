@@ -72,6 +72,12 @@ void mg_report_step(const struct mg_run_view *r, int64_t step, double loss,
 		    double acc, double lr, double grad_norm, int skipped,
 		    double seconds);
 int mg_report_write(const struct mg_run_view *r, bool final);
+/* report.json with this status ("running", "finished", "interrupted",
+ * "failed") and, when not NULL, an "error" message. collective: every
+ * rank calls it (the per-rank rows are gathered); otherwise only rank
+ * 0's own numbers are written, for a run that fails on one rank. */
+int mg_report_write_status(const struct mg_run_view *r, const char *status,
+			   const char *error, bool collective);
 /* Closes steps.csv and frees the report's state. */
 void mg_report_close(struct mg_report *rep);
 /* Account one step's wall time (steady: not a warm-up or capture step,

@@ -18,8 +18,10 @@
 
 #include "dist/dist.h"
 #include "engine/ckpt.h"
+#include "engine/config_agree.h"
 #include "engine/core_schema.h"
 #include "engine/peft.h"
+#include "engine/signals.h"
 #include "engine/trainer.h"
 #ifdef MG_HAVE_CUDA
 #include "runtime/cuda/cuda_device.h"
@@ -174,6 +176,9 @@ static int setup(struct mg_trainer *t)
 	if (!t->comm)
 		return mg_error_prefix("communicator for rank %d of %d (%s)",
 				       env.rank, env.world, env.source);
+	/* before any collective whose size the configuration sets */
+	if (mg_config_agree(t->s, t->comm, env.rank, env.world))
+		return -1;
 	ctx->struct_size = sizeof *ctx;
 	ctx->micro_count = 1;
 	snprintf(t->cache_dir, sizeof t->cache_dir, "%s/cache",
@@ -939,11 +944,38 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
 	return 0;
 }
 
+/*
+ * What every rank agrees on after a step: the stop signal (the largest
+ * one any rank got, signals.c; 0 for none) as the return value, and in
+ * *ck_due whether run.checkpoint_every_s has passed since the last
+ * checkpoint on any rank (clocks differ; a checkpoint is collective for
+ * sharded strategies, so all must take it). -1 on a communication
+ * failure. With several ranks this is one small host all-reduce a step,
+ * outside the step's timing and its communication statistics (collected
+ * away), so that all stop or checkpoint after the same step.
+ */
+static int step_agreed(struct mg_trainer *t, double ck_secs, bool *ck_due)
+{
+	double v[2] = {mg_stop_signal(),
+		       ck_secs > 0 && mg_now() - t->ck_last >= ck_secs};
+	if (t->ctx.world > 1) {
+		struct mg_comm_stats drop;
+		if (t->comm->all_reduce_host(t->comm, v, 2, MG_F64,
+					     MG_REDUCE_MAX) ||
+		    t->comm->collect(t->comm, &drop))
+			return mg_error_prefix("agreeing on a stop signal");
+	}
+	*ck_due = v[1] > 0;
+	return (int)v[0];
+}
+
 static int run_loop(struct mg_trainer *t)
 {
 	struct mg_ctx *ctx = &t->ctx;
 	const struct mg_opts *run = t->s->run;
 	int64_t ck_every = mg_opt_int(run, "checkpoint_every");
+	double ck_secs = mg_opt_float(run, "checkpoint_every_s");
+	t->ck_last = mg_now();
 	bool ck_on = mg_opt_bool(run, "checkpoint");
 	bool eval_on = mg_opt_bool(run, "eval");
 	int64_t stop_after = mg_opt_int(run, "stop_after");
@@ -1025,16 +1057,30 @@ static int run_loop(struct mg_trainer *t)
 			ep_samples = 0;
 			ep_t0 = mg_now();
 		}
-		bool ck_now =
-			ck_on && (epoch_end || step + 1 == end ||
-				  (ck_every > 0 && (step + 1) % ck_every == 0));
+		/* SIGINT/SIGTERM: this step is the last (not when it ends
+		 * the run anyway), with a checkpoint. */
+		bool ck_due = false;
+		int stop = step_agreed(t, ck_secs, &ck_due);
+		if (stop < 0)
+			return -1;
+		stop = step + 1 < end ? stop : 0;
+		bool ck_now = ck_on &&
+			      (stop || ck_due || epoch_end || step + 1 == end ||
+			       (ck_every > 0 && (step + 1) % ck_every == 0));
 		/* The rows a checkpoint covers reach the disk before it. */
 		if (ck_now && t->rep.csv)
 			fflush(t->rep.csv);
 		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
+		if (ck_now)
+			t->ck_last = mg_now();
 		if (epoch_end && mg_report_write(mg_run_view(t), false))
 			return -1;
+		if (stop) {
+			t->stop_sig = stop;
+			t->stop_step = step + 1;
+			return 0;
+		}
 	}
 	if (end < t->total_steps && t->ctx.rank == 0)
 		mg_info("stopped after step %lld of %lld (run.stop_after); "
@@ -1132,9 +1178,11 @@ static void teardown(struct mg_trainer *t)
 static int write_eval_json(const struct mg_trainer *t, const char *source,
 			   const double *sums, int64_t samples)
 {
-	char path[PATH_MAX + 16], tmp[PATH_MAX + 20];
+	char path[PATH_MAX + 16], tmp[PATH_MAX + 48];
 	snprintf(path, sizeof path, "%s/eval.json", t->run_dir);
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	/* --eval-only takes no lock (it may run beside the training): a
+	 * temporary name of its own */
+	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return mg_error("%s: %s", tmp, strerror(errno));
@@ -1200,6 +1248,43 @@ int mg_eval_only(struct mg_session *s)
 	return rc ? 1 : 0;
 }
 
+/* The run stopped on SIGINT/SIGTERM after a step (every rank): report
+ * it as interrupted, say what was kept. */
+static int end_interrupted(struct mg_trainer *t)
+{
+	int rc = mg_report_write_status(mg_run_view(t), "interrupted", NULL,
+					true);
+	if (rc || t->ctx.rank != 0)
+		return rc;
+	mg_report_summary(mg_run_view(t), stdout);
+	fflush(stdout);
+	if (mg_opt_bool(t->s->run, "checkpoint"))
+		mg_info("interrupted by %s after step %lld of %lld; "
+			"checkpoint, steps.csv and report.json written: "
+			"continue with --resume",
+			mg_stop_signal_name(t->stop_sig),
+			(long long)t->stop_step, (long long)t->total_steps);
+	else
+		mg_info("interrupted by %s after step %lld of %lld; no "
+			"checkpoint (run.checkpoint = false), steps.csv and "
+			"report.json written",
+			mg_stop_signal_name(t->stop_sig),
+			(long long)t->stop_step, (long long)t->total_steps);
+	return 0;
+}
+
+/* A run that failed after its report was opened: report.json says so
+ * (status "failed" and the error) rather than staying "running" or
+ * missing, e.g. when the final checkpoint could not be written. Rank 0
+ * only, without collectives (the other ranks may be gone). */
+static void end_failed(struct mg_trainer *t, const char *error)
+{
+	if (t->ctx.rank == 0 &&
+	    mg_report_write_status(mg_run_view(t), "failed", error, false))
+		mg_log(MG_LOG_ERROR, "run report not updated: %s",
+		       mg_last_error());
+}
+
 /* ---- inference (`mgrun generate`): the --eval-only setup, kept ---- */
 
 int mg_inference_open(struct mg_session *s, struct mg_trainer **out, char *ckpt,
@@ -1249,9 +1334,14 @@ int mg_train(struct mg_session *s, bool resume)
 	memset(&t, 0, sizeof t);
 	t.s = s;
 	t.t_begin = mg_now();
+	mg_stop_install();
 	int rc = setup(&t);
+	/* before reading the checkpoint another run may be writing */
+	if (!rc && t.ctx.rank == 0)
+		rc = mg_run_lock_take(&t.lock, t.run_dir);
 	if (!rc && resume)
 		rc = load_checkpoint(&t);
+	bool reporting = false;
 	if (!rc) {
 		mg_info("mgrun: %s: model %s (%lld parameters, %d units), "
 			"dataset %s, strategy %s, %s on %s, %lld steps of "
@@ -1264,6 +1354,7 @@ int mg_train(struct mg_session *s, bool resume)
 			(long long)t.total_steps, (long long)t.batch,
 			t.run_dir);
 		rc = mg_report_open(mg_run_view(&t), resume);
+		reporting = !rc;
 	}
 	if (!rc) /* before the first CUDA graph capture */
 		rc = mg_profile_init(&t);
@@ -1271,17 +1362,30 @@ int mg_train(struct mg_session *s, bool resume)
 		rc = run_loop(&t);
 	if (!rc)
 		rc = mg_profile_finish(&t);
-	if (!rc)
+	if (!rc && t.stop_sig)
+		rc = end_interrupted(&t);
+	else if (!rc)
 		rc = mg_report_write(mg_run_view(&t), true);
-	if (!rc && t.ctx.rank == 0)
+	if (!rc && !t.stop_sig && t.ctx.rank == 0)
 		mg_report_summary(mg_run_view(&t), stdout);
 	if (rc) {
-		mg_log(MG_LOG_ERROR, "%s", mg_last_error());
+		char err[1024];
+		snprintf(err, sizeof err, "%s", mg_last_error());
+		mg_log(MG_LOG_ERROR, "%s", err);
+		if (reporting)
+			end_failed(&t, err);
 		/* The other ranks would wait for this one in their next
-		 * collective: stop the whole job now. */
+		 * collective: stop the whole job now (the SIGTERM an MPI
+		 * abort sends ends this process at once again). */
+		mg_stop_restore();
 		if (t.comm && t.ctx.world > 1)
 			t.comm->abort(t.comm, 1);
 	}
 	teardown(&t);
-	return rc ? 1 : 0;
+	mg_run_lock_release(&t.lock);
+	mg_stop_restore();
+	if (rc)
+		return 1;
+	/* as a shell reports a process the signal ended */
+	return t.stop_sig ? 128 + t.stop_sig : 0;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "engine/report.h"
+#include "engine/run_lock.h"
 #include "engine/session.h"
 #include "engine/strategy_bind.h"
 #include "runtime/runtime.h"
@@ -100,6 +101,10 @@ struct mg_trainer {
 	struct mg_report rep;	 /* report.c's state */
 	struct mg_profile *prof; /* [profile]: CUPTI window, NVTX */
 	struct mg_run_view rs;	 /* mg_run_view()'s */
+	struct mg_run_lock lock; /* rank 0: the run directory's */
+	int stop_sig;		 /* SIGINT/SIGTERM that stopped the loop */
+	int64_t stop_step;	 /* the step it stopped before */
+	double ck_last;		 /* mg_now() of the last checkpoint */
 };
 
 /* input.c */

@@ -2,7 +2,10 @@
  * bad_model.c - model plugins that load but hand back nothing usable:
  * BAD_NO_UNITS declares no units; BAD_NO_METRICS declares one unit and
  * never writes its metrics. The trainer must refuse both, naming them.
+ * BAD_CRASH dies of SIGSEGV in its first forward(): a sweep must report
+ * such a child by the signal's name (tests/analysis/sweep_signal.sh).
  */
+#include <signal.h>
 #include <string.h>
 
 #include "mg/mg.h"
@@ -48,6 +51,9 @@ static int forward(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
 		   struct mg_tensor *metrics)
 {
 	(void)self, (void)ctx, (void)b, (void)metrics;
+#ifdef BAD_CRASH
+	raise(SIGSEGV);
+#endif
 	return 0;
 }
 

@@ -34,4 +34,12 @@ expect 0 "test accuracy|wall time" --set run.max_steps=2
 rm "$work/s/checkpoint.safetensors"
 mkfifo "$work/s/checkpoint.safetensors"
 expect 1 "checkpoint.safetensors: not a regular file" --set run.max_steps=4 --resume
+# steps.csv as a FIFO: neither trimmed on --resume nor truncated by a
+# new run; refused without blocking.
+rm "$work/s/checkpoint.safetensors"
+expect 0 "wall time" --set run.max_steps=2
+rm "$work/s/steps.csv"
+mkfifo "$work/s/steps.csv"
+expect 1 "steps.csv: not a regular file" --set run.max_steps=4 --resume
+expect 1 "steps.csv: not a regular file" --set run.max_steps=2
 echo "FIFOs and symlink loops refused with their names"
