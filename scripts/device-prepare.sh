@@ -10,6 +10,9 @@ mkdir -p .deps/debs .deps/fashion-mnist
 	apt-get download libinih1 libcjson1 libopenblas0-pthread \
 		libgfortran5 libgomp1 libpcre2-8-0 >/dev/null)
 scripts/fetch-tokenizers.sh || true
+# The varied texts tokenizers are checked on (the GPU machine has no
+# fortunes files).
+python3 tests/text/make_corpus.py 1500 >.deps/text_corpus.jsonl
 cp -u /usr/share/datasets/fashion-mnist/*.gz .deps/fashion-mnist/
 # The PyTorch baseline the benchmarks compare against (project shared/).
 mkdir -p .deps/baselines

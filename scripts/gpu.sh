@@ -9,7 +9,13 @@
 #     train [epochs]     Fashion-MNIST per precision; fp32 must reach 92%
 #     compare [sizes] [precs]  mgrun against PyTorch (bench/mbv2_vs_torch.py)
 #     llama [steps]      LLM ops vs CPU twins, llama vs transformers
-#                        (tests/llama/hf_check.py), tiny llama training,
+#                        (tests/llama/hf_check.py), tiny llama training
+#     text               mgrun tokenize against HF tokenizers
+#                        (tests/text/hf_tokenizers_check.py), LoRA adapters
+#                        in and out of peft (tests/llama/peft_check.py),
+#                        instruction data trained on the GPU
+#     lora [cells...]    LoRA tokens/s beside transformers + peft
+#                        (bench/lora_vs_torch.sh),
 #                        then mgrun generate from it on the GPU
 #     dist [n]           n (default 2) GPUs: NCCL communicator test, strategy
 #                        equivalence with NCCL, launcher supervision
@@ -190,6 +196,25 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 	grep -E "^(ok|FAIL)|hf_check" "$out/test_llama_hf.log"
 	grep -E "^== llama|^epoch 1:|step time" "$out/test_llama_train.log"
 	grep -E "^== generate|^[0-9 ]+$|tokens/s" "$out/test_llama_generate.log"
+fi
+if [ "$what" = text ] || [ "$what" = all ]; then
+	# The text side against the libraries that define it: ids and decoded
+	# text of both tokenizer files against HF tokenizers on the corpus
+	# device-prepare.sh wrote; mgrun's PEFT adapters loaded by peft and
+	# peft's by mgrun; an instruction dataset trained on the GPU.
+	run test_text hf_tokenizers python3 tests/text/hf_tokenizers_check.py \
+		"$mgrun" .deps/text_corpus.jsonl .deps/tokenizers/llama3 \
+		.deps/tokenizers/llama2
+	run test_text peft_check python3 tests/llama/peft_check.py "$mgrun" \
+		/tmp/mgpeft
+	run test_text "alpaca bf16" "$mgrun" -c conf/alpaca.ini \
+		--set run.device=cuda --set run.precision=bf16 \
+		--set run.max_steps=20 --set run.out_dir=/tmp/mgtext
+	grep -E "^== |equal|FAIL|MISMATCH|^ok|^epoch|tokens/s" "$out/test_text.log" | tail -60
+fi
+if [ "$what" = lora ]; then
+	run bench_lora lora bench/lora_vs_torch.sh "$mgrun" "$@"
+	grep -E "^\||failed" "$out/bench_lora.log"
 fi
 if [ "$what" = kernels ]; then
 	for size in $(echo "${1:-100,224,500}" | tr , ' '); do
