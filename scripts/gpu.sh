@@ -19,6 +19,8 @@
 #                        then mgrun generate from it on the GPU
 #     dist [n]           n (default 2) GPUs: NCCL communicator test, strategy
 #                        equivalence with NCCL, launcher supervision
+#     dist_llm [n]       only the llama and LoRA equivalence on n GPUs
+#                        (tests/strategies/gpu_equivalence_llm.sh)
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
 #     sweeps [names...]  conf/sweep_NAME.ini (default: figure1 figure2 table2
@@ -246,6 +248,13 @@ if [ "$what" = dist ]; then
 		"$build/tests/strategies/ckpt_diff" tests/strategies "$fashion" \
 		/tmp/mgdist ${1:-2}
 	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_equivalence.log"
+fi
+if [ "$what" = dist ] || [ "$what" = dist_llm ]; then
+	# the llama and LoRA scenarios (no data files needed)
+	run test_dist_llm equivalence_llm tests/strategies/gpu_equivalence_llm.sh \
+		"$mgrun" "$build/tests/strategies/ckpt_diff" tests/strategies \
+		/tmp/mgdistllm ${1:-2}
+	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_llm.log"
 fi
 if [ "$what" = sharding ]; then
 	[ -x "$build/bench/bench_host_optim" ] &&

@@ -1,0 +1,61 @@
+#!/bin/sh
+# gpu_equivalence_llm.sh MGRUN CKPT_DIFF CONFDIR WORK [N] - the llama and
+# LoRA equivalence scenarios of equivalence.sh on N GPUs (default 2) with
+# NCCL, started by mgrun's launcher (run.gpus): N GPUs with batch 4 each
+# train what one GPU trains with batch 4N, on ragged rows with masked
+# prompts (so ranks hold different label-token counts), full fine-tuning
+# and LoRA (frozen base, adapters on every projection and the head).
+# CUDA has no fp64 llama ops, so fp32, within 2e-4 relative (AdamW over 6
+# steps; reduction order differs). Run by scripts/gpu.sh dist.
+set -u
+mgrun=$1 ckdiff=$2 conf=$3 work=$4 n=${5:-2}
+rm -rf "$work"
+mkdir -p "$work"
+export NCCL_NVLS_ENABLE=0
+fails=0
+llama=$conf/llama.ini
+gpu="--set run.device=cuda --set run.precision=fp32"
+
+run() { # run NAME GPUS [--set ...]
+	name=$1 g=$2
+	shift 2
+	if ! "$mgrun" -c "$llama" $gpu --set run.gpus="$g" \
+		--set run.out_dir="$work" --set run.name="$name" "$@" \
+		>"$work/$name.log" 2>&1; then
+		tail -20 "$work/$name.log"
+		echo "FAIL: $name did not finish"
+		fails=$((fails + 1))
+		return 1
+	fi
+}
+
+same() { # same A B WHAT
+	if "$ckdiff" "$work/$1/checkpoint.safetensors" \
+		"$work/$2/checkpoint.safetensors" 2e-4; then
+		echo "PASS: $3"
+	else
+		echo "FAIL: $3"
+		fails=$((fails + 1))
+	fi
+}
+
+lora="--set model.lora_rank=4 --set model.lora_alpha=8
+--set model.lora_targets=all,head --set model.tie_embeddings=no"
+for mode in full lora; do
+	extra=""
+	[ $mode = lora ] && extra=$lora
+	# shellcheck disable=SC2086
+	run single_$mode 1 --set run.batch_size=$((4 * n)) $extra || continue
+	for s in ddp_ds ddp_rr fsdp:full fsdp:grad_op fsdp:none offload; do
+		name=${s%%:*} shard=${s#*:}
+		set -- --set strategy.name="$name"
+		[ "$name" = fsdp ] && set -- "$@" --set strategy.shard="$shard"
+		tag=$(echo "$s" | tr : _)_$mode
+		# shellcheck disable=SC2086
+		run "$tag" "$n" "$@" $extra &&
+			same single_$mode "$tag" \
+				"$s on $n GPUs == 1 GPU with ${n}x the batch, llama $mode"
+	done
+done
+echo "gpu_equivalence_llm: $fails failure(s)"
+[ $fails -eq 0 ]
