@@ -252,7 +252,7 @@ static int sweep_dir(const char *ini, const char *const *sets, int nsets,
 		char *dot = strrchr(stem, '.');
 		if (!name[0] && dot && dot != stem)
 			*dot = 0;
-		snprintf(dir, n, "%s/%s", mg_opt_str(run, "out_dir"),
+		snprintf(dir, n, "%s/%s", mg_run_out_dir(run),
 			 name[0] ? name : stem);
 		free(tmp);
 	}

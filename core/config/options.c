@@ -456,11 +456,10 @@ struct mg_opts *mg_opts_build(const struct mg_config *cfg, const char *section,
 			v->set = true;
 			continue;
 		}
-		/* A default is not written in the file: a relative default
-		 * path (run.out_dir's "runs") is relative to where mgrun
-		 * was started, as other training tools do, not to the INI
-		 * file's folder. */
-		msg = parse_value(opts[i], opts[i]->def, NULL, v);
+		/* A relative default path is relative to the INI file's
+		 * folder, where the files it names are (run.out_dir has an
+		 * empty default for that reason: mg_run_out_dir). */
+		msg = parse_value(opts[i], opts[i]->def, cfg->dir, v);
 		if (msg) {
 			mg_diag_add(diag, NULL, section, v->name,
 				    "invalid default '%s' in the option "

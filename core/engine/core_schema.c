@@ -57,9 +57,9 @@ const struct mg_option mg_run_schema[] = {
 		 "seconds passed since the last checkpoint: bounds the work a "
 		 "kill -9 or a crash loses, whatever the step time (0: off)"),
 	MG_OPT_B("checkpoint", "true", "write checkpoints"),
-	MG_OPT_P("out_dir", "runs",
-		 "folder that holds run directories; by default runs/ in the "
-		 "current directory (a relative path given in the INI file is "
+	MG_OPT_P("out_dir", "",
+		 "folder that holds run directories (empty: runs/ in the "
+		 "current directory; a relative path given in the INI file is "
 		 "relative to the INI file's folder, one given by --set to "
 		 "the current directory)"),
 	MG_OPT_S("name", "",
@@ -118,3 +118,9 @@ const struct mg_option mg_plugin_section_schema[] = {
 		 "name)"),
 	MG_OPT_END,
 };
+
+const char *mg_run_out_dir(const struct mg_opts *run)
+{
+	const char *d = mg_opt_str(run, "out_dir");
+	return d[0] ? d : "runs";
+}

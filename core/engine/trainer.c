@@ -75,7 +75,7 @@ static int setup_run_dir(struct mg_trainer *t)
 		name = stem;
 	}
 	snprintf(t->run_dir, sizeof t->run_dir, "%s/%s",
-		 mg_opt_str(t->s->run, "out_dir"), name);
+		 mg_run_out_dir(t->s->run), name);
 
 	return mkdir_p(t->run_dir);
 }
@@ -182,7 +182,7 @@ static int setup(struct mg_trainer *t)
 	ctx->struct_size = sizeof *ctx;
 	ctx->micro_count = 1;
 	snprintf(t->cache_dir, sizeof t->cache_dir, "%s/cache",
-		 mg_opt_str(run, "out_dir"));
+		 mg_run_out_dir(run));
 	ctx->cache_dir = t->cache_dir;
 	ctx->dev = &t->dev;
 	ctx->comm = t->comm;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mg/log.h"
+#include "mg/tokenizer.h"
 #include "tok_internal.h"
 
 static uint64_t hash_bytes(const char *s, size_t len)
@@ -204,6 +205,11 @@ size_t tok_utf8_valid(const char *s, size_t len)
 		i += (size_t)n;
 	}
 	return len;
+}
+
+size_t mg_utf8_valid(const char *s, size_t len)
+{
+	return tok_utf8_valid(s, len);
 }
 
 /* Decode one character of valid UTF-8; returns its byte length. */

@@ -84,6 +84,12 @@ MG_EXPORT int mg_tokenizer_decode(const struct mg_tokenizer *t,
 				  const int32_t *ids, int64_t n, unsigned flags,
 				  char **text, size_t *len);
 
+/* The offset of the first byte of s[0..len) that is not valid UTF-8
+ * (overlong forms, surrogates and code points above U+10FFFF are
+ * invalid), or len when all is valid: what encode checks, for readers
+ * that report bad data by file and offset before tokenizing. */
+MG_EXPORT size_t mg_utf8_valid(const char *s, size_t len);
+
 /* One past the largest id (model vocabulary and added tokens). */
 MG_EXPORT int64_t mg_tokenizer_vocab_size(const struct mg_tokenizer *t);
 /* The id of a token string (vocabulary or added), or -1. */

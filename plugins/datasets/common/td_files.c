@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "mg/mg.h"
+#include "mg/tokenizer.h"
 #include "textdata.h"
 
 #define TD_MAX_FILE (8ull << 30)
@@ -84,37 +85,8 @@ int td_read_file(const char *path, struct td_buf *out)
 
 int td_utf8_check(const char *str, size_t n, size_t *bad)
 {
-	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0;
-	while (i < n) {
-		unsigned c = s[i];
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		int k;
-		unsigned cp, min;
-		if (c >= 0xc2 && c <= 0xdf)
-			k = 1, cp = c & 0x1f, min = 0x80;
-		else if (c >= 0xe0 && c <= 0xef)
-			k = 2, cp = c & 0x0f, min = 0x800;
-		else if (c >= 0xf0 && c <= 0xf4)
-			k = 3, cp = c & 0x07, min = 0x10000;
-		else
-			goto fail;
-		for (int j = 1; j <= k; j++) {
-			if (i + (size_t)j >= n || (s[i + j] & 0xc0) != 0x80)
-				goto fail;
-			cp = cp << 6 | (s[i + j] & 0x3f);
-		}
-		if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-			goto fail;
-		i += (size_t)k + 1;
-	}
-	return 0;
-fail:
-	*bad = i;
-	return -1;
+	*bad = mg_utf8_valid(str, n);
+	return *bad < n ? -1 : 0;
 }
 
 static int64_t line_of(const char *s, size_t off)
