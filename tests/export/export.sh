@@ -3,8 +3,9 @@
 # (conf/llama_tiny.ini, a few steps): the exported Hugging Face folder,
 # loaded back through model.hf_dir, evaluates (--eval-only) to the loss
 # of the run it came from and greedy `generate --ids` gives the same
-# ids; untied fp32, tied, fp64 (written fp32), bf16 (close), and a LoRA
-# run exported merged (a plain full model then) to the LoRA run's loss.
+# ids; untied fp32, tied, fp64 (written fp32), bf16 and fp16 (close), and
+# LoRA runs (rslora too) exported merged (a plain full model then) to
+# the LoRA run's loss.
 # Then the refusals: no checkpoint, a model without save_hf, run.gpus >
 # 1, bad arguments.
 set -u
@@ -92,6 +93,17 @@ XO="" IDS=1
 grep -q '"torch_dtype":.*"bfloat16"' "$work/bf16.hf/config.json" &&
 	grep -q '"BF16"' "$work/bf16.hf/model.safetensors" ||
 	fail "bf16: not written in bf16"
+# fp16 weights likewise
+XO="--dtype fp16" IDS=""
+roundtrip fp16 1e-2
+XO="" IDS=1
+grep -q '"torch_dtype":.*"float16"' "$work/fp16.hf/config.json" &&
+	grep -q '"F16"' "$work/fp16.hf/model.safetensors" ||
+	fail "fp16: not written in fp16"
+# rank-stabilised LoRA (scale alpha / sqrt(r)) on q and v, merged
+# shellcheck disable=SC2086
+roundtrip rslora 1e-5 --set model.lora_rank=4 --set model.lora_alpha=8 \
+	--set model.rslora=true --set optimizer.lr=0.02
 # LoRA (every projection and the head) from the seed's base, merged: the
 # plain model evaluates as the LoRA run did, and not as the base did
 L="--set model.lora_rank=4 --set model.lora_alpha=8 --set model.lora_targets=all,head --set optimizer.lr=0.02"
