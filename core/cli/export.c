@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,23 @@ static int copy_tokenizer(const struct mg_session *s, const char *dir)
 	return rc;
 }
 
+/* --out must not be the model's own hf_dir: the base a LoRA run (or a
+ * later run of this configuration) starts from would be replaced. (An
+ * --out that does not exist yet is no hf_dir.) */
+static int not_the_source(const struct mg_session *s, const char *out)
+{
+	const char *hf = mg_cli_plugin_opt(s, MG_SEC_MODEL, "hf_dir");
+	char a[PATH_MAX], b[PATH_MAX];
+	if (hf[0] && realpath(hf, a) && realpath(out, b) && !strcmp(a, b)) {
+		fprintf(stderr,
+			"mgrun export: --out %s is the model's hf_dir, the "
+			"weights the run starts from; write elsewhere\n",
+			out);
+		return 2;
+	}
+	return 0;
+}
+
 /* The dtype to write: --dtype, else the run's compute dtype where HF
  * has it, else fp32. */
 static enum mg_dtype out_dtype(const struct exp_opts *o,
@@ -231,6 +249,8 @@ static int run_export(struct exp_opts *o, struct mg_session *s)
 			lp->desc->abi_minor);
 		return 2;
 	}
+	if (not_the_source(s, o->out))
+		return 2;
 	struct mg_trainer *t = NULL;
 	char ckpt[4200];
 	int saved = mg_cli_stdout_to_stderr();

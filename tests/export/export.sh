@@ -7,7 +7,7 @@
 # LoRA runs (rslora too) exported merged (a plain full model then) to
 # the LoRA run's loss.
 # Then the refusals: no checkpoint, a model without save_hf, run.gpus >
-# 1, bad arguments.
+# 1, --out the model's own hf_dir, bad arguments.
 set -u
 mgrun=$1 repo=$2 work=$3
 ini=$repo/conf/llama_tiny.ini
@@ -141,6 +141,14 @@ rc=$?
 "$mgrun" export -c "$ini" >/dev/null 2>"$work/out.err"
 rc=$?
 [ $rc -eq 2 ] && grep -q "\-\-out" "$work/out.err" || fail "no --out: exit $rc"
+
+# shellcheck disable=SC2086
+"$mgrun" export -c "$ini" $B --set run.name=lora_hf \
+	--set model.hf_dir="$work/lora.hf" --out "$work/lora.hf/" \
+	>/dev/null 2>"$work/src.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "is the model's hf_dir" "$work/src.err" ||
+	fail "--out = hf_dir: exit $rc: $(cat "$work/src.err")"
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "export: all passed"
