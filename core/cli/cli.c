@@ -1,8 +1,9 @@
 /*
  * cli.c - mgrun's command line: run an experiment, a sweep or a compare,
- * tokenize text (tokenize.c), generate text (generate.c), or inspect
- * plugins and the effective configuration. Part of the mgrun executable,
- * not libmg: it is what links the analysis library.
+ * tokenize text (tokenize.c), generate text (generate.c), export a model
+ * (export.c), or inspect plugins and the effective configuration. Part
+ * of the mgrun executable, not libmg: it is what links the analysis
+ * library.
  * Exit codes: 0 success, 1 the run failed, 2 bad usage or configuration
  * (nothing run).
  */
@@ -19,6 +20,7 @@
 int mg_main(int argc, char **argv);
 int mg_tokenize_main(int argc, char **argv); /* tokenize.c */
 int mg_generate_main(int argc, char **argv); /* generate.c */
+int mg_export_main(int argc, char **argv);   /* export.c */
 
 static void usage(FILE *f)
 {
@@ -36,6 +38,9 @@ static void usage(FILE *f)
 		"[--top-k K] [--top-p P]\n"
 		"              [--seed S] [--greedy] [--tokenizer PATH] "
 		"(mgrun generate -h)\n"
+		"       mgrun export -c FILE --out DIR [--dtype "
+		"bf16|fp16|fp32] "
+		"(mgrun export -h)\n"
 		"       mgrun -c FILE --eval-only\n"
 		"       mgrun -c FILE --print-config\n"
 		"       mgrun --list-plugins\n"
@@ -215,6 +220,10 @@ int mg_main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "generate")) {
 		free(sets);
 		return mg_generate_main(argc - 1, argv + 1);
+	}
+	if (argc > 1 && !strcmp(argv[1], "export")) {
+		free(sets);
+		return mg_export_main(argc - 1, argv + 1);
 	}
 	if (!sets)
 		return 1;

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/cli_common.h"
 #include "dist/dist.h"
 #include "engine/trainer.h"
 #include "mg/rng.h"
@@ -234,13 +235,11 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 	return 0;
 }
 
-/* The whole file (or stdin for "-"), NUL-terminated; NULL after an error
- * on stderr. */
-static char *read_all(const char *path, size_t *len)
+char *mg_cli_read_all(const char *cmd, const char *path, size_t *len)
 {
 	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
 	if (!f) {
-		fprintf(stderr, "mgrun generate: %s: %s\n", path,
+		fprintf(stderr, "mgrun %s: %s: %s\n", cmd, path,
 			strerror(errno));
 		return NULL;
 	}
@@ -265,7 +264,7 @@ static char *read_all(const char *path, size_t *len)
 	if (f != stdin)
 		fclose(f);
 	if (!b || err) {
-		fprintf(stderr, "mgrun generate: %s: %s\n", path,
+		fprintf(stderr, "mgrun %s: %s: %s\n", cmd, path,
 			b ? "read error" : "out of memory");
 		free(b);
 		return NULL;
@@ -319,7 +318,7 @@ static bool declares(const struct mg_plugin *p, const char *name)
 
 /* The value of a plugin's path/string option, or "" when the plugin has
  * no such option. */
-static const char *plugin_opt(const struct mg_session *s, int sec,
+const char *mg_cli_plugin_opt(const struct mg_session *s, int sec,
 			      const char *name)
 {
 	if (!declares(s->plugin[sec].desc, name))
@@ -475,7 +474,7 @@ static int stream_text(struct streamer *st, const struct mg_ids *all,
 /* Point stdout at stderr while the run is set up (plugins log progress
  * to stdout), so that stdout carries only the generated text. Returns the
  * saved descriptor, or -1. */
-static int stdout_to_stderr(void)
+int mg_cli_stdout_to_stderr(void)
 {
 	fflush(stdout);
 	int saved = dup(STDOUT_FILENO);
@@ -484,7 +483,7 @@ static int stdout_to_stderr(void)
 	return saved;
 }
 
-static void stdout_restore(int saved)
+void mg_cli_stdout_restore(int saved)
 {
 	if (saved < 0)
 		return;
@@ -505,20 +504,21 @@ struct gen {
 };
 
 /* One process only: a launcher's rank variables or run.gpus > 1 are
- * refused (exit 2). */
-static int check_single(struct gen *g)
+ * refused (exit 2, the reason on stderr under cmd's name). */
+int mg_cli_single_process(const struct mg_session *s, const char *cmd)
 {
 	struct mg_dist_env e;
 	if (mg_dist_env_detect(&e)) {
-		fprintf(stderr, "mgrun generate: %s\n", mg_last_error());
+		fprintf(stderr, "mgrun %s: %s\n", cmd, mg_last_error());
 		return 2;
 	}
-	const int64_t gpus = mg_opt_int(g->s.run, "gpus");
+	const int64_t gpus = mg_opt_int(s->run, "gpus");
 	if (e.world > 1 || gpus > 1) {
 		fprintf(stderr,
-			"mgrun generate: runs in one process on one device, "
+			"mgrun %s: runs in one process on one device, "
 			"but %s (%s %d); run it without a launcher with --set "
 			"run.gpus=1\n",
+			cmd,
 			e.world > 1 ? "this is a rank of a multi-process job"
 				    : "run.gpus asks for several",
 			e.world > 1 ? "world" : "run.gpus",
@@ -551,10 +551,10 @@ static const char *tokenizer_path(struct gen *g, char *buf, size_t len)
 {
 	if (g->o.tokenizer)
 		return g->o.tokenizer;
-	const char *d = plugin_opt(&g->s, MG_SEC_DATASET, "tokenizer");
+	const char *d = mg_cli_plugin_opt(&g->s, MG_SEC_DATASET, "tokenizer");
 	if (d[0])
 		return d;
-	const char *hf = plugin_opt(&g->s, MG_SEC_MODEL, "hf_dir");
+	const char *hf = mg_cli_plugin_opt(&g->s, MG_SEC_MODEL, "hf_dir");
 	if (hf[0]) {
 		snprintf(buf, len, "%s/tokenizer.json", hf);
 		if (is_file(buf))
@@ -569,7 +569,7 @@ static int load_prompt(struct gen *g)
 	char *file = NULL;
 	size_t len = text ? strlen(text) : 0;
 	if (g->o.prompt_file) {
-		file = read_all(g->o.prompt_file, &len);
+		file = mg_cli_read_all("generate", g->o.prompt_file, &len);
 		if (!file)
 			return 2;
 		text = file;
@@ -630,14 +630,14 @@ static int load_tokenizer(struct gen *g)
 static int open_model(struct gen *g)
 {
 	char ckpt[4200];
-	const int saved = stdout_to_stderr();
+	const int saved = mg_cli_stdout_to_stderr();
 	int rc = mg_inference_open(&g->s, &g->t, ckpt, sizeof ckpt);
-	stdout_restore(saved);
+	mg_cli_stdout_restore(saved);
 	if (rc) {
 		fprintf(stderr, "mgrun generate: %s\n", mg_last_error());
 		return 1;
 	}
-	const char *hf = plugin_opt(&g->s, MG_SEC_MODEL, "hf_dir");
+	const char *hf = mg_cli_plugin_opt(&g->s, MG_SEC_MODEL, "hf_dir");
 	if (ckpt[0]) {
 		fprintf(stderr,
 			"generate: weights from the run's checkpoint "
@@ -807,7 +807,7 @@ int mg_generate_main(int argc, char **argv)
 		rc = 1;
 	}
 	if (!rc)
-		rc = check_single(&g);
+		rc = mg_cli_single_process(&g.s, "generate");
 	if (!rc)
 		rc = check_decode(&g);
 	if (!rc)
@@ -818,9 +818,9 @@ int mg_generate_main(int argc, char **argv)
 		rc = open_model(&g);
 	if (!rc)
 		rc = run_generation(&g);
-	const int saved = stdout_to_stderr(); /* teardown's messages */
+	const int saved = mg_cli_stdout_to_stderr(); /* teardown's messages */
 	mg_inference_close(g.t);
-	stdout_restore(saved);
+	mg_cli_stdout_restore(saved);
 	mg_tokenizer_free(g.tok);
 	free(g.ids.v);
 	mg_session_close(&g.s);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "engine/peft.h"
+#include "mg/tensor_file.h"
 
 /* Does the plugin's schema declare option `name`? */
 static bool declares(const struct mg_plugin *p, const char *name)
@@ -42,21 +43,6 @@ static char module_of(const char *name, char *out, size_t cap)
 	memcpy(out, s, n);
 	out[n] = 0;
 	return tail[6];
-}
-
-static int write_text(const char *path, const char *text)
-{
-	char tmp[4200];
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0) {
-		if (f)
-			fclose(f);
-		return mg_error("%s: %s", tmp, strerror(errno));
-	}
-	if (fclose(f) || rename(tmp, path))
-		return mg_error("%s: %s", path, strerror(errno));
-	return 0;
 }
 
 /* Entry e's values as F32 (PEFT's adapters are F32 files). */
@@ -162,7 +148,8 @@ int mg_peft_export(const struct mg_st_writer *w, const struct mg_plugin *model,
 	char *text = cJSON_Print(c);
 	cJSON_Delete(c);
 	snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-	rc = text ? write_text(path, text) : mg_error("out of memory");
+	rc = text ? mg_file_write_atomic(path, text, strlen(text))
+		  : mg_error("out of memory");
 	free(text);
 	return rc ? mg_error_prefix("PEFT adapter") : 0;
 }

@@ -3,8 +3,13 @@
  * (include/mg/tensor_file.h), over the core's validated, memory-mapped
  * reader (safetensors.c).
  */
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 #include "runtime/safetensors.h"
@@ -76,7 +81,7 @@ int mg_tensor_convert_host(struct mg_tensor *dst, const struct mg_tensor *src)
 {
 	const enum mg_dtype s = src->dtype, d = dst->dtype;
 	if ((s != MG_F32 && s != MG_F64 && s != MG_F16 && s != MG_BF16) ||
-	    (d != MG_F32 && d != MG_F64))
+	    (d != MG_F32 && d != MG_F64 && d != MG_F16 && d != MG_BF16))
 		return mg_error("convert: %s to %s is not supported",
 				mg_dtype_name(s), mg_dtype_name(d));
 	int64_t n = mg_tensor_numel(src);
@@ -91,8 +96,71 @@ int mg_tensor_convert_host(struct mg_tensor *dst, const struct mg_tensor *src)
 		double v = get(src, i);
 		if (d == MG_F64)
 			((double *)dst->data)[i] = v;
-		else
+		else if (d == MG_F32)
 			((float *)dst->data)[i] = (float)v;
+		else if (d == MG_F16)
+			((uint16_t *)dst->data)[i] = mg_float_to_half((float)v);
+		else
+			((uint16_t *)dst->data)[i] = mg_float_to_bf16((float)v);
+	}
+	return 0;
+}
+
+struct mg_tensor_writer {
+	struct mg_st_writer st;
+};
+
+struct mg_tensor_writer *mg_tensor_writer_new(void)
+{
+	struct mg_tensor_writer *w = calloc(1, sizeof *w);
+	if (!w) {
+		mg_error("out of memory");
+		return NULL;
+	}
+	mg_st_writer_init(&w->st);
+	return w;
+}
+
+int mg_tensor_writer_add(struct mg_tensor_writer *w, const char *name,
+			 const struct mg_tensor *t)
+{
+	return mg_st_writer_add(&w->st, name, t->dtype, t->ndim, t->shape,
+				t->data);
+}
+
+int mg_tensor_writer_meta(struct mg_tensor_writer *w, const char *key,
+			  const char *value)
+{
+	return mg_st_writer_meta(&w->st, key, value);
+}
+
+int mg_tensor_writer_save(const struct mg_tensor_writer *w, const char *path)
+{
+	return mg_st_writer_save(&w->st, path);
+}
+
+void mg_tensor_writer_free(struct mg_tensor_writer *w)
+{
+	if (!w)
+		return;
+	mg_st_writer_free(&w->st);
+	free(w);
+}
+
+int mg_file_write_atomic(const char *path, const void *data, size_t len)
+{
+	char tmp[PATH_MAX + 8];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "wb");
+	if (!f)
+		return mg_error("%s: %s", tmp, strerror(errno));
+	bool ok = fwrite(data, 1, len, f) == len;
+	ok &= fflush(f) == 0;
+	ok &= fclose(f) == 0;
+	if (!ok || rename(tmp, path)) {
+		int e = errno;
+		unlink(tmp);
+		return mg_error("%s: %s", path, strerror(e));
 	}
 	return 0;
 }

@@ -28,8 +28,11 @@ extern "C" {
  *   1.4  text and the kit: ctx cache_dir (where datasets keep tokenized
  *        data), model decode (incremental next-token logits for `mgrun
  *        generate`), comm supports() (which dtypes and reductions a
- *        backend takes); the strategy kit (mg/kit.h) is versioned apart,
- *        MG_KIT_VERSION_*
+ *        backend takes), model save_hf (`mgrun export`: the model
+ *        writes its Hugging Face folder, adapters merged) with the
+ *        safetensors writer and F16/BF16 host conversion of
+ *        mg/tensor_file.h; the strategy kit (mg/kit.h) is versioned
+ *        apart, MG_KIT_VERSION_*
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 4

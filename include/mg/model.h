@@ -188,6 +188,19 @@ struct mg_model_ops {
 	 */
 	int (*decode)(void *self, struct mg_ctx *ctx, const int32_t *ids,
 		      int64_t n, int64_t pos, int64_t max_len, float *logits);
+
+	/*
+	 * Added in ABI 1.4, optional: `mgrun export`. Write the model as
+	 * its own ecosystem's folder into dir (which exists): for a Hugging
+	 * Face model config.json and model.safetensors, tensors in dtype
+	 * (MG_F32, MG_F16 or MG_BF16), adapters merged into the weights
+	 * they adapt, each file written atomically (mg_file_write_atomic,
+	 * mg_tensor_writer_save). Called in one process (world 1) after
+	 * the run's checkpoint loaded, ctx->training false; units are
+	 * acquired with MG_PHASE_FORWARD and copied to the host.
+	 */
+	int (*save_hf)(void *self, struct mg_ctx *ctx, const char *dir,
+		       enum mg_dtype dtype);
 };
 
 /* The classifier default (loss, acc), for models and the core. */

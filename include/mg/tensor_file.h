@@ -8,6 +8,8 @@
 #ifndef MG_TENSOR_FILE_H
 #define MG_TENSOR_FILE_H
 
+#include <stddef.h>
+
 #include "abi.h"
 #include "tensor.h"
 
@@ -28,10 +30,34 @@ MG_EXPORT int mg_tensor_file_get(const struct mg_tensor_file *f,
 /* The file's __metadata__ value for key, or NULL. */
 MG_EXPORT const char *mg_tensor_file_meta(const struct mg_tensor_file *f,
 					  const char *key);
-/* Copy src (host; F32, F64, F16 or BF16) into dst (host, F32 or F64, the
- * same element count), converting. */
+/* Copy src (host; F32, F64, F16 or BF16) into dst (host, F32 or F64; or,
+ * since ABI 1.4, F16 or BF16, rounding to nearest even: what an export
+ * writes), the same element count, converting. */
 MG_EXPORT int mg_tensor_convert_host(struct mg_tensor *dst,
 				     const struct mg_tensor *src);
+
+/*
+ * Added in ABI 1.4: writing safetensors files, for models that save
+ * their weights in another layout (llama's Hugging Face export). The
+ * tensors are copied in as added, and the file written at save.
+ */
+struct mg_tensor_writer; /* opaque */
+/* NULL after mg_error() when out of memory. */
+MG_EXPORT struct mg_tensor_writer *mg_tensor_writer_new(void);
+/* Add host tensor t (copied) under name; names are unique. */
+MG_EXPORT int mg_tensor_writer_add(struct mg_tensor_writer *w, const char *name,
+				   const struct mg_tensor *t);
+/* A __metadata__ entry (HF files carry "format": "pt"). */
+MG_EXPORT int mg_tensor_writer_meta(struct mg_tensor_writer *w, const char *key,
+				    const char *value);
+/* Write path atomically: path.tmp, fsync, rename. */
+MG_EXPORT int mg_tensor_writer_save(const struct mg_tensor_writer *w,
+				    const char *path);
+MG_EXPORT void mg_tensor_writer_free(struct mg_tensor_writer *w);
+/* Write len bytes to path atomically (path.tmp, then rename), so a
+ * reader never sees half a file; errors name the file. */
+MG_EXPORT int mg_file_write_atomic(const char *path, const void *data,
+				   size_t len);
 
 #ifdef __cplusplus
 }

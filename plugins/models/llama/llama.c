@@ -120,6 +120,18 @@ static void llama_destroy(void *self)
 	free(m);
 }
 
+const char *const llama_layer_param[LP_COUNT] = {
+	[LP_IN_NORM] = "input_layernorm.weight",
+	[LP_Q] = "self_attn.q_proj.weight",
+	[LP_K] = "self_attn.k_proj.weight",
+	[LP_V] = "self_attn.v_proj.weight",
+	[LP_O] = "self_attn.o_proj.weight",
+	[LP_POST_NORM] = "post_attention_layernorm.weight",
+	[LP_GATE] = "mlp.gate_proj.weight",
+	[LP_UP] = "mlp.up_proj.weight",
+	[LP_DOWN] = "mlp.down_proj.weight",
+};
+
 static int add(struct mg_model_spec *s, const char *name, int flags, int64_t a,
 	       int64_t b)
 {
@@ -170,16 +182,15 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 	for (int64_t l = 0; l < c->layers; l++) {
 		char name[64];
 		snprintf(name, sizeof name, "model.layers.%lld", (long long)l);
+		const char *const *P = llama_layer_param;
 		if (mg_spec_add_unit(s, name) < 0 ||
-		    add(s, "input_layernorm.weight", N, D, 0) ||
-		    add(s, "self_attn.q_proj.weight", W, qd, D) ||
-		    add(s, "self_attn.k_proj.weight", W, kvd, D) ||
-		    add(s, "self_attn.v_proj.weight", W, kvd, D) ||
-		    add(s, "self_attn.o_proj.weight", W, D, qd) ||
-		    add(s, "post_attention_layernorm.weight", N, D, 0) ||
-		    add(s, "mlp.gate_proj.weight", W, c->ffn, D) ||
-		    add(s, "mlp.up_proj.weight", W, c->ffn, D) ||
-		    add(s, "mlp.down_proj.weight", W, D, c->ffn) ||
+		    add(s, P[LP_IN_NORM], N, D, 0) ||
+		    add(s, P[LP_Q], W, qd, D) || add(s, P[LP_K], W, kvd, D) ||
+		    add(s, P[LP_V], W, kvd, D) || add(s, P[LP_O], W, D, qd) ||
+		    add(s, P[LP_POST_NORM], N, D, 0) ||
+		    add(s, P[LP_GATE], W, c->ffn, D) ||
+		    add(s, P[LP_UP], W, c->ffn, D) ||
+		    add(s, P[LP_DOWN], W, D, c->ffn) ||
 		    add_adapters(s, m, LT_Q, LT_DOWN))
 			return -1;
 	}
@@ -229,6 +240,12 @@ static int llama_dec(void *self, struct mg_ctx *ctx, const int32_t *ids,
 	return llama_decode(self, ctx, ids, n, pos, max_len, logits);
 }
 
+static int llama_save(void *self, struct mg_ctx *ctx, const char *dir,
+		      enum mg_dtype dt)
+{
+	return llama_save_hf(self, ctx, dir, dt);
+}
+
 static const struct mg_model_ops llama_ops = {
 	.declare = llama_declare,
 	.init_unit = llama_init,
@@ -236,6 +253,7 @@ static const struct mg_model_ops llama_ops = {
 	.backward = llama_bwd,
 	.metrics = llama_metrics,
 	.decode = llama_dec,
+	.save_hf = llama_save,
 };
 
 static const struct mg_plugin llama_plugin = {

@@ -64,6 +64,9 @@ enum {
 	LP_COUNT,
 };
 
+/* Their Hugging Face names within "model.layers.N.", by LP_*. */
+extern const char *const llama_layer_param[LP_COUNT];
+
 /* LoRA targets: a layer's seven projections, then the output head. */
 enum {
 	LT_Q = 0,
@@ -200,5 +203,10 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx);
 int llama_decode(struct llama *m, struct mg_ctx *ctx, const int32_t *ids,
 		 int64_t n, int64_t pos, int64_t max_len, float *logits);
 void llama_decode_free(struct llama *m);
+
+/* llama_hf_save.c: the model op save_hf (model.h): config.json and
+ * model.safetensors into dir, in dt, LoRA adapters merged. */
+int llama_save_hf(struct llama *m, struct mg_ctx *ctx, const char *dir,
+		  enum mg_dtype dt);
 
 #endif

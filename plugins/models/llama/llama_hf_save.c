@@ -1,0 +1,224 @@
+/*
+ * llama_hf_save.c - the model op save_hf (`mgrun export`): the model as a
+ * Hugging Face folder that transformers (and llama.hf_dir) load as is:
+ * config.json with every LlamaConfig field and model.safetensors under
+ * the HF names. LoRA adapters are merged into the weights they adapt
+ * (W + s B A, in fp32 on the host), so the folder is a plain full model;
+ * a tied output head is the embedding, written once as HF writes it.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llama.h"
+#include "mg/tensor_file.h"
+
+static const char *torch_dtype(enum mg_dtype dt)
+{
+	return dt == MG_BF16  ? "bfloat16"
+	       : dt == MG_F16 ? "float16"
+			      : "float32";
+}
+
+/* config.json: what LlamaConfig reads, in transformers 4's form
+ * (rope_theta, rope_scaling), which transformers 5 still reads. */
+static int write_config(const struct llama_cfg *c, const char *dir,
+			enum mg_dtype dt)
+{
+	cJSON *j = cJSON_CreateObject(), *a = cJSON_CreateArray();
+	cJSON_AddItemToArray(a, cJSON_CreateString("LlamaForCausalLM"));
+	cJSON_AddItemToObject(j, "architectures", a);
+	cJSON_AddStringToObject(j, "model_type", "llama");
+	cJSON_AddNumberToObject(j, "vocab_size", (double)c->vocab);
+	cJSON_AddNumberToObject(j, "hidden_size", (double)c->dim);
+	cJSON_AddNumberToObject(j, "intermediate_size", (double)c->ffn);
+	cJSON_AddNumberToObject(j, "num_hidden_layers", (double)c->layers);
+	cJSON_AddNumberToObject(j, "num_attention_heads", (double)c->heads);
+	cJSON_AddNumberToObject(j, "num_key_value_heads", (double)c->kv_heads);
+	cJSON_AddNumberToObject(j, "head_dim", (double)c->head_dim);
+	cJSON_AddNumberToObject(j, "max_position_embeddings",
+				(double)c->max_positions);
+	cJSON_AddNumberToObject(j, "rms_norm_eps", c->norm_eps);
+	cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+	if (c->rs_factor > 0) {
+		cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
+		cJSON_AddStringToObject(r, "rope_type", "llama3");
+		cJSON_AddNumberToObject(r, "factor", c->rs_factor);
+		cJSON_AddNumberToObject(r, "low_freq_factor", c->rs_low);
+		cJSON_AddNumberToObject(r, "high_freq_factor", c->rs_high);
+		cJSON_AddNumberToObject(r, "original_max_position_embeddings",
+					(double)c->rs_orig_max);
+	} else {
+		cJSON_AddNullToObject(j, "rope_scaling");
+	}
+	cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
+	cJSON_AddNumberToObject(j, "initializer_range", c->init_std);
+	cJSON_AddStringToObject(j, "hidden_act", "silu");
+	cJSON_AddBoolToObject(j, "attention_bias", false);
+	cJSON_AddBoolToObject(j, "mlp_bias", false);
+	cJSON_AddNumberToObject(j, "attention_dropout", 0);
+	cJSON_AddNumberToObject(j, "pretraining_tp", 1);
+	cJSON_AddBoolToObject(j, "use_cache", true);
+	cJSON_AddStringToObject(j, "torch_dtype", torch_dtype(dt));
+	char *text = cJSON_Print(j);
+	cJSON_Delete(j);
+	const size_t n = text ? strlen(text) : 0;
+	char *nl = text ? realloc(text, n + 2) : NULL;
+	if (!nl) {
+		free(text);
+		return mg_error("llama export: out of memory");
+	}
+	memcpy(nl + n, "\n", 2);
+	char path[4200];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	int rc = mg_file_write_atomic(path, nl, n + 1);
+	free(nl);
+	return rc;
+}
+
+/* Device tensor t as fp32 host values (malloc'd; NULL after mg_error). */
+static float *to_host_f32(struct mg_ctx *ctx, const struct mg_tensor *t)
+{
+	const size_t bytes = mg_tensor_bytes(t);
+	const int64_t n = mg_tensor_numel(t);
+	void *raw = malloc(bytes ? bytes : 1);
+	float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+	int rc = !raw || !f ? mg_error("llama export: out of memory")
+			    : mg_copy_d2h(ctx, raw, t->data, bytes);
+	if (!rc) {
+		struct mg_tensor src = mg_tensor_make(raw, t->dtype, MG_DEV_CPU,
+						      t->ndim, t->shape),
+				 dst = mg_tensor_make(f, MG_F32, MG_DEV_CPU,
+						      t->ndim, t->shape);
+		rc = mg_tensor_convert_host(&dst, &src);
+	}
+	free(raw);
+	if (rc) {
+		free(f);
+		return NULL;
+	}
+	return f;
+}
+
+/* W [out, in] += s B [out, r] A [r, in], all fp32 host: the adapter
+ * folded into its base, as PEFT's merge_and_unload does. */
+static void merge(float *W, const float *A, const float *B, int64_t out,
+		  int64_t in, int64_t r, double s)
+{
+	for (int64_t o = 0; o < out; o++)
+		for (int64_t k = 0; k < r; k++) {
+			const float b = (float)(s * B[o * r + k]);
+			if (b == 0)
+				continue;
+			const float *a = A + k * in;
+			float *w = W + o * in;
+			for (int64_t i = 0; i < in; i++)
+				w[i] += b * a[i];
+		}
+}
+
+/* Parameter p of an acquired unit into the writer under name, in dt,
+ * with target t's adapter merged in (t < 0: none). */
+static int put(struct mg_ctx *ctx, const struct llama *m,
+	       struct mg_tensor_writer *w, const struct mg_unit_view *v, int p,
+	       int t, const char *name, enum mg_dtype dt)
+{
+	const struct mg_tensor *W = &v->params[p];
+	float *f = to_host_f32(ctx, W);
+	if (!f)
+		return mg_error_prefix("llama export: %s", name);
+	int rc = 0;
+	const struct llama_lora *L = &m->lora;
+	if (t >= 0 && L->rank && (L->targets & (1u << t))) {
+		const struct mg_tensor *A = &v->params[L->ia[t]],
+				       *B = &v->params[L->ib[t]];
+		float *a = to_host_f32(ctx, A), *b = to_host_f32(ctx, B);
+		if (!a || !b)
+			rc = mg_error_prefix("llama export: %s's adapter",
+					     name);
+		else
+			merge(f, a, b, W->shape[0], W->shape[1], L->rank,
+			      L->scale);
+		free(a);
+		free(b);
+	}
+	void *out = NULL;
+	if (!rc && dt != MG_F32) {
+		out = malloc((size_t)mg_tensor_numel(W) * mg_dtype_size(dt));
+		struct mg_tensor src = mg_tensor_make(f, MG_F32, MG_DEV_CPU,
+						      W->ndim, W->shape),
+				 dst = mg_tensor_make(out, dt, MG_DEV_CPU,
+						      W->ndim, W->shape);
+		rc = !out ? mg_error("llama export: out of memory")
+			  : mg_tensor_convert_host(&dst, &src);
+	}
+	if (!rc) {
+		struct mg_tensor h = mg_tensor_make(
+			out ? out : f, dt, MG_DEV_CPU, W->ndim, W->shape);
+		rc = mg_tensor_writer_add(w, name, &h);
+	}
+	free(out);
+	free(f);
+	return rc;
+}
+
+/* The layer projection each LoRA target adapts (LT_* -> LP_*). */
+static const int lp_of[LT_HEAD] = {LP_Q,    LP_K,  LP_V,   LP_O,
+				   LP_GATE, LP_UP, LP_DOWN};
+
+/* Unit u's tensors into the writer (acquired for forward, released). */
+static int put_unit(struct llama *m, struct mg_ctx *ctx,
+		    struct mg_tensor_writer *w, int u, enum mg_dtype dt)
+{
+	const struct llama_cfg *c = &m->c;
+	const enum mg_phase ph = MG_PHASE_FORWARD;
+	struct mg_unit_view *v = mg_acquire(ctx, u, ph);
+	if (!v)
+		return -1;
+	char name[160];
+	int rc = 0;
+	if (u == LLAMA_UNIT_EMBED) {
+		rc = put(ctx, m, w, v, 0, -1, "model.embed_tokens.weight", dt);
+	} else if (u == LLAMA_UNIT_HEAD(c)) {
+		rc = put(ctx, m, w, v, 0, -1, "model.norm.weight", dt);
+		if (!rc && !c->tie_embeddings)
+			rc = put(ctx, m, w, v, 1, LT_HEAD, "lm_head.weight",
+				 dt);
+	} else {
+		for (int p = 0; p < LP_COUNT && !rc; p++) {
+			int t = -1;
+			for (int k = 0; k < LT_HEAD; k++)
+				if (lp_of[k] == p)
+					t = k;
+			snprintf(name, sizeof name, "model.layers.%d.%s",
+				 u - LLAMA_UNIT_LAYER(0), llama_layer_param[p]);
+			rc = put(ctx, m, w, v, p, t, name, dt);
+		}
+	}
+	mg_release(ctx, u, ph);
+	return rc;
+}
+
+int llama_save_hf(struct llama *m, struct mg_ctx *ctx, const char *dir,
+		  enum mg_dtype dt)
+{
+	if (dt != MG_F32 && dt != MG_F16 && dt != MG_BF16)
+		return mg_error("llama export: dtype %s (fp32, fp16 or bf16)",
+				mg_dtype_name(dt));
+	struct mg_tensor_writer *w = mg_tensor_writer_new();
+	if (!w)
+		return -1;
+	int rc = 0;
+	for (int u = 0; u <= LLAMA_UNIT_HEAD(&m->c) && !rc; u++)
+		rc = put_unit(m, ctx, w, u, dt);
+	char path[4200];
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	if (!rc)
+		rc = mg_tensor_writer_meta(w, "format", "pt") ||
+		     mg_tensor_writer_save(w, path);
+	mg_tensor_writer_free(w);
+	if (!rc)
+		rc = write_config(&m->c, dir, dt);
+	return rc;
+}

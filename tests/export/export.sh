@@ -1,0 +1,154 @@
+#!/bin/sh
+# export.sh MGRUN REPO WORK - `mgrun export` round trips on tiny llamas
+# (conf/llama_tiny.ini, a few steps): the exported Hugging Face folder,
+# loaded back through model.hf_dir, evaluates (--eval-only) to the loss
+# of the run it came from and greedy `generate --ids` gives the same
+# ids; untied fp32, tied, fp64 (written fp32), bf16 and fp16 (close), and
+# LoRA runs (rslora too) exported merged (a plain full model then) to
+# the LoRA run's loss.
+# Then the refusals: no checkpoint, a model without save_hf, run.gpus >
+# 1, --out the model's own hf_dir, bad arguments.
+set -u
+mgrun=$1 repo=$2 work=$3
+ini=$repo/conf/llama_tiny.ini
+rm -rf "$work"
+mkdir -p "$work"
+fails=0
+fail() {
+	echo "FAIL: $*"
+	fails=$((fails + 1))
+}
+B="--set run.out_dir=$work --set run.threads=2 --set run.max_steps=8"
+B="$B --set dataset.train_samples=512 --set dataset.test_samples=16"
+# loss NAME: the test loss of eval.json
+loss() {
+	sed -n 's/.*"loss": *\([-0-9.e+]*\).*/\1/p' "$work/$1/eval.json"
+}
+# near A B TOL: |A - B| <= TOL * max(1, |A|)
+near() {
+	awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN {
+		d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; if (m < 1) m = 1
+		exit !(a != "" && b != "" && d <= t * m) }'
+}
+P="5 17 42 99 3"
+# roundtrip TAG TOL [--set ...]: train run TAG, export it, evaluate and
+# decode both; the export's run is TAG_hf
+roundtrip() {
+	tag=$1 tol=$2
+	shift 2
+	# shellcheck disable=SC2086
+	"$mgrun" -c "$ini" $B --set run.name="$tag" "$@" >"$work/$tag.train" 2>&1 ||
+		{ fail "$tag: training: $(tail -5 "$work/$tag.train")"; return; }
+	# shellcheck disable=SC2086
+	"$mgrun" export -c "$ini" $B --set run.name="$tag" "$@" $XO \
+		--out "$work/$tag.hf" >"$work/$tag.exp" 2>"$work/$tag.experr" ||
+		{ fail "$tag: export: $(cat "$work/$tag.experr")"; return; }
+	grep -q "model.safetensors" "$work/$tag.exp" ||
+		fail "$tag: export did not say what it wrote: $(cat "$work/$tag.exp")"
+	# shellcheck disable=SC2086
+	"$mgrun" -c "$ini" $B --set run.name="$tag" "$@" --eval-only \
+		>"$work/$tag.eval" 2>&1 || fail "$tag: eval: $(tail -3 "$work/$tag.eval")"
+	# the folder is a plain model: no LoRA, the precision it was written in
+	# shellcheck disable=SC2086
+	"$mgrun" -c "$ini" $B --set run.name="${tag}_hf" \
+		--set model.hf_dir="$work/$tag.hf" $HO --eval-only \
+		>"$work/${tag}_hf.eval" 2>&1 ||
+		fail "$tag: eval from the export: $(tail -3 "$work/${tag}_hf.eval")"
+	a=$(loss "$tag") b=$(loss "${tag}_hf")
+	echo "$tag: run loss $a, exported $b"
+	near "$a" "$b" "$tol" || fail "$tag: loss $a, from the export $b (tol $tol)"
+	# shellcheck disable=SC2086
+	[ -n "$IDS" ] || return
+	# shellcheck disable=SC2086
+	"$mgrun" generate -c "$ini" $B --set run.name="$tag" "$@" --ids \
+		--prompt "$P" --greedy --max-new-tokens 10 >"$work/$tag.ids" 2>/dev/null
+	# shellcheck disable=SC2086
+	"$mgrun" generate -c "$ini" $B --set run.name="${tag}_hf" \
+		--set model.hf_dir="$work/$tag.hf" $HO --ids --prompt "$P" \
+		--greedy --max-new-tokens 10 >"$work/${tag}_hf.ids" 2>/dev/null
+	[ -s "$work/$tag.ids" ] && cmp -s "$work/$tag.ids" "$work/${tag}_hf.ids" ||
+		fail "$tag: greedy ids $(cat "$work/$tag.ids") vs $(cat "$work/${tag}_hf.ids")"
+}
+XO="" HO="" IDS=1
+roundtrip untied 1e-6
+grep -q '"lm_head.weight"' "$work/untied.hf/model.safetensors" ||
+	fail "untied: no lm_head.weight"
+grep -q '"architectures".*LlamaForCausalLM' "$work/untied.hf/config.json" &&
+	grep -q '"torch_dtype":.*"float32"' "$work/untied.hf/config.json" &&
+	grep -q '"tie_word_embeddings":.*false' "$work/untied.hf/config.json" ||
+	fail "untied: config.json: $(cat "$work/untied.hf/config.json")"
+roundtrip tied 1e-6 --set model.tie_embeddings=yes
+grep -q '"lm_head.weight"' "$work/tied.hf/model.safetensors" &&
+	fail "tied: lm_head.weight written (HF writes the embedding once)"
+grep -q '"tie_word_embeddings":.*true' "$work/tied.hf/config.json" ||
+	fail "tied: tie_word_embeddings not true"
+# fp64 training, written (by default) in fp32: fp32 rounding apart
+roundtrip fp64 1e-5 --set run.precision=fp64
+grep -q '"F64"' "$work/fp64.hf/model.safetensors" && fail "fp64: F64 tensors"
+# bf16 weights: close, not equal (greedy ids may differ); evaluated in
+# fp32
+XO="--dtype bf16" IDS=""
+roundtrip bf16 2e-2
+XO="" IDS=1
+grep -q '"torch_dtype":.*"bfloat16"' "$work/bf16.hf/config.json" &&
+	grep -q '"BF16"' "$work/bf16.hf/model.safetensors" ||
+	fail "bf16: not written in bf16"
+# fp16 weights likewise
+XO="--dtype fp16" IDS=""
+roundtrip fp16 1e-2
+XO="" IDS=1
+grep -q '"torch_dtype":.*"float16"' "$work/fp16.hf/config.json" &&
+	grep -q '"F16"' "$work/fp16.hf/model.safetensors" ||
+	fail "fp16: not written in fp16"
+# rank-stabilised LoRA (scale alpha / sqrt(r)) on q and v, merged
+# shellcheck disable=SC2086
+roundtrip rslora 1e-5 --set model.lora_rank=4 --set model.lora_alpha=8 \
+	--set model.rslora=true --set optimizer.lr=0.02
+# LoRA (every projection and the head) from the seed's base, merged: the
+# plain model evaluates as the LoRA run did, and not as the base did
+L="--set model.lora_rank=4 --set model.lora_alpha=8 --set model.lora_targets=all,head --set optimizer.lr=0.02"
+# shellcheck disable=SC2086
+roundtrip lora 1e-5 $L
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $B --set run.name=base --eval-only >"$work/base.eval" 2>&1
+lb=$(loss base) ll=$(loss lora)
+echo "lora: base loss $lb, LoRA run $ll"
+near "$lb" "$ll" 1e-4 && fail "lora: the adapters changed nothing ($lb, $ll)"
+grep -q "lora" "$work/lora.hf/model.safetensors" && fail "lora: adapters written"
+
+# refusals
+# shellcheck disable=SC2086
+"$mgrun" export -c "$ini" $B --set run.name=none --out "$work/none.hf" \
+	>/dev/null 2>"$work/none.err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "no checkpoint" "$work/none.err" ||
+	fail "no checkpoint: exit $rc: $(cat "$work/none.err")"
+[ -e "$work/none.hf/model.safetensors" ] && fail "no checkpoint: wrote a model"
+"$mgrun" export -c "$repo/conf/fashion_mnist.ini" --set run.out_dir="$work" \
+	--out "$work/mnist.hf" >/dev/null 2>"$work/mnist.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "'mobilenetv2'.*no save_hf" "$work/mnist.err" ||
+	fail "no save_hf: exit $rc: $(cat "$work/mnist.err")"
+# shellcheck disable=SC2086
+"$mgrun" export -c "$ini" $B --set run.name=untied --set run.gpus=2 \
+	--out "$work/g2.hf" >/dev/null 2>"$work/g2.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "one process" "$work/g2.err" ||
+	fail "run.gpus=2: exit $rc: $(cat "$work/g2.err")"
+"$mgrun" export -c "$ini" --out "$work/x" --dtype fp8 >/dev/null 2>"$work/dt.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "fp8" "$work/dt.err" || fail "--dtype fp8: exit $rc"
+"$mgrun" export -c "$ini" >/dev/null 2>"$work/out.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "\-\-out" "$work/out.err" || fail "no --out: exit $rc"
+
+# shellcheck disable=SC2086
+"$mgrun" export -c "$ini" $B --set run.name=lora_hf \
+	--set model.hf_dir="$work/lora.hf" --out "$work/lora.hf/" \
+	>/dev/null 2>"$work/src.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "is the model's hf_dir" "$work/src.err" ||
+	fail "--out = hf_dir: exit $rc: $(cat "$work/src.err")"
+
+[ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "export: all passed"
