@@ -209,6 +209,8 @@ if [ "$what" = text ] || [ "$what" = all ]; then
 		.deps/tokenizers/llama2
 	run test_text peft_check python3 tests/llama/peft_check.py "$mgrun" \
 		/tmp/mgpeft
+	run test_text export_check python3 tests/llama/export_check.py "$mgrun" \
+		/tmp/mgexport
 	run test_text "alpaca bf16" "$mgrun" -c conf/alpaca.ini \
 		--set run.device=cuda --set run.precision=bf16 \
 		--set run.max_steps=20 --set run.out_dir=/tmp/mgtext
