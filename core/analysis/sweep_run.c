@@ -239,8 +239,8 @@ int mg_sweep_validate(const struct mg_sweep_plan *p, const char *ini,
 		}
 		if (rc == 0 && pt == 0) {
 			char *name = run_name(&s);
-			*dir = mgc_asprintf("%s/%s",
-					    mg_run_out_dir(s.run), name);
+			*dir = mgc_asprintf("%s/%s", mg_run_out_dir(s.run),
+					    name);
 			free(name);
 		}
 		if (rc < 0)

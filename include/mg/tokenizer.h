@@ -99,8 +99,7 @@ MG_EXPORT int32_t mg_tokenizer_token_id(const struct mg_tokenizer *t,
 MG_EXPORT const char *mg_tokenizer_token(const struct mg_tokenizer *t,
 					 int32_t id);
 /* 1 when id is an added token marked special. */
-MG_EXPORT int mg_tokenizer_is_special(const struct mg_tokenizer *t,
-				      int32_t id);
+MG_EXPORT int mg_tokenizer_is_special(const struct mg_tokenizer *t, int32_t id);
 MG_EXPORT void mg_tokenizer_specials(const struct mg_tokenizer *t,
 				     struct mg_tokenizer_specials *out);
 /* tokenizer_config.json's chat_template, or NULL. The core does not run
