@@ -6,6 +6,9 @@
 # A second sweep of a directory in use is refused.
 set -u
 mgrun=$1 bad=$2 work=$3
+# Under AddressSanitizer the crash must stay a SIGSEGV (ASan would catch
+# it and abort).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0"
 fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
 cat >sweep.ini <<'INI'
