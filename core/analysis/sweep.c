@@ -72,22 +72,6 @@ void mg_sweep_plan_print(const struct mg_sweep_plan *p, FILE *f)
 	}
 }
 
-static int mkdir_p(const char *path)
-{
-	char buf[4200];
-	snprintf(buf, sizeof buf, "%s", path);
-	for (char *p = buf + 1;; p++) {
-		if (*p && *p != '/')
-			continue;
-		char c = *p;
-		*p = 0;
-		if (mkdir(buf, 0755) && errno != EEXIST)
-			return mg_error("mkdir %s: %s", buf, strerror(errno));
-		if (!(*p = c))
-			return 0;
-	}
-}
-
 /* Read back every run that finished; one that cannot be read counts as
  * failed, with the reason as its last line. */
 static void load_runs(struct mg_sweep *sw)
@@ -173,7 +157,7 @@ int mg_sweep_main(const struct mg_sweep_plan *p, const char *ini,
 	free(dir);
 	char points[4200];
 	snprintf(points, sizeof points, "%s/points", sw.dir);
-	if (mkdir_p(points)) {
+	if (mg_mkdir_p(points)) {
 		fprintf(stderr, "mgrun: %s\n", mg_last_error());
 		return 1;
 	}

@@ -119,33 +119,6 @@ static int parse_args(int argc, char **argv, struct exp_opts *o)
 	return 0;
 }
 
-/* mkdir -p path. */
-static int make_dirs(const char *path)
-{
-	char p[4096];
-	snprintf(p, sizeof p, "%s", path);
-	for (char *s = p + 1;; s++) {
-		const char ch = *s;
-		if (ch != '/' && ch)
-			continue;
-		*s = 0;
-		if (mkdir(p, 0755) && errno != EEXIST) {
-			fprintf(stderr, "mgrun export: %s: %s\n", p,
-				strerror(errno));
-			return 1;
-		}
-		*s = ch;
-		if (!ch)
-			break;
-	}
-	struct stat st;
-	if (stat(p, &st) || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "mgrun export: %s is not a folder\n", p);
-		return 2;
-	}
-	return 0;
-}
-
 static bool is_file(const char *path)
 {
 	struct stat st;
@@ -268,8 +241,10 @@ static int run_export(struct exp_opts *o, struct mg_session *s)
 			t->run_dir, o->ini);
 		rc = 1;
 	}
-	if (!rc)
-		rc = make_dirs(o->out);
+	if (!rc && mg_mkdir_p(o->out)) {
+		fprintf(stderr, "mgrun export: %s\n", mg_last_error());
+		rc = 1;
+	}
 	const enum mg_dtype dt = out_dtype(o, t);
 	if (!rc) {
 		fprintf(stderr, "export: weights from %s, %s\n", ckpt,

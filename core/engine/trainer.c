@@ -44,23 +44,6 @@ int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s, int unit,
 	return 0;
 }
 
-static int mkdir_p(const char *path)
-{
-	char buf[PATH_MAX];
-	snprintf(buf, sizeof buf, "%s", path);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		if (mkdir(buf, 0755) && errno != EEXIST)
-			return mg_error("mkdir %s: %s", buf, strerror(errno));
-		*p = '/';
-	}
-	if (mkdir(buf, 0755) && errno != EEXIST)
-		return mg_error("mkdir %s: %s", buf, strerror(errno));
-	return 0;
-}
-
 static int setup_run_dir(struct mg_trainer *t)
 {
 	const char *name = mg_opt_str(t->s->run, "name");
@@ -77,7 +60,7 @@ static int setup_run_dir(struct mg_trainer *t)
 	snprintf(t->run_dir, sizeof t->run_dir, "%s/%s",
 		 mg_run_out_dir(t->s->run), name);
 
-	return mkdir_p(t->run_dir);
+	return mg_mkdir_p(t->run_dir);
 }
 
 static int create_instances(struct mg_trainer *t)

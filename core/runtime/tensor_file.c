@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/runtime.h"
@@ -145,6 +146,26 @@ void mg_tensor_writer_free(struct mg_tensor_writer *w)
 		return;
 	mg_st_writer_free(&w->st);
 	free(w);
+}
+
+int mg_mkdir_p(const char *path)
+{
+	char p[PATH_MAX];
+	if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+		return mg_error("%s: path too long", path);
+	for (char *s = p + 1;; s++) {
+		const char c = *s;
+		if (c && c != '/')
+			continue;
+		*s = 0;
+		struct stat st;
+		if (mkdir(p, 0755) && errno != EEXIST)
+			return mg_error("mkdir %s: %s", p, strerror(errno));
+		if (stat(p, &st) || !S_ISDIR(st.st_mode))
+			return mg_error("mkdir %s: not a folder", p);
+		if (!(*s = c))
+			return 0;
+	}
 }
 
 int mg_file_write_atomic(const char *path, const void *data, size_t len)

@@ -54,6 +54,9 @@ MG_EXPORT int mg_tensor_writer_meta(struct mg_tensor_writer *w, const char *key,
 MG_EXPORT int mg_tensor_writer_save(const struct mg_tensor_writer *w,
 				    const char *path);
 MG_EXPORT void mg_tensor_writer_free(struct mg_tensor_writer *w);
+/* mkdir -p: path and its missing parents (0755); an existing folder is
+ * fine, anything else in the way is an error naming it. */
+MG_EXPORT int mg_mkdir_p(const char *path);
 /* Write len bytes to path atomically (path.tmp, then rename), so a
  * reader never sees half a file; errors name the file. */
 MG_EXPORT int mg_file_write_atomic(const char *path, const void *data,

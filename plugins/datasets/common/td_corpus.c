@@ -274,24 +274,6 @@ struct cache_head {
 	uint64_t n, ntok, truncated, dropped, unlabeled;
 };
 
-static int mkdir_p(const char *dir)
-{
-	char p[4096];
-	if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
-		return mg_error("%s: path too long", dir);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = 0;
-		if (mkdir(p, 0777) && errno != EEXIST)
-			return mg_error("%s: %s", p, strerror(errno));
-		*s = '/';
-	}
-	if (mkdir(p, 0777) && errno != EEXIST)
-		return mg_error("%s: %s", p, strerror(errno));
-	return 0;
-}
-
 static void payload_hash(const struct td_corpus *c, char out[33])
 {
 	struct td_hash h;
@@ -364,7 +346,7 @@ int td_cache_store(const char *cache_dir, const char *key,
 {
 	char dir[4096], path[4200], tmp[4300];
 	snprintf(dir, sizeof dir, "%s/tokens", cache_dir);
-	if (mkdir_p(dir))
+	if (mg_mkdir_p(dir))
 		return -1;
 	snprintf(path, sizeof path, "%s/%s.bin", dir, key);
 	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
