@@ -58,6 +58,10 @@ static const struct mg_option llama_options[] = {
 		 "adapters from, to continue training or evaluate it; its r, "
 		 "lora_alpha and use_rslora must equal the options above and "
 		 "it must hold every targeted module"),
+	MG_OPT_B("activation_checkpointing", "false",
+		 "keep only each layer's input for backward and recompute "
+		 "the layer there (one extra layer forward; activation memory "
+		 "of one layer instead of all)"),
 	MG_OPT_END,
 };
 
@@ -68,6 +72,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	if (!m)
 		return mg_error("llama: out of memory");
 	m->ctx = ctx;
+	m->recompute = mg_opt_bool(o, "activation_checkpointing");
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
 	    llama_lora_setup(m, o)) {
 		llama_lora_free(m);

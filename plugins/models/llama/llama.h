@@ -111,6 +111,9 @@ struct llama {
 	struct mg_buf arena;	/* activations kept for backward */
 	struct mg_buf work;	/* backward's gradient buffers */
 	int64_t n, T;		/* batch the arena is laid out for */
+	/* activation_checkpointing: one layer block in the arena, refilled
+	 * by recomputing each layer's forward in backward */
+	bool recompute;
 	bool have_fwd;
 	bool warned_len; /* rows longer than max_position_embeddings */
 	struct mg_tensor ids, labels, positions; /* of the last forward */

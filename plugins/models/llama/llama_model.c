@@ -10,6 +10,10 @@
  * (loss scale / the step's label tokens over every rank and micro-batch),
  * so N ranks and one rank train the same model.
  *
+ * With activation_checkpointing only the residual stream inputs are
+ * kept per layer; one layer block is shared and backward recomputes each
+ * layer's forward into it just before that layer's backward.
+ *
  * With LoRA (llama_lora.c) each targeted projection adds its adapter
  * path after the frozen GEMM and saves only s * A drop(x) [R, r];
  * backward takes no weight gradient of a frozen tensor (the strategy
@@ -90,7 +94,8 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 			SLOT(la[t], R * r * es);
 	}
 	L->per = p;
-	o += p * (size_t)c->layers;
+	/* With activation checkpointing one block serves every layer. */
+	o += p * (size_t)(m->recompute ? 1 : c->layers);
 	L->hn = o;
 	o += al(R * D * es);
 	L->rstdn = o;
@@ -154,7 +159,7 @@ static void layer_tensors(const struct llama *m, const struct lay *L, int l,
 		      kvd = c->kv_heads * c->head_dim, I = c->ffn;
 	void *A = m->arena.ptr;
 	const size_t xs = al((size_t)(R * D) * mg_dtype_size(dt));
-	const size_t b = L->layer + L->per * (size_t)l;
+	const size_t b = L->layer + L->per * (size_t)(m->recompute ? 0 : l);
 	t->x = at(m, A, L->x + xs * (size_t)l, dt, 2, R, D, 0, 0);
 	t->xn = at(m, A, L->x + xs * (size_t)(l + 1), dt, 2, R, D, 0, 0);
 	t->h1 = at(m, A, b + L->h1, dt, 2, R, D, 0, 0);
@@ -193,8 +198,9 @@ static double attn_scale(const struct llama *m)
 static struct mg_tensor lora_saved(const struct llama *m, const struct lay *L,
 				   int l, int tg)
 {
+	size_t blk = m->recompute ? 0 : (size_t)l;
 	size_t off = tg == LT_HEAD ? L->la[tg]
-				   : L->layer + L->per * (size_t)l + L->la[tg];
+				   : L->layer + L->per * blk + L->la[tg];
 	return at(m, m->arena.ptr, off, m->ctx->compute_dtype, 2, m->n * m->T,
 		  m->lora.rank, 0, 0);
 }
@@ -556,7 +562,14 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), MG_PHASE_BACKWARD);
 		if (!v)
 			return -1;
-		rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, l,
+		/* Activation checkpointing: refill the layer block from the
+		 * kept input. Dropout masks are keyed on (layer, target,
+		 * sample), so the recomputation draws the forward's. */
+		rc = m->recompute ? layer_forward(m, ctx, v->params, &t,
+						  &m->positions, &L, l)
+				  : 0;
+		if (!rc)
+			rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, l,
 				    &dx);
 		if (!rc)
 			rc = mg_grads_ready(ctx, LLAMA_UNIT_LAYER(l));
