@@ -34,6 +34,11 @@
 #     profile            the [profile] window (CUPTI) against mgrun's own
 #                        counters, 1 GPU and 2 where visible
 #                        (tests/gpu/profile_check.sh; also in all)
+#     attention [bf16|f16]  the attention op tests (flash and tiled kernels
+#                        against the CPU twin), then the attention
+#                        micro-benchmark (bench_gpu_ops attention) and
+#                        PyTorch SDPA on the same shapes
+#                        (bench/attention_vs_torch.py) with the ratio
 #
 # The GPU machine lacks inih, cJSON and OpenBLAS: their .debs (.deps/debs)
 # are unpacked with dpkg -x into /tmp/mgdeps. cuDNN, cuBLAS and the CUDA
@@ -116,7 +121,7 @@ run() {
 
 bin=$build/tests/gpu
 groups="conv depthwise batchnorm elementwise pool linear dropout loss resize
-optim convert determinism graph llm"
+optim convert determinism graph llm attention"
 [ $# -gt 0 ] && groups="$*"
 if [ "$what" = tests ] || [ "$what" = all ]; then
 	# One process per group: a crash in one still lets the others run.
@@ -237,6 +242,16 @@ if [ "$what" = kernels ]; then
 	grep -E "^== kernels|step time|top compute|^ +[0-9]+\.[0-9]+ +[0-9]+ " "$out/kernels.log"
 fi
 
+if [ "$what" = attention ]; then
+	adt=${1:-bf16}
+	run test_gpu_ops attention "$bin/test_gpu_ops" attention
+	run bench_attention "attention $adt" "$bin/bench_gpu_ops" attention "$adt"
+	run bench_attention_torch "attention torch $adt" python3 \
+		bench/attention_vs_torch.py "$out/bench_attention.log" "$adt"
+	grep -E "FAIL|checks," "$out/test_gpu_ops.log" | tail -40
+	grep -vE "^ATTN" "$out/bench_attention.log" | grep -E "^ *(shape|llama)|FAIL|checks,|error"
+	sed -n '/^torch /,$p' "$out/bench_attention_torch.log"
+fi
 if [ "$what" = profile ] || [ "$what" = all ]; then
 	run test_profile profile tests/gpu/profile_check.sh "$mgrun" "$root" \
 		/tmp/mgprofile "$fashion"

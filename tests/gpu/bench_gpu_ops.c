@@ -7,6 +7,15 @@
  *  2. dense convolutions (stem and 1x1 layers): heuristics against Find.
  *
  *   bench_gpu_ops [N] [f32|f16|bf16]     (default 64 f32)
+ *   bench_gpu_ops attention [bf16|f16]   (default bf16)
+ *
+ * The attention mode times causal attention forward, backward and both at
+ * the LLaMA shapes (3-8B: n 2, T 512 and 2048, 32:8 heads, hd 128; 3.2-1B:
+ * n 8, T 512, 32:8 heads, hd 64), the flash kernels beside the tiled ones
+ * (MG_CUDA_OPT_ATTN_FLASH), on random inputs: medians of 7 windows of 10
+ * calls with the window spread, and TFLOPS of the causal work (forward
+ * 2 N Hq T^2 hd, backward 2.5 times that, as FlashAttention counts).
+ * Lines starting "ATTN" are read by bench/attention_vs_torch.py.
  *
  * Times are CUDA-event medians of 7 trials of 10 calls each, after
  * warm-up (the plan/algorithm choice happens in the warm-up). The copy
@@ -14,6 +23,7 @@
  * first so the own kernels' effective bandwidth has a yardstick.
  * Exits 77 ("SKIPPED: no GPU") without a GPU.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +31,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu_test.h"
+#include "ops/cuda/cuda_llm.h"
 #include "ops/cuda/cuda_ops.h"
 
 #define TRIALS 7
@@ -279,8 +290,197 @@ static void bench_membound(int N, enum mg_dtype dt)
 		cudaFree(par[i]->data);
 }
 
+/* ---- attention --------------------------------------------------- */
+
+static char albl[160];
+#define LBLA(...) (snprintf(albl, sizeof albl, __VA_ARGS__), albl)
+
+struct ab {
+	struct gt q, k, v, pos, o, lse, dout, dq, dk, dv;
+	double scale;
+};
+
+static int ab_fwd(void *p)
+{
+	struct ab *b = p;
+	return mg_cuda_attention(&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g,
+				 b->scale, &b->o.g, &b->lse.g);
+}
+
+static int ab_bwd(void *p)
+{
+	struct ab *b = p;
+	return mg_cuda_attention_backward(
+		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, b->scale,
+		&b->o.g, &b->lse.g, &b->dout.g, &b->dq.g, &b->dk.g, &b->dv.g);
+}
+
+static int ab_both(void *p)
+{
+	return ab_fwd(p) || ab_bwd(p);
+}
+
+/* Median, fastest and slowest window of TRIALS windows of ITERS calls
+ * (ms per call) after 3 warm-up calls; t[0] < 0 on error. */
+static void time_spread(int (*fn)(void *), void *arg, double t3[3])
+{
+	cudaStream_t st = (cudaStream_t)gt_gpu.dev->stream;
+	t3[0] = t3[1] = t3[2] = -1;
+	for (int i = 0; i < 3; i++)
+		if (fn(arg)) {
+			printf("  error: %s\n", mg_last_error());
+			return;
+		}
+	cudaEvent_t e0, e1;
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	float t[TRIALS];
+	int bad = 0;
+	for (int r = 0; r < TRIALS; r++) {
+		cudaEventRecord(e0, st);
+		for (int i = 0; i < ITERS; i++)
+			bad |= fn(arg);
+		cudaEventRecord(e1, st);
+		cudaEventSynchronize(e1);
+		cudaEventElapsedTime(&t[r], e0, e1);
+		t[r] /= ITERS;
+	}
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	if (gt_sync("bench attention") || bad)
+		return;
+	qsort(t, TRIALS, sizeof *t, cmp_f);
+	t3[0] = t[TRIALS / 2];
+	t3[1] = t[0];
+	t3[2] = t[TRIALS - 1];
+}
+
+static int bench_attention(enum mg_dtype dt)
+{
+	static const struct {
+		const char *name;
+		int N, T, Hq, Hkv, hd;
+	} sh[] = {
+		{"llama3-8b-T512", 2, 512, 32, 8, 128},
+		{"llama3-8b-T2048", 2, 2048, 32, 8, 128},
+		{"llama3.2-1b-T512", 8, 512, 32, 8, 64},
+	};
+	static const char *impl[] = {"tiled", "flash"};
+	static const char *dir[] = {"fwd", "bwd", "fwd+bwd"};
+	int (*fns[])(void *) = {ab_fwd, ab_bwd, ab_both};
+	const double mul[] = {1.0, 2.5, 3.5};
+	int rc = 0;
+	printf("causal attention, %s: ms per call, median [fastest, slowest "
+	       "of %d windows of %d]; TFLOPS of the causal work\n",
+	       mg_dtype_name(dt), TRIALS, ITERS);
+	printf("%-18s %-6s %-8s %9s %21s %8s\n", "shape", "impl", "dir", "ms",
+	       "spread", "TFLOPS");
+	for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
+		const int N = sh[i].N, T = sh[i].T, Hq = sh[i].Hq,
+			  Hkv = sh[i].Hkv, hd = sh[i].hd;
+		struct ab b;
+		b.scale = 1 / sqrt((double)hd);
+		gt_make(&b.q, dt, -1, 4, N, T, Hq, hd);
+		gt_make(&b.k, dt, -1, 4, N, T, Hkv, hd);
+		gt_make(&b.v, dt, -1, 4, N, T, Hkv, hd);
+		gt_make(&b.o, dt, -1, 4, N, T, Hq, hd);
+		gt_make(&b.dout, dt, -1, 4, N, T, Hq, hd);
+		gt_make(&b.dq, dt, -1, 4, N, T, Hq, hd);
+		gt_make(&b.dk, dt, -1, 4, N, T, Hkv, hd);
+		gt_make(&b.dv, dt, -1, 4, N, T, Hkv, hd);
+		gt_make(&b.lse, MG_F32, MG_F32, 3, N, Hq, T, 0);
+		gt_make(&b.pos, MG_I32, MG_I32, 2, N, T, 0, 0);
+		for (int64_t j = 0; j < b.pos.n; j++)
+			b.pos.v[j] = (double)(j % T); /* one document a row */
+		gt_upload(&b.pos);
+		gt_rand(&b.q, -2, 2);
+		gt_rand(&b.k, -2, 2);
+		gt_rand(&b.v, -1, 1);
+		gt_rand(&b.dout, -1, 1);
+		/* causal forward: QK^T and PV, 2 flops a multiply-add, half */
+		const double fwd_flop = 2.0 * N * Hq * (double)T * T * hd;
+		double ms[2][3] = {{-1, -1, -1}, {-1, -1, -1}};
+		struct gt *res[4] = {&b.o, &b.dq, &b.dk, &b.dv};
+		double *out[2][4] = {{NULL}};
+		for (int f = 0; f < 2; f++) {
+			mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, f);
+			/* results of both for a cross-check at these sizes;
+			 * the backward runs from this implementation's o, lse */
+			if (ab_fwd(&b) || ab_bwd(&b) ||
+			    gt_sync("attention fwd+bwd")) {
+				printf("  error: %s\n", mg_last_error());
+				rc = 1;
+				continue;
+			}
+			for (int j = 0; j < 4; j++)
+				out[f][j] = gt_read(res[j]);
+			for (int d = 0; d < 3; d++) {
+				double t3[3];
+				time_spread(fns[d], &b, t3);
+				ms[f][d] = t3[0];
+				if (t3[0] < 0) {
+					rc = 1;
+					continue;
+				}
+				const double tf = mul[d] * fwd_flop /
+						  (t3[0] * 1e-3) / 1e12;
+				printf("%-18s %-6s %-8s %9.4f [%8.4f, %8.4f] "
+				       "%8.1f\n",
+				       sh[i].name, impl[f], dir[d], t3[0],
+				       t3[1], t3[2], tf);
+				printf("ATTN shape=%s dtype=%s impl=%s dir=%s "
+				       "ms=%.5f min=%.5f max=%.5f "
+				       "tflops=%.2f\n",
+				       sh[i].name, mg_dtype_name(dt), impl[f],
+				       dir[d], t3[0], t3[1], t3[2], tf);
+			}
+		}
+		static const char *rn[] = {"o", "dq", "dk", "dv"};
+		for (int j = 0; j < 4; j++) {
+			if (!out[0][j] || !out[1][j])
+				continue;
+			double num = 0, den = 0;
+			int64_t nans = 0;
+			for (int64_t e = 0; e < res[j]->n; e++) {
+				const double x = out[1][j][e], y = out[0][j][e];
+				if (x != x)
+					nans++;
+				num += (x - y) * (x - y);
+				den += y * y;
+			}
+			gt_report(
+				LBLA("%s flash vs tiled %s", sh[i].name, rn[j]),
+				dt, sqrt(num / (den > 0 ? den : 1)), gt_tol(dt),
+				nans, "");
+		}
+		for (int f = 0; f < 2; f++)
+			for (int j = 0; j < 4; j++)
+				free(out[f][j]);
+		for (int d = 0; d < 3; d++)
+			if (ms[0][d] > 0 && ms[1][d] > 0)
+				printf("%-18s flash speed-up %-8s %.2fx\n",
+				       sh[i].name, dir[d], ms[0][d] / ms[1][d]);
+		struct gt *all[] = {&b.q,  &b.k,  &b.v,	 &b.o,	 &b.dout,
+				    &b.dq, &b.dk, &b.dv, &b.lse, &b.pos};
+		for (size_t j = 0; j < 10; j++)
+			gt_free(all[j]);
+	}
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "attention") == 0) {
+		const enum mg_dtype adt =
+			argc > 2 && strcmp(argv[2], "f16") == 0 ? MG_F16
+								: MG_BF16;
+		gt_init(argc, argv);
+		const int rc = bench_attention(adt);
+		const int frc = gt_finish();
+		return rc ? 1 : frc;
+	}
+
 	const int N = argc > 1 ? atoi(argv[1]) : 64;
 	const char *ts = argc > 2 ? argv[2] : "f32";
 	const enum mg_dtype dt = strcmp(ts, "f16") == 0	   ? MG_F16

@@ -2,7 +2,8 @@
  * test_gpu_ops.c - the CUDA ops against their CPU twins.
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
- *                 dropout|loss|resize|optim|llm|determinism|graph|all]
+ *                 dropout|loss|resize|optim|llm|attention|determinism|
+ *                 graph|all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
  * and odd ones: fresh random inputs (seed printed; MG_TEST_SEED repeats
@@ -1096,6 +1097,9 @@ static void llm_rope_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t H,
 	gt_free(&f);
 }
 
+/* Which CUDA attention kernels a check ran on, in its name. */
+static const char *attn_tag = "";
+
 static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 				int64_t Hq, int64_t Hkv, int64_t hd)
 {
@@ -1103,8 +1107,9 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 	struct gt q, k, v, pos, o, lse, dout, dq, dk, dv;
 	char name[96];
 	snprintf(name, sizeof name,
-		 "attention N%lld T%lld Hq%lld Hkv%lld hd%lld", (long long)N,
-		 (long long)T, (long long)Hq, (long long)Hkv, (long long)hd);
+		 "attention%s N%lld T%lld Hq%lld Hkv%lld hd%lld", attn_tag,
+		 (long long)N, (long long)T, (long long)Hq, (long long)Hkv,
+		 (long long)hd);
 	gt_make(&q, dt, -1, 4, N, T, Hq, hd);
 	gt_make(&k, dt, -1, 4, N, T, Hkv, hd);
 	gt_make(&v, dt, -1, 4, N, T, Hkv, hd);
@@ -1283,6 +1288,44 @@ static void test_llm(void)
 	}
 }
 
+/*
+ * The flash kernels (attention_flash.cu: F16/BF16, head dims 64 and 128)
+ * and, on the same shapes, the tiled kernels they replace (knob off):
+ * T off the 64-row tiles (1, 77, 200, 513) and on them (64, 256), GQA
+ * ratios 1, 4 and 8, N >= 4 so every llm_positions pattern (one document,
+ * two packed, a document then padding, random restarts) is there, and
+ * LLaMA 3.2 1B's heads (32:8, hd 64). F32 keeps the tiled kernels.
+ */
+static void test_attention(void)
+{
+	static const int64_t sh[][5] = {
+		/* N, T, Hq, Hkv, hd */
+		{4, 77, 4, 4, 64},    {4, 200, 8, 2, 128}, {5, 513, 8, 1, 64},
+		{4, 513, 16, 2, 128}, {2, 64, 4, 1, 128},  {4, 256, 32, 8, 64},
+		{2, 1, 8, 1, 64},     {6, 130, 4, 1, 128}, {1, 1000, 8, 2, 128},
+	};
+	static const enum mg_dtype half[] = {MG_BF16, MG_F16};
+	for (int flash = 1; flash >= 0; flash--) {
+		mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, flash);
+		attn_tag = flash ? " [flash]" : " [tiled]";
+		for (size_t d = 0; d < 2; d++)
+			for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
+				/* the tiled kernels on the small shapes only */
+				if (!flash &&
+				    sh[i][0] * sh[i][1] * sh[i][2] > 20000)
+					continue;
+				llm_attention_check(half[d], sh[i][0], sh[i][1],
+						    sh[i][2], sh[i][3],
+						    sh[i][4]);
+			}
+	}
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
+	attn_tag = " [f32]";
+	llm_attention_check(MG_F32, 4, 200, 8, 2, 128);
+	llm_attention_check(MG_F32, 4, 77, 4, 1, 64);
+	attn_tag = "";
+}
+
 static void probe_dispatch(void)
 {
 	struct gt x, y;
@@ -1320,6 +1363,7 @@ int main(int argc, char **argv)
 	RUN("optim", test_optim());
 	RUN("convert", test_convert());
 	RUN("llm", test_llm());
+	RUN("attention", test_attention());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;
