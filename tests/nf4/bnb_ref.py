@@ -39,9 +39,9 @@ NF4 = np.array([
 
 
 def f32_literal(text):
-    """The f32 nearest to a decimal literal, ties to even, as C's 1.5f
-    rounds it: directly, not through f64 (which differs for some of the
-    thresholds below)."""
+    """The f32 nearest to a decimal literal (or a Fraction), ties to even,
+    as C's 1.5f rounds it: directly, not through f64 (which differs for
+    some of the thresholds below)."""
     exact = Fraction(text)
     f = F(float(exact))
     best = min((f, np.nextafter(f, F(2)), np.nextafter(f, F(-2))),
@@ -62,15 +62,22 @@ THRESHOLDS = np.array([f32_literal(t) for t in (
     dtype=F)
 
 
+def fma_f32(a, b, c):
+    """a * b + c with one rounding to f32 (exact rational arithmetic)."""
+    return f32_literal(Fraction(float(a)) * Fraction(float(b)) +
+                       Fraction(float(c)))
+
+
 def linspace_f32(start, end, n):
-    """torch.linspace(start, end, n, dtype=float32), scalar formula: the
-    first half counts up from start, the second down from end."""
+    """torch.linspace(start, end, n, dtype=float32): step = (end - start) /
+    (n - 1); the first half counts up from start, the second down from
+    end, each point one fused multiply-add (as torch's compiled kernel
+    does it; this reproduces bitsandbytes' published map)."""
     start, end = F(start), F(end)
     step = F((end - start) / F(n - 1))
-    k = np.arange(n)
-    up = start + step * k.astype(F)
-    down = end - step * (n - 1 - k).astype(F)
-    return np.where(k < n // 2, up, down).astype(F)
+    return np.array([fma_f32(step, F(k), start) if k < n // 2 else
+                     fma_f32(-step, F(n - 1 - k), end) for k in range(n)],
+                    dtype=F)
 
 
 def dynamic_map():

@@ -288,6 +288,22 @@ static void test_nested_map(void)
 			double v = m[128 + (1 << i) - 1 + j];
 			CHECK(v > pow(10, i - 7) && v < pow(10, i - 6));
 		}
+	/* Entries of bitsandbytes' map as published (dumps of
+	 * create_dynamic_map()) where a linspace without fused
+	 * multiply-adds would be one or two ulps off. */
+	static const struct {
+		int i;
+		float v;
+	} bnb[] = {
+		{18, -0.7398437261581421f},    {20, -0.7117187976837158f},
+		{34, -0.5148437023162842f},    {39, -0.44453126192092896f},
+		{72, -0.07609374821186066f},   {89, -0.028281250968575478f},
+		{116, -0.000493750034365803f}, {117, -0.0003812500217463821f},
+	};
+	for (size_t k = 0; k < sizeof bnb / sizeof bnb[0]; k++)
+		if (m[bnb[k].i] != bnb[k].v)
+			fail("nested map [%d] = %.9g, bitsandbytes %.9g",
+			     bnb[k].i, m[bnb[k].i], bnb[k].v);
 }
 
 /* |x - deq(q(x))| <= absmax_b * (the table's largest half gap) +
