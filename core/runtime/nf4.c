@@ -126,17 +126,18 @@ static const float nf4_threshold[15] = {
 
 /*
  * The NF4 code of x (x already scaled by the block absmax): the number of
- * thresholds x is strictly above. bitsandbytes walks a tree of strict
- * x > threshold tests, so a value exactly on a threshold takes the LOWER
- * code, and NaN fails every test and takes code 0; the count decides the
- * same.
+ * thresholds x is strictly above, by a four-step branch-free binary
+ * search. bitsandbytes walks a tree of strict x > threshold tests, so a
+ * value exactly on a threshold takes the LOWER code, and NaN fails every
+ * test and takes code 0; the search decides the same.
  */
-static unsigned nf4_quant(float x)
+static inline unsigned nf4_quant(float x)
 {
-	unsigned q = 0;
-	for (int k = 0; k < 15; k++)
-		q += x > nf4_threshold[k];
-	return q;
+	unsigned c = (unsigned)(x > nf4_threshold[7]) << 3;
+	c += (unsigned)(x > nf4_threshold[c + 3]) << 2;
+	c += (unsigned)(x > nf4_threshold[c + 1]) << 1;
+	c += (unsigned)(x > nf4_threshold[c]);
+	return c;
 }
 
 /*
@@ -180,9 +181,10 @@ static float quant_block(unsigned char *codes, const float *x, int64_t n,
 			 int64_t b)
 {
 	const int64_t i0 = b * MG_NF4_BLOCK;
-	const int64_t len = n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK;
+	const unsigned len =
+		(unsigned)(n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK);
 	float m = 0.0f;
-	for (int64_t i = 0; i < len; i++) {
+	for (unsigned i = 0; i < len; i++) {
 		float a = fabsf(x[i0 + i]);
 		if (!(a <= 3.4028234663852886e38f))
 			return -1.0f;
@@ -193,15 +195,18 @@ static float quant_block(unsigned char *codes, const float *x, int64_t n,
 	 * * inf is NaN and bitsandbytes stores code 0 (-1.0), which decodes
 	 * to -1 times the double-quantized absmax, not exactly 0. We store
 	 * code 7 (0.0) instead, which decodes to 0 whatever the absmax. */
-	const float r = 1.0f / m;
-	unsigned char *c = codes + i0 / 2;
-	for (int64_t i = 0; i < len; i += 2) {
-		unsigned hi = m > 0 ? nf4_quant(x[i0 + i] * r) : 7u;
-		unsigned lo = 0;
-		if (i + 1 < len)
-			lo = m > 0 ? nf4_quant(x[i0 + i + 1] * r) : 7u;
-		c[i / 2] = (unsigned char)(hi << 4 | lo);
+	unsigned char q[MG_NF4_BLOCK + 1];
+	if (m > 0) {
+		const float r = 1.0f / m;
+		for (unsigned i = 0; i < len; i++)
+			q[i] = (unsigned char)nf4_quant(x[i0 + i] * r);
+	} else {
+		memset(q, 7, len);
 	}
+	q[len] = 0; /* odd len: the last low nibble */
+	unsigned char *c = codes + i0 / 2;
+	for (unsigned i = 0; i < len; i += 2)
+		c[i / 2] = (unsigned char)(q[i] << 4 | q[i + 1]);
 	return m;
 }
 
