@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/nf4_impl.h"
 #include "runtime/runtime.h"
 
 const float mg_nf4_code[16] = {
@@ -116,7 +117,7 @@ struct mg_nf4_layout mg_nf4_layout(int64_t n)
  * puts four of them (0, 8, 12 and 14) one ulp from the f32 midpoint.
  * They are used as they are, since they decide bitsandbytes' codes.
  */
-static const float nf4_threshold[15] = {
+const float mg_nf4_threshold[15] = {
 	-0.8480964004993439f,	-0.6106329262256622f,  -0.4599952697753906f,
 	-0.33967943489551544f,	-0.23460740596055984f, -0.13791173323988914f,
 	-0.045525018125772476f, 0.03979014977812767f,  0.1202552504837513f,
@@ -133,10 +134,10 @@ static const float nf4_threshold[15] = {
  */
 static inline unsigned nf4_quant(float x)
 {
-	unsigned c = (unsigned)(x > nf4_threshold[7]) << 3;
-	c += (unsigned)(x > nf4_threshold[c + 3]) << 2;
-	c += (unsigned)(x > nf4_threshold[c + 1]) << 1;
-	c += (unsigned)(x > nf4_threshold[c]);
+	unsigned c = (unsigned)(x > mg_nf4_threshold[7]) << 3;
+	c += (unsigned)(x > mg_nf4_threshold[c + 3]) << 2;
+	c += (unsigned)(x > mg_nf4_threshold[c + 1]) << 1;
+	c += (unsigned)(x > mg_nf4_threshold[c]);
 	return c;
 }
 
@@ -243,13 +244,31 @@ int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
 				(long long)bad, (long long)bad * MG_NF4_BLOCK);
 	}
 
-	/* offset: the mean of the absmax, summed in f64 in block order
-	 * (independent of threads) and rounded once. torch's f32 mean may
-	 * differ from it by an ulp; the offset is stored, so decoding is
+	/* offset: the mean of the absmax in f64, in the fixed order of
+	 * nf4_impl.h (the CUDA quantizer's), rounded once. torch's f32 mean
+	 * may differ from it by an ulp; the offset is stored, so decoding is
 	 * unaffected. */
+	const int64_t nchunks =
+		(l.nblocks + MG_NF4_SUM_CHUNK - 1) / MG_NF4_SUM_CHUNK;
+	double *part = malloc((size_t)nchunks * sizeof *part);
+	if (!part) {
+		free(absmax);
+		return mg_error("nf4 quantize: out of memory");
+	}
+#pragma omp parallel for schedule(static) if (nchunks > 4)
+	for (int64_t c = 0; c < nchunks; c++) {
+		const int64_t b1 = (c + 1) * MG_NF4_SUM_CHUNK < l.nblocks
+					   ? (c + 1) * MG_NF4_SUM_CHUNK
+					   : l.nblocks;
+		double s = 0;
+		for (int64_t b = c * MG_NF4_SUM_CHUNK; b < b1; b++)
+			s += absmax[b];
+		part[c] = s;
+	}
 	double sum = 0;
-	for (int64_t b = 0; b < l.nblocks; b++)
-		sum += absmax[b];
+	for (int64_t c = 0; c < nchunks; c++)
+		sum += part[c];
+	free(part);
 	const float offset = (float)(sum / (double)l.nblocks);
 
 	unsigned char *qabs = base + l.absmax;

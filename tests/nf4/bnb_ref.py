@@ -16,7 +16,7 @@ The algorithm, all in f32 with one rounding per operation:
     of zeros is stored as code 7 (0.0): mgrun's choice, where
     bitsandbytes' 0 * inf = NaN would give code 0.
   * double quantization: offset = mean of the absmax values (summed in
-    f64 in order, rounded once); per 256 values of absmax - offset,
+    f64: runs of 1024 in order, then those sums in order; rounded once); per 256 values of absmax - offset,
     nested_absmax = max |v|, and v * (1 / nested_absmax) goes to the
     nearest entry of create_dynamic_map(signed=True): bitsandbytes'
     binary search ends on an even index and compares with the f32
@@ -124,7 +124,10 @@ def quantize(x):
         codes = np.append(codes, np.uint8(0))
     packed = (codes[0::2] << 4) | codes[1::2]
 
-    offset = F(np.add.accumulate(absmax.astype(np.float64))[-1] / nblocks)
+    a64 = absmax.astype(np.float64)
+    parts = [np.add.accumulate(a64[c:c + 1024])[-1]
+             for c in range(0, nblocks, 1024)]
+    offset = F(np.add.accumulate(np.array(parts))[-1] / nblocks)
     v = (absmax - offset).astype(F)
     nnested = (nblocks + 255) // 256
     vpad = np.zeros(nnested * 256, dtype=F)
