@@ -245,9 +245,10 @@ int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
 	}
 
 	/* offset: the mean of the absmax in f64, in the fixed order of
-	 * nf4_impl.h (the CUDA quantizer's), rounded once. torch's f32 mean
-	 * may differ from it by an ulp; the offset is stored, so decoding is
-	 * unaffected. */
+	 * nf4_impl.h (the CUDA quantizer's), rounded once. torch's mean
+	 * (f32 accumulation on CUDA) may differ in its last bits, and with
+	 * it some nested indices near a tie; the offset is stored, so
+	 * decoding is unaffected. */
 	const int64_t nchunks =
 		(l.nblocks + MG_NF4_SUM_CHUNK - 1) / MG_NF4_SUM_CHUNK;
 	double *part = malloc((size_t)nchunks * sizeof *part);
