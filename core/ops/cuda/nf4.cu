@@ -3,11 +3,11 @@
  *
  * Dequantize: decode an NF4 blob (mg/nf4.h) into F32, F16 or BF16. It
  * runs before every frozen GEMM of a QLoRA step, so it is written to be
- * memory-bound: one thread per 16 bytes
- * of codes (32 elements, half an absmax block, so one scale per thread),
- * one 128-bit load, then 128-bit stores; the code table and the nested map
- * sit in shared memory, copied from a __grid_constant__ kernel parameter
- * (no allocation, no symbol upload: graph-capturable on any device).
+ * memory-bound: one thread per 16 bytes of codes (32 elements, half an
+ * absmax block, so one scale per thread), one 128-bit load, then 128-bit
+ * stores; the code table and the nested map sit in shared memory, copied
+ * from a __grid_constant__ kernel parameter (no allocation, no symbol
+ * upload: graph-capturable on any device).
  *
  * The arithmetic is the host's, rounding for rounding: the block absmax
  * map[q] * nested + offset with two roundings (__fmul_rn, __fadd_rn: no
