@@ -299,27 +299,36 @@ int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
 	return 0;
 }
 
-int mg_nf4_decode_block(float *out, const void *blob, int64_t n, int64_t b)
+int64_t mg_nf4_decode_blocks(float *out, const void *blob, int64_t n,
+			     int64_t b0, int64_t nb)
 {
 	const float *map = mg_nf4_nested_map();
 	const struct mg_nf4_layout l = mg_nf4_layout(n);
 	const unsigned char *base = blob;
-	const unsigned char *codes = base + l.codes;
+	const unsigned char *qabs = base + l.absmax;
 	const float *nested = (const float *)(base + l.nested_absmax);
 	float offset;
 	memcpy(&offset, base + l.offset, sizeof offset);
-	/* Two roundings, as bitsandbytes (dequantize the absmax, then add
-	 * the offset): C11 mode keeps them apart. */
-	float a = map[base[l.absmax + b]] * nested[b / MG_NF4_NESTED_BLOCK];
-	a = a + offset;
-	const int64_t i0 = b * MG_NF4_BLOCK;
-	const int len = (int)(n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK);
-	for (int i = 0; i < len; i++) {
-		unsigned c = codes[(i0 + i) / 2];
-		c = (i & 1) ? c & 15u : c >> 4;
-		out[i] = mg_nf4_code[c] * a;
+	int64_t done = 0;
+	for (int64_t b = b0; b < b0 + nb && b < l.nblocks; b++) {
+		/* Two roundings, as bitsandbytes (dequantize the absmax, then
+		 * add the offset): C11 mode keeps them apart. */
+		float a = map[qabs[b]] * nested[b / MG_NF4_NESTED_BLOCK];
+		a = a + offset;
+		const int64_t i0 = b * MG_NF4_BLOCK;
+		const int len =
+			(int)(n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK);
+		const unsigned char *c = base + l.codes + i0 / 2;
+		float *o = out + done;
+		for (int j = 0; 2 * j + 1 < len; j++) {
+			o[2 * j] = mg_nf4_code[c[j] >> 4] * a;
+			o[2 * j + 1] = mg_nf4_code[c[j] & 15u] * a;
+		}
+		if (len & 1)
+			o[len - 1] = mg_nf4_code[c[len / 2] >> 4] * a;
+		done += len;
 	}
-	return len;
+	return done;
 }
 
 int mg_nf4_dequantize_host(float *out, const void *blob, int64_t n)
@@ -329,10 +338,12 @@ int mg_nf4_dequantize_host(float *out, const void *blob, int64_t n)
 				n < 1		? "no elements"
 				: !out || !blob ? "NULL argument"
 						: "blob not 4-byte aligned");
-	const struct mg_nf4_layout l = mg_nf4_layout(n);
+	const int64_t nblocks = mg_nf4_layout(n).nblocks;
+	const int64_t per = 64;	   /* blocks per task: 4096 elements */
 	(void)mg_nf4_nested_map(); /* built before the threads start */
-#pragma omp parallel for schedule(static) if (l.nblocks > 256)
-	for (int64_t b = 0; b < l.nblocks; b++)
-		mg_nf4_decode_block(out + b * MG_NF4_BLOCK, blob, n, b);
+#pragma omp parallel for schedule(static) if (nblocks > 256)
+	for (int64_t t = 0; t < (nblocks + per - 1) / per; t++)
+		mg_nf4_decode_blocks(out + t * per * MG_NF4_BLOCK, blob, n,
+				     t * per, per);
 	return 0;
 }

@@ -25,9 +25,11 @@ extern const float mg_nf4_threshold[15];
  */
 #define MG_NF4_SUM_CHUNK 1024
 
-/* Decode block b (elements b * MG_NF4_BLOCK on, 64 or the rest) of the
- * n-element blob into out; returns how many it wrote. */
-int mg_nf4_decode_block(float *out, const void *blob, int64_t n, int64_t b);
+/* Decode blocks b0 .. b0 + nb - 1 (those that exist) of the n-element
+ * blob into out, from element b0 * MG_NF4_BLOCK on; returns how many
+ * elements it wrote. */
+int64_t mg_nf4_decode_blocks(float *out, const void *blob, int64_t n,
+			     int64_t b0, int64_t nb);
 
 #ifdef __cplusplus
 }

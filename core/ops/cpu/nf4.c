@@ -19,22 +19,23 @@ int mg_cpu_nf4_dequantize(struct mg_ctx *ctx, const struct mg_tensor *w,
 	const enum mg_dtype dt = out->dtype;
 	const int threads = ctx->dev->threads > 0 ? ctx->dev->threads : 1;
 	(void)mg_nf4_nested_map(); /* built before the threads start */
+	const int64_t per = 16;	   /* blocks per task: 1024 elements */
 #pragma omp parallel for schedule(static)                                      \
 	num_threads(threads) if (nblocks > 256)
-	for (int64_t b = 0; b < nblocks; b++) {
-		float v[MG_NF4_BLOCK];
-		const int64_t i0 = b * MG_NF4_BLOCK;
-		const int len = mg_nf4_decode_block(v, w->data, n, b);
+	for (int64_t t = 0; t < (nblocks + per - 1) / per; t++) {
+		const int64_t i0 = t * per * MG_NF4_BLOCK;
 		if (dt == MG_F32) {
-			float *o = (float *)out->data + i0;
-			for (int i = 0; i < len; i++)
-				o[i] = v[i];
-		} else {
-			uint16_t *o = (uint16_t *)out->data + i0;
-			for (int i = 0; i < len; i++)
-				o[i] = dt == MG_F16 ? mg_float_to_half(v[i])
-						    : mg_float_to_bf16(v[i]);
+			mg_nf4_decode_blocks((float *)out->data + i0, w->data,
+					     n, t * per, per);
+			continue;
 		}
+		float v[16 * MG_NF4_BLOCK];
+		const int64_t len =
+			mg_nf4_decode_blocks(v, w->data, n, t * per, per);
+		uint16_t *o = (uint16_t *)out->data + i0;
+		for (int64_t i = 0; i < len; i++)
+			o[i] = dt == MG_F16 ? mg_float_to_half(v[i])
+					    : mg_float_to_bf16(v[i]);
 	}
 	return 0;
 }
