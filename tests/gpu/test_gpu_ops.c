@@ -2,8 +2,8 @@
  * test_gpu_ops.c - the CUDA ops against their CPU twins.
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
- *                 dropout|loss|resize|optim|llm|attention|determinism|
- *                 graph|all]
+ *                 dropout|loss|resize|optim|llm|attention|nf4|
+ *                 determinism|graph|all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
  * and odd ones: fresh random inputs (seed printed; MG_TEST_SEED repeats
@@ -743,6 +743,148 @@ static void test_convert(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* mg_op_nf4_dequantize: the GPU's bits against the CPU twin's.         */
+
+/* Decode n elements of the host blob hb on both devices into dt, the
+ * GPU's blob at byte offset boff and its output at element offset ooff of
+ * their allocations (offsets other than 0 take the unaligned path), and
+ * report the fraction of elements whose bits differ. */
+static void nf4_check(const char *what, const unsigned char *hb, int64_t n,
+		      enum mg_dtype dt, size_t boff, size_t ooff)
+{
+	const size_t bytes = mg_nf4_layout(n).bytes, es = mg_dtype_size(dt);
+	unsigned char *db = NULL, *dout = NULL;
+	void *hc = malloc((size_t)n * es), *hg = malloc((size_t)n * es);
+	cudaMalloc((void **)&db, bytes + boff);
+	cudaMalloc((void **)&dout, ((size_t)n + ooff) * es);
+	cudaMemcpy(db + boff, hb, bytes, cudaMemcpyHostToDevice);
+	cudaMemset(dout, 0xff, ((size_t)n + ooff) * es); /* poison: NaN */
+	const int64_t shape[2] = {1, n};
+	struct mg_tensor wc = mg_tensor_make((void *)hb, MG_NF4, MG_DEV_CPU, 2,
+					     shape),
+			 wg = mg_tensor_make(db + boff, MG_NF4, MG_DEV_CUDA, 2,
+					     shape),
+			 oc = mg_tensor_make(hc, dt, MG_DEV_CPU, 1, &n),
+			 og = mg_tensor_make(dout + ooff * es, dt, MG_DEV_CUDA,
+					     1, &n);
+	snprintf(lbl, sizeof lbl, "nf4_dequantize %s n=%lld%s", what,
+		 (long long)n, boff || ooff ? " unaligned" : "");
+	CPU(mg_op_nf4_dequantize(&gt_cpu, &wc, &oc), lbl);
+	if (!gt_ok(mg_op_nf4_dequantize(&gt_gpu, &wg, &og), lbl) &&
+	    !gt_sync(lbl)) {
+		cudaMemcpy(hg, dout + ooff * es, (size_t)n * es,
+			   cudaMemcpyDeviceToHost);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < n; i++)
+			diff += memcmp((char *)hg + (size_t)i * es,
+				       (char *)hc + (size_t)i * es, es) != 0;
+		gt_report(lbl, dt, (double)diff / (double)n, 0, 0,
+			  "fraction of elements whose bits differ");
+	}
+	cudaFree(db);
+	cudaFree(dout);
+	free(hc);
+	free(hg);
+}
+
+/* Quantize the n values x (as dt) on both devices and report the fraction
+ * of blob bytes that differ (the whole blob, padding included). */
+static void nf4_quant_check(const float *x, int64_t n, enum mg_dtype dt)
+{
+	const size_t bytes = mg_nf4_layout(n).bytes, es = mg_dtype_size(dt);
+	void *hx = malloc((size_t)n * es);
+	unsigned char *hc = malloc(bytes), *hg = malloc(bytes);
+	for (int64_t i = 0; i < n; i++) {
+		if (dt == MG_F32)
+			((float *)hx)[i] = x[i];
+		else
+			((uint16_t *)hx)[i] = dt == MG_F16
+						      ? mg_float_to_half(x[i])
+						      : mg_float_to_bf16(x[i]);
+	}
+	void *dx = NULL, *db = NULL;
+	cudaMalloc(&dx, (size_t)n * es);
+	cudaMalloc(&db, bytes);
+	cudaMemcpy(dx, hx, (size_t)n * es, cudaMemcpyHostToDevice);
+	cudaMemset(db, 0xff, bytes); /* poison */
+	const int64_t shape[2] = {1, n};
+	struct mg_tensor xc = mg_tensor_make(hx, dt, MG_DEV_CPU, 1, &n),
+			 xg = mg_tensor_make(dx, dt, MG_DEV_CUDA, 1, &n),
+			 wc = mg_tensor_make(hc, MG_NF4, MG_DEV_CPU, 2, shape),
+			 wg = mg_tensor_make(db, MG_NF4, MG_DEV_CUDA, 2, shape);
+	snprintf(lbl, sizeof lbl, "nf4_quantize %s n=%lld", mg_dtype_name(dt),
+		 (long long)n);
+	CPU(mg_op_nf4_quantize(&gt_cpu, &xc, &wc), lbl);
+	if (!gt_ok(mg_op_nf4_quantize(&gt_gpu, &xg, &wg), lbl) &&
+	    !gt_sync(lbl)) {
+		cudaMemcpy(hg, db, bytes, cudaMemcpyDeviceToHost);
+		int64_t diff = 0;
+		for (size_t i = 0; i < bytes; i++)
+			diff += hg[i] != hc[i];
+		gt_report(lbl, dt, (double)diff / (double)bytes, 0, 0,
+			  "fraction of blob bytes that differ");
+	}
+	cudaFree(dx);
+	cudaFree(db);
+	free(hx);
+	free(hc);
+	free(hg);
+}
+
+/*
+ * Blobs quantized on the host from normal data (sizes with a partial last
+ * block, odd n, several nested blocks, Llama 3 8B's MLP weight) and blobs
+ * of random bytes (every code and every map index, random nested absmax
+ * and offset), into F32, F16 and BF16, aligned and not; and the blobs
+ * mg_op_nf4_quantize writes on the GPU from F32, F16 and BF16 against the
+ * CPU's, byte for byte.
+ */
+static void test_nf4(void)
+{
+	static const int64_t sizes[] = {1,
+					31,
+					33,
+					64 * 3 + 17,
+					64 * 256 * 3 + 5,
+					(int64_t)4096 * 14336};
+	static const enum mg_dtype dts[] = {MG_F32, MG_F16, MG_BF16};
+	for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+		const int64_t n = sizes[s];
+		const struct mg_nf4_layout l = mg_nf4_layout(n);
+		float *x = malloc((size_t)n * sizeof *x);
+		unsigned char *hb = malloc(l.bytes);
+		for (int64_t i = 0; i < n; i++)
+			x[i] = (float)(0.02 * (gt_urand() + gt_urand() +
+					       gt_urand() - 1.5));
+		if (mg_nf4_quantize_host(hb, x, n) != 0) {
+			printf("FAIL nf4 quantize n=%lld: %s\n", (long long)n,
+			       mg_last_error());
+			gt_fail++;
+		} else {
+			for (size_t d = 0; d < 3; d++) {
+				nf4_quant_check(x, n, dts[d]);
+				nf4_check("normal", hb, n, dts[d], 0, 0);
+				if (n < 100000)
+					nf4_check("normal", hb, n, dts[d], 4,
+						  1);
+			}
+		}
+		/* random codes and absmax indices, finite scales */
+		for (size_t i = 0; i < l.offset; i++)
+			hb[i] = (unsigned char)(gt_urand() * 256);
+		float *nested = (float *)(hb + l.nested_absmax), offset;
+		for (int64_t g = 0; g < l.nnested; g++)
+			nested[g] = (float)(gt_urand() * 0.1);
+		offset = (float)(gt_urand() * 0.05);
+		memcpy(hb + l.offset, &offset, 4);
+		for (size_t d = 0; d < 3; d++)
+			nf4_check("random", hb, n, dts[d], 0, 0);
+		free(x);
+		free(hb);
+	}
+}
+
+/* ------------------------------------------------------------------ */
 /* Determinism and CUDA-graph capture: a mini training step of the ops  */
 /* with reductions, run eagerly twice and replayed as a captured graph; */
 /* every output must be bitwise identical.                              */
@@ -1364,6 +1506,7 @@ int main(int argc, char **argv)
 	RUN("convert", test_convert());
 	RUN("llm", test_llm());
 	RUN("attention", test_attention());
+	RUN("nf4", test_nf4());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;
