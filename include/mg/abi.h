@@ -33,9 +33,12 @@ extern "C" {
  *        safetensors writer and F16/BF16 host conversion of
  *        mg/tensor_file.h; the strategy kit (mg/kit.h) is versioned
  *        apart, MG_KIT_VERSION_*
+ *   1.5  fused kernels (ops_llm.h): mg_op_add_rmsnorm,
+ *        mg_op_rmsnorm_backward_add, mg_op_linear_xent (chunked linear +
+ *        cross-entropy)
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 4
+#define MG_ABI_MINOR 5
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)
