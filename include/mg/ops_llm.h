@@ -136,10 +136,10 @@ MG_EXPORT int mg_op_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
  * dx = dres + d(rmsnorm)/dx (mg_op_rmsnorm_backward then mg_op_add), dw
  * += as there (NULL: not computed). dx may alias dres. */
 MG_EXPORT int mg_op_rmsnorm_backward_add(
-	struct mg_ctx *ctx, const struct mg_tensor *x, const struct mg_tensor *w,
-	const struct mg_tensor *rstd, const struct mg_tensor *dy,
-	const struct mg_tensor *dres, struct mg_tensor *dx,
-	struct mg_tensor *dw);
+	struct mg_ctx *ctx, const struct mg_tensor *x,
+	const struct mg_tensor *w, const struct mg_tensor *rstd,
+	const struct mg_tensor *dy, const struct mg_tensor *dres,
+	struct mg_tensor *dx, struct mg_tensor *dw);
 
 /*
  * Linear + cross-entropy without the [R, V] logits: x [..., D] (R rows),

@@ -80,8 +80,7 @@ struct arms_fd {
 static double arms_loss(void *arg)
 {
 	struct arms_fd *f = arg;
-	if (mg_op_add_rmsnorm(&ctx, f->x, f->r, f->w, f->eps, f->s, f->y,
-			      NULL))
+	if (mg_op_add_rmsnorm(&ctx, f->x, f->r, f->w, f->eps, f->s, f->y, NULL))
 		return NAN;
 	return dot(f->y, f->R) + dot(f->s, f->R2);
 }
@@ -100,7 +99,8 @@ static void arms_case(enum mg_dtype dt, int64_t A, int64_t Dm, double eps)
 			 w = as_dt(&w64, dt);
 	struct mg_tensor s1 = as_dt(&x64, dt), y1 = as_dt(&x64, dt),
 			 s2 = as_dt(&x64, dt), y2 = as_dt(&x64, dt);
-	struct mg_tensor rs1 = mk(dt, 1, A, 0, 0, 0), rs2 = mk(dt, 1, A, 0, 0, 0);
+	struct mg_tensor rs1 = mk(dt, 1, A, 0, 0, 0),
+			 rs2 = mk(dt, 1, A, 0, 0, 0);
 	CHECK_OK(mg_op_add(&ctx, &x, &r, &s1));
 	CHECK_OK(mg_op_rmsnorm(&ctx, &s1, &w, eps, &y1, &rs1));
 	CHECK_OK(mg_op_add_rmsnorm(&ctx, &x, &r, &w, eps, &s2, &y2, &rs2));
@@ -160,7 +160,8 @@ static void rba_case(enum mg_dtype dt, bool w32, int64_t A, int64_t Dm)
 	for (int64_t i = 0; i < Dm; i++)
 		D(&w64)[i] = 1 + 0.5 * srand1();
 	struct mg_tensor x = as_dt(&x64, dt), dy = as_dt(&x64, dt),
-			 dres = as_dt(&x64, dt), w = as_dt(&w64, w32 ? MG_F32 : dt);
+			 dres = as_dt(&x64, dt),
+			 w = as_dt(&w64, w32 ? MG_F32 : dt);
 	fill_rand(&x64, 1);
 	struct mg_tensor t = as_dt(&x64, dt);
 	memcpy(dy.data, t.data, mg_tensor_bytes(&t));
@@ -235,7 +236,8 @@ static void lx_case(enum mg_dtype dt, int64_t R, int64_t Dm, int64_t V,
 	struct mg_tensor scale = mk(MG_F32, 1, 1, 0, 0, 0);
 	*(float *)scale.data = 0.375f;
 	/* unfused: logits, metrics, dlogits in place, dx and dw += */
-	struct mg_tensor lg = mk(dt, 2, R, V, 0, 0), m1 = mk(MG_F64, 1, 3, 0, 0, 0),
+	struct mg_tensor lg = mk(dt, 2, R, V, 0, 0),
+			 m1 = mk(MG_F64, 1, 3, 0, 0, 0),
 			 m2 = mk(MG_F64, 1, 3, 0, 0, 0);
 	struct mg_tensor dx1 = as_dt(&x64, dt), dx2 = as_dt(&x64, dt);
 	fill_rand(&w64, 0.5);
@@ -246,8 +248,8 @@ static void lx_case(enum mg_dtype dt, int64_t R, int64_t Dm, int64_t V,
 	CHECK_OK(mg_op_softmax_xent_backward(&ctx, &lg, &lab, &scale, &lg));
 	CHECK_OK(mg_op_linear_backward(&ctx, &x, &w, &lg, &dx1, &dw1, NULL));
 	struct mg_tensor work = mk(dt, 2, C, V, 0, 0);
-	CHECK_OK(mg_op_linear_xent(&ctx, &x, &w, &lab, &scale, &work, &m2,
-				   &dx2, &dw2));
+	CHECK_OK(mg_op_linear_xent(&ctx, &x, &w, &lab, &scale, &work, &m2, &dx2,
+				   &dw2));
 	snprintf(buf, sizeof buf, "%s metrics", name);
 	expect_close(buf, D(&m2), D(&m1), 3, dt == MG_F64 ? 1e-13 : 1e-6);
 	if (D(&m2)[MG_METRIC_COUNT] != D(&m1)[MG_METRIC_COUNT] ||
@@ -260,8 +262,8 @@ static void lx_case(enum mg_dtype dt, int64_t R, int64_t Dm, int64_t V,
 	snprintf(buf, sizeof buf, "%s dw", name);
 	expect_near(buf, &dw2, &dw1, tol);
 	/* metrics only, dx only, dw only: the same values */
-	struct mg_tensor m3 = mk(MG_F64, 1, 3, 0, 0, 0),
-			 dx3 = as_dt(&x64, dt), dw3 = clone(&dw0);
+	struct mg_tensor m3 = mk(MG_F64, 1, 3, 0, 0, 0), dx3 = as_dt(&x64, dt),
+			 dw3 = clone(&dw0);
 	CHECK_OK(mg_op_linear_xent(&ctx, &x, &w, &lab, NULL, &work, &m3, NULL,
 				   NULL));
 	snprintf(buf, sizeof buf, "%s metrics without gradients", name);
@@ -315,7 +317,8 @@ static void expect_error(const char *what, int rc, const char *needle)
 
 static void test_errors(void)
 {
-	struct mg_tensor x = mk(MG_F64, 2, 4, 3, 0, 0), w = mk(MG_F64, 2, 5, 3, 0, 0),
+	struct mg_tensor x = mk(MG_F64, 2, 4, 3, 0, 0),
+			 w = mk(MG_F64, 2, 5, 3, 0, 0),
 			 lab = mk(MG_I32, 1, 4, 0, 0, 0),
 			 lab3 = mk(MG_I32, 1, 3, 0, 0, 0),
 			 work = mk(MG_F64, 2, 2, 5, 0, 0),

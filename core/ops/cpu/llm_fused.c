@@ -74,7 +74,8 @@ static struct mg_tensor rows_of(const struct mg_tensor *t, int64_t r0,
 }
 
 int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
-		       const struct mg_tensor *w, const struct mg_tensor *labels,
+		       const struct mg_tensor *w,
+		       const struct mg_tensor *labels,
 		       const struct mg_tensor *scale, struct mg_tensor *work,
 		       struct mg_tensor *metrics, struct mg_tensor *dx,
 		       struct mg_tensor *dw)
@@ -111,9 +112,9 @@ int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 		struct mg_tensor dxc;
 		if (dx)
 			dxc = rows_of(dx, c0, n, D);
-		if (grad && mg_cpu_linear_backward(ctx, &xc, w, &lc,
-						   dx ? &dxc : NULL, dw,
-						   NULL)) {
+		if (grad &&
+		    mg_cpu_linear_backward(ctx, &xc, w, &lc, dx ? &dxc : NULL,
+					   dw, NULL)) {
 			free(acc);
 			return -1;
 		}

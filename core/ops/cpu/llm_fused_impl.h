@@ -36,9 +36,9 @@ static void FN(add_rms_fwd)(const T *x, const T *r, const void *w, bool wf32,
 
 /* dx = dres + (rs * (w dy) - x rs^3 / D * sum(w dy x)), the norm's part
  * rounded to T first as rms_bwd writes it. */
-static void FN(rms_bwd_add)(const T *x, const void *w, bool wf32,
-			    const T *rstd, const T *dy, const T *dres, T *dx,
-			    int64_t R, int64_t D, int nt)
+static void FN(rms_bwd_add)(const T *x, const void *w, bool wf32, const T *rstd,
+			    const T *dy, const T *dres, T *dx, int64_t R,
+			    int64_t D, int nt)
 {
 #pragma omp parallel for num_threads(nt) schedule(static)
 	for (int64_t r = 0; r < R; r++) {

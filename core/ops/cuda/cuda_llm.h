@@ -65,15 +65,17 @@ MG_EXPORT int mg_cuda_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
 				  struct mg_tensor *s, struct mg_tensor *y,
 				  struct mg_tensor *rstd);
 MG_EXPORT int mg_cuda_rmsnorm_backward_add(
-	struct mg_ctx *ctx, const struct mg_tensor *x, const struct mg_tensor *w,
-	const struct mg_tensor *rstd, const struct mg_tensor *dy,
-	const struct mg_tensor *dres, struct mg_tensor *dx,
-	struct mg_tensor *dw);
-MG_EXPORT int mg_cuda_linear_xent(
-	struct mg_ctx *ctx, const struct mg_tensor *x, const struct mg_tensor *w,
-	const struct mg_tensor *labels, const struct mg_tensor *scale,
-	struct mg_tensor *work, struct mg_tensor *metrics, struct mg_tensor *dx,
-	struct mg_tensor *dw);
+	struct mg_ctx *ctx, const struct mg_tensor *x,
+	const struct mg_tensor *w, const struct mg_tensor *rstd,
+	const struct mg_tensor *dy, const struct mg_tensor *dres,
+	struct mg_tensor *dx, struct mg_tensor *dw);
+MG_EXPORT int mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+				  const struct mg_tensor *w,
+				  const struct mg_tensor *labels,
+				  const struct mg_tensor *scale,
+				  struct mg_tensor *work,
+				  struct mg_tensor *metrics,
+				  struct mg_tensor *dx, struct mg_tensor *dw);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,15 @@ static const struct mg_option llama_options[] = {
 		 "adapters from, to continue training or evaluate it; its r, "
 		 "lora_alpha and use_rslora must equal the options above and "
 		 "it must hold every targeted module"),
+	MG_OPT_S("kernels", "none",
+		 "fused kernels instead of the unfused reference path: any of "
+		 "rmsnorm (residual add + RMSNorm in one pass, forward and "
+		 "backward), flce (linear + cross-entropy of the output head "
+		 "in chunks of tokens, without [tokens, vocab] logits), or "
+		 "fused / all, or none; same losses within rounding"),
+	MG_OPT_I("flce_chunk", "0", 0, 1 << 24,
+		 "tokens per chunk of logits with kernels flce (0: as many as "
+		 "fit 256 MiB, at least 256)"),
 	MG_OPT_END,
 };
 
@@ -69,7 +78,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 		return mg_error("llama: out of memory");
 	m->ctx = ctx;
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
-	    llama_lora_setup(m, o)) {
+	    llama_lora_setup(m, o) || llama_kernels_setup(m, o)) {
 		llama_lora_free(m);
 		free(m);
 		return -1;
