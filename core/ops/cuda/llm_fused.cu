@@ -148,8 +148,7 @@ __global__ void rms_bwd_add_k(const T *x, const W *w, const float *rstd,
 		T *o = dx + row * D;
 		for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
 			const float xv = mgc_ld(xr, d), g = mgc_ld(gr, d);
-			const float n =
-				rnd<T>(rs * mgc_ld(w, d) * g - xv * c);
+			const float n = rnd<T>(rs * mgc_ld(w, d) * g - xv * c);
 			if (part)
 				acc[d] += g * (xv * rs);
 			o[d] = mgc_t<T>::from(mgc_ld(er, d) + n);
@@ -194,8 +193,8 @@ void rms_bwd_add(cudaStream_t st, const void *x, const void *w, bool wf32,
 		dw_sum_k<float><<<mgc_blocks(D, TH), TH, 0, st>>>(
 			part, (float *)dw, S, D);
 	else
-		dw_sum_k<T><<<mgc_blocks(D, TH), TH, 0, st>>>(part, (T *)dw,
-							      S, D);
+		dw_sum_k<T>
+			<<<mgc_blocks(D, TH), TH, 0, st>>>(part, (T *)dw, S, D);
 }
 
 /* ---- linear + cross-entropy ---------------------------------------- */
@@ -290,10 +289,12 @@ __global__ void lxent_rows_k(T *logits, const int32_t *labels, int64_t V,
 	p = lse_block(p);
 	const float lse = p.m + logf(p.s);
 	if (threadIdx.x == 0)
-		rowv[r] = lab >= V ? make_double3(NAN, 0, 1)
-				   : make_double3((double)lse -
-							  (double)mgc_ld(row, lab),
-						  p.a == lab ? 1 : 0, 1);
+		rowv[r] =
+			lab >= V
+				? make_double3(NAN, 0, 1)
+				: make_double3((double)lse -
+						       (double)mgc_ld(row, lab),
+					       p.a == lab ? 1 : 0, 1);
 	if (!grad)
 		return;
 	/* every thread has read the label's logit above before any writes */
@@ -308,12 +309,11 @@ __global__ void lxent_rows_k(T *logits, const int32_t *labels, int64_t V,
 }
 
 template <typename T>
-void lxent_rows(cudaStream_t st, void *logits, const int32_t *labels,
-		int64_t n, int64_t V, bool grad, const float *scale,
-		double3 *rowv)
+void lxent_rows(cudaStream_t st, void *logits, const int32_t *labels, int64_t n,
+		int64_t V, bool grad, const float *scale, double3 *rowv)
 {
-	lxent_rows_k<T><<<(unsigned)n, XENT_TH, 0, st>>>(
-		(T *)logits, labels, V, grad, scale, rowv);
+	lxent_rows_k<T><<<(unsigned)n, XENT_TH, 0, st>>>((T *)logits, labels, V,
+							 grad, scale, rowv);
 }
 
 template <typename M>
@@ -347,7 +347,8 @@ struct mg_tensor rows_at(const struct mg_tensor *t, int64_t r0, int64_t n,
 }
 } // namespace
 
-extern "C" int mg_cuda_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
+extern "C" int mg_cuda_add_rmsnorm(struct mg_ctx *ctx,
+				   const struct mg_tensor *x,
 				   const struct mg_tensor *r,
 				   const struct mg_tensor *w, double eps,
 				   struct mg_tensor *s, struct mg_tensor *y,
@@ -357,17 +358,17 @@ extern "C" int mg_cuda_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x
 	const int64_t R = rows_of(x), D = x->shape[x->ndim - 1];
 	if (R == 0 || D == 0)
 		return 0;
-	FUSED_DISPATCH(op, x->dtype, add_rms, mgc_stream(ctx), x->data,
-		       r->data, w->data, w->dtype == MG_F32, (float)eps,
-		       s->data, y->data, rstd ? (float *)rstd->data : NULL, R,
-		       D);
+	FUSED_DISPATCH(op, x->dtype, add_rms, mgc_stream(ctx), x->data, r->data,
+		       w->data, w->dtype == MG_F32, (float)eps, s->data,
+		       y->data, rstd ? (float *)rstd->data : NULL, R, D);
 	return mgc_check_launch(op);
 }
 
 extern "C" int mg_cuda_rmsnorm_backward_add(
-	struct mg_ctx *ctx, const struct mg_tensor *x, const struct mg_tensor *w,
-	const struct mg_tensor *rstd, const struct mg_tensor *dy,
-	const struct mg_tensor *dres, struct mg_tensor *dx, struct mg_tensor *dw)
+	struct mg_ctx *ctx, const struct mg_tensor *x,
+	const struct mg_tensor *w, const struct mg_tensor *rstd,
+	const struct mg_tensor *dy, const struct mg_tensor *dres,
+	struct mg_tensor *dx, struct mg_tensor *dw)
 {
 	static const char op[] = "rmsnorm_backward_add";
 	const int64_t R = rows_of(x), D = x->shape[x->ndim - 1];
@@ -395,21 +396,20 @@ extern "C" int mg_cuda_rmsnorm_backward_add(
 	return mgc_check_launch(op);
 }
 
-extern "C" int mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
-				   const struct mg_tensor *w,
-				   const struct mg_tensor *labels,
-				   const struct mg_tensor *scale,
-				   struct mg_tensor *work,
-				   struct mg_tensor *metrics,
-				   struct mg_tensor *dx, struct mg_tensor *dw)
+extern "C" int
+mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+		    const struct mg_tensor *w, const struct mg_tensor *labels,
+		    const struct mg_tensor *scale, struct mg_tensor *work,
+		    struct mg_tensor *metrics, struct mg_tensor *dx,
+		    struct mg_tensor *dw)
 {
 	static const char op[] = "linear_xent";
 	const int64_t V = w->shape[0], D = w->shape[1], C = work->shape[0];
 	const int64_t R = D ? mg_tensor_numel(x) / D : 0;
 	if (metrics && metrics->dtype != MG_F32 && metrics->dtype != MG_F64)
 		return mgc_bad_dtype(op, metrics->dtype);
-	double3 *rowv = (double3 *)mgc_scratch(
-		ctx, (size_t)(R > 0 ? R : 1) * sizeof(double3));
+	double3 *rowv = (double3 *)mgc_scratch(ctx, (size_t)(R > 0 ? R : 1) *
+							    sizeof(double3));
 	if (!rowv)
 		return -1;
 	cudaStream_t st = mgc_stream(ctx);
@@ -433,10 +433,10 @@ extern "C" int mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x
 			return -1;
 	}
 	if (metrics && metrics->dtype == MG_F64)
-		lxent_sum_k<double><<<1, 1024, 0, st>>>(
-			rowv, R, (double *)metrics->data);
+		lxent_sum_k<double>
+			<<<1, 1024, 0, st>>>(rowv, R, (double *)metrics->data);
 	else if (metrics)
-		lxent_sum_k<float><<<1, 1024, 0, st>>>(rowv, R,
-						       (float *)metrics->data);
+		lxent_sum_k<float>
+			<<<1, 1024, 0, st>>>(rowv, R, (float *)metrics->data);
 	return mgc_check_launch(op);
 }
