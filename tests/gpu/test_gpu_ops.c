@@ -1386,7 +1386,7 @@ static void fused_lxent_check(enum mg_dtype dt, int64_t R, int64_t D, int64_t V,
 	gt_upload(&sc);
 	gt_poison(&met);
 	gt_poison(&dx);
-	gt_rand(&dw, -0.01, 0.01);
+	gt_rand(&dw, -1e-3, 1e-3);
 	CPU(mg_op_linear_xent(&gt_cpu, &x.c, &w.c, &lab.c, &sc.c, &work.c,
 			      &met.c, &dx.c, &dw.c),
 	    name);
@@ -1416,7 +1416,8 @@ static void test_fused(void)
 		fused_rms_check(dt, 1024, 2048, true);
 		fused_rms_check(dt, 37, 100, false);
 		fused_rms_check(dt, 5, 8, true);
-		/* wider than the shared-memory partials: unfused dw */
+		/* the widest shared-memory partials, then wider: unfused dw */
+		fused_rms_check(dt, 70, 12032, false);
 		fused_rms_check(dt, 9, 16384, true);
 		/* 3 chunks and a remainder; one chunk; Llama-3's vocab */
 		fused_lxent_check(dt, 300, 64, 1000, 128);

@@ -11,7 +11,8 @@
  * gradient's partial sums of its rows in shared memory (each thread owns
  * its columns: no atomics), so x and dy are read once for both; a second
  * kernel adds the segments' partials in order (deterministic). Widths
- * whose partials do not fit shared memory take the unfused dw path.
+ * whose partials do not fit shared memory (over 12032) take the unfused
+ * dw path.
  *
  * linear_xent: per chunk of rows the logits GEMM (mg_cuda_linear), one
  * block a row for the loss (online max / sum of exponentials, first
@@ -374,10 +375,11 @@ extern "C" int mg_cuda_rmsnorm_backward_add(
 	const int64_t R = rows_of(x), D = x->shape[x->ndim - 1];
 	if (R == 0 || D == 0)
 		return 0;
-	/* Partials of the weight gradient in shared memory up to 12288
-	 * columns (48 KiB); wider rows take the unfused dw kernels, first
-	 * (dx may alias dres, never dy or x). */
-	const bool shared_dw = dw && D * (int64_t)sizeof(float) <= 48 * 1024;
+	/* Partials of the weight gradient in shared memory up to 12032
+	 * columns (47 KiB beside the block sum's 128 B: within the 48 KiB
+	 * a block gets without opting in); wider rows take the unfused dw
+	 * kernels, first (dx may alias dres, never dy or x). */
+	const bool shared_dw = dw && D * (int64_t)sizeof(float) <= 47 * 1024;
 	if (dw && !shared_dw &&
 	    mg_cuda_rmsnorm_backward(ctx, x, w, rstd, dy, NULL, dw))
 		return -1;
