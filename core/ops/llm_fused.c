@@ -123,13 +123,42 @@ int mg_op_rmsnorm_backward_add(struct mg_ctx *ctx, const struct mg_tensor *x,
 					     dw));
 }
 
-int mg_op_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
-		      const struct mg_tensor *w, const struct mg_tensor *labels,
-		      const struct mg_tensor *scale, struct mg_tensor *work,
-		      struct mg_tensor *metrics, struct mg_tensor *dx,
-		      struct mg_tensor *dw)
+/* The low-rank term's operands: x2 [R, r], w2 [V, r], r >= 1, dx2 and dw2
+ * shaped as x2 and w2. */
+static int lowrank_check(const char *op, struct mg_ctx *ctx,
+			 const struct mg_tensor *x, const struct mg_lowrank *lr,
+			 int64_t R, int64_t V)
 {
-	static const char op[] = "linear_xent";
+	if (mgo_check(op, "x2", ctx, lr->x2, x->dtype, 2) ||
+	    mgo_check(op, "w2", ctx, lr->w2, x->dtype, 2) ||
+	    mgo_check_opt(op, "dx2", ctx, lr->dx2, x->dtype, -1) ||
+	    (lr->dx2 && mgo_same_shape(op, "x2", lr->x2, "dx2", lr->dx2)) ||
+	    mgo_check_opt(op, "dw2", ctx, lr->dw2, x->dtype, -1) ||
+	    (lr->dw2 && mgo_same_shape(op, "w2", lr->w2, "dw2", lr->dw2)))
+		return -1;
+	const int64_t r = lr->x2->shape[1];
+	if (lr->x2->shape[0] != R || r < 1 || lr->w2->shape[0] != V ||
+	    lr->w2->shape[1] != r) {
+		char a[96], b[96];
+		return mg_error("%s: x2 %s and w2 %s must be [%lld, r] and "
+				"[%lld, r], r >= 1",
+				op, mgo_shape_str(lr->x2, a, sizeof a),
+				mgo_shape_str(lr->w2, b, sizeof b),
+				(long long)R, (long long)V);
+	}
+	if (lr->dx2 && lr->dx2->data == lr->x2->data)
+		return mg_error("%s: dx2 must not alias x2", op);
+	return 0;
+}
+
+static int linear_xent(const char *op, struct mg_ctx *ctx,
+		       const struct mg_tensor *x, const struct mg_tensor *w,
+		       const struct mg_lowrank *lr,
+		       const struct mg_tensor *labels,
+		       const struct mg_tensor *scale, struct mg_tensor *work,
+		       struct mg_tensor *metrics, struct mg_tensor *dx,
+		       struct mg_tensor *dw)
+{
 	if (mgo_check_ctx(op, ctx) || fcheck(op, "x", ctx, x, -1) ||
 	    mgo_check(op, "w", ctx, w, x->dtype, 2) ||
 	    mgo_check(op, "labels", ctx, labels, MG_I32, -1) ||
@@ -169,9 +198,33 @@ int mg_op_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 				MG_METRIC_N);
 	if (dx && (dx->data == x->data || dx->data == work->data))
 		return mg_error("%s: dx must not alias x or work", op);
+	if (lr && lowrank_check(op, ctx, x, lr, R, V))
+		return -1;
 	MGO_DISPATCH(op, ctx,
-		     mg_cpu_linear_xent(ctx, x, w, labels, scale, work, metrics,
-					dx, dw),
-		     mg_cuda_linear_xent(ctx, x, w, labels, scale, work,
+		     mg_cpu_linear_xent(ctx, x, w, lr, labels, scale, work,
+					metrics, dx, dw),
+		     mg_cuda_linear_xent(ctx, x, w, lr, labels, scale, work,
 					 metrics, dx, dw));
+}
+
+int mg_op_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+		      const struct mg_tensor *w, const struct mg_tensor *labels,
+		      const struct mg_tensor *scale, struct mg_tensor *work,
+		      struct mg_tensor *metrics, struct mg_tensor *dx,
+		      struct mg_tensor *dw)
+{
+	return linear_xent("linear_xent", ctx, x, w, NULL, labels, scale, work,
+			   metrics, dx, dw);
+}
+
+int mg_op_linear_lora_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+			   const struct mg_tensor *w,
+			   const struct mg_lowrank *lr,
+			   const struct mg_tensor *labels,
+			   const struct mg_tensor *scale,
+			   struct mg_tensor *work, struct mg_tensor *metrics,
+			   struct mg_tensor *dx, struct mg_tensor *dw)
+{
+	return linear_xent("linear_lora_xent", ctx, x, w, lr, labels, scale,
+			   work, metrics, dx, dw);
 }

@@ -34,8 +34,8 @@ extern "C" {
  *        mg/tensor_file.h; the strategy kit (mg/kit.h) is versioned
  *        apart, MG_KIT_VERSION_*
  *   1.5  fused kernels (ops_llm.h): mg_op_add_rmsnorm,
- *        mg_op_rmsnorm_backward_add, mg_op_linear_xent (chunked linear +
- *        cross-entropy)
+ *        mg_op_rmsnorm_backward_add, mg_op_linear_xent and
+ *        mg_op_linear_lora_xent (chunked linear + cross-entropy)
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 5

@@ -164,6 +164,24 @@ MG_EXPORT int mg_op_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 				struct mg_tensor *work,
 				struct mg_tensor *metrics, struct mg_tensor *dx,
 				struct mg_tensor *dw);
+/*
+ * A low-rank term of the head (a LoRA adapter on it): logits += x2 w2^T
+ * with x2 [R, r] (the adapter's s A drop(x)) and w2 [V, r] (its B), one
+ * more GEMM a chunk; with gradients dx2 = dlogits w2 (written) and dw2
+ * += dlogits^T x2, each NULL when not wanted.
+ */
+struct mg_lowrank {
+	const struct mg_tensor *x2, *w2;
+	struct mg_tensor *dx2, *dw2;
+};
+/* mg_op_linear_xent with the low-rank term lr (NULL: none). */
+MG_EXPORT int
+mg_op_linear_lora_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+		       const struct mg_tensor *w, const struct mg_lowrank *lr,
+		       const struct mg_tensor *labels,
+		       const struct mg_tensor *scale, struct mg_tensor *work,
+		       struct mg_tensor *metrics, struct mg_tensor *dx,
+		       struct mg_tensor *dw);
 
 #ifdef __cplusplus
 }

@@ -1359,14 +1359,15 @@ static void fused_rms_check(enum mg_dtype dt, int64_t R, int64_t D, bool wf32)
 }
 
 static void fused_lxent_check(enum mg_dtype dt, int64_t R, int64_t D, int64_t V,
-			      int64_t C)
+			      int64_t C, int64_t rank)
 {
 	const double tol = gt_tol(dt);
-	struct gt x, w, lab, sc, work, met, dx, dw;
+	struct gt x, w, lab, sc, work, met, dx, dw, x2, w2, dx2, dw2;
 	char name[128];
 	snprintf(name, sizeof name,
-		 "linear_xent rows %lld dim %lld vocab %lld chunk %lld",
-		 (long long)R, (long long)D, (long long)V, (long long)C);
+		 "linear_xent rows %lld dim %lld vocab %lld chunk %lld%s",
+		 (long long)R, (long long)D, (long long)V, (long long)C,
+		 rank ? " lora" : "");
 	gt_make(&x, dt, -1, 2, R, D, 0, 0);
 	gt_make(&w, dt, -1, 2, V, D, 0, 0);
 	gt_make(&lab, MG_I32, MG_I32, 1, R, 0, 0, 0);
@@ -1375,8 +1376,15 @@ static void fused_lxent_check(enum mg_dtype dt, int64_t R, int64_t D, int64_t V,
 	gt_make(&met, MG_F64, MG_F64, 1, MG_METRIC_N, 0, 0, 0);
 	gt_make(&dx, dt, -1, 2, R, D, 0, 0);
 	gt_make(&dw, dt, -1, 2, V, D, 0, 0);
+	const int64_t rk = rank ? rank : 1;
+	gt_make(&x2, dt, -1, 2, R, rk, 0, 0);
+	gt_make(&w2, dt, -1, 2, V, rk, 0, 0);
+	gt_make(&dx2, dt, -1, 2, R, rk, 0, 0);
+	gt_make(&dw2, dt, -1, 2, V, rk, 0, 0);
 	gt_rand(&x, -1, 1);
 	gt_rand(&w, -0.5, 0.5);
+	gt_rand(&x2, -0.5, 0.5);
+	gt_rand(&w2, -0.5, 0.5);
 	for (int64_t i = 0; i < R; i++)
 		lab.v[i] = gt_urand() < 0.2
 				   ? -100
@@ -1386,25 +1394,37 @@ static void fused_lxent_check(enum mg_dtype dt, int64_t R, int64_t D, int64_t V,
 	gt_upload(&sc);
 	gt_poison(&met);
 	gt_poison(&dx);
+	gt_poison(&dx2);
 	gt_rand(&dw, -1e-3, 1e-3);
-	CPU(mg_op_linear_xent(&gt_cpu, &x.c, &w.c, &lab.c, &sc.c, &work.c,
-			      &met.c, &dx.c, &dw.c),
+	gt_rand(&dw2, -1e-3, 1e-3);
+	struct mg_lowrank lc = {&x2.c, &w2.c, &dx2.c, &dw2.c},
+			  lg = {&x2.g, &w2.g, &dx2.g, &dw2.g};
+	CPU(mg_op_linear_lora_xent(&gt_cpu, &x.c, &w.c, rank ? &lc : NULL,
+				   &lab.c, &sc.c, &work.c, &met.c, &dx.c,
+				   &dw.c),
 	    name);
-	if (!gt_ok(mg_op_linear_xent(&gt_gpu, &x.g, &w.g, &lab.g, &sc.g,
-				     &work.g, &met.g, &dx.g, &dw.g),
+	if (!gt_ok(mg_op_linear_lora_xent(&gt_gpu, &x.g, &w.g,
+					  rank ? &lg : NULL, &lab.g, &sc.g,
+					  &work.g, &met.g, &dx.g, &dw.g),
 		   name)) {
 		gt_check(LBL("%s metrics", name), dt, &met, tol);
 		gt_check(LBL("%s dx", name), dt, &dx, tol);
 		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
+		if (rank) {
+			gt_check(LBL("%s dx2", name), dt, &dx2, tol);
+			gt_check_delta(LBL("%s dw2", name), dt, &dw2, tol);
+		}
 	}
 	/* metrics alone (the forward of a training step, and evaluation) */
 	gt_poison(&met);
 	if (!gt_ok(mg_op_linear_xent(&gt_gpu, &x.g, &w.g, &lab.g, NULL, &work.g,
 				     &met.g, NULL, NULL),
-		   name))
+		   name) &&
+	    !rank)
 		gt_check(LBL("%s metrics without gradients", name), dt, &met,
 			 tol);
-	struct gt *all[] = {&x, &w, &lab, &sc, &work, &met, &dx, &dw};
+	struct gt *all[] = {&x,	 &w,  &lab, &sc, &work, &met,
+			    &dx, &dw, &x2,  &w2, &dx2,	&dw2};
 	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
 		gt_free(all[i]);
 }
@@ -1420,9 +1440,11 @@ static void test_fused(void)
 		fused_rms_check(dt, 70, 12032, false);
 		fused_rms_check(dt, 9, 16384, true);
 		/* 3 chunks and a remainder; one chunk; Llama-3's vocab */
-		fused_lxent_check(dt, 300, 64, 1000, 128);
-		fused_lxent_check(dt, 17, 32, 50, 64);
-		fused_lxent_check(dt, 64, 128, 128256, 24);
+		fused_lxent_check(dt, 300, 64, 1000, 128, 0);
+		fused_lxent_check(dt, 17, 32, 50, 64, 0);
+		fused_lxent_check(dt, 64, 128, 128256, 24, 0);
+		/* with a LoRA adapter on the head */
+		fused_lxent_check(dt, 300, 64, 1000, 128, 8);
 	}
 }
 

@@ -10,7 +10,8 @@
  * finite-difference check in fp64. linear + cross-entropy equals
  * linear, softmax_xent, its backward and linear_backward for every chunk
  * size (1e-12 in fp64, 1e-4 in fp32: chunked GEMM sums), ignored labels
- * included, and its gradients pass finite differences of its own loss.
+ * included, and its gradients pass finite differences of its own loss;
+ * with a low-rank term (LoRA on the head) too.
  * MG_TEST_SEED reruns on other random inputs.
  */
 #include <math.h>
@@ -293,8 +294,89 @@ static void lx_case(enum mg_dtype dt, int64_t R, int64_t Dm, int64_t V,
 	del(&dx3), del(&dw0), del(&dw1), del(&dw2), del(&dw3), del(&work);
 }
 
+/* With a low-rank term (LoRA on the head): logits = x w^T + x2 w2^T. */
+struct lxl_fd {
+	struct mg_tensor *x, *w, *x2, *w2, *lab, *work, *met;
+};
+
+static double lxl_loss(void *arg)
+{
+	struct lxl_fd *f = arg;
+	struct mg_lowrank lr = {f->x2, f->w2, NULL, NULL};
+	if (mg_op_linear_lora_xent(&ctx, f->x, f->w, &lr, f->lab, NULL, f->work,
+				   f->met, NULL, NULL))
+		return NAN;
+	return D(f->met)[MG_METRIC_LOSS_SUM];
+}
+
+static void lxl_case(enum mg_dtype dt, int64_t R, int64_t Dm, int64_t V,
+		     int64_t r, int64_t C)
+{
+	char name[128], buf[192];
+	snprintf(name, sizeof name,
+		 "linear_lora_xent %s rows %lld dim %lld vocab %lld rank %lld "
+		 "chunk %lld",
+		 mg_dtype_name(dt), (long long)R, (long long)Dm, (long long)V,
+		 (long long)r, (long long)C);
+	const double tol = dt == MG_F64 ? 1e-12 : 1e-4;
+	struct mg_tensor x64 = mk(MG_F64, 2, R, Dm, 0, 0),
+			 w64 = mk(MG_F64, 2, V, Dm, 0, 0),
+			 a64 = mk(MG_F64, 2, R, r, 0, 0),
+			 b64 = mk(MG_F64, 2, V, r, 0, 0);
+	fill_rand(&x64, 2), fill_rand(&w64, 1), fill_rand(&a64, 1);
+	fill_rand(&b64, 1);
+	struct mg_tensor x = as_dt(&x64, dt), w = as_dt(&w64, dt),
+			 x2 = as_dt(&a64, dt), w2 = as_dt(&b64, dt);
+	struct mg_tensor lab = mk(MG_I32, 1, R, 0, 0, 0);
+	for (int64_t i = 0; i < R; i++)
+		((int32_t *)lab.data)[i] =
+			i % 4 == 2 ? -100 : (int32_t)(urand() * (double)V);
+	/* unfused: both GEMMs and an add, the loss, both backwards */
+	struct mg_tensor lg = mk(dt, 2, R, V, 0, 0), l2 = mk(dt, 2, R, V, 0, 0),
+			 m1 = mk(MG_F64, 1, 3, 0, 0, 0),
+			 m2 = mk(MG_F64, 1, 3, 0, 0, 0);
+	struct mg_tensor dx1 = as_dt(&x64, dt), dx2 = as_dt(&x64, dt),
+			 da1 = as_dt(&a64, dt), da2 = as_dt(&a64, dt);
+	fill_const(&b64, 0);
+	struct mg_tensor db1 = as_dt(&b64, dt), db2 = as_dt(&b64, dt);
+	CHECK_OK(mg_op_linear(&ctx, &x, &w, NULL, &lg));
+	CHECK_OK(mg_op_linear(&ctx, &x2, &w2, NULL, &l2));
+	CHECK_OK(mg_op_add(&ctx, &lg, &l2, &lg));
+	CHECK_OK(mg_op_softmax_xent(&ctx, &lg, &lab, &m1));
+	CHECK_OK(mg_op_softmax_xent_backward(&ctx, &lg, &lab, NULL, &lg));
+	CHECK_OK(mg_op_linear_backward(&ctx, &x, &w, &lg, &dx1, NULL, NULL));
+	CHECK_OK(mg_op_linear_backward(&ctx, &x2, &w2, &lg, &da1, &db1, NULL));
+	struct mg_tensor work = mk(dt, 2, C, V, 0, 0);
+	struct mg_lowrank lr = {&x2, &w2, &da2, &db2};
+	CHECK_OK(mg_op_linear_lora_xent(&ctx, &x, &w, &lr, &lab, NULL, &work,
+					&m2, &dx2, NULL));
+	snprintf(buf, sizeof buf, "%s metrics", name);
+	expect_close(buf, D(&m2), D(&m1), 3, dt == MG_F64 ? 1e-13 : 1e-6);
+	snprintf(buf, sizeof buf, "%s dx", name);
+	expect_near(buf, &dx2, &dx1, tol);
+	snprintf(buf, sizeof buf, "%s dx2", name);
+	expect_near(buf, &da2, &da1, tol);
+	snprintf(buf, sizeof buf, "%s dw2", name);
+	expect_near(buf, &db2, &db1, tol);
+	if (dt == MG_F64) {
+		struct lxl_fd f = {&x, &w, &x2, &w2, &lab, &work, &m2};
+		snprintf(buf, sizeof buf, "%s dx2", name);
+		fd_check(buf, &x2, D(&da2), lxl_loss, &f, 30, FD_TOL);
+		snprintf(buf, sizeof buf, "%s dw2", name);
+		fd_check(buf, &w2, D(&db2), lxl_loss, &f, 30, FD_TOL);
+	}
+	struct mg_tensor *all[] = {&x64, &w64, &a64, &b64, &x,	 &w,   &x2,
+				   &w2,	 &lab, &lg,  &l2,  &m1,	 &m2,  &dx1,
+				   &dx2, &da1, &da2, &db1, &db2, &work};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		del(all[i]);
+}
+
 static void test_linear_xent(void)
 {
+	lxl_case(MG_F64, 11, 6, 13, 3, 4);
+	lxl_case(MG_F64, 5, 4, 7, 1, 16);
+	lxl_case(MG_F32, 29, 16, 203, 4, 8);
 	lx_case(MG_F64, 10, 6, 13, 1);
 	lx_case(MG_F64, 10, 6, 13, 4);
 	lx_case(MG_F64, 10, 6, 13, 10);
@@ -346,6 +428,11 @@ static void test_errors(void)
 		     mg_op_linear_xent(&ctx, &x, &w, &lab, NULL, &work, NULL,
 				       &x, NULL),
 		     "alias");
+	struct mg_lowrank lr = {&nw, &w, NULL, NULL};
+	expect_error("linear_lora_xent x2 shape",
+		     mg_op_linear_lora_xent(&ctx, &x, &w, &lr, &lab, NULL,
+					    &work, NULL, NULL, NULL),
+		     "linear_lora_xent: x2");
 	((int32_t *)lab.data)[2] = 5;
 	expect_error("linear_xent label out of range",
 		     mg_op_linear_xent(&ctx, &x, &w, &lab, NULL, &work, NULL,

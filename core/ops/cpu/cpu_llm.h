@@ -61,7 +61,7 @@ int mg_cpu_rmsnorm_backward_add(struct mg_ctx *ctx, const struct mg_tensor *x,
 				const struct mg_tensor *dres,
 				struct mg_tensor *dx, struct mg_tensor *dw);
 int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
-		       const struct mg_tensor *w,
+		       const struct mg_tensor *w, const struct mg_lowrank *lr,
 		       const struct mg_tensor *labels,
 		       const struct mg_tensor *scale, struct mg_tensor *work,
 		       struct mg_tensor *metrics, struct mg_tensor *dx,

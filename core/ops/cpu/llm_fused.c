@@ -3,7 +3,8 @@
  * 1.5; checks in core/ops/llm_fused.c): residual add + RMSNorm, RMSNorm
  * backward with a residual gradient, and linear + cross-entropy over
  * chunks of rows (the logits GEMM and the head's gradients through the
- * CPU linear op, one row pass between them). F32 and F64.
+ * CPU linear op, one row pass between them), with an optional low-rank
+ * term (a LoRA adapter on the head). F32 and F64.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -73,8 +74,24 @@ static struct mg_tensor rows_of(const struct mg_tensor *t, int64_t r0,
 			      t->dtype, MG_DEV_CPU, 2, shape);
 }
 
+/* work[:n] += x2 rows [c0, c0 + n) times w2^T (the low-rank term). */
+static void lowrank_logits(struct mg_ctx *ctx, const struct mg_lowrank *lr,
+			   int64_t c0, int64_t n, struct mg_tensor *lc)
+{
+	const int64_t r = lr->x2->shape[1], V = lc->shape[1];
+	const int nt = mgo_threads(ctx);
+	if (lc->dtype == MG_F32)
+		mgo_gemm_f32(nt, false, true, n, V, r, 1,
+			     (const float *)lr->x2->data + c0 * r, r,
+			     lr->w2->data, r, 1, lc->data, V);
+	else
+		mgo_gemm_f64(nt, false, true, n, V, r, 1,
+			     (const double *)lr->x2->data + c0 * r, r,
+			     lr->w2->data, r, 1, lc->data, V);
+}
+
 int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
-		       const struct mg_tensor *w,
+		       const struct mg_tensor *w, const struct mg_lowrank *lr,
 		       const struct mg_tensor *labels,
 		       const struct mg_tensor *scale, struct mg_tensor *work,
 		       struct mg_tensor *metrics, struct mg_tensor *dx,
@@ -92,7 +109,8 @@ int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 	double *acc = malloc((size_t)(R ? R : 1) * 3 * sizeof *acc);
 	if (!acc)
 		return mg_error("%s: out of memory", op);
-	const bool grad = dx || dw;
+	const bool grad2 = lr && (lr->dx2 || lr->dw2);
+	const bool grad = dx || dw || grad2;
 	const double s = scale ? (double)*(const float *)scale->data : 1.0;
 	for (int64_t c0 = 0; c0 < R; c0 += C) {
 		const int64_t n = R - c0 < C ? R - c0 : C;
@@ -102,6 +120,8 @@ int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 			free(acc);
 			return -1;
 		}
+		if (lr)
+			lowrank_logits(ctx, lr, c0, n, &lc);
 		const int nt = mgo_threads_for(ctx, n * V * 4);
 		if (x->dtype == MG_F32)
 			lxent_rows_f32(lc.data, lab + c0, n, V, grad, s,
@@ -112,11 +132,23 @@ int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 		struct mg_tensor dxc;
 		if (dx)
 			dxc = rows_of(dx, c0, n, D);
-		if (grad &&
+		if ((dx || dw) &&
 		    mg_cpu_linear_backward(ctx, &xc, w, &lc, dx ? &dxc : NULL,
 					   dw, NULL)) {
 			free(acc);
 			return -1;
+		}
+		if (grad2) {
+			const int64_t r = lr->x2->shape[1];
+			struct mg_tensor x2c = rows_of(lr->x2, c0, n, r), d2c;
+			if (lr->dx2)
+				d2c = rows_of(lr->dx2, c0, n, r);
+			if (mg_cpu_linear_backward(ctx, &x2c, lr->w2, &lc,
+						   lr->dx2 ? &d2c : NULL,
+						   lr->dw2, NULL)) {
+				free(acc);
+				return -1;
+			}
 		}
 	}
 	if (metrics) {

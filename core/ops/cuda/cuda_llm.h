@@ -71,6 +71,7 @@ MG_EXPORT int mg_cuda_rmsnorm_backward_add(
 	struct mg_tensor *dx, struct mg_tensor *dw);
 MG_EXPORT int mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 				  const struct mg_tensor *w,
+				  const struct mg_lowrank *lr,
 				  const struct mg_tensor *labels,
 				  const struct mg_tensor *scale,
 				  struct mg_tensor *work,

@@ -18,9 +18,12 @@
  * block a row for the loss (online max / sum of exponentials, first
  * arg-max) and, with gradients, (softmax - onehot) * scale in place, then
  * mg_cuda_linear_backward for dx and dw; the rows' losses are summed in
- * a fixed order into the metrics. The scale is read on the device, so a
+ * a fixed order into the metrics. A low-rank term (LoRA on the head)
+ * adds one cuBLAS GEMM with beta 1 to each chunk's logits and its own
+ * mg_cuda_linear_backward. The scale is read on the device, so a
  * step stays capturable as a CUDA graph.
  */
+#include <cublas_v2.h>
 #include <math.h>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -337,6 +340,48 @@ __global__ void lxent_sum_k(const double3 *rowv, int64_t rows, M *metrics)
 	}
 }
 
+/* work[:n] += x2 rows [c0, c0 + n) times w2^T: column-major, work^T
+ * [V, n] += w2 ([r, V] to cuBLAS, transposed) x2c^T [r, n]; F32 compute
+ * (TF32 for F32 data when the backend allows it, as linear.cu). */
+int lowrank_logits(struct mg_ctx *ctx, const struct mg_lowrank *lr, int64_t c0,
+		   int64_t n, struct mg_tensor *lc)
+{
+	const int64_t r = lr->x2->shape[1], V = lc->shape[1];
+	struct mgc_state *st = mgc_state(ctx);
+	if (!st)
+		return -1;
+	cudaDataType_t dt;
+	cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+	switch (lc->dtype) {
+	case MG_F32:
+		dt = CUDA_R_32F;
+		if (st->opt[MG_CUDA_OPT_TF32])
+			ct = CUBLAS_COMPUTE_32F_FAST_TF32;
+		break;
+	case MG_F16:
+		dt = CUDA_R_16F;
+		break;
+	case MG_BF16:
+		dt = CUDA_R_16BF;
+		break;
+	default:
+		return mgc_bad_dtype("linear_lora_xent", lc->dtype);
+	}
+	const float one = 1;
+	const char *x2 = (const char *)lr->x2->data +
+			 (size_t)(c0 * r) * mg_dtype_size(lc->dtype);
+	cublasStatus_t s = cublasGemmEx(
+		(cublasHandle_t)ctx->dev->cublas, CUBLAS_OP_T, CUBLAS_OP_N,
+		(int)V, (int)n, (int)r, &one, lr->w2->data, dt, (int)r, x2, dt,
+		(int)r, &one, lc->data, dt, (int)V, ct, CUBLAS_GEMM_DEFAULT);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return mg_error("linear_lora_xent: cublasGemmEx (%lld x %lld x "
+				"%lld) failed: %s",
+				(long long)V, (long long)n, (long long)r,
+				cublasGetStatusString(s));
+	return 0;
+}
+
 /* Rows [r0, r0 + n) of a [R, D] tensor as a [n, D] one. */
 struct mg_tensor rows_at(const struct mg_tensor *t, int64_t r0, int64_t n,
 			 int64_t D)
@@ -400,7 +445,8 @@ extern "C" int mg_cuda_rmsnorm_backward_add(
 
 extern "C" int
 mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
-		    const struct mg_tensor *w, const struct mg_tensor *labels,
+		    const struct mg_tensor *w, const struct mg_lowrank *lr,
+		    const struct mg_tensor *labels,
 		    const struct mg_tensor *scale, struct mg_tensor *work,
 		    struct mg_tensor *metrics, struct mg_tensor *dx,
 		    struct mg_tensor *dw)
@@ -415,14 +461,16 @@ mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 	if (!rowv)
 		return -1;
 	cudaStream_t st = mgc_stream(ctx);
-	const bool grad = dx || dw;
+	const bool grad2 = lr && (lr->dx2 || lr->dw2);
+	const bool grad = dx || dw || grad2;
 	const int32_t *lab = (const int32_t *)labels->data;
 	const float *sc = scale ? (const float *)scale->data : NULL;
 	for (int64_t c0 = 0; c0 < R; c0 += C) {
 		const int64_t n = R - c0 < C ? R - c0 : C;
 		struct mg_tensor xc = rows_at(x, c0, n, D),
 				 lc = rows_at(work, 0, n, V), dxc;
-		if (mg_cuda_linear(ctx, &xc, w, NULL, &lc))
+		if (mg_cuda_linear(ctx, &xc, w, NULL, &lc) ||
+		    (lr && lowrank_logits(ctx, lr, c0, n, &lc)))
 			return -1;
 		FUSED_DISPATCH(op, x->dtype, lxent_rows, st, lc.data, lab + c0,
 			       n, V, grad, sc, rowv + c0);
@@ -430,9 +478,20 @@ mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 			return -1;
 		if (dx)
 			dxc = rows_at(dx, c0, n, D);
-		if (grad && mg_cuda_linear_backward(ctx, &xc, w, &lc,
-						    dx ? &dxc : NULL, dw, NULL))
+		if ((dx || dw) &&
+		    mg_cuda_linear_backward(ctx, &xc, w, &lc, dx ? &dxc : NULL,
+					    dw, NULL))
 			return -1;
+		if (grad2) {
+			const int64_t r = lr->x2->shape[1];
+			struct mg_tensor x2c = rows_at(lr->x2, c0, n, r), d2c;
+			if (lr->dx2)
+				d2c = rows_at(lr->dx2, c0, n, r);
+			if (mg_cuda_linear_backward(ctx, &x2c, lr->w2, &lc,
+						    lr->dx2 ? &d2c : NULL,
+						    lr->dw2, NULL))
+				return -1;
+		}
 	}
 	if (metrics && metrics->dtype == MG_F64)
 		lxent_sum_k<double>
