@@ -24,10 +24,11 @@
  * (masks a function of the step and each row's global sample index),
  * lora_fused (the fused q/k/v and gate/up adapter path equals the
  * per-target one). Fused kernels: kernels_gradcheck (gradcheck with
- * kernels = fused, the head in chunks of 5 tokens), kernels (training
- * with kernels = none, rmsnorm, flce and fused gives the same losses and
- * parameters: rmsnorm to the last bit, flce within fp64 rounding; the
- * option's errors).
+ * kernels = fused, the head in chunks of 5 tokens, tied, untied and with
+ * a LoRA adapter on the head), kernels (training with kernels = none,
+ * rmsnorm, flce and fused gives the same losses and parameters: rmsnorm
+ * to the last bit, flce within fp64 rounding, LoRA on the head with
+ * dropout included; the option's errors).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -909,6 +910,12 @@ static void test_kernels_gradcheck(void)
 		 "flce_chunk = 7\n",
 		 tiny);
 	gradcheck(lines);
+	/* a LoRA adapter on the fused head: its A and B by differences */
+	snprintf(lines, sizeof lines,
+		 "%stie_embeddings = no\nkernels = fused\nflce_chunk = 5\n"
+		 "lora_rank = 3\nlora_alpha = 5\nlora_targets = v,head\n",
+		 tiny);
+	gradcheck(lines);
 }
 
 /* Steps of plain SGD (p -= 0.5 g) on one batch; losses[k] of step k. */
@@ -995,16 +1002,12 @@ static void test_kernels(void)
 	CHECK(env_open(&e, lines) != 0);
 	CHECK(strstr(mg_last_error(), "'none' with other kernels") != NULL);
 	env_close(&e);
-	snprintf(lines, sizeof lines,
-		 "%stie_embeddings = no\nkernels = flce\nlora_rank = 2\n"
-		 "lora_targets = q,head\n",
-		 tiny);
-	CHECK(env_open(&e, lines) != 0);
-	CHECK(strstr(mg_last_error(), "LoRA adapter on the output head") !=
-	      NULL);
-	env_close(&e);
-	/* LoRA elsewhere trains with the fused head */
+	/* LoRA trains with the fused head: elsewhere, and on the head
+	 * itself (with dropout: both runs draw the same masks) */
 	kernels_case("lora_rank = 2\nlora_targets = q,v\n", "fused", 1e-12);
+	kernels_case("tie_embeddings = no\nlora_rank = 2\nlora_targets = "
+		     "q,head\nlora_dropout = 0.1\n",
+		     "fused", 1e-12);
 }
 
 int main(int argc, char **argv)

@@ -165,6 +165,19 @@ int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 		       const struct mg_tensor *A, const struct mg_tensor *B,
 		       const struct mg_tensor *x, struct mg_tensor *as,
 		       void *xd, void *tmp, struct mg_tensor *y);
+/* The first half of llama_lora_forward: as = scale * A drop(x) [R, r]
+ * (tmp [R, r] scratch), for a caller that multiplies by B itself (the
+ * fused head). */
+int llama_lora_down(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+		    const struct mg_tensor *A, const struct mg_tensor *x,
+		    struct mg_tensor *as, void *xd, void *tmp);
+/* The second half of llama_lora_backward, from das = dy B [R, r]: dA +=
+ * (NULL: not computed), dx += the adapter's input gradient. */
+int llama_lora_down_backward(struct llama *m, struct mg_ctx *ctx, int layer,
+			     int t, const struct mg_tensor *A,
+			     struct mg_tensor *dA, const struct mg_tensor *x,
+			     const struct mg_tensor *das, struct mg_tensor *dx,
+			     void *da, void *xd, void *dxd);
 /* Backward from dy [R, out]: dA, dB += (NULL: not computed), dx [R, in]
  * += the adapter's input gradient. Scratch: das, da [R, rank], xd and
  * dxd [R, in]. */
@@ -214,17 +227,26 @@ int llama_kernels_setup(struct llama *m, const struct mg_opts *o);
  * and evaluation); backward recomputes each chunk's logits and takes
  * dhn (written) and the head weight's gradient (+=, the embedding's
  * when tied), scaled by ctx->grad_scale. head is the head unit's view,
- * work the [chunk, vocab] logits buffer. */
+ * work the [chunk, vocab] logits buffer; lora the head adapter's saved
+ * s A drop(hn) and scratch (llama_lora_forward / _backward's), or NULL
+ * without one. */
+struct llama_head_lora {
+	struct mg_tensor as;  /* [R, r], saved by forward */
+	void *xd, *tmp;	      /* [R, D], [R, r] */
+	void *das, *da, *dxd; /* backward: [R, r], [R, r], [R, D] */
+};
 int64_t llama_flce_chunk(const struct llama *m, int64_t R);
 int llama_head_flce_forward(struct llama *m, struct mg_ctx *ctx,
 			    enum mg_phase ph, struct mg_unit_view *head,
 			    const struct mg_tensor *hn,
 			    const struct mg_tensor *labels, void *work,
+			    struct llama_head_lora *lora,
 			    struct mg_tensor *metrics);
 int llama_head_flce_backward(struct llama *m, struct mg_ctx *ctx,
 			     struct mg_unit_view *head,
 			     const struct mg_tensor *hn,
 			     const struct mg_tensor *labels, void *work,
+			     struct llama_head_lora *lora,
 			     struct mg_tensor *dhn);
 
 /* llama_model.c */

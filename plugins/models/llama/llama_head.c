@@ -11,7 +11,10 @@
  * gradient in place and the two GEMMs of the head's backward: one
  * logits GEMM more than the unfused path, for C x V of memory instead
  * of R x V. A tied head is the embedding's matrix, acquired as the
- * unfused path does.
+ * unfused path does. A LoRA adapter on the head is the op's low-rank
+ * term: forward saves s A drop(hn) [R, r] (llama_lora_down), the op adds
+ * it times B^T to each chunk's logits and returns dB and d(s A drop(hn)),
+ * which llama_lora_down_backward takes on to dA and dhn.
  */
 #include "llama.h"
 
@@ -63,19 +66,45 @@ static struct mg_tensor work_of(const struct llama *m,
 			      shape);
 }
 
+/* The head adapter's low-rank term (B and, in backward, the gradients of
+ * B and of its input), or NULL without one. */
+static const struct mg_lowrank *head_lowrank(const struct llama *m,
+					     struct mg_unit_view *head,
+					     struct llama_head_lora *lo,
+					     bool bwd, struct mg_tensor *das,
+					     struct mg_lowrank *lr)
+{
+	if (!lo)
+		return NULL;
+	const int b = m->lora.ib[LT_HEAD];
+	lr->x2 = &lo->as;
+	lr->w2 = &head->params[b];
+	lr->dx2 = bwd ? das : NULL;
+	lr->dw2 = bwd && head->grads[b].data ? &head->grads[b] : NULL;
+	return lr;
+}
+
 int llama_head_flce_forward(struct llama *m, struct mg_ctx *ctx,
 			    enum mg_phase ph, struct mg_unit_view *head,
 			    const struct mg_tensor *hn,
 			    const struct mg_tensor *labels, void *work,
+			    struct llama_head_lora *lora,
 			    struct mg_tensor *metrics)
 {
+	struct mg_lowrank lr;
+	const struct mg_lowrank *lrp =
+		head_lowrank(m, head, lora, false, NULL, &lr);
+	if (lrp && llama_lora_down(m, ctx, (int)m->c.layers, LT_HEAD,
+				   &head->params[m->lora.ia[LT_HEAD]], hn,
+				   &lora->as, lora->xd, lora->tmp))
+		return -1;
 	struct mg_unit_view *e;
 	const struct mg_tensor *W = head_weight(ctx, m, head, ph, &e, NULL);
 	if (!W)
 		return -1;
 	struct mg_tensor wk = work_of(m, hn, work);
-	int rc = mg_op_linear_xent(ctx, hn, W, labels, NULL, &wk, metrics, NULL,
-				   NULL);
+	int rc = mg_op_linear_lora_xent(ctx, hn, W, lrp, labels, NULL, &wk,
+					metrics, NULL, NULL);
 	if (e)
 		mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	return rc;
@@ -85,6 +114,7 @@ int llama_head_flce_backward(struct llama *m, struct mg_ctx *ctx,
 			     struct mg_unit_view *head,
 			     const struct mg_tensor *hn,
 			     const struct mg_tensor *labels, void *work,
+			     struct llama_head_lora *lora,
 			     struct mg_tensor *dhn)
 {
 	struct mg_unit_view *e;
@@ -93,10 +123,24 @@ int llama_head_flce_backward(struct llama *m, struct mg_ctx *ctx,
 		head_weight(ctx, m, head, MG_PHASE_BACKWARD, &e, &dW);
 	if (!W)
 		return -1;
-	struct mg_tensor wk = work_of(m, hn, work);
-	int rc = mg_op_linear_xent(ctx, hn, W, labels, &ctx->grad_scale, &wk,
-				   NULL, dhn, dW);
+	struct mg_tensor wk = work_of(m, hn, work), das;
+	struct mg_lowrank lr;
+	if (lora) {
+		das = lora->as;
+		das.data = lora->das;
+	}
+	const struct mg_lowrank *lrp =
+		head_lowrank(m, head, lora, true, &das, &lr);
+	int rc = mg_op_linear_lora_xent(ctx, hn, W, lrp, labels,
+					&ctx->grad_scale, &wk, NULL, dhn, dW);
 	if (e)
 		mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
+	if (!rc && lrp) {
+		const int a = m->lora.ia[LT_HEAD];
+		rc = llama_lora_down_backward(
+			m, ctx, (int)m->c.layers, LT_HEAD, &head->params[a],
+			head->grads[a].data ? &head->grads[a] : NULL, hn, &das,
+			dhn, lora->da, lora->xd, lora->dxd);
+	}
 	return rc;
 }

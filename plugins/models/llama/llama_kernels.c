@@ -88,12 +88,6 @@ int llama_kernels_setup(struct llama *m, const struct mg_opts *o)
 	if (llama_kernels_parse(mg_opt_str(o, "kernels"), &m->kern))
 		return -1;
 	m->flce_chunk = mg_opt_int(o, "flce_chunk");
-	if ((m->kern & LK_FLCE) && m->lora.ia[LT_HEAD] >= 0)
-		return mg_error(
-			"llama: kernels flce with a LoRA adapter on the "
-			"output head (lora_targets head) is not "
-			"supported: drop 'head' from lora_targets or "
-			"'flce' from kernels");
 	char b[64];
 	llama_kernels_str(m->kern, b, sizeof b);
 	if (m->kern && m->ctx->rank == 0)

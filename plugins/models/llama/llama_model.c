@@ -91,6 +91,8 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 			continue;
 		int64_t in, out;
 		llama_lora_dims(c, t, &in, &out);
+		if (t == LT_HEAD && (m->kern & LK_FLCE))
+			out = 0; /* the fused head never holds B as */
 		max_in = (size_t)in > max_in ? (size_t)in : max_in;
 		max_out = (size_t)out > max_out ? (size_t)out : max_out;
 		if (t != LT_HEAD)
@@ -316,6 +318,22 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 	       (!fused && mg_op_add(ctx, &t->xm, &t->xn, &t->xn));
 }
 
+/* The head adapter's buffers for the fused head, or NULL without one. */
+static struct llama_head_lora *head_lora(struct llama *m, const struct lay *L,
+					 struct llama_head_lora *hl)
+{
+	if (m->lora.ia[LT_HEAD] < 0)
+		return NULL;
+	char *A = m->arena.ptr, *B = m->work.ptr;
+	hl->as = lora_saved(m, L, (int)m->c.layers, LT_HEAD);
+	hl->xd = A + L->lxd;
+	hl->tmp = A + L->ltmp;
+	hl->das = B ? B + L->ldas : NULL;
+	hl->da = B ? B + L->lda : NULL;
+	hl->dxd = B ? B + L->ldxd : NULL;
+	return hl;
+}
+
 static int check_batch(struct llama *m, const struct mg_batch *b)
 {
 	const struct mg_tensor *in = &b->input;
@@ -391,9 +409,10 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	rc = norm_fwd(m, ctx, pending(m, &L, (int)c->layers, &pb), &last.xn,
 		      &v->params[0], &hn, &rstdn);
 	if (!rc && (m->kern & LK_FLCE)) {
+		struct llama_head_lora hl;
 		rc = llama_head_flce_forward(m, ctx, ph, v, &hn, &b->labels,
 					     (char *)m->arena.ptr + L.logits,
-					     metrics);
+					     head_lora(m, &L, &hl), metrics);
 	} else if (!rc && c->tie_embeddings) {
 		struct mg_unit_view *e = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
 		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, &logits);
@@ -587,9 +606,10 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		return -1;
 	int rc;
 	if (m->kern & LK_FLCE) {
+		struct llama_head_lora hl;
 		rc = llama_head_flce_backward(m, ctx, v, &hn, &m->labels,
 					      (char *)m->arena.ptr + L.logits,
-					      &dhn);
+					      head_lora(m, &L, &hl), &dhn);
 	} else if (c->tie_embeddings) {
 		struct mg_unit_view *e =
 			mg_acquire(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
