@@ -63,7 +63,9 @@ static const struct mg_option llama_options[] = {
 		 "rmsnorm (residual add + RMSNorm in one pass, forward and "
 		 "backward), flce (linear + cross-entropy of the output head "
 		 "in chunks of tokens, without [tokens, vocab] logits), or "
-		 "fused / all, or none; same losses within rounding"),
+		 "fused / all, or none; same losses within rounding. "
+		 "Default none, the reference path, until the GPU sweep "
+		 "(conf/sweep_kernels.ini) has measured the fused ones"),
 	MG_OPT_I("flce_chunk", "0", 0, 1 << 24,
 		 "tokens per chunk of logits with kernels flce (0: as many as "
 		 "fit 256 MiB, at least 256)"),
