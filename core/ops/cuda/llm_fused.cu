@@ -117,11 +117,14 @@ void add_rms(cudaStream_t st, const void *x, const void *r, const void *w,
 
 /* ---- rmsnorm backward + residual ---------------------------------- */
 
-/* Rows per block: 32, more when the segments would exceed 65535. */
+/* Rows per block: at least 4, doubled until about 2048 blocks remain
+ * (enough to fill an H100 or H200 several times over while the
+ * partials stay S x D floats); a function of R alone, so the sums'
+ * order is too. */
 static int64_t seg_rows(int64_t R)
 {
-	int64_t seg = 32;
-	while ((R + seg - 1) / seg > 65535)
+	int64_t seg = 4;
+	while ((R + seg - 1) / seg > 2048)
 		seg *= 2;
 	return seg;
 }
