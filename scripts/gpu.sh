@@ -24,7 +24,8 @@
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
 #     sweeps [names...]  conf/sweep_NAME.ini (default: figure1 figure2 table2
-#                        table3 figure3 offload_io), results in sweeps.tgz;
+#                        table3 figure3 offload_io; `kernels` is seed 002's
+#                        kernel swap on Llama 3.2 1B), results in sweeps.tgz;
 #                        MG_SWEEP_ARGS go to every sweep (--repeats 3)
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
@@ -121,7 +122,7 @@ run() {
 
 bin=$build/tests/gpu
 groups="conv depthwise batchnorm elementwise pool linear dropout loss resize
-optim convert determinism graph llm attention nf4"
+optim convert determinism graph llm attention nf4 fused"
 [ $# -gt 0 ] && groups="$*"
 if [ "$what" = tests ] || [ "$what" = all ]; then
 	# One process per group: a crash in one still lets the others run.
@@ -132,6 +133,9 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
 	run bench_f32 bench_f32 "$bin/bench_gpu_ops" 64 f32
 	run bench_f16 bench_f16 "$bin/bench_gpu_ops" 64 f16
+	# the fused kernels of the llama `kernels` option against the
+	# unfused ops: FLCE at 4096 x 128256 x 4096 bf16, add + RMSNorm
+	run bench_fused bench_fused "$bin/bench_gpu_ops" fused
 fi
 
 mgrun="$build/core/mgrun"
@@ -180,6 +184,14 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 			--set run.device=cuda --set run.precision=$prec \
 			--set run.max_steps=${1:-120} --set run.out_dir=/tmp/mgllama \
 			--set run.name=tiny_$prec --set run.log_every=40
+		# the same run with the fused kernels: the same losses within
+		# the precision's rounding
+		run test_llama_train "llama $prec fused" "$mgrun" \
+			-c conf/llama_tiny.ini --set run.device=cuda \
+			--set run.precision=$prec --set model.kernels=fused \
+			--set model.flce_chunk=500 \
+			--set run.max_steps=${1:-120} --set run.out_dir=/tmp/mgllama \
+			--set run.name=tiny_${prec}_fused --set run.log_every=40
 	done
 	# generation on the GPU from those checkpoints (mgrun generate,
 	# decode with the key/value cache): 16 greedy ids each; in fp32 the

@@ -38,6 +38,9 @@ extern "C" {
  *        dequantize; mg_tensor_bytes of an MG_NF4 tensor is its blob
  *        size) and mg/ops_quant.h (mg_op_nf4_dequantize,
  *        mg_op_nf4_quantize)
+ *        and fused kernels (ops_llm.h): mg_op_add_rmsnorm,
+ *        mg_op_rmsnorm_backward_add, mg_op_linear_xent and
+ *        mg_op_linear_lora_xent (chunked linear + cross-entropy)
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 5

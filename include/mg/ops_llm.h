@@ -117,6 +117,72 @@ MG_EXPORT int mg_op_swiglu_backward(struct mg_ctx *ctx,
 				    const struct mg_tensor *dh,
 				    struct mg_tensor *dg, struct mg_tensor *du);
 
+/*
+ * Fused kernels (ABI 1.5), each the exact composition of the ops above
+ * in one pass, kept beside them as the reference (the llama model's
+ * `kernels` option picks per run):
+ *
+ * add_rmsnorm: s = x + r (rounded to the dtype, as mg_op_add writes it),
+ * then y = rmsnorm(s) * w with rstd saved, as mg_op_add followed by
+ * mg_op_rmsnorm, reading x and r once. s may alias x or r; y must not
+ * alias s.
+ */
+MG_EXPORT int mg_op_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
+				const struct mg_tensor *r,
+				const struct mg_tensor *w, double eps,
+				struct mg_tensor *s, struct mg_tensor *y,
+				struct mg_tensor *rstd);
+/* rmsnorm_backward whose input gradient also carries a residual's:
+ * dx = dres + d(rmsnorm)/dx (mg_op_rmsnorm_backward then mg_op_add), dw
+ * += as there (NULL: not computed). dx may alias dres. */
+MG_EXPORT int mg_op_rmsnorm_backward_add(
+	struct mg_ctx *ctx, const struct mg_tensor *x,
+	const struct mg_tensor *w, const struct mg_tensor *rstd,
+	const struct mg_tensor *dy, const struct mg_tensor *dres,
+	struct mg_tensor *dx, struct mg_tensor *dw);
+
+/*
+ * Linear + cross-entropy without the [R, V] logits: x [..., D] (R rows),
+ * w [V, D] (the output head), labels I32 (R values, MG_IGNORE_INDEX or
+ * any negative label: no loss). The rows go through in chunks of C, the
+ * rows of work [C, V] (x's dtype): logits = x_c w^T into work, then one
+ * pass per row computes the loss, the first arg-max and, when gradients
+ * are asked for, (softmax - onehot) * scale in place (scale: F32 device
+ * scalar such as ctx->grad_scale, NULL for 1; ignored rows zero), and
+ * dx_c = work w (written), dw += work^T x_c. metrics (F32 or F64, at
+ * least MG_METRIC_N values; NULL: not written) receive the loss sum,
+ * correct and counted rows (=) as mg_op_softmax_xent does. Peak extra
+ * memory is work, C x V, instead of R x V. Equal to mg_op_linear,
+ * mg_op_softmax_xent, mg_op_softmax_xent_backward and
+ * mg_op_linear_backward in sequence, up to the rounding of chunked
+ * sums.
+ */
+MG_EXPORT int mg_op_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+				const struct mg_tensor *w,
+				const struct mg_tensor *labels,
+				const struct mg_tensor *scale,
+				struct mg_tensor *work,
+				struct mg_tensor *metrics, struct mg_tensor *dx,
+				struct mg_tensor *dw);
+/*
+ * A low-rank term of the head (a LoRA adapter on it): logits += x2 w2^T
+ * with x2 [R, r] (the adapter's s A drop(x)) and w2 [V, r] (its B), one
+ * more GEMM a chunk; with gradients dx2 = dlogits w2 (written) and dw2
+ * += dlogits^T x2, each NULL when not wanted.
+ */
+struct mg_lowrank {
+	const struct mg_tensor *x2, *w2;
+	struct mg_tensor *dx2, *dw2;
+};
+/* mg_op_linear_xent with the low-rank term lr (NULL: none). */
+MG_EXPORT int
+mg_op_linear_lora_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+		       const struct mg_tensor *w, const struct mg_lowrank *lr,
+		       const struct mg_tensor *labels,
+		       const struct mg_tensor *scale, struct mg_tensor *work,
+		       struct mg_tensor *metrics, struct mg_tensor *dx,
+		       struct mg_tensor *dw);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,9 +9,15 @@
  *     dequantization of a Llama 3 8B MLP weight (4096 x 14336) into F32,
  *     F16 and BF16 (QLoRA runs it before every frozen GEMM), and its
  *     quantization from F16 and BF16 (at load).
+ *  4. the fused kernels the llama model's `kernels` option swaps in:
+ *     linear + cross-entropy of the output head against linear,
+ *     softmax_xent and their backwards at 4096 tokens x 128256 words x
+ *     4096 (Llama 3 8B's head), bf16, with the memory each needs beyond
+ *     the weights; residual add + RMSNorm against add then rmsnorm.
  *
  *   bench_gpu_ops [N] [f32|f16|bf16]     (default 64 f32)
  *   bench_gpu_ops attention [bf16|f16]   (default bf16)
+ *   bench_gpu_ops fused                  (4. only)
  *
  * The attention mode times causal attention forward, backward and both at
  * the LLaMA shapes (3-8B: n 2, T 512 and 2048, 32:8 heads, hd 128; 3.2-1B:
@@ -533,6 +539,157 @@ out:
 	free(hb);
 }
 
+/* The output head of a training step, unfused against the fused linear
+ * + cross-entropy (ops_llm.h), at R tokens x V words x D width. */
+struct hb {
+	struct mg_tensor x, w, lab, sc, logits, work, met, dx, dw;
+};
+
+/* linear, softmax_xent, its backward in place, linear_backward. */
+static int hb_unfused(void *p)
+{
+	struct hb *h = p;
+	return mg_op_linear(&gt_gpu, &h->x, &h->w, NULL, &h->logits) ||
+	       mg_op_softmax_xent(&gt_gpu, &h->logits, &h->lab, &h->met) ||
+	       mg_op_softmax_xent_backward(&gt_gpu, &h->logits, &h->lab, &h->sc,
+					   &h->logits) ||
+	       mg_op_linear_backward(&gt_gpu, &h->x, &h->w, &h->logits, &h->dx,
+				     &h->dw, NULL);
+}
+
+/* As the llama model runs it: the loss in forward, the gradients in
+ * backward (each chunk's logits computed twice). */
+static int hb_fused(void *p)
+{
+	struct hb *h = p;
+	return mg_op_linear_xent(&gt_gpu, &h->x, &h->w, &h->lab, NULL, &h->work,
+				 &h->met, NULL, NULL) ||
+	       mg_op_linear_xent(&gt_gpu, &h->x, &h->w, &h->lab, &h->sc,
+				 &h->work, NULL, &h->dx, &h->dw);
+}
+
+/* Loss and gradients in one call (three GEMMs a chunk). */
+static int hb_fused1(void *p)
+{
+	struct hb *h = p;
+	return mg_op_linear_xent(&gt_gpu, &h->x, &h->w, &h->lab, &h->sc,
+				 &h->work, &h->met, &h->dx, &h->dw);
+}
+
+static struct mg_tensor hb_dev(enum mg_dtype dt, int64_t a, int64_t b)
+{
+	int64_t s[2] = {a, b};
+	struct mg_tensor t =
+		mg_tensor_make(NULL, dt, MG_DEV_CUDA, b ? 2 : 1, s);
+	t.data = dalloc(mg_tensor_bytes(&t));
+	return t;
+}
+
+static void bench_flce(int64_t R, int64_t V, int64_t D, enum mg_dtype dt)
+{
+	struct hb h;
+	h.x = hb_dev(dt, R, D);
+	h.w = hb_dev(dt, V, D);
+	h.dx = hb_dev(dt, R, D);
+	h.dw = hb_dev(dt, V, D);
+	h.lab = hb_dev(MG_I32, R, 0);
+	h.sc = hb_dev(MG_F32, 1, 0);
+	h.met = hb_dev(MG_F32, MG_METRIC_N, 0);
+	/* labels spread over the vocabulary, scale 1 / R, small inputs */
+	int32_t *lab = malloc((size_t)R * sizeof *lab);
+	for (int64_t r = 0; r < R; r++)
+		lab[r] = (int32_t)((r * 7919) % V);
+	const float sc = 1.0f / (float)R;
+	cudaMemcpy(h.lab.data, lab, (size_t)R * sizeof *lab,
+		   cudaMemcpyHostToDevice);
+	cudaMemcpy(h.sc.data, &sc, sizeof sc, cudaMemcpyHostToDevice);
+	cudaMemset(h.x.data, 0x3b, mg_tensor_bytes(&h.x));
+	cudaMemset(h.w.data, 0x3a, mg_tensor_bytes(&h.w));
+	free(lab);
+	const double es = (double)mg_dtype_size(dt);
+	const double flop = 2.0 * (double)R * (double)V * (double)D;
+	printf("\noutput head (training step) at %lld tokens x %lld vocab x "
+	       "%lld dim, %s: time, and the memory beyond x, w and their "
+	       "gradients\n",
+	       (long long)R, (long long)V, (long long)D, mg_dtype_name(dt));
+	printf("%-34s %9s %8s %12s\n", "path", "ms", "TFLOP/s", "extra MiB");
+	h.logits = hb_dev(dt, R, V);
+	double t = time_fn(hb_unfused, &h);
+	printf("%-34s %9.3f %8.0f %12.0f\n", "unfused (logits [R, V])", t,
+	       3 * flop / (t * 1e-3) / 1e12,
+	       (double)R * (double)V * es / 1048576);
+	cudaFree(h.logits.data);
+	static const int64_t chunks[] = {1024, 2048, 4096};
+	for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) {
+		const int64_t C = chunks[i] < R ? chunks[i] : R;
+		h.work = hb_dev(dt, C, V);
+		const double extra = (double)C * (double)V * es / 1048576 +
+				     (double)R * 24 / 1048576;
+		char name[64];
+		snprintf(name, sizeof name, "flce chunk %lld (model: 4 GEMMs)",
+			 (long long)C);
+		t = time_fn(hb_fused, &h);
+		printf("%-34s %9.3f %8.0f %12.0f\n", name, t,
+		       4 * flop / (t * 1e-3) / 1e12, extra);
+		snprintf(name, sizeof name, "flce chunk %lld (one call)",
+			 (long long)C);
+		t = time_fn(hb_fused1, &h);
+		printf("%-34s %9.3f %8.0f %12.0f\n", name, t,
+		       3 * flop / (t * 1e-3) / 1e12, extra);
+		cudaFree(h.work.data);
+	}
+	struct mg_tensor *all[] = {&h.x,   &h.w,  &h.dx, &h.dw,
+				   &h.lab, &h.sc, &h.met};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		cudaFree(all[i]->data);
+}
+
+/* add + RMSNorm, forward and backward, fused against unfused, on a
+ * [R, D] residual stream. */
+struct rb {
+	struct mg_tensor x, r, w, s, y, rs, dy, dres, dx, dt, dw;
+};
+
+static int rb_unfused(void *p)
+{
+	struct rb *b = p;
+	return mg_op_add(&gt_gpu, &b->x, &b->r, &b->s) ||
+	       mg_op_rmsnorm(&gt_gpu, &b->s, &b->w, 1e-5, &b->y, &b->rs) ||
+	       mg_op_rmsnorm_backward(&gt_gpu, &b->s, &b->w, &b->rs, &b->dy,
+				      &b->dt, &b->dw) ||
+	       mg_op_add(&gt_gpu, &b->dres, &b->dt, &b->dx);
+}
+
+static int rb_fused(void *p)
+{
+	struct rb *b = p;
+	return mg_op_add_rmsnorm(&gt_gpu, &b->x, &b->r, &b->w, 1e-5, &b->s,
+				 &b->y, &b->rs) ||
+	       mg_op_rmsnorm_backward_add(&gt_gpu, &b->s, &b->w, &b->rs, &b->dy,
+					  &b->dres, &b->dx, &b->dw);
+}
+
+static void bench_rmsnorm(int64_t R, int64_t D, enum mg_dtype dt)
+{
+	struct rb b;
+	struct mg_tensor *act[] = {&b.x,  &b.r,	   &b.s,  &b.y,
+				   &b.dy, &b.dres, &b.dx, &b.dt};
+	for (size_t i = 0; i < sizeof act / sizeof *act; i++)
+		*act[i] = hb_dev(dt, R, D);
+	b.w = hb_dev(MG_F32, D, 0);
+	b.dw = hb_dev(MG_F32, D, 0);
+	b.rs = hb_dev(MG_F32, R, 0);
+	printf("\nresidual add + RMSNorm forward and backward, [%lld, %lld] "
+	       "%s, F32 weight\n",
+	       (long long)R, (long long)D, mg_dtype_name(dt));
+	const double tu = time_fn(rb_unfused, &b), tf = time_fn(rb_fused, &b);
+	printf("%-34s %9.4f\n%-34s %9.4f  (%.2fx)\n", "unfused (add, norm)", tu,
+	       "fused (kernels rmsnorm)", tf, tu / tf);
+	for (size_t i = 0; i < sizeof act / sizeof *act; i++)
+		cudaFree(act[i]->data);
+	cudaFree(b.w.data), cudaFree(b.dw.data), cudaFree(b.rs.data);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "attention") == 0) {
@@ -545,6 +702,13 @@ int main(int argc, char **argv)
 		return rc ? 1 : frc;
 	}
 
+	if (argc > 1 && !strcmp(argv[1], "fused")) {
+		/* bench_gpu_ops fused: the kernel-swap lines only */
+		gt_init(argc, argv);
+		bench_flce(4096, 128256, 4096, MG_BF16);
+		bench_rmsnorm(32 * 512, 4096, MG_BF16);
+		return gt_finish();
+	}
 	const int N = argc > 1 ? atoi(argv[1]) : 64;
 	const char *ts = argc > 2 ? argv[2] : "f32";
 	const enum mg_dtype dt = strcmp(ts, "f16") == 0	   ? MG_F16
@@ -640,6 +804,8 @@ int main(int argc, char **argv)
 		       dt_tot[d][0], dt_tot[d][1], dt_tot[d][2]);
 	bench_membound(N, dt);
 	bench_nf4();
+	bench_flce(4096, 128256, 4096, MG_BF16);
+	bench_rmsnorm(32 * 512, 4096, MG_BF16);
 	use(0);
 	return gt_finish();
 }

@@ -2,7 +2,7 @@
  * test_gpu_ops.c - the CUDA ops against their CPU twins.
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
- *                 dropout|loss|resize|optim|llm|attention|nf4|
+ *                 dropout|loss|resize|optim|llm|attention|nf4|fused|
  *                 determinism|graph|all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
@@ -1468,6 +1468,170 @@ static void test_attention(void)
 	attn_tag = "";
 }
 
+/* ------------------------------------------------------------------ */
+/* Fused LLM ops (ABI 1.5) against their CPU twins, and add + RMSNorm
+ * against the GPU's own unfused add then rmsnorm (bit-identical). */
+
+static void fused_rms_check(enum mg_dtype dt, int64_t R, int64_t D, bool wf32)
+{
+	const double tol = gt_tol(dt);
+	const enum mg_dtype wdt = wf32 ? MG_F32 : dt;
+	struct gt x, r, w, s, y, rs, s2, y2, rs2, dy, dres, dx, dw;
+	char name[96];
+	snprintf(name, sizeof name, "add_rmsnorm [%lld, %lld] w %s",
+		 (long long)R, (long long)D, mg_dtype_name(wdt));
+	gt_make(&x, dt, -1, 2, R, D, 0, 0);
+	gt_make(&r, dt, -1, 2, R, D, 0, 0);
+	gt_make(&w, wdt, -1, 1, D, 0, 0, 0);
+	gt_make(&s, dt, -1, 2, R, D, 0, 0);
+	gt_make(&y, dt, -1, 2, R, D, 0, 0);
+	gt_make(&rs, MG_F32, MG_F32, 1, R, 0, 0, 0);
+	gt_make(&s2, dt, -1, 2, R, D, 0, 0);
+	gt_make(&y2, dt, -1, 2, R, D, 0, 0);
+	gt_make(&rs2, MG_F32, MG_F32, 1, R, 0, 0, 0);
+	gt_rand(&x, -2, 2);
+	gt_rand(&r, -1, 1);
+	gt_rand(&w, 0.5, 1.5);
+	gt_poison(&s), gt_poison(&y), gt_poison(&rs);
+	CPU(mg_op_add_rmsnorm(&gt_cpu, &x.c, &r.c, &w.c, 1e-5, &s.c, &y.c,
+			      &rs.c),
+	    name);
+	if (!gt_ok(mg_op_add_rmsnorm(&gt_gpu, &x.g, &r.g, &w.g, 1e-5, &s.g,
+				     &y.g, &rs.g),
+		   name)) {
+		gt_check(LBL("%s s", name), dt, &s, tol);
+		gt_check(LBL("%s y", name), dt, &y, tol);
+		gt_check(LBL("%s rstd", name), dt, &rs, gt_tol(MG_F32));
+	}
+	/* the GPU's unfused composition: the same bits */
+	if (!gt_ok(mg_op_add(&gt_gpu, &x.g, &r.g, &s2.g) ||
+			   mg_op_rmsnorm(&gt_gpu, &s2.g, &w.g, 1e-5, &y2.g,
+					 &rs2.g),
+		   name)) {
+		double *a = gt_read(&y), *b = gt_read(&y2);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < y.n; i++)
+			diff += a[i] != b[i];
+		gt_report(LBL("%s = add, rmsnorm (bits)", name), dt,
+			  (double)diff, 0, 0, "elements differing");
+		free(a), free(b);
+	}
+	gt_from_cpu(&rs);
+	gt_make(&dy, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dres, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dx, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dw, wdt, -1, 1, D, 0, 0, 0);
+	gt_rand(&dy, -1, 1);
+	gt_rand(&dres, -1, 1);
+	gt_poison(&dx);
+	gt_rand(&dw, -1, 1);
+	snprintf(name, sizeof name, "rmsnorm_backward_add [%lld, %lld] w %s",
+		 (long long)R, (long long)D, mg_dtype_name(wdt));
+	CPU(mg_op_rmsnorm_backward_add(&gt_cpu, &s.c, &w.c, &rs.c, &dy.c,
+				       &dres.c, &dx.c, &dw.c),
+	    name);
+	if (!gt_ok(mg_op_rmsnorm_backward_add(&gt_gpu, &s.g, &w.g, &rs.g, &dy.g,
+					      &dres.g, &dx.g, &dw.g),
+		   name)) {
+		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
+	}
+	struct gt *all[] = {&x,	 &r,   &w,  &s,	   &y,	&rs, &s2,
+			    &y2, &rs2, &dy, &dres, &dx, &dw};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		gt_free(all[i]);
+}
+
+static void fused_lxent_check(enum mg_dtype dt, int64_t R, int64_t D, int64_t V,
+			      int64_t C, int64_t rank)
+{
+	const double tol = gt_tol(dt);
+	struct gt x, w, lab, sc, work, met, dx, dw, x2, w2, dx2, dw2;
+	char name[128];
+	snprintf(name, sizeof name,
+		 "linear_xent rows %lld dim %lld vocab %lld chunk %lld%s",
+		 (long long)R, (long long)D, (long long)V, (long long)C,
+		 rank ? " lora" : "");
+	gt_make(&x, dt, -1, 2, R, D, 0, 0);
+	gt_make(&w, dt, -1, 2, V, D, 0, 0);
+	gt_make(&lab, MG_I32, MG_I32, 1, R, 0, 0, 0);
+	gt_make(&sc, MG_F32, MG_F32, 1, 1, 0, 0, 0);
+	gt_make(&work, dt, -1, 2, C, V, 0, 0);
+	gt_make(&met, MG_F64, MG_F64, 1, MG_METRIC_N, 0, 0, 0);
+	gt_make(&dx, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dw, dt, -1, 2, V, D, 0, 0);
+	const int64_t rk = rank ? rank : 1;
+	gt_make(&x2, dt, -1, 2, R, rk, 0, 0);
+	gt_make(&w2, dt, -1, 2, V, rk, 0, 0);
+	gt_make(&dx2, dt, -1, 2, R, rk, 0, 0);
+	gt_make(&dw2, dt, -1, 2, V, rk, 0, 0);
+	gt_rand(&x, -1, 1);
+	gt_rand(&w, -0.5, 0.5);
+	gt_rand(&x2, -0.5, 0.5);
+	gt_rand(&w2, -0.5, 0.5);
+	for (int64_t i = 0; i < R; i++)
+		lab.v[i] = gt_urand() < 0.2
+				   ? -100
+				   : (double)(int64_t)(gt_urand() * (double)V);
+	gt_upload(&lab);
+	sc.v[0] = 1.0 / (double)R;
+	gt_upload(&sc);
+	gt_poison(&met);
+	gt_poison(&dx);
+	gt_poison(&dx2);
+	gt_rand(&dw, -1e-3, 1e-3);
+	gt_rand(&dw2, -1e-3, 1e-3);
+	struct mg_lowrank lc = {&x2.c, &w2.c, &dx2.c, &dw2.c},
+			  lg = {&x2.g, &w2.g, &dx2.g, &dw2.g};
+	CPU(mg_op_linear_lora_xent(&gt_cpu, &x.c, &w.c, rank ? &lc : NULL,
+				   &lab.c, &sc.c, &work.c, &met.c, &dx.c,
+				   &dw.c),
+	    name);
+	if (!gt_ok(mg_op_linear_lora_xent(&gt_gpu, &x.g, &w.g,
+					  rank ? &lg : NULL, &lab.g, &sc.g,
+					  &work.g, &met.g, &dx.g, &dw.g),
+		   name)) {
+		gt_check(LBL("%s metrics", name), dt, &met, tol);
+		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
+		if (rank) {
+			gt_check(LBL("%s dx2", name), dt, &dx2, tol);
+			gt_check_delta(LBL("%s dw2", name), dt, &dw2, tol);
+		}
+	}
+	/* metrics alone (the forward of a training step, and evaluation) */
+	gt_poison(&met);
+	if (!gt_ok(mg_op_linear_xent(&gt_gpu, &x.g, &w.g, &lab.g, NULL, &work.g,
+				     &met.g, NULL, NULL),
+		   name) &&
+	    !rank)
+		gt_check(LBL("%s metrics without gradients", name), dt, &met,
+			 tol);
+	struct gt *all[] = {&x,	 &w,  &lab, &sc, &work, &met,
+			    &dx, &dw, &x2,  &w2, &dx2,	&dw2};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		gt_free(all[i]);
+}
+
+static void test_fused(void)
+{
+	for (size_t d = 0; d < 3; d++) {
+		const enum mg_dtype dt = llm_dt[d];
+		fused_rms_check(dt, 1024, 2048, true);
+		fused_rms_check(dt, 37, 100, false);
+		fused_rms_check(dt, 5, 8, true);
+		/* the widest shared-memory partials, then wider: unfused dw */
+		fused_rms_check(dt, 70, 12032, false);
+		fused_rms_check(dt, 9, 16384, true);
+		/* 3 chunks and a remainder; one chunk; Llama-3's vocab */
+		fused_lxent_check(dt, 300, 64, 1000, 128, 0);
+		fused_lxent_check(dt, 17, 32, 50, 64, 0);
+		fused_lxent_check(dt, 64, 128, 128256, 24, 0);
+		/* with a LoRA adapter on the head */
+		fused_lxent_check(dt, 300, 64, 1000, 128, 8);
+	}
+}
+
 static void probe_dispatch(void)
 {
 	struct gt x, y;
@@ -1507,6 +1671,7 @@ int main(int argc, char **argv)
 	RUN("llm", test_llm());
 	RUN("attention", test_attention());
 	RUN("nf4", test_nf4());
+	RUN("fused", test_fused());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;

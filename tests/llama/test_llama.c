@@ -23,7 +23,12 @@
  * frozen weights get no gradient and are never written), lora_dropout
  * (masks a function of the step and each row's global sample index),
  * lora_fused (the fused q/k/v and gate/up adapter path equals the
- * per-target one).
+ * per-target one). Fused kernels: kernels_gradcheck (gradcheck with
+ * kernels = fused, the head in chunks of 5 tokens, tied, untied and with
+ * a LoRA adapter on the head), kernels (training with kernels = none,
+ * rmsnorm, flce and fused gives the same losses and parameters: rmsnorm
+ * to the last bit, flce within fp64 rounding, LoRA on the head with
+ * dropout included; the option's errors).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -890,6 +895,121 @@ static void test_lora_fused(void)
 	env_close(&b);
 }
 
+/* ------------------------------------------------------------------ */
+/* Fused kernels (the `kernels` option) against the unfused path.       */
+
+static void test_kernels_gradcheck(void)
+{
+	char lines[512];
+	snprintf(lines, sizeof lines,
+		 "%stie_embeddings = no\nkernels = fused\nflce_chunk = 5\n",
+		 tiny);
+	gradcheck(lines);
+	snprintf(lines, sizeof lines,
+		 "%stie_embeddings = yes\nkernels = rmsnorm,flce\n"
+		 "flce_chunk = 7\n",
+		 tiny);
+	gradcheck(lines);
+	/* a LoRA adapter on the fused head: its A and B by differences */
+	snprintf(lines, sizeof lines,
+		 "%stie_embeddings = no\nkernels = fused\nflce_chunk = 5\n"
+		 "lora_rank = 3\nlora_alpha = 5\nlora_targets = v,head\n",
+		 tiny);
+	gradcheck(lines);
+}
+
+/* Steps of plain SGD (p -= 0.5 g) on one batch; losses[k] of step k. */
+static int sgd_steps(struct env *e, struct tbatch *tb, int steps,
+		     double *losses)
+{
+	e->grad_scale = 1.0f / 20;
+	for (int k = 0; k < steps; k++) {
+		losses[k] = train_step(e, tb);
+		for (int i = 0; i < e->st.spec.nparams; i++) {
+			struct mg_tensor *p = &e->st.p[i], *g = &e->st.g[i];
+			if (!g->data)
+				continue;
+			for (int64_t j = 0; j < mg_tensor_numel(p); j++)
+				((double *)p->data)[j] -=
+					0.5 * ((double *)g->data)[j];
+		}
+	}
+	return failures;
+}
+
+/* Train with kernels = `ker` and compare with the unfused run: losses
+ * and final parameters within tol relative (0: bit-identical). */
+static void kernels_case(const char *extra, const char *ker, double tol)
+{
+	char la[512], lb[512];
+	snprintf(la, sizeof la, "%s%skernels = none\n", tiny, extra);
+	snprintf(lb, sizeof lb, "%s%skernels = %s\nflce_chunk = 5\n", tiny,
+		 extra, ker);
+	struct env a, b;
+	memset(&b, 0, sizeof b);
+	if (env_open(&a, la) || env_open(&b, lb)) {
+		fail("kernels %s: %s", ker, mg_last_error());
+		env_close(&a);
+		env_close(&b);
+		return;
+	}
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	enum { STEPS = 4 };
+	double ra[STEPS], rb[STEPS];
+	sgd_steps(&a, &tb, STEPS, ra);
+	sgd_steps(&b, &tb, STEPS, rb);
+	double worst = 0;
+	for (int k = 0; k < STEPS; k++)
+		worst = fmax(worst, fabs(ra[k] - rb[k]) / fabs(ra[k]));
+	double pworst = 0;
+	for (int i = 0; i < a.st.spec.nparams; i++)
+		for (int64_t j = 0; j < mg_tensor_numel(&a.st.p[i]); j++) {
+			double pa = ((double *)a.st.p[i].data)[j],
+			       pb = ((double *)b.st.p[i].data)[j];
+			pworst =
+				fmax(pworst, fabs(pa - pb) / (fabs(pa) + 1e-3));
+		}
+	printf("kernels %s [%.*s]: losses %.12g .. %.12g vs %.12g .. %.12g, "
+	       "loss difference %.2e, parameters %.2e\n",
+	       ker, extra[0] ? (int)strlen(extra) - 1 : 0, extra, ra[0],
+	       ra[STEPS - 1], rb[0], rb[STEPS - 1], worst, pworst);
+	CHECK(ra[STEPS - 1] < ra[0]); /* it trains */
+	CHECK(worst <= tol && pworst <= tol * 100);
+	/* evaluation: the same metrics */
+	double ca, cb;
+	double ea = loss_of(&a, &tb.b, &ca), eb = loss_of(&b, &tb.b, &cb);
+	CHECK(ca == cb && fabs(ea - eb) <= tol * 100 * fabs(ea));
+	env_close(&a);
+	env_close(&b);
+}
+
+static void test_kernels(void)
+{
+	kernels_case("", "rmsnorm", 0);
+	kernels_case("tie_embeddings = no\n", "flce", 1e-12);
+	kernels_case("tie_embeddings = yes\n", "fused", 1e-12);
+	kernels_case("tie_embeddings = no\n", "all", 1e-12);
+	/* errors name the kernel and the allowed names */
+	struct env e;
+	char lines[512];
+	snprintf(lines, sizeof lines, "%skernels = rmsnorm,fast_ce\n", tiny);
+	CHECK(env_open(&e, lines) != 0);
+	CHECK(strstr(mg_last_error(), "unknown kernel 'fast_ce'") &&
+	      strstr(mg_last_error(), "rmsnorm, flce, none, fused, all"));
+	env_close(&e);
+	snprintf(lines, sizeof lines, "%skernels = none,flce\n", tiny);
+	CHECK(env_open(&e, lines) != 0);
+	CHECK(strstr(mg_last_error(), "'none' with other kernels") != NULL);
+	env_close(&e);
+	/* LoRA trains with the fused head: elsewhere, and on the head
+	 * itself (with dropout: both runs draw the same masks) */
+	kernels_case("lora_rank = 2\nlora_targets = q,v\n", "fused", 1e-12);
+	kernels_case("tie_embeddings = no\nlora_rank = 2\nlora_targets = "
+		     "q,head\nlora_dropout = 0.1\n",
+		     "fused", 1e-12);
+}
+
 /* Activation checkpointing recomputes each layer in backward: the same
  * loss and bit-identical gradients as keeping every layer (CPU kernels
  * are deterministic), with full fine-tuning and with LoRA dropout (the
@@ -978,6 +1098,10 @@ int main(int argc, char **argv)
 		test_lora_dropout();
 	else if (!strcmp(argv[2], "lora_fused"))
 		test_lora_fused();
+	else if (!strcmp(argv[2], "kernels_gradcheck"))
+		test_kernels_gradcheck();
+	else if (!strcmp(argv[2], "kernels"))
+		test_kernels();
 	else if (!strcmp(argv[2], "recompute"))
 		test_recompute();
 	else {

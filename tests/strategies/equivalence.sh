@@ -273,6 +273,34 @@ llama)
 		--set run.batch_size=8 --set dataset.pack=true
 	same packed1 packed2 1e-10
 	;;
+kernels)
+	# The fused kernels (model.kernels = fused: add + RMSNorm, the
+	# chunked linear + cross-entropy head in chunks of 7 tokens) under
+	# the strategies: the unfused single-rank model within fp64 rounding,
+	# untied and tied (the head's gradient lands in the embedding's
+	# unit), and with LoRA on the head.
+	set -- --set model.kernels=fused --set model.flce_chunk=7
+	for tie in no yes; do
+		t="--set model.tie_embeddings=$tie"
+		run "single_$tie" 1 "$llama" --set run.batch_size=16 $t
+		run "fused_$tie" 1 "$llama" --set run.batch_size=16 $t "$@"
+		same "single_$tie" "fused_$tie" 1e-10
+		run "ds2_accum2_$tie" 2 "$llama" --set strategy.name=ddp_ds \
+			--set run.grad_accum=2 $t "$@"
+		same "single_$tie" "ds2_accum2_$tie" 1e-10
+		run "fsdp_full_$tie" 4 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard=full $t "$@"
+		same "single_$tie" "fsdp_full_$tie" 1e-10
+		run "off2_$tie" 2 "$llama" --set strategy.name=offload \
+			--set run.batch_size=8 $t "$@"
+		same "single_$tie" "off2_$tie" 1e-10
+	done
+	l="--set model.tie_embeddings=no --set model.lora_rank=4
+		--set model.lora_targets=q,v,head --set model.lora_dropout=0.2"
+	run lora1 1 "$llama" --set run.batch_size=16 $l
+	run lora_fsdp4 4 "$llama" --set strategy.name=fsdp $l "$@"
+	same lora1 lora_fsdp4 1e-10
+	;;
 lora)
 	# LoRA on the tiny llama: the base frozen, rank-4 adapters on every
 	# projection and the untied head, adapter dropout on. Every

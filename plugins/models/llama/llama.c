@@ -62,6 +62,17 @@ static const struct mg_option llama_options[] = {
 		 "keep only each layer's input for backward and recompute "
 		 "the layer there (one extra layer forward; activation memory "
 		 "of one layer instead of all)"),
+	MG_OPT_S("kernels", "none",
+		 "fused kernels instead of the unfused reference path: any of "
+		 "rmsnorm (residual add + RMSNorm in one pass, forward and "
+		 "backward), flce (linear + cross-entropy of the output head "
+		 "in chunks of tokens, without [tokens, vocab] logits), or "
+		 "fused / all, or none; same losses within rounding. "
+		 "Default none, the reference path, until the GPU sweep "
+		 "(conf/sweep_kernels.ini) has measured the fused ones"),
+	MG_OPT_I("flce_chunk", "0", 0, 1 << 24,
+		 "tokens per chunk of logits with kernels flce (0: as many as "
+		 "fit 256 MiB, at least 256)"),
 	MG_OPT_END,
 };
 
@@ -74,7 +85,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	m->ctx = ctx;
 	m->recompute = mg_opt_bool(o, "activation_checkpointing");
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
-	    llama_lora_setup(m, o)) {
+	    llama_lora_setup(m, o) || llama_kernels_setup(m, o)) {
 		llama_lora_free(m);
 		free(m);
 		return -1;

@@ -100,10 +100,19 @@ struct llama_lora {
 	unsigned said_fused; /* fused groups announced (once each) */
 };
 
+/* Fused kernels a run may swap in (llama_kernels.c): bits of kern. */
+enum {
+	LK_RMSNORM = 1u << 0, /* residual add + RMSNorm, forward and back */
+	LK_FLCE = 1u << 1,    /* chunked linear + cross-entropy head */
+	LK_ALL = LK_RMSNORM | LK_FLCE,
+};
+
 struct llama {
 	struct llama_cfg c;
 	struct llama_lora lora;
-	int64_t goff; /* global_offset of the last training forward */
+	unsigned kern;	    /* LK_* of the `kernels` option */
+	int64_t flce_chunk; /* flce_chunk option: tokens a chunk, 0 auto */
+	int64_t goff;	    /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
 	char hf_dir[4096];	/* weights to start from, or "" */
 	struct llama_hf *hf;	/* its open files (llama_hf.c) */
@@ -159,6 +168,19 @@ int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 		       const struct mg_tensor *A, const struct mg_tensor *B,
 		       const struct mg_tensor *x, struct mg_tensor *as,
 		       void *xd, void *tmp, struct mg_tensor *y);
+/* The first half of llama_lora_forward: as = scale * A drop(x) [R, r]
+ * (tmp [R, r] scratch), for a caller that multiplies by B itself (the
+ * fused head). */
+int llama_lora_down(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+		    const struct mg_tensor *A, const struct mg_tensor *x,
+		    struct mg_tensor *as, void *xd, void *tmp);
+/* The second half of llama_lora_backward, from das = dy B [R, r]: dA +=
+ * (NULL: not computed), dx += the adapter's input gradient. */
+int llama_lora_down_backward(struct llama *m, struct mg_ctx *ctx, int layer,
+			     int t, const struct mg_tensor *A,
+			     struct mg_tensor *dA, const struct mg_tensor *x,
+			     const struct mg_tensor *das, struct mg_tensor *dx,
+			     void *da, void *xd, void *dxd);
 /* Backward from dy [R, out]: dA, dB += (NULL: not computed), dx [R, in]
  * += the adapter's input gradient. Scratch: das, da [R, rank], xd and
  * dxd [R, in]. */
@@ -195,6 +217,40 @@ int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
 			      struct mg_tensor *const *dy, struct mg_tensor *dx,
 			      void *das, void *da3, void *dt3, void *dxd);
 void llama_lora_free(struct llama *m);
+
+/* llama_kernels.c: the `kernels` option ("rmsnorm,flce", "fused" or
+ * "all", "none") into LK_* bits, errors naming unknown kernels; str
+ * names the bits; setup parses the options at create. */
+int llama_kernels_parse(const char *s, unsigned *bits);
+void llama_kernels_str(unsigned bits, char *buf, size_t len);
+int llama_kernels_setup(struct llama *m, const struct mg_opts *o);
+
+/* llama_head.c: the fused output head (kernels flce). chunk: tokens per
+ * chunk of logits for R rows. forward writes the loss metrics (training
+ * and evaluation); backward recomputes each chunk's logits and takes
+ * dhn (written) and the head weight's gradient (+=, the embedding's
+ * when tied), scaled by ctx->grad_scale. head is the head unit's view,
+ * work the [chunk, vocab] logits buffer; lora the head adapter's saved
+ * s A drop(hn) and scratch (llama_lora_forward / _backward's), or NULL
+ * without one. */
+struct llama_head_lora {
+	struct mg_tensor as;  /* [R, r], saved by forward */
+	void *xd, *tmp;	      /* [R, D], [R, r] */
+	void *das, *da, *dxd; /* backward: [R, r], [R, r], [R, D] */
+};
+int64_t llama_flce_chunk(const struct llama *m, int64_t R);
+int llama_head_flce_forward(struct llama *m, struct mg_ctx *ctx,
+			    enum mg_phase ph, struct mg_unit_view *head,
+			    const struct mg_tensor *hn,
+			    const struct mg_tensor *labels, void *work,
+			    struct llama_head_lora *lora,
+			    struct mg_tensor *metrics);
+int llama_head_flce_backward(struct llama *m, struct mg_ctx *ctx,
+			     struct mg_unit_view *head,
+			     const struct mg_tensor *hn,
+			     const struct mg_tensor *labels, void *work,
+			     struct llama_head_lora *lora,
+			     struct mg_tensor *dhn);
 
 /* llama_model.c */
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
