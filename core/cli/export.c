@@ -227,7 +227,7 @@ static int run_export(struct exp_opts *o, struct mg_session *s)
 	struct mg_trainer *t = NULL;
 	char ckpt[4200];
 	int saved = mg_cli_stdout_to_stderr();
-	int rc = mg_inference_open(s, &t, ckpt, sizeof ckpt);
+	int rc = mg_inference_open(s, &t, ckpt, sizeof ckpt, true);
 	mg_cli_stdout_restore(saved);
 	if (rc) {
 		fprintf(stderr, "mgrun export: %s\n", mg_last_error());

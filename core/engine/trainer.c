@@ -1271,7 +1271,7 @@ static void end_failed(struct mg_trainer *t, const char *error)
 /* ---- inference (`mgrun generate`): the --eval-only setup, kept ---- */
 
 int mg_inference_open(struct mg_session *s, struct mg_trainer **out, char *ckpt,
-		      size_t len)
+		      size_t len, bool load_ckpt)
 {
 	struct mg_trainer *t = calloc(1, sizeof *t);
 	if (!t)
@@ -1284,7 +1284,7 @@ int mg_inference_open(struct mg_session *s, struct mg_trainer **out, char *ckpt,
 	ckpt[0] = 0;
 	if (!rc) {
 		snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
-		if (access(path, F_OK) == 0) {
+		if (load_ckpt && access(path, F_OK) == 0) {
 			rc = load_checkpoint(t);
 			if (!rc)
 				snprintf(ckpt, len, "%s", path);
