@@ -103,6 +103,11 @@ struct llama_lora {
 struct llama {
 	struct llama_cfg c;
 	struct llama_lora lora;
+	/* quant = nf4 (llama_quant.c): the layers' projections are frozen
+	 * NF4; qbuf holds the one being used, dequantized (qw) */
+	bool nf4;
+	struct mg_buf qbuf;
+	struct mg_tensor qw;
 	int64_t goff; /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
 	char hf_dir[4096];	/* weights to start from, or "" */
@@ -192,6 +197,23 @@ int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
 			      struct mg_tensor *const *dy, struct mg_tensor *dx,
 			      void *das, void *da3, void *dt3, void *dxd);
 void llama_lora_free(struct llama *m);
+
+/* llama_quant.c: QLoRA's NF4 base. setup parses `quant` (after the
+ * LoRA options: nf4 needs lora_rank > 0); quant_param says whether
+ * layer parameter lp (LP_*) is declared MG_NF4; fill makes an NF4
+ * parameter's blob from the HF tensor hf_name (with hf_dir) or the
+ * random init keyed on key, through one tensor's f32 values;
+ * llama_weight returns w itself, or for an NF4 w its dequantized values
+ * in the compute dtype (valid until the next call; NULL after
+ * mg_error); describe logs what is NF4, once. */
+int llama_quant_setup(struct llama *m, const struct mg_opts *o);
+bool llama_quant_param(const struct llama *m, int lp);
+int llama_quant_fill(struct llama *m, struct mg_tensor *blob,
+		     const char *hf_name, uint64_t key);
+const struct mg_tensor *llama_weight(struct llama *m, struct mg_ctx *ctx,
+				     const struct mg_tensor *w);
+void llama_quant_describe(const struct llama *m);
+void llama_quant_free(struct llama *m);
 
 /* llama_model.c */
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,

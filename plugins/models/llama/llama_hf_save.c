@@ -3,7 +3,8 @@
  * Hugging Face folder that transformers (and llama.hf_dir) load as is:
  * config.json with every LlamaConfig field and model.safetensors under
  * the HF names. LoRA adapters are merged into the weights they adapt
- * (W + s B A, in fp32 on the host), so the folder is a plain full model;
+ * (W + s B A, in fp32 on the host), so the folder is a plain full model
+ * (an NF4 base, quant = nf4, is dequantized first);
  * a tied output head is the embedding, written once as HF writes it.
  */
 #include <cjson/cJSON.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "llama.h"
+#include "mg/nf4.h"
 #include "mg/tensor_file.h"
 
 static const char *torch_dtype(enum mg_dtype dt)
@@ -77,7 +79,8 @@ static int write_config(const struct llama_cfg *c, const char *dir,
 	return rc;
 }
 
-/* Device tensor t as fp32 host values (malloc'd; NULL after mg_error). */
+/* Device tensor t as fp32 host values (malloc'd; NULL after mg_error);
+ * an NF4 blob dequantized (quant = nf4). */
 static float *to_host_f32(struct mg_ctx *ctx, const struct mg_tensor *t)
 {
 	const size_t bytes = mg_tensor_bytes(t);
@@ -86,7 +89,9 @@ static float *to_host_f32(struct mg_ctx *ctx, const struct mg_tensor *t)
 	float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
 	int rc = !raw || !f ? mg_error("llama export: out of memory")
 			    : mg_copy_d2h(ctx, raw, t->data, bytes);
-	if (!rc) {
+	if (!rc && t->dtype == MG_NF4) {
+		rc = mg_nf4_dequantize_host(f, raw, n);
+	} else if (!rc) {
 		struct mg_tensor src = mg_tensor_make(raw, t->dtype, MG_DEV_CPU,
 						      t->ndim, t->shape),
 				 dst = mg_tensor_make(f, MG_F32, MG_DEV_CPU,

@@ -14,6 +14,10 @@
  * path after the frozen GEMM and saves only s * A drop(x) [R, r];
  * backward takes no weight gradient of a frozen tensor (the strategy
  * lends it without one) and draws the dropout mask again.
+ *
+ * With quant = nf4 every base GEMM reads its weight through
+ * llama_weight (llama_quant.c): dequantized just before, forward and
+ * again in backward, into one scratch; nothing dequantized is kept.
  */
 #include <math.h>
 #include <string.h>
@@ -206,7 +210,8 @@ static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    const struct mg_tensor *x, struct mg_tensor *y)
 {
 	const struct llama_lora *lo = &m->lora;
-	if (mg_op_linear(ctx, x, &P[w], NULL, y))
+	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
+	if (!W || mg_op_linear(ctx, x, W, NULL, y))
 		return -1;
 	if (lo->ia[tg] < 0)
 		return 0;
@@ -236,7 +241,8 @@ static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	}
 	struct mg_tensor as[3], *asp[3], *yf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		if (mg_op_linear(ctx, x, &P[ws[j]], NULL, ys[j]))
+		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
+		if (!W || mg_op_linear(ctx, x, W, NULL, ys[j]))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
@@ -390,7 +396,9 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    struct mg_tensor *tmp)
 {
 	const struct llama_lora *lo = &m->lora;
-	if (mg_op_linear_backward(ctx, x, &P[w], dy, tmp ? tmp : dx, gw(&G[w]),
+	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
+	if (!W ||
+	    mg_op_linear_backward(ctx, x, W, dy, tmp ? tmp : dx, gw(&G[w]),
 				  NULL) ||
 	    (tmp && mg_op_add(ctx, dx, tmp, dx)))
 		return -1;
@@ -426,8 +434,10 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	}
 	struct mg_tensor as[3], *asp[3], *dyf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		if (mg_op_linear_backward(ctx, x, &P[ws[j]], dys[j],
-					  j ? tmp : dx, gw(&G[ws[j]]), NULL) ||
+		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
+		if (!W ||
+		    mg_op_linear_backward(ctx, x, W, dys[j], j ? tmp : dx,
+					  gw(&G[ws[j]]), NULL) ||
 		    (j && mg_op_add(ctx, dx, tmp, dx)))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)

@@ -1,0 +1,296 @@
+/*
+ * nf4.c - the NF4 format on the host (include/mg/nf4.h): the code table,
+ * the nested 8-bit map, the blob layout, and quantize / dequantize with
+ * bitsandbytes' rounding decisions, so that a model loaded here in 4 bits
+ * holds the bytes bitsandbytes would have produced.
+ *
+ * All arithmetic is f32, one rounding per operation: this file is C11
+ * without GNU extensions, where GCC and Clang do not contract a * b + c
+ * into a fused multiply-add, and the CUDA twin uses __fmul_rn/__fadd_rn.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+const float mg_nf4_code[16] = {
+	-1.0f,
+	-0.6961928009986877f,
+	-0.5250730514526367f,
+	-0.39491748809814453f,
+	-0.28444138169288635f,
+	-0.18477343022823334f,
+	-0.09105003625154495f,
+	0.0f,
+	0.07958029955625534f,
+	0.16093020141124725f,
+	0.24611230194568634f,
+	0.33791524171829224f,
+	0.44070982933044434f,
+	0.5626170039176941f,
+	0.7229568362236023f,
+	1.0f,
+};
+
+static float nested_map[256];
+static pthread_once_t nested_once = PTHREAD_ONCE_INIT;
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return (x > y) - (x < y);
+}
+
+/*
+ * create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8): for
+ * exponent i = 0..6, the 2^i means of adjacent points of the f32
+ * linspace(0.1, 1, 2^i + 1), times 10^(i-6) rounded to f32, with both
+ * signs; then 0 and 1.0; sorted. The linspace follows torch's scalar
+ * formula (start + step*k in the first half, end - step*(n-1-k) in the
+ * second, step = (end - start) / (n - 1), all f32).
+ */
+static void build_nested_map(void)
+{
+	static const double scale[7] = {1e-6, 1e-5, 1e-4, 1e-3,
+					1e-2, 1e-1, 1e0};
+	int k = 0;
+	for (int i = 0; i < 7; i++) {
+		const int n = (1 << i) + 1, half = n / 2;
+		const float start = 0.1f, end = 1.0f;
+		const float step = (end - start) / (float)(n - 1);
+		const float s = (float)scale[i];
+		float pts[65];
+		for (int j = 0; j < n; j++) {
+			float t = step * (float)(j < half ? j : n - 1 - j);
+			pts[j] = j < half ? start + t : end - t;
+		}
+		for (int j = 0; j + 1 < n; j++) {
+			float mean = (pts[j] + pts[j + 1]) / 2.0f;
+			nested_map[k++] = s * mean;
+			nested_map[k++] = -(s * mean);
+		}
+	}
+	nested_map[k++] = 0.0f;
+	nested_map[k++] = 1.0f;
+	qsort(nested_map, 256, sizeof(float), cmp_float);
+}
+
+const float *mg_nf4_nested_map(void)
+{
+	pthread_once(&nested_once, build_nested_map);
+	return nested_map;
+}
+
+static size_t align_up(size_t v, size_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+struct mg_nf4_layout mg_nf4_layout(int64_t n)
+{
+	struct mg_nf4_layout l;
+	memset(&l, 0, sizeof l);
+	if (n <= 0)
+		return l;
+	l.n = n;
+	l.nblocks = (n + MG_NF4_BLOCK - 1) / MG_NF4_BLOCK;
+	l.nnested = (l.nblocks + MG_NF4_NESTED_BLOCK - 1) / MG_NF4_NESTED_BLOCK;
+	l.codes = 0;
+	l.absmax = (size_t)(n + 1) / 2;
+	l.nested_absmax = align_up(l.absmax + (size_t)l.nblocks, 4);
+	l.offset = l.nested_absmax + 4 * (size_t)l.nnested;
+	l.bytes = align_up(l.offset + 4, 256);
+	return l;
+}
+
+/*
+ * The NF4 code of x (x already divided by the block absmax): the number of
+ * midpoints between adjacent table values that x is strictly above.
+ * bitsandbytes decides with a tree of strict x > midpoint tests
+ * (dQuantizeNF4), so a value exactly on a midpoint takes the LOWER code,
+ * and NaN fails every test and takes code 0; the count below decides the
+ * same. The midpoints are the f32 roundings of the exact midpoints, which
+ * are bitsandbytes' constants (tests/nf4 checks them).
+ */
+static float nf4_mid[15];
+static pthread_once_t mid_once = PTHREAD_ONCE_INIT;
+
+static void build_mid(void)
+{
+	for (int k = 0; k < 15; k++)
+		nf4_mid[k] =
+			(float)(((double)mg_nf4_code[k] + mg_nf4_code[k + 1]) /
+				2);
+}
+
+static unsigned nf4_quant(float x)
+{
+	unsigned q = 0;
+	for (int k = 0; k < 15; k++)
+		q += x > nf4_mid[k];
+	return q;
+}
+
+/*
+ * The nested map index of x (x already divided by the nested absmax), as
+ * bitsandbytes' 8-bit search (dQuantize, not stochastic) decides: seven
+ * halving steps from index 127 (x > map[p] goes up by 64, 32, ..., 1,
+ * else down), remembering the last index visited on each side, then the
+ * nearer of the final index p and that neighbour, where "nearer" compares
+ * x with the f32 midpoint (a + b) * 0.5: above it going up, below it going
+ * down, else p. The final p is always even, so a tie between two adjacent
+ * entries goes to the even index. NaN ends at index 0.
+ */
+static unsigned nested_quant(const float *map, float x)
+{
+	int p = 127, lo_p = 0, hi_p = 255;
+	float lo = -1.0f, hi = 1.0f, v = map[p];
+	for (int i = 64; i > 0; i >>= 1) {
+		if (x > v) {
+			lo_p = p;
+			lo = v;
+			p += i;
+		} else {
+			hi_p = p;
+			hi = v;
+			p -= i;
+		}
+		v = map[p];
+	}
+	if (hi_p == 255)
+		hi = map[255];
+	if (lo_p == 0)
+		lo = map[0];
+	if (x > v)
+		return x > (hi + v) * 0.5f ? (unsigned)hi_p : (unsigned)p;
+	return x < (lo + v) * 0.5f ? (unsigned)lo_p : (unsigned)p;
+}
+
+/* Quantize block b of x into the codes and return its absmax (-1: the
+ * block holds a NaN or an infinity). */
+static float quant_block(unsigned char *codes, const float *x, int64_t n,
+			 int64_t b)
+{
+	const int64_t i0 = b * MG_NF4_BLOCK;
+	const int64_t len = n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK;
+	float m = 0.0f;
+	for (int64_t i = 0; i < len; i++) {
+		float a = fabsf(x[i0 + i]);
+		if (!(a <= 3.4028234663852886e38f))
+			return -1.0f;
+		m = a > m ? a : m;
+	}
+	/* bitsandbytes scales by the f32 reciprocal of the absmax. An
+	 * all-zero block has absmax 0: there the reciprocal is infinite, x
+	 * * inf is NaN and bitsandbytes stores code 0 (-1.0), which decodes
+	 * to -1 times the double-quantized absmax, not exactly 0. We store
+	 * code 7 (0.0) instead, which decodes to 0 whatever the absmax. */
+	const float r = 1.0f / m;
+	unsigned char *c = codes + i0 / 2;
+	for (int64_t i = 0; i < len; i += 2) {
+		unsigned hi = m > 0 ? nf4_quant(x[i0 + i] * r) : 7u;
+		unsigned lo = 0;
+		if (i + 1 < len)
+			lo = m > 0 ? nf4_quant(x[i0 + i + 1] * r) : 7u;
+		c[i / 2] = (unsigned char)(hi << 4 | lo);
+	}
+	return m;
+}
+
+int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
+{
+	if (!blob || !x || n < 1)
+		return mg_error("nf4 quantize: %s",
+				n < 1 ? "no elements" : "NULL argument");
+	pthread_once(&mid_once, build_mid);
+	const float *map = mg_nf4_nested_map();
+	const struct mg_nf4_layout l = mg_nf4_layout(n);
+	unsigned char *base = blob;
+	float *absmax = malloc((size_t)l.nblocks * sizeof(float));
+	if (!absmax)
+		return mg_error("nf4 quantize: out of memory (%lld blocks)",
+				(long long)l.nblocks);
+	memset(base, 0, l.bytes);
+
+	int64_t bad = -1;
+#pragma omp parallel for schedule(static) if (l.nblocks > 256)
+	for (int64_t b = 0; b < l.nblocks; b++) {
+		absmax[b] = quant_block(base + l.codes, x, n, b);
+		if (absmax[b] < 0) {
+#pragma omp critical(mg_nf4_bad)
+			if (bad < 0 || b < bad)
+				bad = b;
+		}
+	}
+	if (bad >= 0) {
+		free(absmax);
+		return mg_error("nf4 quantize: block %lld (elements from %lld) "
+				"holds a NaN or an infinity",
+				(long long)bad, (long long)bad * MG_NF4_BLOCK);
+	}
+
+	/* offset: the mean of the absmax, summed in f64 in block order
+	 * (independent of threads) and rounded once. torch's f32 mean may
+	 * differ from it by an ulp; the offset is stored, so decoding is
+	 * unaffected. */
+	double sum = 0;
+	for (int64_t b = 0; b < l.nblocks; b++)
+		sum += absmax[b];
+	const float offset = (float)(sum / (double)l.nblocks);
+
+	unsigned char *qabs = base + l.absmax;
+	float *nested = (float *)(base + l.nested_absmax);
+#pragma omp parallel for schedule(static) if (l.nnested > 16)
+	for (int64_t g = 0; g < l.nnested; g++) {
+		const int64_t b0 = g * MG_NF4_NESTED_BLOCK;
+		const int64_t b1 = b0 + MG_NF4_NESTED_BLOCK < l.nblocks
+					   ? b0 + MG_NF4_NESTED_BLOCK
+					   : l.nblocks;
+		float m = 0.0f;
+		for (int64_t b = b0; b < b1; b++) {
+			float a = fabsf(absmax[b] - offset);
+			m = a > m ? a : m;
+		}
+		/* As bitsandbytes: the f32 reciprocal; for m = 0 every
+		 * value is NaN and takes index 0, which decodes to
+		 * map[0] * 0 + offset = offset exactly. */
+		const float r = 1.0f / m;
+		for (int64_t b = b0; b < b1; b++)
+			qabs[b] = (unsigned char)nested_quant(
+				map, (absmax[b] - offset) * r);
+		nested[g] = m;
+	}
+	memcpy(base + l.offset, &offset, sizeof offset);
+	free(absmax);
+	return 0;
+}
+
+int mg_nf4_dequantize_host(float *out, const void *blob, int64_t n)
+{
+	if (!out || !blob || n < 1)
+		return mg_error("nf4 dequantize: %s",
+				n < 1 ? "no elements" : "NULL argument");
+	const float *map = mg_nf4_nested_map();
+	const struct mg_nf4_layout l = mg_nf4_layout(n);
+	const unsigned char *base = blob;
+	const unsigned char *codes = base + l.codes, *qabs = base + l.absmax;
+	const float *nested = (const float *)(base + l.nested_absmax);
+	float offset;
+	memcpy(&offset, base + l.offset, sizeof offset);
+#pragma omp parallel for schedule(static) if (l.nblocks > 256)
+	for (int64_t b = 0; b < l.nblocks; b++) {
+		float a = map[qabs[b]] * nested[b / MG_NF4_NESTED_BLOCK];
+		a = a + offset;
+		const int64_t i0 = b * MG_NF4_BLOCK;
+		const int64_t len =
+			n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK;
+		for (int64_t i = 0; i < len; i++) {
+			unsigned c = codes[(i0 + i) / 2];
+			c = (i & 1) ? c & 15u : c >> 4;
+			out[i0 + i] = mg_nf4_code[c] * a;
+		}
+	}
+	return 0;
+}
