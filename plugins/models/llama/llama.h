@@ -137,6 +137,12 @@ struct llama_hf;
 int llama_hf_open(struct llama *m);
 void llama_hf_close(struct llama *m);
 int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst);
+/* The NF4 blob of weight `name` when the folder holds it in
+ * bitsandbytes' 4-bit form (llama_bnb.c): copied, not re-quantized.
+ * 1 done, 0 the folder has it as floats (quantize those), -1 error
+ * (naming the file and the tensor). llama_hf_load dequantizes such a
+ * weight into a float tensor. */
+int llama_hf_load_nf4(struct llama *m, const char *name, struct mg_tensor *blob);
 
 /* llama_lora.c: parse the lora_* options (after the architecture);
  * in/out width of target t. */

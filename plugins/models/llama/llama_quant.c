@@ -55,6 +55,12 @@ int llama_quant_fill(struct llama *m, struct mg_tensor *blob,
 	if (blob->dtype != MG_NF4)
 		return mg_error("llama: %s: NF4 parameter handed as %s",
 				hf_name, mg_dtype_name(blob->dtype));
+	/* A bitsandbytes folder's NF4 bytes go in as they are. */
+	if (m->hf) {
+		int rc = llama_hf_load_nf4(m, hf_name, blob);
+		if (rc)
+			return rc < 0 ? -1 : 0;
+	}
 	/* One tensor's f32 values at a time (an 8B model never holds a
 	 * full f32 copy), then into the blob. */
 	const int64_t n = mg_tensor_numel(blob);
