@@ -82,16 +82,25 @@ static int dequantize_into(struct env *eq, struct env *ef)
 {
 	int nq = 0;
 	double moved = 0;
-	for (int i = 0; i < eq->st.spec.nparams; i++) {
-		const struct mg_param_decl *d = &eq->st.spec.params[i];
-		CHECK(!strcmp(d->name, ef->st.spec.params[i].name));
+	const struct mg_model_spec *sq = &eq->st.spec, *sf = &ef->st.spec;
+	CHECK(sq->nunits == sf->nunits);
+	for (int i = 0; i < sq->nparams; i++) {
+		const struct mg_param_decl *d = &sq->params[i];
 		if (d->dtype != MG_NF4)
 			continue;
+		/* The same parameter of the float model: the base comes
+		 * first in each unit, whatever the adapters. */
+		int u = 0;
+		while (u + 1 < sq->nunits && sq->units[u + 1].first_param <= i)
+			u++;
+		const int k = sf->units[u].first_param +
+			      (i - sq->units[u].first_param);
+		CHECK(!strcmp(d->name, sf->params[k].name));
 		nq++;
 		CHECK(!(d->flags & MG_P_TRAIN));
 		CHECK(eq->st.p[i].dtype == MG_NF4);
 		CHECK(eq->st.g[i].data == NULL);
-		struct mg_tensor *w = &ef->st.p[i];
+		struct mg_tensor *w = &ef->st.p[k];
 		const int64_t n = d->numel;
 		const size_t bytes = mg_tensor_bytes(&eq->st.p[i]);
 		CHECK(bytes == mg_nf4_layout(n).bytes && bytes % 256 == 0);
@@ -201,7 +210,7 @@ static void equal(enum mg_dtype dt, double rtol)
 				     get(gq, j), get(gf, j));
 		}
 	}
-	CHECK(ng == 2 * 8); /* A and B of 7 targets and the head */
+	CHECK(ng == 2 * (2 * 7 + 1)); /* A, B: 2 layers x 7 and the head */
 	for (int i = 0; i < eq.st.spec.nparams && i < 64; i++)
 		if (copy[i]) {
 			if (memcmp(copy[i], eq.st.p[i].data,

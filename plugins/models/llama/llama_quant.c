@@ -149,7 +149,7 @@ void llama_quant_describe(const struct llama *m)
 	}
 	mg_info("llama: quant = nf4: the %lld layers' q, k, v, o, gate, up, "
 		"down (%lld parameters) stored frozen as NF4 (blocks of %d, "
-		"double-quantized scales), %.1f MiB instead of %.1f MiB in "
+		"double-quantized scales), %.4g MiB instead of %.4g MiB in "
 		"bf16; embedding, norms and head in %s",
 		(long long)c->layers, (long long)(n * c->layers),
 		MG_NF4_BLOCK, (double)bytes * (double)c->layers / 1048576.0,
