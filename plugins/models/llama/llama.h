@@ -142,7 +142,8 @@ int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst);
  * 1 done, 0 the folder has it as floats (quantize those), -1 error
  * (naming the file and the tensor). llama_hf_load dequantizes such a
  * weight into a float tensor. */
-int llama_hf_load_nf4(struct llama *m, const char *name, struct mg_tensor *blob);
+int llama_hf_load_nf4(struct llama *m, const char *name,
+		      struct mg_tensor *blob);
 
 /* llama_lora.c: parse the lora_* options (after the architecture);
  * in/out width of target t. */

@@ -57,8 +57,8 @@ static const char qs_fp4[] = ".quant_state.bitsandbytes__fp4";
 int bnb_check_config(const char *path, const char *text)
 {
 	cJSON *j = cJSON_Parse(text);
-	const cJSON *q = cJSON_GetObjectItemCaseSensitive(
-		j, "quantization_config");
+	const cJSON *q =
+		cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
 	int rc = 0;
 	if (q && !cJSON_IsNull(q)) {
 		const cJSON *qm = cJSON_GetObjectItemCaseSensitive(
@@ -83,8 +83,9 @@ int bnb_check_config(const char *path, const char *text)
 				      "%s; mgrun reads 4-bit (load_in_4bit, "
 				      "nf4) folders only",
 				      path,
-				      cJSON_IsTrue(l8) ? "8-bit (load_in_8bit)"
-						       : "without load_in_4bit");
+				      cJSON_IsTrue(l8)
+					      ? "8-bit (load_in_8bit)"
+					      : "without load_in_4bit");
 		else if (qt && !(cJSON_IsString(qt) &&
 				 !strcmp(qt->valuestring, "nf4")))
 			rc = mg_error("%s: quantization_config: "
@@ -102,8 +103,7 @@ static int get_sub(bnb_get_fn get, void *ctx, const char *name,
 		   const char *suffix, struct mg_tensor *v, const char **path)
 {
 	char key[512];
-	if (snprintf(key, sizeof key, "%s%s", name, suffix) >=
-	    (int)sizeof key)
+	if (snprintf(key, sizeof key, "%s%s", name, suffix) >= (int)sizeof key)
 		return mg_error("bitsandbytes: tensor name '%s' too long",
 				name);
 	return get(ctx, key, v, path);
@@ -126,24 +126,24 @@ static void shape_str(const struct mg_tensor *t, char *s, size_t cap)
 {
 	s[0] = 0;
 	for (int i = 0; i < t->ndim; i++)
-		snprintf(s + strlen(s), cap - strlen(s), "%s%lld", i ? ", " : "",
-			 (long long)t->shape[i]);
+		snprintf(s + strlen(s), cap - strlen(s), "%s%lld",
+			 i ? ", " : "", (long long)t->shape[i]);
 }
 
 /* Tensor name+suffix, which must exist with dtype dt and shape
  * [a] (b < 0) or [a, b]. */
-static int want(bnb_get_fn get, void *ctx, const char *name,
+static int want(bnb_get_fn get, void *ctx, const struct bnb_weight *w,
 		const char *suffix, enum mg_dtype dt, int64_t a, int64_t b,
 		struct mg_tensor *v)
 {
-	const char *path = "?";
+	const char *name = w->name, *path = w->path;
 	int rc = get_sub(get, ctx, name, suffix, v, &path);
 	if (rc < 0)
 		return -1;
 	if (rc == 0)
-		return mg_error("bitsandbytes: weight '%s' has no tensor "
+		return mg_error("%s: bitsandbytes weight '%s' has no tensor "
 				"'%s%s'",
-				name, name, suffix);
+				w->path, name, name, suffix);
 	const int nd = b < 0 ? 1 : 2;
 	if (v->dtype != dt || v->ndim != nd || v->shape[0] != a ||
 	    (nd == 2 && v->shape[1] != b)) {
@@ -277,6 +277,7 @@ int bnb_read(bnb_get_fn get, void *ctx, const char *name, int64_t out,
 	     int64_t in, struct bnb_weight *w)
 {
 	memset(w, 0, sizeof *w);
+	w->path = "?";
 	if (snprintf(w->name, sizeof w->name, "%s", name) >=
 	    (int)sizeof w->name)
 		return mg_error("bitsandbytes: tensor name '%s' too long",
@@ -300,15 +301,14 @@ int bnb_read(bnb_get_fn get, void *ctx, const char *name, int64_t out,
 		return -1;
 	rc = get(ctx, name, &v, &path);
 	if (rc <= 0)
-		return rc ? -1
-			  : mg_error("bitsandbytes: no tensor '%s'", name);
+		return rc ? -1 : mg_error("bitsandbytes: no tensor '%s'", name);
 	w->path = path;
 	if (v.dtype != MG_U8)
 		return mg_error("%s: tensor '%s' is %s: bitsandbytes NF4 "
 				"weights are packed in uint8 "
 				"(bnb_4bit_quant_storage uint8)",
 				path, name, mg_dtype_name(v.dtype));
-	if (want(get, ctx, name, "", MG_U8, (w->n + 1) / 2, 1, &v))
+	if (want(get, ctx, w, "", MG_U8, (w->n + 1) / 2, 1, &v))
 		return -1;
 	w->codes = v.data;
 	struct mg_tensor qs;
@@ -324,16 +324,15 @@ int bnb_read(bnb_get_fn get, void *ctx, const char *name, int64_t out,
 		return -1;
 	if (!w->nested) {
 		/* absmax in f32 per block: readable, not a blob */
-		if (want(get, ctx, name, ".absmax", MG_F32, w->nblocks, -1, &v))
+		if (want(get, ctx, w, ".absmax", MG_F32, w->nblocks, -1, &v))
 			return -1;
 		w->absmax = v.data;
 	} else {
-		if (want(get, ctx, name, ".absmax", MG_U8, w->nblocks, -1,
-			 &v))
+		if (want(get, ctx, w, ".absmax", MG_U8, w->nblocks, -1, &v))
 			return -1;
 		w->absmax = v.data;
-		if (want(get, ctx, name, ".nested_absmax", MG_F32, w->nnested,
-			 -1, &v))
+		if (want(get, ctx, w, ".nested_absmax", MG_F32, w->nnested, -1,
+			 &v))
 			return -1;
 		w->nested_absmax = v.data;
 		for (int64_t i = 0; i < w->nnested; i++)
@@ -341,14 +340,14 @@ int bnb_read(bnb_get_fn get, void *ctx, const char *name, int64_t out,
 				return mg_error("%s: tensor '%s.nested_absmax' "
 						"holds a non-finite value",
 						path, name);
-		if (want(get, ctx, name, ".nested_quant_map", MG_F32, 256, -1,
+		if (want(get, ctx, w, ".nested_quant_map", MG_F32, 256, -1,
 			 &v) ||
 		    same_table(path, name, ".nested_quant_map", v.data,
 			       mg_nf4_nested_map(), 256,
 			       "bitsandbytes' dynamic 8-bit map"))
 			return -1;
 	}
-	if (want(get, ctx, name, ".quant_map", MG_F32, 16, -1, &v) ||
+	if (want(get, ctx, w, ".quant_map", MG_F32, 16, -1, &v) ||
 	    same_table(path, name, ".quant_map", v.data, mg_nf4_code, 16,
 		       "the NF4 table"))
 		return -1;
@@ -405,9 +404,9 @@ int bnb_dequantize(const struct bnb_weight *w, float *out)
 	return 0;
 }
 
-static int add(struct mg_tensor_writer *w, const char *name,
-	       const char *suffix, const void *data, enum mg_dtype dt,
-	       int ndim, int64_t a, int64_t b)
+static int add(struct mg_tensor_writer *w, const char *name, const char *suffix,
+	       const void *data, enum mg_dtype dt, int ndim, int64_t a,
+	       int64_t b)
 {
 	char key[512];
 	if (snprintf(key, sizeof key, "%s%s", name, suffix) >= (int)sizeof key)

@@ -32,13 +32,13 @@ typedef int (*bnb_get_fn)(void *ctx, const char *name, struct mg_tensor *view,
 
 /* A weight's bitsandbytes tensors, validated (views into the files). */
 struct bnb_weight {
-	char name[256];	      /* the weight's name, W */
-	const char *path;     /* the file of W, for messages */
-	int64_t out, in, n;   /* shape and elements */
+	char name[256];	    /* the weight's name, W */
+	const char *path;   /* the file of W, for messages */
+	int64_t out, in, n; /* shape and elements */
 	int64_t nblocks, nnested;
-	bool nested;	      /* double quantization */
-	const uint8_t *codes; /* ceil(n/2) bytes */
-	const void *absmax;   /* U8 [nblocks] nested, else F32 [nblocks] */
+	bool nested;		   /* double quantization */
+	const uint8_t *codes;	   /* ceil(n/2) bytes */
+	const void *absmax;	   /* U8 [nblocks] nested, else F32 [nblocks] */
 	const void *nested_absmax; /* F32 [nnested] (maybe unaligned) */
 	float offset;		   /* nested_offset */
 	char dtype[16];		   /* "bfloat16", "float16", "float32" */
