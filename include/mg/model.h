@@ -193,7 +193,9 @@ struct mg_model_ops {
 	 * Added in ABI 1.4, optional: `mgrun export`. Write the model as
 	 * its own ecosystem's folder into dir (which exists): for a Hugging
 	 * Face model config.json and model.safetensors, tensors in dtype
-	 * (MG_F32, MG_F16 or MG_BF16), adapters merged into the weights
+	 * (MG_F32, MG_F16 or MG_BF16; MG_NF4: the model's 4-bit format
+	 * for the weights it quantizes, e.g. llama's bitsandbytes folder,
+	 * refused by models without one), adapters merged into the weights
 	 * they adapt, each file written atomically (mg_file_write_atomic,
 	 * mg_tensor_writer_save). Called in one process (world 1) after
 	 * the run's checkpoint loaded, ctx->training false; units are
