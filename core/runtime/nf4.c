@@ -267,30 +267,38 @@ int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
 	return 0;
 }
 
+int mg_nf4_decode_block(float *out, const void *blob, int64_t n, int64_t b)
+{
+	const float *map = mg_nf4_nested_map();
+	const struct mg_nf4_layout l = mg_nf4_layout(n);
+	const unsigned char *base = blob;
+	const unsigned char *codes = base + l.codes;
+	const float *nested = (const float *)(base + l.nested_absmax);
+	float offset;
+	memcpy(&offset, base + l.offset, sizeof offset);
+	/* Two roundings, as bitsandbytes (dequantize the absmax, then add
+	 * the offset): C11 mode keeps them apart. */
+	float a = map[base[l.absmax + b]] * nested[b / MG_NF4_NESTED_BLOCK];
+	a = a + offset;
+	const int64_t i0 = b * MG_NF4_BLOCK;
+	const int len = (int)(n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK);
+	for (int i = 0; i < len; i++) {
+		unsigned c = codes[(i0 + i) / 2];
+		c = (i & 1) ? c & 15u : c >> 4;
+		out[i] = mg_nf4_code[c] * a;
+	}
+	return len;
+}
+
 int mg_nf4_dequantize_host(float *out, const void *blob, int64_t n)
 {
 	if (!out || !blob || n < 1)
 		return mg_error("nf4 dequantize: %s",
 				n < 1 ? "no elements" : "NULL argument");
-	const float *map = mg_nf4_nested_map();
 	const struct mg_nf4_layout l = mg_nf4_layout(n);
-	const unsigned char *base = blob;
-	const unsigned char *codes = base + l.codes, *qabs = base + l.absmax;
-	const float *nested = (const float *)(base + l.nested_absmax);
-	float offset;
-	memcpy(&offset, base + l.offset, sizeof offset);
+	(void)mg_nf4_nested_map(); /* built before the threads start */
 #pragma omp parallel for schedule(static) if (l.nblocks > 256)
-	for (int64_t b = 0; b < l.nblocks; b++) {
-		float a = map[qabs[b]] * nested[b / MG_NF4_NESTED_BLOCK];
-		a = a + offset;
-		const int64_t i0 = b * MG_NF4_BLOCK;
-		const int64_t len =
-			n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK;
-		for (int64_t i = 0; i < len; i++) {
-			unsigned c = codes[(i0 + i) / 2];
-			c = (i & 1) ? c & 15u : c >> 4;
-			out[i0 + i] = mg_nf4_code[c] * a;
-		}
-	}
+	for (int64_t b = 0; b < l.nblocks; b++)
+		mg_nf4_decode_block(out + b * MG_NF4_BLOCK, blob, n, b);
 	return 0;
 }
