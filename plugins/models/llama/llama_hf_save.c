@@ -27,8 +27,8 @@
 static const char *torch_dtype(enum mg_dtype dt)
 {
 	return dt == MG_BF16 || dt == MG_NF4 ? "bfloat16"
-	       : dt == MG_F16 ? "float16"
-			      : "float32";
+	       : dt == MG_F16		     ? "float16"
+					     : "float32";
 }
 
 /* transformers' BitsAndBytesConfig.to_dict() for NF4 with double
