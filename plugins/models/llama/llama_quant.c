@@ -35,8 +35,8 @@ int llama_quant_setup(struct llama *m, const struct mg_opts *o)
 
 bool llama_quant_param(const struct llama *m, int lp)
 {
-	return m->nf4 && lp != LP_IN_NORM && lp != LP_POST_NORM &&
-	       lp >= 0 && lp < LP_COUNT;
+	return m->nf4 && lp != LP_IN_NORM && lp != LP_POST_NORM && lp >= 0 &&
+	       lp < LP_COUNT;
 }
 
 /* Elements of the largest projection of a layer. */
@@ -87,8 +87,8 @@ const struct mg_tensor *llama_weight(struct llama *m, struct mg_ctx *ctx,
 	/* fp64 runs: dequantized to F32, then widened. */
 	const bool wide = dt == MG_F64;
 	const int64_t cap = max_proj(&m->c), n = mg_tensor_numel(w);
-	const size_t main = ((size_t)cap * mg_dtype_size(dt) + 255) &
-			    ~(size_t)255;
+	const size_t main =
+		((size_t)cap * mg_dtype_size(dt) + 255) & ~(size_t)255;
 	if (n > cap) {
 		mg_error("llama: NF4 weight of %lld elements exceeds the "
 			 "largest projection (%lld)",
@@ -102,9 +102,8 @@ const struct mg_tensor *llama_weight(struct llama *m, struct mg_ctx *ctx,
 		mg_error_prefix("llama: NF4 dequantization buffer");
 		return NULL;
 	}
-	struct mg_tensor out =
-		mg_tensor_make(m->qbuf.ptr, dt, ctx->dev->kind, w->ndim,
-			       w->shape);
+	struct mg_tensor out = mg_tensor_make(m->qbuf.ptr, dt, ctx->dev->kind,
+					      w->ndim, w->shape);
 	if (wide) {
 		struct mg_tensor f32 = out;
 		f32.dtype = MG_F32;
@@ -145,8 +144,8 @@ void llama_quant_describe(const struct llama *m)
 		"down (%lld parameters) stored frozen as NF4 (blocks of %d, "
 		"double-quantized scales), %.4g MiB instead of %.4g MiB in "
 		"bf16; embedding, norms and head in %s",
-		(long long)c->layers, (long long)(n * c->layers),
-		MG_NF4_BLOCK, (double)bytes * (double)c->layers / 1048576.0,
+		(long long)c->layers, (long long)(n * c->layers), MG_NF4_BLOCK,
+		(double)bytes * (double)c->layers / 1048576.0,
 		(double)n * 2.0 * (double)c->layers / 1048576.0,
 		mg_dtype_name(m->ctx->compute_dtype));
 }
