@@ -100,8 +100,9 @@ static void place_unit(struct mg_flat_layout *L, int u, enum mg_dtype compute,
 				trained(p));
 			L->param_flat[i] = (int)(f - L->flats);
 			L->param_off[i] = f->n;
-			f->n += round_up(flat_numel(p), f->packed ? PACKED_ALIGN
-								  : MG_FLAT_ALIGN);
+			f->n += round_up(flat_numel(p),
+					 f->packed ? PACKED_ALIGN
+						   : MG_FLAT_ALIGN);
 			if (pass == 0)
 				f->n_decay = f->n;
 		}
@@ -182,7 +183,8 @@ int mg_flat_build(struct mg_flat_layout *L, const struct mg_model_spec *spec,
 	L->group = group;
 	for (int i = 0; i < spec->nparams; i++) {
 		const struct mg_param_decl *p = &spec->params[i];
-		if (p->dtype == MG_NF4 && (p->flags & (MG_P_TRAIN | MG_P_BUFFER)))
+		if (p->dtype == MG_NF4 &&
+		    (p->flags & (MG_P_TRAIN | MG_P_BUFFER)))
 			return mg_error("parameter '%s' is NF4 but not frozen; "
 					"flat parameters keep NF4 parameters "
 					"only as frozen blobs",
@@ -306,10 +308,10 @@ int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 						   L->unit_first[u]];
 		/* An NF4 blob at its byte offset, filled by the model. */
 		const bool nf4 = p->dtype == MG_NF4;
-		host[k] = mg_tensor_make(
-			base + (size_t)L->param_off[i] * (nf4 ? 1 : es),
-			nf4 ? MG_NF4 : L->master, MG_DEV_CPU, p->ndim,
-			p->shape);
+		host[k] = mg_tensor_make(base + (size_t)L->param_off[i] *
+							 (nf4 ? 1 : es),
+					 nf4 ? MG_NF4 : L->master, MG_DEV_CPU,
+					 p->ndim, p->shape);
 	}
 	return mg_init_unit(ctx, s, u, host);
 }

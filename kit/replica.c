@@ -44,11 +44,10 @@ static int check(struct mg_replica *r)
 					"parameters only as frozen blobs",
 					p->name);
 		if (p->dtype != MG_DTYPE_AUTO && p->dtype != MG_NF4)
-			return mg_error(
-				"parameter '%s' has explicit dtype %s; "
-				"replicated storage holds only the "
-				"run's float types and frozen NF4",
-				p->name, mg_dtype_name(p->dtype));
+			return mg_error("parameter '%s' has explicit dtype %s; "
+					"replicated storage holds only the "
+					"run's float types and frozen NF4",
+					p->name, mg_dtype_name(p->dtype));
 	}
 	if (r->mixed && r->master != MG_F32)
 		return mg_error("mixed precision needs an F32 master copy");
@@ -190,10 +189,9 @@ static int init_values(struct mg_replica *r)
 			int i = ud->first_param + k;
 			const struct mg_param_decl *p = &s->params[i];
 			/* NF4: the model fills the blob itself. */
-			host[k] = mg_tensor_make(NULL,
-						 p->dtype == MG_NF4 ? MG_NF4
-								    : r->master,
-						 MG_DEV_CPU, p->ndim, p->shape);
+			host[k] = mg_tensor_make(
+				NULL, p->dtype == MG_NF4 ? MG_NF4 : r->master,
+				MG_DEV_CPU, p->ndim, p->shape);
 			host[k].data = malloc(mg_tensor_bytes(&host[k]) + 1);
 			if (!host[k].data)
 				return mg_error("out of memory");

@@ -156,7 +156,7 @@ static inline int ts_setup(struct tstrat *s, struct mg_ctx *ctx,
 		CHECK(d->dtype == MG_DTYPE_AUTO || d->dtype == MG_NF4);
 		/* An NF4 parameter: its blob, filled by init, lent as is. */
 		s->p[i] = host_tensor(d->dtype == MG_NF4 ? MG_NF4
-							  : ctx->compute_dtype,
+							 : ctx->compute_dtype,
 				      d->ndim, d->shape);
 		s->g[i] = mg_tensor_make(NULL, ctx->compute_dtype, MG_DEV_CPU,
 					 d->ndim, d->shape);

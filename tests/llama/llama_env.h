@@ -116,7 +116,8 @@ static bool fd_training;
 
 /* The per-token mean loss of a forward (training mode off unless
  * fd_training). */
-static inline double loss_of(struct env *e, const struct mg_batch *b, double *count)
+static inline double loss_of(struct env *e, const struct mg_batch *b,
+			     double *count)
 {
 	double m[MG_METRIC_N];
 	int64_t nm = MG_METRIC_N;

@@ -138,8 +138,8 @@ const char *const llama_layer_param[LP_COUNT] = {
 	[LP_DOWN] = "mlp.down_proj.weight",
 };
 
-static int add_dt(struct mg_model_spec *s, const char *name,
-		  enum mg_dtype dt, int flags, int64_t a, int64_t b)
+static int add_dt(struct mg_model_spec *s, const char *name, enum mg_dtype dt,
+		  int flags, int64_t a, int64_t b)
 {
 	int64_t shape[2] = {a, b};
 	return mg_spec_add_param(s, name, dt, flags, b ? 2 : 1, shape) < 0;

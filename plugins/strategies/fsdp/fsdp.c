@@ -55,8 +55,8 @@ static void fsdp_destroy(void *self)
 {
 	struct fsdp *d = self;
 	fsdp_exec_free(d);
-	struct mg_buf *bufs[] = {&d->master_buf, &d->lp_buf,   &d->packed_buf,
-				 &d->gshard,	 &d->buffers,  &d->state[0],
+	struct mg_buf *bufs[] = {&d->master_buf, &d->lp_buf,  &d->packed_buf,
+				 &d->gshard,	 &d->buffers, &d->state[0],
 				 &d->state[1]};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		mg_buf_free(d->ctx, bufs[i]);
@@ -168,10 +168,9 @@ static int keep_shard(void *arg, int k, const char *full)
 	const struct mg_flat *f = &d->L.flats[k];
 	size_t ms = mg_dtype_size(d->master);
 	if (f->packed)
-		return mg_copy_h2d(d->ctx,
-				   (char *)d->packed_buf.ptr + f->packed_off,
-				   full + (size_t)(d->srank * f->shard),
-				   (size_t)f->shard);
+		return mg_copy_h2d(
+			d->ctx, (char *)d->packed_buf.ptr + f->packed_off,
+			full + (size_t)(d->srank * f->shard), (size_t)f->shard);
 	if (mg_flat_frozen_lp(f)) {
 		/* Mixed precision: master F32, lent F16 or BF16. */
 		const float *src =
