@@ -21,7 +21,10 @@ mgrun's C.
    last one) is written twice: as floats, and as a bitsandbytes folder
    quantized here. mgrun evaluates the bitsandbytes folder with
    quant = nf4 (its bytes taken as they are) and the float folder with
-   quant = nf4 (quantized at load): the losses agree within rounding.
+   quant = nf4 (quantized at load): the losses agree within rounding;
+   the folder split in two shards with an index (each weight's
+   bitsandbytes companions in the other shard than its codes) gives the
+   same loss, and loaded without quant (dequantized) too.
 
 Exit 77 without NumPy (scripts/setup.sh installs python3-numpy).
 """
@@ -367,10 +370,26 @@ def part2(exe, ini, work, S):
         with open(f"{work}/{d}/config.json", "w") as f:
             json.dump(dict(cfg, **extra), f, indent=2)
         write_st(f"{work}/{d}/model.safetensors", tensors)
+    # HS: H as two shards and an index, each weight's bitsandbytes
+    # companions in the other shard than its codes
+    os.makedirs(f"{work}/HS", exist_ok=True)
+    shutil.copy(f"{work}/H/config.json", f"{work}/HS/config.json")
+    parts = ({}, {})
+    for name, t in bnb.items():
+        parts[1 if name.endswith(".weight") and "." not in
+              name[name.rindex(".weight") + 7:] and ".absmax" not in name
+              else 0][name] = t
+    wmap = {}
+    for i, part in enumerate(parts):
+        fn = f"model-0000{i + 1}-of-00002.safetensors"
+        write_st(f"{work}/HS/{fn}", part)
+        wmap.update({name: fn for name in part})
+    with open(f"{work}/HS/model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {}, "weight_map": wmap}, f)
     E = S + ["--set", "model.quant=nf4", "--set", "model.lora_targets=head",
              "--eval-only"]
     losses = {}
-    for d in ("G", "H"):
+    for d in ("G", "H", "HS"):
         if mgrun([exe, "-c", ini] + E + ["--set", f"model.hf_dir={work}/{d}",
                                          "--set", f"run.name=e{d}"],
                  f"{work}/e{d}.log"):
@@ -378,7 +397,9 @@ def part2(exe, ini, work, S):
         losses[d] = eval_loss(f"{work}/e{d}")
     g, h = losses["G"], losses["H"]
     print(f"part 2: eval loss, quantized at load {g}, NumPy's bitsandbytes "
-          f"folder {h}")
+          f"folder {h}, the same sharded {losses['HS']}")
+    if losses["HS"] != h:
+        fail(f"sharded: loss {losses['HS']}, one file {h}")
     if g is None or h is None or abs(g - h) > 1e-5 * abs(g):
         fail(f"the bitsandbytes folder's loss {h} is not the quantize-at-"
              f"load loss {g}")
