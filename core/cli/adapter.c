@@ -8,9 +8,9 @@
  * here, before the session opens, so its values are --set overrides
  * that win over the INI's; what the adapter path y += s B A x cannot
  * honour is refused by name before anything loads: another peft_type,
- * bias other than "none", modules_to_save, fan_in_fan_out, DoRA,
- * per-module rank or alpha patterns, layer selections, a regex
- * target_modules. Module names themselves are the model's business
+ * bias other than "none" (or lora_bias), modules_to_save,
+ * fan_in_fan_out, DoRA, per-module rank or alpha patterns, layer
+ * selections, exclude_modules, a regex target_modules. Module names themselves are the model's business
  * (llama's lora_targets names the unknown one).
  */
 #include <cjson/cJSON.h>
@@ -97,7 +97,9 @@ static int unsupported(const char *path, const cJSON *c)
 						    "layer_replication",
 						    "target_parameters",
 						    "use_qalora",
-						    "trainable_token_indices"};
+						    "trainable_token_indices",
+						    "lora_bias",
+						    "exclude_modules"};
 	for (size_t i = 0; i < sizeof must_be_unset / sizeof *must_be_unset;
 	     i++) {
 		const cJSON *v =
