@@ -5,7 +5,8 @@
 # base (conf/llama_tiny.ini: same preset and seed, no LoRA options: r,
 # alpha and the targets come from adapter_config.json) and on the LoRA
 # run's own configuration (its checkpoint not read) gives the greedy ids
-# of the LoRA run itself. Adapters mgrun cannot honour are refused,
+# of the LoRA run itself; the same for a QLoRA run (quant = nf4) and
+# its adapter on the NF4 base. Adapters mgrun cannot honour are refused,
 # naming the file and the field: bias, modules_to_save, DoRA, a regex
 # target_modules, an unknown module, a rank the tensors do not have,
 # not JSON, no folder.
@@ -53,6 +54,22 @@ cmp -s "$work/run.out" "$work/own.out" ||
 	fail "the run's own configuration with --adapter differs"
 grep -q "checkpoint is not read" "$work/own.err" ||
 	fail "stderr does not say the checkpoint is not read"
+# the same on a QLoRA base (conf/llama_tiny_qlora.ini): the adapter of
+# the NF4 run on the plain base with quant = nf4
+qlora=$repo/conf/llama_tiny_qlora.ini
+# shellcheck disable=SC2086
+"$mgrun" -c "$qlora" $S --set run.name=qlora >"$work/qtrain.log" 2>&1 || {
+	cat "$work/qtrain.log"
+	fail "the QLoRA run did not finish"
+}
+gen qrun "$qlora" --set run.name=qlora
+gen qbase "$base" --set run.name=base --set model.quant=nf4 \
+	--adapter "$work/qlora/adapter"
+echo "the QLoRA run:          $(cat "$work/qrun.out")"
+echo "NF4 base + its adapter: $(cat "$work/qbase.out")"
+[ -s "$work/qrun.out" ] && cmp -s "$work/qrun.out" "$work/qbase.out" ||
+	fail "QLoRA: generate --adapter differs: $(cat "$work/qbase.err")"
+
 # hostile adapter configs: each refused with exit 2 (config) or 1 (load),
 # the message naming what
 hostile() { # hostile NAME EDIT PATTERN: EDIT is a sed script on the config
