@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,30 +107,32 @@ struct mg_nf4_layout mg_nf4_layout(int64_t n)
 }
 
 /*
- * The NF4 code of x (x already divided by the block absmax): the number of
- * midpoints between adjacent table values that x is strictly above.
- * bitsandbytes decides with a tree of strict x > midpoint tests
- * (dQuantizeNF4), so a value exactly on a midpoint takes the LOWER code,
- * and NaN fails every test and takes code 0; the count below decides the
- * same. The midpoints are the f32 roundings of the exact midpoints, which
- * are bitsandbytes' constants (tests/nf4 checks them).
+ * bitsandbytes' NF4 decision thresholds (the f32 literals of its
+ * dQuantizeNF4 tree), ascending. The decimals are the f64 midpoints of
+ * the table values; an f32 literal rounds its decimal directly, which
+ * puts four of them (0, 8, 12 and 14) one ulp from the f32 midpoint.
+ * They are used as they are, since they decide bitsandbytes' codes.
  */
-static float nf4_mid[15];
-static pthread_once_t mid_once = PTHREAD_ONCE_INIT;
+static const float nf4_threshold[15] = {
+	-0.8480964004993439f,	-0.6106329262256622f,  -0.4599952697753906f,
+	-0.33967943489551544f,	-0.23460740596055984f, -0.13791173323988914f,
+	-0.045525018125772476f, 0.03979014977812767f,  0.1202552504837513f,
+	0.2035212516784668f,	0.2920137718319893f,   0.3893125355243683f,
+	0.5016634166240692f,	0.6427869200706482f,   0.8614784181118011f,
+};
 
-static void build_mid(void)
-{
-	for (int k = 0; k < 15; k++)
-		nf4_mid[k] =
-			(float)(((double)mg_nf4_code[k] + mg_nf4_code[k + 1]) /
-				2);
-}
-
+/*
+ * The NF4 code of x (x already scaled by the block absmax): the number of
+ * thresholds x is strictly above. bitsandbytes walks a tree of strict
+ * x > threshold tests, so a value exactly on a threshold takes the LOWER
+ * code, and NaN fails every test and takes code 0; the count decides the
+ * same.
+ */
 static unsigned nf4_quant(float x)
 {
 	unsigned q = 0;
 	for (int k = 0; k < 15; k++)
-		q += x > nf4_mid[k];
+		q += x > nf4_threshold[k];
 	return q;
 }
 
@@ -201,10 +204,11 @@ static float quant_block(unsigned char *codes, const float *x, int64_t n,
 
 int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
 {
-	if (!blob || !x || n < 1)
+	if (!blob || !x || n < 1 || ((uintptr_t)blob & 3))
 		return mg_error("nf4 quantize: %s",
-				n < 1 ? "no elements" : "NULL argument");
-	pthread_once(&mid_once, build_mid);
+				n < 1	      ? "no elements"
+				: !blob || !x ? "NULL argument"
+					      : "blob not 4-byte aligned");
 	const float *map = mg_nf4_nested_map();
 	const struct mg_nf4_layout l = mg_nf4_layout(n);
 	unsigned char *base = blob;
@@ -267,30 +271,40 @@ int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
 	return 0;
 }
 
-int mg_nf4_dequantize_host(float *out, const void *blob, int64_t n)
+int mg_nf4_decode_block(float *out, const void *blob, int64_t n, int64_t b)
 {
-	if (!out || !blob || n < 1)
-		return mg_error("nf4 dequantize: %s",
-				n < 1 ? "no elements" : "NULL argument");
 	const float *map = mg_nf4_nested_map();
 	const struct mg_nf4_layout l = mg_nf4_layout(n);
 	const unsigned char *base = blob;
-	const unsigned char *codes = base + l.codes, *qabs = base + l.absmax;
+	const unsigned char *codes = base + l.codes;
 	const float *nested = (const float *)(base + l.nested_absmax);
 	float offset;
 	memcpy(&offset, base + l.offset, sizeof offset);
-#pragma omp parallel for schedule(static) if (l.nblocks > 256)
-	for (int64_t b = 0; b < l.nblocks; b++) {
-		float a = map[qabs[b]] * nested[b / MG_NF4_NESTED_BLOCK];
-		a = a + offset;
-		const int64_t i0 = b * MG_NF4_BLOCK;
-		const int64_t len =
-			n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK;
-		for (int64_t i = 0; i < len; i++) {
-			unsigned c = codes[(i0 + i) / 2];
-			c = (i & 1) ? c & 15u : c >> 4;
-			out[i0 + i] = mg_nf4_code[c] * a;
-		}
+	/* Two roundings, as bitsandbytes (dequantize the absmax, then add
+	 * the offset): C11 mode keeps them apart. */
+	float a = map[base[l.absmax + b]] * nested[b / MG_NF4_NESTED_BLOCK];
+	a = a + offset;
+	const int64_t i0 = b * MG_NF4_BLOCK;
+	const int len = (int)(n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK);
+	for (int i = 0; i < len; i++) {
+		unsigned c = codes[(i0 + i) / 2];
+		c = (i & 1) ? c & 15u : c >> 4;
+		out[i] = mg_nf4_code[c] * a;
 	}
+	return len;
+}
+
+int mg_nf4_dequantize_host(float *out, const void *blob, int64_t n)
+{
+	if (!out || !blob || n < 1 || ((uintptr_t)blob & 3))
+		return mg_error("nf4 dequantize: %s",
+				n < 1		? "no elements"
+				: !out || !blob ? "NULL argument"
+						: "blob not 4-byte aligned");
+	const struct mg_nf4_layout l = mg_nf4_layout(n);
+	(void)mg_nf4_nested_map(); /* built before the threads start */
+#pragma omp parallel for schedule(static) if (l.nblocks > 256)
+	for (int64_t b = 0; b < l.nblocks; b++)
+		mg_nf4_decode_block(out + b * MG_NF4_BLOCK, blob, n, b);
 	return 0;
 }
