@@ -3,6 +3,8 @@
  * checks naming the op and the argument, then the CPU kernel
  * (cpu/nf4.c) or its CUDA twin (cuda/nf4.cu).
  */
+#include <stdint.h>
+
 #include "ops/cpu/cpu_quant.h"
 #include "ops/ops_check.h"
 #ifdef MG_HAVE_CUDA
@@ -15,6 +17,10 @@ int mg_op_nf4_dequantize(struct mg_ctx *ctx, const struct mg_tensor *w,
 	static const char op[] = "nf4_dequantize";
 	if (mgo_check_ctx(op, ctx) || mgo_check(op, "w", ctx, w, MG_NF4, -1))
 		return -1;
+	if (((uintptr_t)w->data & 3) != 0)
+		return mg_error("%s: w's blob is not 4-byte aligned (it holds "
+				"f32 scales)",
+				op);
 	if (!out)
 		return mg_error("%s: out is missing", op);
 	if (out->dtype != MG_F32 && out->dtype != MG_F16 &&

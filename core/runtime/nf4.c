@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -203,9 +204,11 @@ static float quant_block(unsigned char *codes, const float *x, int64_t n,
 
 int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
 {
-	if (!blob || !x || n < 1)
+	if (!blob || !x || n < 1 || ((uintptr_t)blob & 3))
 		return mg_error("nf4 quantize: %s",
-				n < 1 ? "no elements" : "NULL argument");
+				n < 1	      ? "no elements"
+				: !blob || !x ? "NULL argument"
+					      : "blob not 4-byte aligned");
 	const float *map = mg_nf4_nested_map();
 	const struct mg_nf4_layout l = mg_nf4_layout(n);
 	unsigned char *base = blob;
@@ -293,9 +296,11 @@ int mg_nf4_decode_block(float *out, const void *blob, int64_t n, int64_t b)
 
 int mg_nf4_dequantize_host(float *out, const void *blob, int64_t n)
 {
-	if (!out || !blob || n < 1)
+	if (!out || !blob || n < 1 || ((uintptr_t)blob & 3))
 		return mg_error("nf4 dequantize: %s",
-				n < 1 ? "no elements" : "NULL argument");
+				n < 1		? "no elements"
+				: !out || !blob ? "NULL argument"
+						: "blob not 4-byte aligned");
 	const struct mg_nf4_layout l = mg_nf4_layout(n);
 	(void)mg_nf4_nested_map(); /* built before the threads start */
 #pragma omp parallel for schedule(static) if (l.nblocks > 256)

@@ -57,15 +57,16 @@ struct mg_nf4_layout {
 MG_EXPORT struct mg_nf4_layout mg_nf4_layout(int64_t n);
 
 /*
- * Quantize n f32 values into blob (mg_nf4_layout(n).bytes bytes, written
- * in full), as bitsandbytes quantize_4bit(nf4, blocksize 64, double
+ * Quantize n f32 values into blob (mg_nf4_layout(n).bytes bytes, 4-byte
+ * aligned, written in full, padding 0), as bitsandbytes quantize_4bit(nf4, blocksize 64, double
  * quantization) does. OpenMP over blocks; the bytes do not depend on the
  * thread count. Returns 0, or -1 after mg_error() (n < 1, NULL, or a
  * non-finite input).
  */
 MG_EXPORT int mg_nf4_quantize_host(void *blob, const float *x, int64_t n);
 
-/* Decode the blob of n elements into out (f32). Returns 0 or -1. */
+/* Decode the blob (4-byte aligned) of n elements into out (f32). Returns
+ * 0 or -1. */
 MG_EXPORT int mg_nf4_dequantize_host(float *out, const void *blob, int64_t n);
 
 #ifdef __cplusplus

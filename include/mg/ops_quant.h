@@ -15,7 +15,7 @@ extern "C" {
 
 /*
  * out = the values of w. w is an MG_NF4 tensor (data: its blob,
- * mg_nf4_layout(numel) bytes; shape: the logical shape); out is F32, F16
+ * mg_nf4_layout(numel) bytes, 4-byte aligned; shape: the logical shape); out is F32, F16
  * or BF16 with the same number of elements (any shape), on the same
  * device. Every device computes the same f32 values (nf4.h's formula),
  * rounded to out's dtype to nearest even, so results are bitwise equal

@@ -4,7 +4,10 @@
  *  1. depthwise 3x3 convolutions of MobileNetV2 (224 px, batch N): the
  *     own kernels against cuDNN's grouped convolution, with algorithms
  *     from the v7 heuristics and from cudnnFind, per direction;
- *  2. dense convolutions (stem and 1x1 layers): heuristics against Find.
+ *  2. dense convolutions (stem and 1x1 layers): heuristics against Find;
+ *  3. memory-bound ops on MobileNetV2's largest activation, and the NF4
+ *     dequantization of a Llama 3 8B MLP weight (4096 x 14336) into F32,
+ *     F16 and BF16 (QLoRA runs it before every frozen GEMM).
  *
  *   bench_gpu_ops [N] [f32|f16|bf16]     (default 64 f32)
  *
@@ -279,6 +282,53 @@ static void bench_membound(int N, enum mg_dtype dt)
 		cudaFree(par[i]->data);
 }
 
+struct nf4b {
+	struct mg_tensor w, out;
+};
+
+static int mb_nf4(void *p)
+{
+	struct nf4b *m = p;
+	return mg_op_nf4_dequantize(&gt_gpu, &m->w, &m->out);
+}
+
+/* NF4 dequantization of a 4096 x 14336 weight: time, and the bandwidth of
+ * the blob read plus the output written. */
+static void bench_nf4(void)
+{
+	const int64_t shape[2] = {4096, 14336}, n = shape[0] * shape[1];
+	const struct mg_nf4_layout l = mg_nf4_layout(n);
+	float *x = malloc((size_t)n * sizeof *x);
+	unsigned char *hb = malloc(l.bytes);
+	for (int64_t i = 0; i < n; i++)
+		x[i] = (float)(0.02 * (gt_urand() - 0.5));
+	if (mg_nf4_quantize_host(hb, x, n) != 0) {
+		printf("  error: %s\n", mg_last_error());
+		goto out;
+	}
+	struct nf4b m;
+	m.w = mg_tensor_make(dalloc(l.bytes), MG_NF4, MG_DEV_CUDA, 2, shape);
+	cudaMemcpy(m.w.data, hb, l.bytes, cudaMemcpyHostToDevice);
+	printf("\nnf4 dequantize [4096, 14336] (blob %.1f MB)\n",
+	       (double)l.bytes / 1e6);
+	printf("%-28s %9s %8s\n", "output", "ms", "GB/s");
+	static const enum mg_dtype dts[] = {MG_F32, MG_F16, MG_BF16};
+	for (int d = 0; d < 3; d++) {
+		m.out = mg_tensor_make(NULL, dts[d], MG_DEV_CUDA, 2, shape);
+		m.out.data = dalloc(mg_tensor_bytes(&m.out));
+		double t = time_fn(mb_nf4, &m);
+		double moved =
+			(double)l.bytes + (double)mg_tensor_bytes(&m.out);
+		printf("nf4 -> %-21s %9.4f %8.0f\n", mg_dtype_name(dts[d]), t,
+		       moved / (t * 1e-3) / 1e9);
+		cudaFree(m.out.data);
+	}
+	cudaFree(m.w.data);
+out:
+	free(x);
+	free(hb);
+}
+
 int main(int argc, char **argv)
 {
 	const int N = argc > 1 ? atoi(argv[1]) : 64;
@@ -375,6 +425,7 @@ int main(int argc, char **argv)
 		printf("%-22s %-10s %9.4f %9.4f %9.4f\n", "TOTAL", dn[d],
 		       dt_tot[d][0], dt_tot[d][1], dt_tot[d][2]);
 	bench_membound(N, dt);
+	bench_nf4();
 	use(0);
 	return gt_finish();
 }

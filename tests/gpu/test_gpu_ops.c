@@ -2,7 +2,8 @@
  * test_gpu_ops.c - the CUDA ops against their CPU twins.
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
- *                 dropout|loss|resize|optim|llm|determinism|graph|all]
+ *                 dropout|loss|resize|optim|llm|nf4|determinism|graph|
+ *                 all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
  * and odd ones: fresh random inputs (seed printed; MG_TEST_SEED repeats
@@ -742,6 +743,101 @@ static void test_convert(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* mg_op_nf4_dequantize: the GPU's bits against the CPU twin's.         */
+
+/* Decode n elements of the host blob hb on both devices into dt, the
+ * GPU's blob at byte offset boff and its output at element offset ooff of
+ * their allocations (offsets other than 0 take the unaligned path), and
+ * report the fraction of elements whose bits differ. */
+static void nf4_check(const char *what, const unsigned char *hb, int64_t n,
+		      enum mg_dtype dt, size_t boff, size_t ooff)
+{
+	const size_t bytes = mg_nf4_layout(n).bytes, es = mg_dtype_size(dt);
+	unsigned char *db = NULL, *dout = NULL;
+	void *hc = malloc((size_t)n * es), *hg = malloc((size_t)n * es);
+	cudaMalloc((void **)&db, bytes + boff);
+	cudaMalloc((void **)&dout, ((size_t)n + ooff) * es);
+	cudaMemcpy(db + boff, hb, bytes, cudaMemcpyHostToDevice);
+	cudaMemset(dout, 0xff, ((size_t)n + ooff) * es); /* poison: NaN */
+	const int64_t shape[2] = {1, n};
+	struct mg_tensor wc = mg_tensor_make((void *)hb, MG_NF4, MG_DEV_CPU, 2,
+					     shape),
+			 wg = mg_tensor_make(db + boff, MG_NF4, MG_DEV_CUDA, 2,
+					     shape),
+			 oc = mg_tensor_make(hc, dt, MG_DEV_CPU, 1, &n),
+			 og = mg_tensor_make(dout + ooff * es, dt, MG_DEV_CUDA,
+					     1, &n);
+	snprintf(lbl, sizeof lbl, "nf4_dequantize %s n=%lld%s", what,
+		 (long long)n, boff || ooff ? " unaligned" : "");
+	CPU(mg_op_nf4_dequantize(&gt_cpu, &wc, &oc), lbl);
+	if (!gt_ok(mg_op_nf4_dequantize(&gt_gpu, &wg, &og), lbl) &&
+	    !gt_sync(lbl)) {
+		cudaMemcpy(hg, dout + ooff * es, (size_t)n * es,
+			   cudaMemcpyDeviceToHost);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < n; i++)
+			diff += memcmp((char *)hg + (size_t)i * es,
+				       (char *)hc + (size_t)i * es, es) != 0;
+		gt_report(lbl, dt, (double)diff / (double)n, 0, 0,
+			  "fraction of elements whose bits differ");
+	}
+	cudaFree(db);
+	cudaFree(dout);
+	free(hc);
+	free(hg);
+}
+
+/*
+ * Blobs quantized on the host from normal data (sizes with a partial last
+ * block, odd n, several nested blocks, Llama 3 8B's MLP weight) and blobs
+ * of random bytes (every code and every map index, random nested absmax
+ * and offset), into F32, F16 and BF16, aligned and not.
+ */
+static void test_nf4(void)
+{
+	static const int64_t sizes[] = {1,
+					31,
+					33,
+					64 * 3 + 17,
+					64 * 256 * 3 + 5,
+					(int64_t)4096 * 14336};
+	static const enum mg_dtype dts[] = {MG_F32, MG_F16, MG_BF16};
+	for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+		const int64_t n = sizes[s];
+		const struct mg_nf4_layout l = mg_nf4_layout(n);
+		float *x = malloc((size_t)n * sizeof *x);
+		unsigned char *hb = malloc(l.bytes);
+		for (int64_t i = 0; i < n; i++)
+			x[i] = (float)(0.02 * (gt_urand() + gt_urand() +
+					       gt_urand() - 1.5));
+		if (mg_nf4_quantize_host(hb, x, n) != 0) {
+			printf("FAIL nf4 quantize n=%lld: %s\n", (long long)n,
+			       mg_last_error());
+			gt_fail++;
+		} else {
+			for (size_t d = 0; d < 3; d++) {
+				nf4_check("normal", hb, n, dts[d], 0, 0);
+				if (n < 100000)
+					nf4_check("normal", hb, n, dts[d], 4,
+						  1);
+			}
+		}
+		/* random codes and absmax indices, finite scales */
+		for (size_t i = 0; i < l.offset; i++)
+			hb[i] = (unsigned char)(gt_urand() * 256);
+		float *nested = (float *)(hb + l.nested_absmax), offset;
+		for (int64_t g = 0; g < l.nnested; g++)
+			nested[g] = (float)(gt_urand() * 0.1);
+		offset = (float)(gt_urand() * 0.05);
+		memcpy(hb + l.offset, &offset, 4);
+		for (size_t d = 0; d < 3; d++)
+			nf4_check("random", hb, n, dts[d], 0, 0);
+		free(x);
+		free(hb);
+	}
+}
+
+/* ------------------------------------------------------------------ */
 /* Determinism and CUDA-graph capture: a mini training step of the ops  */
 /* with reductions, run eagerly twice and replayed as a captured graph; */
 /* every output must be bitwise identical.                              */
@@ -1320,6 +1416,7 @@ int main(int argc, char **argv)
 	RUN("optim", test_optim());
 	RUN("convert", test_convert());
 	RUN("llm", test_llm());
+	RUN("nf4", test_nf4());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;

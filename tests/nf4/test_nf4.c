@@ -353,7 +353,7 @@ out:
 static void test_errors(void)
 {
 	float x[70] = {0};
-	unsigned char blob[256];
+	_Alignas(16) unsigned char blob[256];
 	CHECK(mg_nf4_quantize_host(blob, x, 0) != 0);
 	CHECK(mg_nf4_quantize_host(NULL, x, 5) != 0);
 	x[66] = NAN;
@@ -362,6 +362,8 @@ static void test_errors(void)
 	x[66] = INFINITY;
 	CHECK(mg_nf4_quantize_host(blob, x, 70) != 0);
 	CHECK(mg_nf4_dequantize_host(x, blob, 0) != 0);
+	CHECK(mg_nf4_quantize_host(blob + 1, x, 5) != 0);
+	CHECK_HAS(mg_last_error(), "aligned");
 }
 
 /* The CPU op: F32 equals the host decoder, F16/BF16 its rounding; the
@@ -406,6 +408,10 @@ static void test_op(void)
 	struct mg_tensor notq = bad;
 	CHECK(mg_op_nf4_dequantize(&ctx, &notq, &bad) != 0);
 	CHECK_HAS(mg_last_error(), "expected NF4");
+	struct mg_tensor odd = w;
+	odd.data = blob + 2;
+	CHECK(mg_op_nf4_dequantize(&ctx, &odd, &bad) != 0);
+	CHECK_HAS(mg_last_error(), "aligned");
 	free(bad.data);
 out:
 	free(blob);

@@ -16,6 +16,8 @@
 static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones)
 {
 	int64_t n = mg_tensor_numel(t);
+	/* a pure function of j: the same values on any thread count */
+#pragma omp parallel for schedule(static) if (n > 65536)
 	for (int64_t j = 0; j < n; j++) {
 		double x = ones ? 1.0 : std * mg_rng_normal(key, (uint64_t)j);
 		if (t->dtype == MG_F64)

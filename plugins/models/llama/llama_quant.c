@@ -74,6 +74,7 @@ int llama_quant_fill(struct llama *m, struct mg_tensor *blob,
 		rc = llama_hf_load(m, hf_name, &f);
 	} else {
 		float *x = f.data;
+#pragma omp parallel for schedule(static) if (n > 65536)
 		for (int64_t j = 0; j < n; j++)
 			x[j] = (float)(m->c.init_std *
 				       mg_rng_normal(key, (uint64_t)j));
