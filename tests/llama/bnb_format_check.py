@@ -24,7 +24,11 @@ mgrun's C.
    quant = nf4 (quantized at load): the losses agree within rounding;
    the folder split in two shards with an index (each weight's
    bitsandbytes companions in the other shard than its codes) gives the
-   same loss, and loaded without quant (dequantized) too.
+   same loss, and loaded without quant (dequantized) too. A folder
+   quantized without double quantization loads as floats to the loss of
+   NumPy's dequantization of it, and is refused under quant = nf4
+   (mgrun's blob holds double-quantized scales only), naming the file
+   and the tensor.
 
 Exit 77 without NumPy (scripts/setup.sh installs python3-numpy).
 """
@@ -161,6 +165,23 @@ def dequantize_nf4(packed, qabs, nested_absmax, offset, n, qmap, nmap):
     codes[1::2] = packed & 15
     codes = codes[:n]
     return (qmap[codes] * np.repeat(absmax, BLOCK)[:n]).astype(np.float32)
+
+
+def bnb_unnested(name, w):
+    """quantize_4bit(nf4, compress_statistics=False): absmax in f32, no
+    nested_*; and the weight as bitsandbytes dequantizes it."""
+    q, absmax = blockwise(w, NF4, BLOCK)
+    deq = (NF4[q] * np.repeat(absmax, BLOCK)[:q.size]).reshape(w.shape)
+    if q.size % 2:
+        q = np.append(q, np.uint8(7))
+    packed = ((q[0::2] << 4) | q[1::2]).astype(np.uint8)
+    state = {"quant_type": "nf4", "blocksize": BLOCK, "dtype": "float32",
+             "shape": list(w.shape)}
+    js = np.frombuffer(json.dumps(state).encode(), dtype=np.uint8)
+    return {name: ("U8", packed.reshape(-1, 1)),
+            name + ".absmax": ("F32", absmax),
+            name + ".quant_map": ("F32", NF4),
+            name + ".quant_state.bitsandbytes__nf4": ("U8", js)}, deq
 
 
 def bnb_tensors(name, w, dtype="float32"):
@@ -346,19 +367,27 @@ def part2(exe, ini, work, S):
 
     flt = {"model.embed_tokens.weight": ("F32", rnd(V, D))}
     bnb = dict(flt)
+    # HU: without double quantization; GU: its dequantized floats
+    unn, unn_f = dict(flt), dict(flt)
     for layer in range(L):
         pre = f"model.layers.{layer}."
         for nm in ("input_layernorm", "post_attention_layernorm"):
             v = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)
             flt[pre + nm + ".weight"] = bnb[pre + nm + ".weight"] = ("F32", v)
+            unn[pre + nm + ".weight"] = unn_f[pre + nm + ".weight"] = \
+                ("F32", v)
         for p, sh in shapes.items():
             w = rnd(*sh)
             flt[pre + p + ".weight"] = ("F32", w)
             bnb.update(bnb_tensors(pre + p + ".weight", w))
+            t, deq = bnb_unnested(pre + p + ".weight", w)
+            unn.update(t)
+            unn_f[pre + p + ".weight"] = ("F32", deq)
     for nm, v in (("model.norm.weight", np.ones(D, np.float32)),
                   ("lm_head.weight", rnd(V, D))):
-        flt[nm] = bnb[nm] = ("F32", v)
-    for d, tensors, extra in (("G", flt, {}), ("H", bnb, {
+        flt[nm] = bnb[nm] = unn[nm] = unn_f[nm] = ("F32", v)
+    for d, tensors, extra in (("GU", unn_f, {}), ("HU", unn, {}),
+                              ("G", flt, {}), ("H", bnb, {
             "quantization_config": {
                 "quant_method": "bitsandbytes", "load_in_4bit": True,
                 "load_in_8bit": False, "bnb_4bit_quant_type": "nf4",
@@ -413,6 +442,31 @@ def part2(exe, ini, work, S):
     print(f"part 2: the bitsandbytes folder loaded as floats {hf}")
     if hf is None or abs(hf - h) > 1e-6 * abs(h):
         fail(f"loaded as floats {hf}, with quant = nf4 {h}")
+    # without double quantization: dequantized as floats, refused as NF4
+    for d in ("GU", "HU"):
+        if mgrun([exe, "-c", ini] + S + ["--set", "model.lora_rank=0",
+                                         "--set", f"model.hf_dir={work}/{d}",
+                                         "--set", f"run.name=e{d}",
+                                         "--eval-only"], f"{work}/e{d}.log"):
+            return
+    gu, hu = eval_loss(f"{work}/eGU"), eval_loss(f"{work}/eHU")
+    print(f"part 2: unnested statistics: loaded as floats {hu}, NumPy's "
+          f"dequantized floats {gu}")
+    if hu is None or gu is None or abs(hu - gu) > 1e-6 * abs(gu):
+        fail(f"unnested: {hu}, NumPy's dequantization {gu}")
+    log = f"{work}/eHUq.log"
+    with open(log, "w") as f:
+        rc = subprocess.call([exe, "-c", ini] + E + [
+            "--set", f"model.hf_dir={work}/HU", "--set", "run.name=eHUq"],
+            stdout=f, stderr=subprocess.STDOUT)
+    text = open(log).read()
+    want = (f"{work}/HU/model.safetensors", "no double quantization",
+            "model.layers.0.self_attn.q_proj.weight")
+    if rc == 0 or not all(w in text for w in want):
+        fail(f"unnested under quant = nf4: exit {rc}, {text[-400:]}")
+    else:
+        print("part 2: unnested under quant = nf4 refused: " +
+              text.strip().splitlines()[-1][:200])
 
 
 def main():
