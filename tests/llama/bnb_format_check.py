@@ -215,6 +215,16 @@ def read_weight(t, name):
         fail(f"{name}: no quant_state.bitsandbytes__nf4")
         return None
     st = json.loads(bytes(qs[2]).decode())
+    # QuantState.from_dict asserts every key, the JSON's and the tensors'
+    # after "W.", is one of its valid_qs_keys
+    valid = {"absmax", "quant_map", "nested_absmax", "nested_quant_map",
+             "quant_state", "quant_type", "blocksize", "dtype", "shape",
+             "nested_blocksize", "nested_dtype", "nested_offset"}
+    subs = {k[len(name) + 1:].split(".")[0] for k in t
+            if k.startswith(name + ".")}
+    if not set(st) <= valid or not subs <= valid:
+        fail(f"{name}: keys outside bitsandbytes' valid_qs_keys: "
+             f"{(set(st) | subs) - valid}")
     shape = tuple(st["shape"])
     n = shape[0] * shape[1]
     nb = -(-n // BLOCK)
