@@ -17,9 +17,13 @@
 #     lora [cells...]    LoRA tokens/s beside transformers + peft
 #                        (bench/lora_vs_torch.sh),
 #                        then mgrun generate from it on the GPU
+#     qlora [cells...]   QLoRA (model.quant = nf4) on the GPU against the CPU
+#                        (tests/gpu/qlora_check.sh), then tokens/s and peak
+#                        memory of bench/lora_vs_torch.sh's nf4 cells
+#                        (default: llama3-8b,2,512,qv,nf4)
 #     dist [n]           n (default 2) GPUs: NCCL communicator test, strategy
 #                        equivalence with NCCL, launcher supervision
-#     dist_llm [n]       only the llama and LoRA equivalence on n GPUs
+#     dist_llm [n]       only the llama, LoRA and QLoRA equivalence on n GPUs
 #                        (tests/strategies/gpu_equivalence_llm.sh)
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
@@ -236,6 +240,13 @@ fi
 if [ "$what" = lora ]; then
 	run bench_lora lora bench/lora_vs_torch.sh "$mgrun" "$@"
 	grep -E "^\||failed" "$out/bench_lora.log"
+fi
+if [ "$what" = qlora ]; then
+	run test_qlora qlora_check tests/gpu/qlora_check.sh "$mgrun" /tmp/mgqlora
+	grep -E "^(FAIL|SKIPPED|qlora|greedy|epoch 1:)|^  " "$out/test_qlora.log"
+	run bench_qlora qlora bench/lora_vs_torch.sh "$mgrun" \
+		${*:-llama3-8b,2,512,qv,nf4}
+	grep -E "^\||failed" "$out/bench_qlora.log"
 fi
 if [ "$what" = kernels ]; then
 	for size in $(echo "${1:-100,224,500}" | tr , ' '); do

@@ -73,6 +73,11 @@ static const struct mg_option llama_options[] = {
 	MG_OPT_I("flce_chunk", "0", 0, 1 << 24,
 		 "tokens per chunk of logits with kernels flce (0: as many as "
 		 "fit 256 MiB, at least 256)"),
+	MG_OPT_E("quant", "none", "none|nf4",
+		 "storage of the layers' frozen base projections: none (the "
+		 "compute dtype) or nf4 (QLoRA: 4-bit NormalFloat blocks of "
+		 "64 with double-quantized scales, dequantized before each "
+		 "GEMM; needs lora_rank > 0)"),
 	MG_OPT_END,
 };
 
@@ -85,7 +90,8 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	m->ctx = ctx;
 	m->recompute = mg_opt_bool(o, "activation_checkpointing");
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
-	    llama_lora_setup(m, o) || llama_kernels_setup(m, o)) {
+	    llama_lora_setup(m, o) || llama_kernels_setup(m, o) ||
+	    llama_quant_setup(m, o)) {
 		llama_lora_free(m);
 		free(m);
 		return -1;
@@ -129,6 +135,7 @@ static void llama_destroy(void *self)
 		return;
 	llama_hf_close(m);
 	llama_lora_free(m);
+	llama_quant_free(m);
 	mg_buf_free(m->ctx, &m->inv_freq);
 	mg_buf_free(m->ctx, &m->arena);
 	mg_buf_free(m->ctx, &m->work);
@@ -148,12 +155,17 @@ const char *const llama_layer_param[LP_COUNT] = {
 	[LP_DOWN] = "mlp.down_proj.weight",
 };
 
+static int add_dt(struct mg_model_spec *s, const char *name, enum mg_dtype dt,
+		  int flags, int64_t a, int64_t b)
+{
+	int64_t shape[2] = {a, b};
+	return mg_spec_add_param(s, name, dt, flags, b ? 2 : 1, shape) < 0;
+}
+
 static int add(struct mg_model_spec *s, const char *name, int flags, int64_t a,
 	       int64_t b)
 {
-	int64_t shape[2] = {a, b};
-	return mg_spec_add_param(s, name, MG_DTYPE_AUTO, flags, b ? 2 : 1,
-				 shape) < 0;
+	return add_dt(s, name, MG_DTYPE_AUTO, flags, a, b);
 }
 
 /* A unit's adapters, lora_A's of every target then lora_B's (the order
@@ -199,14 +211,18 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 		char name[64];
 		snprintf(name, sizeof name, "model.layers.%lld", (long long)l);
 		const char *const *P = llama_layer_param;
+		/* quant = nf4: the projections are frozen NF4 blobs */
+		const enum mg_dtype q = m->nf4 ? MG_NF4 : MG_DTYPE_AUTO;
 		if (mg_spec_add_unit(s, name) < 0 ||
 		    add(s, P[LP_IN_NORM], N, D, 0) ||
-		    add(s, P[LP_Q], W, qd, D) || add(s, P[LP_K], W, kvd, D) ||
-		    add(s, P[LP_V], W, kvd, D) || add(s, P[LP_O], W, D, qd) ||
+		    add_dt(s, P[LP_Q], q, W, qd, D) ||
+		    add_dt(s, P[LP_K], q, W, kvd, D) ||
+		    add_dt(s, P[LP_V], q, W, kvd, D) ||
+		    add_dt(s, P[LP_O], q, W, D, qd) ||
 		    add(s, P[LP_POST_NORM], N, D, 0) ||
-		    add(s, P[LP_GATE], W, c->ffn, D) ||
-		    add(s, P[LP_UP], W, c->ffn, D) ||
-		    add(s, P[LP_DOWN], W, D, c->ffn) ||
+		    add_dt(s, P[LP_GATE], q, W, c->ffn, D) ||
+		    add_dt(s, P[LP_UP], q, W, c->ffn, D) ||
+		    add_dt(s, P[LP_DOWN], q, W, D, c->ffn) ||
 		    add_adapters(s, m, LT_Q, LT_DOWN))
 			return -1;
 	}
@@ -215,6 +231,7 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 	    (!c->tie_embeddings && add(s, "lm_head.weight", W, c->vocab, D)) ||
 	    add_adapters(s, m, LT_HEAD, LT_HEAD))
 		return -1;
+	llama_quant_describe(m);
 	return 0;
 }
 

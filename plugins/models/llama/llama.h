@@ -112,7 +112,12 @@ struct llama {
 	struct llama_lora lora;
 	unsigned kern;	    /* LK_* of the `kernels` option */
 	int64_t flce_chunk; /* flce_chunk option: tokens a chunk, 0 auto */
-	int64_t goff;	    /* global_offset of the last training forward */
+	/* quant = nf4 (llama_quant.c): the layers' projections are frozen
+	 * NF4; qbuf holds the one being used, dequantized (qw) */
+	bool nf4;
+	struct mg_buf qbuf;
+	struct mg_tensor qw;
+	int64_t goff; /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
 	char hf_dir[4096];	/* weights to start from, or "" */
 	struct llama_hf *hf;	/* its open files (llama_hf.c) */
@@ -144,6 +149,13 @@ struct llama_hf;
 int llama_hf_open(struct llama *m);
 void llama_hf_close(struct llama *m);
 int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst);
+/* The NF4 blob of weight `name` when the folder holds it in
+ * bitsandbytes' 4-bit form (llama_bnb.c): copied, not re-quantized.
+ * 1 done, 0 the folder has it as floats (quantize those), -1 error
+ * (naming the file and the tensor). llama_hf_load dequantizes such a
+ * weight into a float tensor. */
+int llama_hf_load_nf4(struct llama *m, const char *name,
+		      struct mg_tensor *blob);
 
 /* llama_lora.c: parse the lora_* options (after the architecture);
  * in/out width of target t. */
@@ -251,6 +263,22 @@ int llama_head_flce_backward(struct llama *m, struct mg_ctx *ctx,
 			     const struct mg_tensor *labels, void *work,
 			     struct llama_head_lora *lora,
 			     struct mg_tensor *dhn);
+/* llama_quant.c: QLoRA's NF4 base. setup parses `quant` (after the
+ * LoRA options: nf4 needs lora_rank > 0); quant_param says whether
+ * layer parameter lp (LP_*) is declared MG_NF4; fill makes an NF4
+ * parameter's blob from the HF tensor hf_name (with hf_dir) or the
+ * random init keyed on key, through one tensor's f32 values;
+ * llama_weight returns w itself, or for an NF4 w its dequantized values
+ * in the compute dtype (valid until the next call; NULL after
+ * mg_error); describe logs what is NF4, once. */
+int llama_quant_setup(struct llama *m, const struct mg_opts *o);
+bool llama_quant_param(const struct llama *m, int lp);
+int llama_quant_fill(struct llama *m, struct mg_tensor *blob,
+		     const char *hf_name, uint64_t key);
+const struct mg_tensor *llama_weight(struct llama *m, struct mg_ctx *ctx,
+				     const struct mg_tensor *w);
+void llama_quant_describe(const struct llama *m);
+void llama_quant_free(struct llama *m);
 
 /* llama_model.c */
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,

@@ -25,6 +25,10 @@
  * the final norm, adds them) and the residual gradient inside the norm's
  * backward; flce computes the head's loss and gradients a chunk of
  * tokens at a time (llama_head.c), the arena's logits slot one chunk.
+ *
+ * With quant = nf4 every base GEMM reads its weight through
+ * llama_weight (llama_quant.c): dequantized just before, forward and
+ * again in backward, into one scratch; nothing dequantized is kept.
  */
 #include <math.h>
 #include <string.h>
@@ -222,7 +226,8 @@ static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    const struct mg_tensor *x, struct mg_tensor *y)
 {
 	const struct llama_lora *lo = &m->lora;
-	if (mg_op_linear(ctx, x, &P[w], NULL, y))
+	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
+	if (!W || mg_op_linear(ctx, x, W, NULL, y))
 		return -1;
 	if (lo->ia[tg] < 0)
 		return 0;
@@ -252,7 +257,8 @@ static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	}
 	struct mg_tensor as[3], *asp[3], *yf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		if (mg_op_linear(ctx, x, &P[ws[j]], NULL, ys[j]))
+		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
+		if (!W || mg_op_linear(ctx, x, W, NULL, ys[j]))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
@@ -458,7 +464,9 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    struct mg_tensor *tmp)
 {
 	const struct llama_lora *lo = &m->lora;
-	if (mg_op_linear_backward(ctx, x, &P[w], dy, tmp ? tmp : dx, gw(&G[w]),
+	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
+	if (!W ||
+	    mg_op_linear_backward(ctx, x, W, dy, tmp ? tmp : dx, gw(&G[w]),
 				  NULL) ||
 	    (tmp && mg_op_add(ctx, dx, tmp, dx)))
 		return -1;
@@ -494,8 +502,10 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	}
 	struct mg_tensor as[3], *asp[3], *dyf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		if (mg_op_linear_backward(ctx, x, &P[ws[j]], dys[j],
-					  j ? tmp : dx, gw(&G[ws[j]]), NULL) ||
+		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
+		if (!W ||
+		    mg_op_linear_backward(ctx, x, W, dys[j], j ? tmp : dx,
+					  gw(&G[ws[j]]), NULL) ||
 		    (j && mg_op_add(ctx, dx, tmp, dx)))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
