@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/nf4_impl.h"
 #include "runtime/runtime.h"
 
 const float mg_nf4_code[16] = {
@@ -48,9 +49,12 @@ static int cmp_float(const void *a, const void *b)
  * create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8): for
  * exponent i = 0..6, the 2^i means of adjacent points of the f32
  * linspace(0.1, 1, 2^i + 1), times 10^(i-6) rounded to f32, with both
- * signs; then 0 and 1.0; sorted. The linspace follows torch's scalar
- * formula (start + step*k in the first half, end - step*(n-1-k) in the
- * second, step = (end - start) / (n - 1), all f32).
+ * signs; then 0 and 1.0; sorted. The linspace is torch's: step = (end -
+ * start) / (n - 1), then start + step * j in the first half and end -
+ * step * (n-1-j) in the second, each a fused multiply-add as its compiled
+ * kernel computes them. Rounded separately, 21 of the 254 entries would
+ * be one or two ulps off bitsandbytes' published map; fused, all equal
+ * (tests/nf4 checks some of them).
  */
 static void build_nested_map(void)
 {
@@ -63,10 +67,10 @@ static void build_nested_map(void)
 		const float step = (end - start) / (float)(n - 1);
 		const float s = (float)scale[i];
 		float pts[65];
-		for (int j = 0; j < n; j++) {
-			float t = step * (float)(j < half ? j : n - 1 - j);
-			pts[j] = j < half ? start + t : end - t;
-		}
+		for (int j = 0; j < n; j++)
+			pts[j] = j < half
+					 ? fmaf(step, (float)j, start)
+					 : fmaf(-step, (float)(n - 1 - j), end);
 		for (int j = 0; j + 1 < n; j++) {
 			float mean = (pts[j] + pts[j + 1]) / 2.0f;
 			nested_map[k++] = s * mean;
@@ -113,7 +117,7 @@ struct mg_nf4_layout mg_nf4_layout(int64_t n)
  * puts four of them (0, 8, 12 and 14) one ulp from the f32 midpoint.
  * They are used as they are, since they decide bitsandbytes' codes.
  */
-static const float nf4_threshold[15] = {
+const float mg_nf4_threshold[15] = {
 	-0.8480964004993439f,	-0.6106329262256622f,  -0.4599952697753906f,
 	-0.33967943489551544f,	-0.23460740596055984f, -0.13791173323988914f,
 	-0.045525018125772476f, 0.03979014977812767f,  0.1202552504837513f,
@@ -123,17 +127,18 @@ static const float nf4_threshold[15] = {
 
 /*
  * The NF4 code of x (x already scaled by the block absmax): the number of
- * thresholds x is strictly above. bitsandbytes walks a tree of strict
- * x > threshold tests, so a value exactly on a threshold takes the LOWER
- * code, and NaN fails every test and takes code 0; the count decides the
- * same.
+ * thresholds x is strictly above, by a four-step branch-free binary
+ * search. bitsandbytes walks a tree of strict x > threshold tests, so a
+ * value exactly on a threshold takes the LOWER code, and NaN fails every
+ * test and takes code 0; the search decides the same.
  */
-static unsigned nf4_quant(float x)
+static inline unsigned nf4_quant(float x)
 {
-	unsigned q = 0;
-	for (int k = 0; k < 15; k++)
-		q += x > nf4_threshold[k];
-	return q;
+	unsigned c = (unsigned)(x > mg_nf4_threshold[7]) << 3;
+	c += (unsigned)(x > mg_nf4_threshold[c + 3]) << 2;
+	c += (unsigned)(x > mg_nf4_threshold[c + 1]) << 1;
+	c += (unsigned)(x > mg_nf4_threshold[c]);
+	return c;
 }
 
 /*
@@ -177,9 +182,10 @@ static float quant_block(unsigned char *codes, const float *x, int64_t n,
 			 int64_t b)
 {
 	const int64_t i0 = b * MG_NF4_BLOCK;
-	const int64_t len = n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK;
+	const unsigned len =
+		(unsigned)(n - i0 < MG_NF4_BLOCK ? n - i0 : MG_NF4_BLOCK);
 	float m = 0.0f;
-	for (int64_t i = 0; i < len; i++) {
+	for (unsigned i = 0; i < len; i++) {
 		float a = fabsf(x[i0 + i]);
 		if (!(a <= 3.4028234663852886e38f))
 			return -1.0f;
@@ -190,15 +196,18 @@ static float quant_block(unsigned char *codes, const float *x, int64_t n,
 	 * * inf is NaN and bitsandbytes stores code 0 (-1.0), which decodes
 	 * to -1 times the double-quantized absmax, not exactly 0. We store
 	 * code 7 (0.0) instead, which decodes to 0 whatever the absmax. */
-	const float r = 1.0f / m;
-	unsigned char *c = codes + i0 / 2;
-	for (int64_t i = 0; i < len; i += 2) {
-		unsigned hi = m > 0 ? nf4_quant(x[i0 + i] * r) : 7u;
-		unsigned lo = 0;
-		if (i + 1 < len)
-			lo = m > 0 ? nf4_quant(x[i0 + i + 1] * r) : 7u;
-		c[i / 2] = (unsigned char)(hi << 4 | lo);
+	unsigned char q[MG_NF4_BLOCK + 1];
+	if (m > 0) {
+		const float r = 1.0f / m;
+		for (unsigned i = 0; i < len; i++)
+			q[i] = (unsigned char)nf4_quant(x[i0 + i] * r);
+	} else {
+		memset(q, 7, len);
 	}
+	q[len] = 0; /* odd len: the last low nibble */
+	unsigned char *c = codes + i0 / 2;
+	for (unsigned i = 0; i < len; i += 2)
+		c[i / 2] = (unsigned char)(q[i] << 4 | q[i + 1]);
 	return m;
 }
 
@@ -235,13 +244,32 @@ int mg_nf4_quantize_host(void *blob, const float *x, int64_t n)
 				(long long)bad, (long long)bad * MG_NF4_BLOCK);
 	}
 
-	/* offset: the mean of the absmax, summed in f64 in block order
-	 * (independent of threads) and rounded once. torch's f32 mean may
-	 * differ from it by an ulp; the offset is stored, so decoding is
-	 * unaffected. */
+	/* offset: the mean of the absmax in f64, in the fixed order of
+	 * nf4_impl.h (the CUDA quantizer's), rounded once. torch's mean
+	 * (f32 accumulation on CUDA) may differ in its last bits, and with
+	 * it some nested indices near a tie; the offset is stored, so
+	 * decoding is unaffected. */
+	const int64_t nchunks =
+		(l.nblocks + MG_NF4_SUM_CHUNK - 1) / MG_NF4_SUM_CHUNK;
+	double *part = malloc((size_t)nchunks * sizeof *part);
+	if (!part) {
+		free(absmax);
+		return mg_error("nf4 quantize: out of memory");
+	}
+#pragma omp parallel for schedule(static) if (nchunks > 4)
+	for (int64_t c = 0; c < nchunks; c++) {
+		const int64_t b1 = (c + 1) * MG_NF4_SUM_CHUNK < l.nblocks
+					   ? (c + 1) * MG_NF4_SUM_CHUNK
+					   : l.nblocks;
+		double s = 0;
+		for (int64_t b = c * MG_NF4_SUM_CHUNK; b < b1; b++)
+			s += absmax[b];
+		part[c] = s;
+	}
 	double sum = 0;
-	for (int64_t b = 0; b < l.nblocks; b++)
-		sum += absmax[b];
+	for (int64_t c = 0; c < nchunks; c++)
+		sum += part[c];
+	free(part);
 	const float offset = (float)(sum / (double)l.nblocks);
 
 	unsigned char *qabs = base + l.absmax;

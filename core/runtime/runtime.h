@@ -91,9 +91,4 @@ double mg_metric_value(const struct mg_metric_decl *d, const double *sums);
 const char *mg_metric_format(const struct mg_metric_spec *s, const double *sums,
 			     char *buf, size_t len);
 
-/* nf4.c: decode block b (elements b * MG_NF4_BLOCK on, 64 or the rest)
- * of the n-element NF4 blob into out; returns how many it wrote. The CPU
- * op's per-block kernel, for every output dtype. */
-int mg_nf4_decode_block(float *out, const void *blob, int64_t n, int64_t b);
-
 #endif

@@ -36,7 +36,8 @@ extern "C" {
  *   1.5  NF4 format and mg_op_nf4_dequantize: mg/nf4.h (bitsandbytes'
  *        4-bit NormalFloat blobs of MG_NF4 tensors, host quantize /
  *        dequantize; mg_tensor_bytes of an MG_NF4 tensor is its blob
- *        size) and mg/ops_quant.h
+ *        size) and mg/ops_quant.h (mg_op_nf4_dequantize,
+ *        mg_op_nf4_quantize)
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 5

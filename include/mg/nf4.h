@@ -20,6 +20,9 @@
  *   mg_nf4_code[code_i] * (map[absmax[b]] * nested_absmax[b/256] + offset)
  * with b = i / 64, each operation rounded in f32 (no fused multiply-add),
  * which is what bitsandbytes computes and what every backend here does.
+ * One deliberate difference when quantizing: an all-zero block holds code
+ * 7 (0.0, decoding to exactly 0), where bitsandbytes' 0 * (1 / 0) = NaN
+ * gives code 0 (-1 times the decoded absmax, a small non-zero value).
  */
 #ifndef MG_NF4_H
 #define MG_NF4_H

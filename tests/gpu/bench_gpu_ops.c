@@ -7,7 +7,8 @@
  *  2. dense convolutions (stem and 1x1 layers): heuristics against Find;
  *  3. memory-bound ops on MobileNetV2's largest activation, and the NF4
  *     dequantization of a Llama 3 8B MLP weight (4096 x 14336) into F32,
- *     F16 and BF16 (QLoRA runs it before every frozen GEMM).
+ *     F16 and BF16 (QLoRA runs it before every frozen GEMM), and its
+ *     quantization from F16 and BF16 (at load).
  *
  *   bench_gpu_ops [N] [f32|f16|bf16]     (default 64 f32)
  *
@@ -283,8 +284,14 @@ static void bench_membound(int N, enum mg_dtype dt)
 }
 
 struct nf4b {
-	struct mg_tensor w, out;
+	struct mg_tensor w, out, x;
 };
+
+static int mb_nf4q(void *p)
+{
+	struct nf4b *m = p;
+	return mg_op_nf4_quantize(&gt_gpu, &m->x, &m->w);
+}
 
 static int mb_nf4(void *p)
 {
@@ -321,6 +328,13 @@ static void bench_nf4(void)
 			(double)l.bytes + (double)mg_tensor_bytes(&m.out);
 		printf("nf4 -> %-21s %9.4f %8.0f\n", mg_dtype_name(dts[d]), t,
 		       moved / (t * 1e-3) / 1e9);
+		if (dts[d] != MG_F32) {
+			m.x = m.out; /* quantize from this dtype */
+			t = time_fn(mb_nf4q, &m);
+			printf("nf4 <- %-21s %9.4f %8.0f\n",
+			       mg_dtype_name(dts[d]), t,
+			       moved / (t * 1e-3) / 1e9);
+		}
 		cudaFree(m.out.data);
 	}
 	cudaFree(m.w.data);

@@ -787,11 +787,57 @@ static void nf4_check(const char *what, const unsigned char *hb, int64_t n,
 	free(hg);
 }
 
+/* Quantize the n values x (as dt) on both devices and report the fraction
+ * of blob bytes that differ (the whole blob, padding included). */
+static void nf4_quant_check(const float *x, int64_t n, enum mg_dtype dt)
+{
+	const size_t bytes = mg_nf4_layout(n).bytes, es = mg_dtype_size(dt);
+	void *hx = malloc((size_t)n * es);
+	unsigned char *hc = malloc(bytes), *hg = malloc(bytes);
+	for (int64_t i = 0; i < n; i++) {
+		if (dt == MG_F32)
+			((float *)hx)[i] = x[i];
+		else
+			((uint16_t *)hx)[i] = dt == MG_F16
+						      ? mg_float_to_half(x[i])
+						      : mg_float_to_bf16(x[i]);
+	}
+	void *dx = NULL, *db = NULL;
+	cudaMalloc(&dx, (size_t)n * es);
+	cudaMalloc(&db, bytes);
+	cudaMemcpy(dx, hx, (size_t)n * es, cudaMemcpyHostToDevice);
+	cudaMemset(db, 0xff, bytes); /* poison */
+	const int64_t shape[2] = {1, n};
+	struct mg_tensor xc = mg_tensor_make(hx, dt, MG_DEV_CPU, 1, &n),
+			 xg = mg_tensor_make(dx, dt, MG_DEV_CUDA, 1, &n),
+			 wc = mg_tensor_make(hc, MG_NF4, MG_DEV_CPU, 2, shape),
+			 wg = mg_tensor_make(db, MG_NF4, MG_DEV_CUDA, 2, shape);
+	snprintf(lbl, sizeof lbl, "nf4_quantize %s n=%lld", mg_dtype_name(dt),
+		 (long long)n);
+	CPU(mg_op_nf4_quantize(&gt_cpu, &xc, &wc), lbl);
+	if (!gt_ok(mg_op_nf4_quantize(&gt_gpu, &xg, &wg), lbl) &&
+	    !gt_sync(lbl)) {
+		cudaMemcpy(hg, db, bytes, cudaMemcpyDeviceToHost);
+		int64_t diff = 0;
+		for (size_t i = 0; i < bytes; i++)
+			diff += hg[i] != hc[i];
+		gt_report(lbl, dt, (double)diff / (double)bytes, 0, 0,
+			  "fraction of blob bytes that differ");
+	}
+	cudaFree(dx);
+	cudaFree(db);
+	free(hx);
+	free(hc);
+	free(hg);
+}
+
 /*
  * Blobs quantized on the host from normal data (sizes with a partial last
  * block, odd n, several nested blocks, Llama 3 8B's MLP weight) and blobs
  * of random bytes (every code and every map index, random nested absmax
- * and offset), into F32, F16 and BF16, aligned and not.
+ * and offset), into F32, F16 and BF16, aligned and not; and the blobs
+ * mg_op_nf4_quantize writes on the GPU from F32, F16 and BF16 against the
+ * CPU's, byte for byte.
  */
 static void test_nf4(void)
 {
@@ -816,6 +862,7 @@ static void test_nf4(void)
 			gt_fail++;
 		} else {
 			for (size_t d = 0; d < 3; d++) {
+				nf4_quant_check(x, n, dts[d]);
 				nf4_check("normal", hb, n, dts[d], 0, 0);
 				if (n < 100000)
 					nf4_check("normal", hb, n, dts[d], 4,

@@ -16,7 +16,7 @@ The algorithm, all in f32 with one rounding per operation:
     of zeros is stored as code 7 (0.0): mgrun's choice, where
     bitsandbytes' 0 * inf = NaN would give code 0.
   * double quantization: offset = mean of the absmax values (summed in
-    f64 in order, rounded once); per 256 values of absmax - offset,
+    f64: runs of 1024 in order, then those sums in order; rounded once); per 256 values of absmax - offset,
     nested_absmax = max |v|, and v * (1 / nested_absmax) goes to the
     nearest entry of create_dynamic_map(signed=True): bitsandbytes'
     binary search ends on an even index and compares with the f32
@@ -39,9 +39,9 @@ NF4 = np.array([
 
 
 def f32_literal(text):
-    """The f32 nearest to a decimal literal, ties to even, as C's 1.5f
-    rounds it: directly, not through f64 (which differs for some of the
-    thresholds below)."""
+    """The f32 nearest to a decimal literal (or a Fraction), ties to even,
+    as C's 1.5f rounds it: directly, not through f64 (which differs for
+    some of the thresholds below)."""
     exact = Fraction(text)
     f = F(float(exact))
     best = min((f, np.nextafter(f, F(2)), np.nextafter(f, F(-2))),
@@ -62,15 +62,22 @@ THRESHOLDS = np.array([f32_literal(t) for t in (
     dtype=F)
 
 
+def fma_f32(a, b, c):
+    """a * b + c with one rounding to f32 (exact rational arithmetic)."""
+    return f32_literal(Fraction(float(a)) * Fraction(float(b)) +
+                       Fraction(float(c)))
+
+
 def linspace_f32(start, end, n):
-    """torch.linspace(start, end, n, dtype=float32), scalar formula: the
-    first half counts up from start, the second down from end."""
+    """torch.linspace(start, end, n, dtype=float32): step = (end - start) /
+    (n - 1); the first half counts up from start, the second down from
+    end, each point one fused multiply-add (as torch's compiled kernel
+    does it; this reproduces bitsandbytes' published map)."""
     start, end = F(start), F(end)
     step = F((end - start) / F(n - 1))
-    k = np.arange(n)
-    up = start + step * k.astype(F)
-    down = end - step * (n - 1 - k).astype(F)
-    return np.where(k < n // 2, up, down).astype(F)
+    return np.array([fma_f32(step, F(k), start) if k < n // 2 else
+                     fma_f32(-step, F(n - 1 - k), end) for k in range(n)],
+                    dtype=F)
 
 
 def dynamic_map():
@@ -117,7 +124,10 @@ def quantize(x):
         codes = np.append(codes, np.uint8(0))
     packed = (codes[0::2] << 4) | codes[1::2]
 
-    offset = F(np.add.accumulate(absmax.astype(np.float64))[-1] / nblocks)
+    a64 = absmax.astype(np.float64)
+    parts = [np.add.accumulate(a64[c:c + 1024])[-1]
+             for c in range(0, nblocks, 1024)]
+    offset = F(np.add.accumulate(np.array(parts))[-1] / nblocks)
     v = (absmax - offset).astype(F)
     nnested = (nblocks + 255) // 256
     vpad = np.zeros(nnested * 256, dtype=F)

@@ -5,7 +5,8 @@
  * partial blocks and odd n, zero blocks, the double quantization on a
  * three-block case, the nested map's shape and end points, the blob
  * layout, the round-trip error bound on normal data, thread-count
- * independence, and the CPU op mg_op_nf4_dequantize.
+ * independence, and the CPU ops mg_op_nf4_dequantize and
+ * mg_op_nf4_quantize.
  *
  * Usage: test_nf4 [case]   (no case: all of them)
  */
@@ -288,6 +289,22 @@ static void test_nested_map(void)
 			double v = m[128 + (1 << i) - 1 + j];
 			CHECK(v > pow(10, i - 7) && v < pow(10, i - 6));
 		}
+	/* Entries of bitsandbytes' map as published (dumps of
+	 * create_dynamic_map()) where a linspace without fused
+	 * multiply-adds would be one or two ulps off. */
+	static const struct {
+		int i;
+		float v;
+	} bnb[] = {
+		{18, -0.7398437261581421f},    {20, -0.7117187976837158f},
+		{34, -0.5148437023162842f},    {39, -0.44453126192092896f},
+		{72, -0.07609374821186066f},   {89, -0.028281250968575478f},
+		{116, -0.000493750034365803f}, {117, -0.0003812500217463821f},
+	};
+	for (size_t k = 0; k < sizeof bnb / sizeof bnb[0]; k++)
+		if (m[bnb[k].i] != bnb[k].v)
+			fail("nested map [%d] = %.9g, bitsandbytes %.9g",
+			     bnb[k].i, m[bnb[k].i], bnb[k].v);
 }
 
 /* |x - deq(q(x))| <= absmax_b * (the table's largest half gap) +
@@ -413,6 +430,45 @@ static void test_op(void)
 	CHECK(mg_op_nf4_dequantize(&ctx, &odd, &bad) != 0);
 	CHECK_HAS(mg_last_error(), "aligned");
 	free(bad.data);
+	/* mg_op_nf4_quantize on the CPU: the host quantizer's bytes, for
+	 * F16/BF16 those of the values' f32 */
+	const size_t bytes = mg_nf4_layout(n).bytes;
+	unsigned char *q = malloc(bytes), *ref = malloc(bytes);
+	struct mg_tensor wq = mg_tensor_make(q, MG_NF4, MG_DEV_CPU, 2, ws);
+	for (int d = 0; d < 3; d++) {
+		struct mg_tensor xt = mk(dts[d], 1, n, 0, 0, 0);
+		for (int64_t i = 0; i < n; i++) {
+			if (dts[d] == MG_F32)
+				((float *)xt.data)[i] = x[i];
+			else if (dts[d] == MG_F16)
+				((uint16_t *)xt.data)[i] =
+					mg_float_to_half(x[i]);
+			else
+				((uint16_t *)xt.data)[i] =
+					mg_float_to_bf16(x[i]);
+			y[i] = dts[d] == MG_F32 ? x[i]
+			       : dts[d] == MG_F16
+				       ? mg_half_to_float(
+						 mg_float_to_half(x[i]))
+				       : mg_bf16_to_float(
+						 mg_float_to_bf16(x[i]));
+		}
+		memset(q, 0xff, bytes);
+		CHECK(mg_nf4_quantize_host(ref, y, n) == 0);
+		if (mg_op_nf4_quantize(&ctx, &xt, &wq) != 0)
+			fail("quantize op %s: %s", mg_dtype_name(dts[d]),
+			     mg_last_error());
+		else if (memcmp(q, ref, bytes) != 0)
+			fail("quantize op %s: bytes differ from the host's",
+			     mg_dtype_name(dts[d]));
+		free(xt.data);
+	}
+	struct mg_tensor x64 = mk(MG_F64, 1, n, 0, 0, 0);
+	CHECK(mg_op_nf4_quantize(&ctx, &x64, &wq) != 0);
+	CHECK_HAS(mg_last_error(), "F32, F16 or BF16");
+	free(x64.data);
+	free(q);
+	free(ref);
 out:
 	free(blob);
 	free(x);

@@ -1,8 +1,12 @@
 /*
- * nf4.c - the CPU twin of mg_op_nf4_dequantize: the host decoder of
+ * nf4.c - the CPU twins of mg_op_nf4_dequantize (the host decoder of
  * runtime/nf4.c one block at a time, each value rounded to the output
- * dtype to nearest even (the oracle of the CUDA kernel, bit for bit).
+ * dtype to nearest even) and mg_op_nf4_quantize (the host quantizer):
+ * the oracles of the CUDA kernels, bit for bit.
  */
+#include <stdlib.h>
+
+#include "runtime/nf4_impl.h"
 #include "runtime/runtime.h"
 
 #include "cpu_quant.h"
@@ -33,4 +37,24 @@ int mg_cpu_nf4_dequantize(struct mg_ctx *ctx, const struct mg_tensor *w,
 		}
 	}
 	return 0;
+}
+
+int mg_cpu_nf4_quantize(struct mg_ctx *ctx, const struct mg_tensor *x,
+			struct mg_tensor *w)
+{
+	(void)ctx;
+	const int64_t n = mg_tensor_numel(x);
+	if (x->dtype == MG_F32)
+		return mg_nf4_quantize_host(w->data, x->data, n);
+	float *f = malloc((size_t)n * sizeof *f);
+	if (!f)
+		return mg_error("nf4_quantize: out of memory (%lld values)",
+				(long long)n);
+	const uint16_t *h = x->data;
+	for (int64_t i = 0; i < n; i++)
+		f[i] = x->dtype == MG_F16 ? mg_half_to_float(h[i])
+					  : mg_bf16_to_float(h[i]);
+	int rc = mg_nf4_quantize_host(w->data, f, n);
+	free(f);
+	return rc;
 }

@@ -17,6 +17,10 @@ extern "C" {
 MG_EXPORT int mg_cuda_nf4_dequantize(struct mg_ctx *ctx,
 				     const struct mg_tensor *w,
 				     struct mg_tensor *out);
+/* w (NF4) = x (F32, F16 or BF16) quantized, bytes as the host's. */
+MG_EXPORT int mg_cuda_nf4_quantize(struct mg_ctx *ctx,
+				   const struct mg_tensor *x,
+				   struct mg_tensor *w);
 
 #ifdef __cplusplus
 }
