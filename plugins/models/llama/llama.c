@@ -58,6 +58,18 @@ static const struct mg_option llama_options[] = {
 		 "adapters from, to continue training or evaluate it; its r, "
 		 "lora_alpha and use_rslora must equal the options above and "
 		 "it must hold every targeted module"),
+	MG_OPT_E("objective", "sft", "sft|dpo",
+		 "sft: next-token loss on the label tokens; dpo: Direct "
+		 "Preference Optimization on preference rows (dataset "
+		 "format = preference), the reference being the model with "
+		 "its LoRA adapters off (needs lora_rank > 0)"),
+	MG_OPT_F("dpo_beta", "0.1", 1e-6, 1e6,
+		 "DPO beta: the strength of the implicit KL penalty towards "
+		 "the reference"),
+	MG_OPT_F("dpo_label_smoothing", "0", 0, 0.5,
+		 "DPO label smoothing eps: 0 the sigmoid loss, > 0 the "
+		 "conservative cDPO (preferences assumed flipped with "
+		 "probability eps)"),
 	MG_OPT_END,
 };
 
@@ -69,7 +81,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 		return mg_error("llama: out of memory");
 	m->ctx = ctx;
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
-	    llama_lora_setup(m, o)) {
+	    llama_lora_setup(m, o) || llama_dpo_setup(m, o)) {
 		llama_lora_free(m);
 		free(m);
 		return -1;
@@ -113,6 +125,7 @@ static void llama_destroy(void *self)
 		return;
 	llama_hf_close(m);
 	llama_lora_free(m);
+	llama_dpo_free(m);
 	mg_buf_free(m->ctx, &m->inv_freq);
 	mg_buf_free(m->ctx, &m->arena);
 	mg_buf_free(m->ctx, &m->work);
@@ -204,7 +217,8 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 
 static int llama_metrics(void *self, struct mg_metric_spec *ms)
 {
-	(void)self;
+	if (((struct llama *)self)->dpo.on)
+		return llama_dpo_metrics(ms);
 	memset(ms, 0, sizeof *ms);
 	ms->nsums = MG_METRIC_N;
 	ms->per_token = 1;
@@ -226,7 +240,9 @@ static int llama_init(void *self, int unit, struct mg_tensor *params,
 static int llama_fwd(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
 		     struct mg_tensor *metrics)
 {
-	return llama_forward(self, ctx, b, metrics);
+	struct llama *m = self;
+	return m->dpo.on ? llama_dpo_forward(m, ctx, b, metrics)
+			 : llama_forward(m, ctx, b, metrics);
 }
 
 static int llama_bwd(void *self, struct mg_ctx *ctx)
