@@ -16,7 +16,7 @@ fi
 rm -rf "$work"
 mkdir -p "$work"
 "$mgrun" -c "$ini" --set run.out_dir="$work" --set run.name=dpo \
-	--set run.threads=2 --set run.epochs=1 --set run.max_steps=16 \
+	--set run.threads=2 --set run.epochs=1 --set run.max_steps=24 \
 	--set run.log_every=4 --set dataset.cache=false \
 	>"$work/train.log" 2>&1 || {
 	cat "$work/train.log"
