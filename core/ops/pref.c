@@ -48,15 +48,16 @@ static int pair_check(const char *op, struct mg_ctx *ctx,
 
 int mg_op_pair_logprob(struct mg_ctx *ctx, const struct mg_tensor *logits,
 		       const struct mg_tensor *labels,
-		       const struct mg_tensor *positions, struct mg_tensor *logp)
+		       const struct mg_tensor *positions,
+		       struct mg_tensor *logp)
 {
 	static const char op[] = "pair_logprob";
 	if (pair_check(op, ctx, logits, labels, positions, "logp", logp))
 		return -1;
-	MGO_DISPATCH(op, ctx,
-		     mg_cpu_pair_logprob(ctx, logits, labels, positions, logp),
-		     mg_cuda_pair_logprob(ctx, logits, labels, positions,
-					  logp));
+	MGO_DISPATCH(
+		op, ctx,
+		mg_cpu_pair_logprob(ctx, logits, labels, positions, logp),
+		mg_cuda_pair_logprob(ctx, logits, labels, positions, logp));
 }
 
 int mg_op_pair_logprob_backward(struct mg_ctx *ctx,
@@ -110,11 +111,11 @@ int mg_op_dpo_loss(struct mg_ctx *ctx, const struct mg_tensor *logp,
 		return mg_error("%s: metrics hold %lld values, need %d", op,
 				(long long)mg_tensor_numel(metrics),
 				MG_DPO_NSUMS);
-	MGO_DISPATCH(op, ctx,
-		     mg_cpu_dpo_loss(ctx, logp, ref, beta, label_smoothing,
-				     metrics),
-		     mg_cuda_dpo_loss(ctx, logp, ref, beta, label_smoothing,
-				      metrics));
+	MGO_DISPATCH(
+		op, ctx,
+		mg_cpu_dpo_loss(ctx, logp, ref, beta, label_smoothing, metrics),
+		mg_cuda_dpo_loss(ctx, logp, ref, beta, label_smoothing,
+				 metrics));
 }
 
 int mg_op_dpo_loss_backward(struct mg_ctx *ctx, const struct mg_tensor *logp,

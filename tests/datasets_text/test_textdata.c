@@ -686,8 +686,8 @@ static int pair_corpus(const char *text, enum td_template tpl, int64_t max_len,
 		rc = td_render_pair(&r, i, tpl, &cols, t.bos, t.eos, &s[2 * i],
 				    &s[2 * i + 1]);
 	if (!rc)
-		rc = td_encode_pairs(&t, s, r.n, max_len, max_prompt, drop, NULL,
-				     c);
+		rc = td_encode_pairs(&t, s, r.n, max_len, max_prompt, drop,
+				     NULL, c);
 	for (int64_t i = 0; s && i < 2 * r.n; i++)
 		td_sample_free(&s[i]);
 	free(s);
@@ -743,7 +743,7 @@ static void case_preference(void)
 	CHECK_INT(r.n, 1);
 	CHECK_INT(r.off[1], 7 + 6);
 	const int32_t pos[] = {0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5};
-	const int32_t lab[] = {-100, -100, 'y', 'e', 's', 257,  -100,
+	const int32_t lab[] = {-100, -100, 'y', 'e', 's', 257, -100,
 			       -100, -100, 'n', 'o', 257, -100};
 	for (int j = 0; j < 13; j++) {
 		CHECK_INT(r.pos[j], pos[j]);
@@ -777,10 +777,12 @@ static void case_preference(void)
 			   "\"content\": \"y\"}], \"rejected\": [{\"role\": "
 			   "\"assistant\", \"content\": \"n\"}]}\n",
 			   TD_TPL_LLAMA3, 256, 0, false, &c));
-	check_doc(&c, 0,
-		  "<256><258>user<259>\n\nq<260><258>assistant<259>\n\n[y<260>]");
-	check_doc(&c, 1,
-		  "<256><258>user<259>\n\nq<260><258>assistant<259>\n\n[n<260>]");
+	check_doc(
+		&c, 0,
+		"<256><258>user<259>\n\nq<260><258>assistant<259>\n\n[y<260>]");
+	check_doc(
+		&c, 1,
+		"<256><258>user<259>\n\nq<260><258>assistant<259>\n\n[n<260>]");
 	td_corpus_free(&c);
 }
 
@@ -867,20 +869,22 @@ static void case_preference_errors(void)
 		 ok);
 	expect_pair_error("norej.jsonl", buf,
 			  "norej.jsonl:2: sample 1: has no field \"rejected\"");
-	snprintf(buf, sizeof buf, "%s{\"chosen\": \"a\", \"rejected\": \"b\"}\n",
-		 ok);
-	expect_pair_error("noprompt.jsonl", buf,
-			  "noprompt.jsonl:2: sample 1: has no field \"prompt\"");
+	snprintf(buf, sizeof buf,
+		 "%s{\"chosen\": \"a\", \"rejected\": \"b\"}\n", ok);
+	expect_pair_error(
+		"noprompt.jsonl", buf,
+		"noprompt.jsonl:2: sample 1: has no field \"prompt\"");
 	expect_pair_error("numprompt.json",
 			  "[{\"prompt\": 3, \"chosen\": \"a\", \"rejected\": "
 			  "\"b\"}]",
 			  "numprompt.json: sample 0: field \"prompt\" is a "
 			  "number, not a string");
-	expect_pair_error("mixed.jsonl",
-			  "{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": "
-			  "[{\"role\": \"assistant\", \"content\": \"b\"}]}\n",
-			  "mixed.jsonl:1: sample 0: \"chosen\" is a string and "
-			  "\"rejected\" a list");
+	expect_pair_error(
+		"mixed.jsonl",
+		"{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": "
+		"[{\"role\": \"assistant\", \"content\": \"b\"}]}\n",
+		"mixed.jsonl:1: sample 0: \"chosen\" is a string and "
+		"\"rejected\" a list");
 	expect_pair_error("same.jsonl",
 			  "{\"chosen\": [{\"role\": \"user\", \"content\": "
 			  "\"q\"}, {\"role\": \"assistant\", \"content\": "
@@ -895,11 +899,12 @@ static void case_preference_errors(void)
 			  "\"a\"}], \"rejected\": []}\n",
 			  "role.jsonl:1: sample 0: \"chosen\" message 1: role "
 			  "\"robot\"");
-	expect_pair_error("emptyrej.jsonl",
-			  "{\"chosen\": [{\"role\": \"assistant\", \"content\": "
-			  "\"a\"}], \"rejected\": []}\n",
-			  "emptyrej.jsonl:1: sample 0: message 0: field "
-			  "\"rejected\" is not a non-empty array");
+	expect_pair_error(
+		"emptyrej.jsonl",
+		"{\"chosen\": [{\"role\": \"assistant\", \"content\": "
+		"\"a\"}], \"rejected\": []}\n",
+		"emptyrej.jsonl:1: sample 0: message 0: field "
+		"\"rejected\" is not a non-empty array");
 	expect_pair_error("objprompt.jsonl",
 			  "{\"prompt\": {\"a\": 1}, \"chosen\": [{\"role\": "
 			  "\"assistant\", \"content\": \"a\"}], \"rejected\": "

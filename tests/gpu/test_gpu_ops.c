@@ -576,8 +576,8 @@ static void pair_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t K)
 	const double tol = gt_tol(dt);
 	struct gt lg, lab, pos, lp, dlp, dl;
 	char name[96];
-	snprintf(name, sizeof name, "pair_logprob %lldx%lldx%lld",
-		 (long long)N, (long long)T, (long long)K);
+	snprintf(name, sizeof name, "pair_logprob %lldx%lldx%lld", (long long)N,
+		 (long long)T, (long long)K);
 	gt_make(&lg, dt, -1, 2, N * T, K, 0, 0);
 	gt_make(&lab, MG_I32, MG_I32, 2, N, T, 0, 0);
 	gt_make(&pos, MG_I32, MG_I32, 2, N, T, 0, 0);
@@ -595,7 +595,8 @@ static void pair_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t K)
 			bool label = t < a + b && j >= pr && gt_urand() < 0.9;
 			pos.v[i * T + t] = (double)j;
 			lab.v[i * T + t] =
-				label ? (double)(int64_t)(gt_urand() * (double)K)
+				label ? (double)(int64_t)(gt_urand() *
+							  (double)K)
 				      : -100;
 		}
 	}
@@ -637,8 +638,7 @@ static void dpo_check(enum mg_dtype vdt, enum mg_dtype mdt, int64_t N,
 	gt_upload(&ref);
 	gt_poison(&met);
 	CPU(mg_op_dpo_loss(&gt_cpu, &lp.c, &ref.c, beta, eps, &met.c), name);
-	if (!gt_ok(CALL(dpo_loss, vdt, &lp.g, &ref.g, beta, eps, &met.g),
-		   name))
+	if (!gt_ok(CALL(dpo_loss, vdt, &lp.g, &ref.g, beta, eps, &met.g), name))
 		gt_check(LBL("%s metrics", name), vdt, &met,
 			 vdt == MG_F64 && mdt == MG_F64 ? 1e-12 : 1e-5);
 	sc.v[0] = 0.25 + gt_urand();
@@ -647,8 +647,8 @@ static void dpo_check(enum mg_dtype vdt, enum mg_dtype mdt, int64_t N,
 	CPU(mg_op_dpo_loss_backward(&gt_cpu, &lp.c, &ref.c, beta, eps, &sc.c,
 				    &dlp.c),
 	    name);
-	if (!gt_ok(CALL(dpo_loss_backward, vdt, &lp.g, &ref.g, beta, eps,
-			&sc.g, &dlp.g),
+	if (!gt_ok(CALL(dpo_loss_backward, vdt, &lp.g, &ref.g, beta, eps, &sc.g,
+			&dlp.g),
 		   name))
 		gt_check(LBL("%s dlogp", name), vdt, &dlp, gt_tol(vdt));
 	struct gt *all[] = {&lp, &ref, &met, &dlp, &sc};

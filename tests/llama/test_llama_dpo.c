@@ -254,9 +254,9 @@ static double direct_case(double beta, double eps, double bscale)
 		fail("dpo forward: %s", mg_last_error());
 	direct(&sft, &t, beta, eps, bscale, want);
 	static const char *names[MG_DPO_NSUMS] = {
-		"loss",		"correct",	   "count",	     "rewards/chosen",
-		"rewards/rejected", "rewards/margins", "logps/chosen",
-		"logps/rejected"};
+		"loss",		  "correct",	      "count",
+		"rewards/chosen", "rewards/rejected", "rewards/margins",
+		"logps/chosen",	  "logps/rejected"};
 	for (int k = 0; k < MG_DPO_NSUMS; k++)
 		check_close(names[k], got[k], want[k], 1e-12);
 	/* Not trivially equal: the adapters moved the rewards. */
@@ -280,8 +280,8 @@ static double direct_case(double beta, double eps, double bscale)
 static void test_direct(void)
 {
 	double correct = direct_case(0.1, 0, 0.4) +
-			 direct_case(0.5, 0.2, -0.4) +
-			 direct_case(3, 0, -0.7) + direct_case(1, 0, 0.9);
+			 direct_case(0.5, 0.2, -0.4) + direct_case(3, 0, -0.7) +
+			 direct_case(1, 0, 0.9);
 	/* some pairs on either side of the accuracy test */
 	CHECK(correct > 0 && correct < 4 * PN);
 }
@@ -367,7 +367,8 @@ static void gradcheck(double beta, double eps)
 		tensors++;
 		int64_t n = mg_tensor_numel(p);
 		for (int k = 0; k < 4; k++) {
-			int64_t j = (int64_t)(mg_rng_u64(7 + i, k) % (uint64_t)n);
+			int64_t j =
+				(int64_t)(mg_rng_u64(7 + i, k) % (uint64_t)n);
 			double *w = (double *)p->data + j, w0 = *w, h = 1e-5;
 			*w = w0 + h;
 			double lp = mean_loss(&e, &t.b);
@@ -459,8 +460,9 @@ static void test_ops(void)
 	for (int r = 0; r < PN * PT; r++) {
 		int i = r / PT, tt = r % PT, d = tt >= t.start[i][1];
 		for (int k = 0; k < K; k++)
-			worst = fmax(worst, fabs(dl[r * K + k] +
-						 dlp[2 * i + d] * dx[r * K + k]));
+			worst = fmax(worst,
+				     fabs(dl[r * K + k] +
+					  dlp[2 * i + d] * dx[r * K + k]));
 	}
 	CHECK(worst < 1e-14);
 	/* dpo_loss: the formula, and its backward by finite differences. */
@@ -476,9 +478,9 @@ static void test_ops(void)
 					      &MT));
 			double want = 0;
 			for (int i = 0; i < PN; i++) {
-				double z = beta * ((lp[2 * i] - ref[2 * i]) -
-						   (lp[2 * i + 1] -
-						    ref[2 * i + 1]));
+				double z = beta *
+					   ((lp[2 * i] - ref[2 * i]) -
+					    (lp[2 * i + 1] - ref[2 * i + 1]));
 				want -= (1 - eps) * log(1 / (1 + exp(-z))) +
 					eps * log(1 / (1 + exp(z)));
 			}
@@ -516,8 +518,7 @@ static void test_ops(void)
 	check_close("small beta gradient", dlp[1], 1e-9 * 0.6 / 2, 1e-6);
 	/* label smoothing 0.5: no preference left; the gradient only pulls
 	 * the margin z to 0: beta tanh(z / 2) / 2 */
-	CHECK(!mg_op_dpo_loss_backward(&cpu_ctx, &LP, &RF, 1, 0.5, NULL,
-				       &DLP));
+	CHECK(!mg_op_dpo_loss_backward(&cpu_ctx, &LP, &RF, 1, 0.5, NULL, &DLP));
 	const double z0 = (lp[0] - ref[0]) - (lp[1] - ref[1]);
 	check_close("label smoothing 0.5", dlp[0], tanh(z0 / 2) / 2, 1e-12);
 	/* bad arguments are named */

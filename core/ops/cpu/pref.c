@@ -175,10 +175,10 @@ int mg_cpu_dpo_loss_backward(struct mg_ctx *ctx, const struct mg_tensor *logp,
 	(void)ctx;
 	const double s = scale ? (double)*(const float *)scale->data : 1.0;
 	for (int64_t n = 0; n < logp->shape[0]; n++) {
-		const double z = beta * (mgo_get(logp, 2 * n) -
-					 mgo_get(ref, 2 * n)) -
-				 beta * (mgo_get(logp, 2 * n + 1) -
-					 mgo_get(ref, 2 * n + 1));
+		const double z =
+			beta * (mgo_get(logp, 2 * n) - mgo_get(ref, 2 * n)) -
+			beta * (mgo_get(logp, 2 * n + 1) -
+				mgo_get(ref, 2 * n + 1));
 		/* d/dz of (1 - eps) softplus(-z) + eps softplus(z) */
 		const double g = -(1 - eps) * sigm(-z) + eps * sigm(z);
 		mgo_set(dlogp, 2 * n, g * beta * s);

@@ -143,8 +143,8 @@ __global__ void pair_bwd_k(const T *logits, const int32_t *labels,
 		__syncwarp();
 		for (int64_t k = lane; k < K; k += 32) {
 			const A p = ex(mgc_ld(row, k) - lse);
-			d[k] = mgc_t<T>::from(
-				(p - (k == y ? (A)1 : (A)0)) * s + bad);
+			d[k] = mgc_t<T>::from((p - (k == y ? (A)1 : (A)0)) * s +
+					      bad);
 		}
 	}
 }
@@ -212,9 +212,9 @@ void fwd(cudaStream_t st, const void *logits, const int32_t *labels,
 {
 	const int64_t R = N * T_;
 	if (R > 0)
-		tok_lp_k<T><<<mgc_blocks(R, ROWS_PER_BLOCK),
-			      ROWS_PER_BLOCK * 32, 0, st>>>((const T *)logits,
-							    labels, R, K, lp);
+		tok_lp_k<T>
+			<<<mgc_blocks(R, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32,
+			   0, st>>>((const T *)logits, labels, R, K, lp);
 	if (N > 0)
 		row_sum_k<typename vt<T>::type>
 			<<<mgc_blocks(N, 1), TH, 0, st>>>(
@@ -227,9 +227,10 @@ void bwd(cudaStream_t st, const void *logits, const int32_t *labels,
 	 const int32_t *pos, int64_t R, int64_t T_, int64_t K,
 	 const void *dlogp, void *dl)
 {
-	pair_bwd_k<T><<<mgc_blocks(R, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, 0,
-			st>>>((const T *)logits, labels, pos, R, T_, K,
-			      (const typename vt<T>::type *)dlogp, (T *)dl);
+	pair_bwd_k<T>
+		<<<mgc_blocks(R, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, 0, st>>>(
+			(const T *)logits, labels, pos, R, T_, K,
+			(const typename vt<T>::type *)dlogp, (T *)dl);
 }
 } // namespace
 
@@ -248,8 +249,7 @@ extern "C" int mg_cuda_pair_logprob(struct mg_ctx *ctx,
 		return -1;
 	MGC_DISPATCH(op, logits->dtype, fwd, mgc_stream(ctx), logits->data,
 		     (const int32_t *)labels->data,
-		     (const int32_t *)positions->data, N, T, K, lp,
-		     logp->data);
+		     (const int32_t *)positions->data, N, T, K, lp, logp->data);
 	return mgc_check_launch(op);
 }
 

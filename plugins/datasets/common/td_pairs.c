@@ -110,11 +110,12 @@ static int render_lists(const struct td_records *r, int64_t i,
 				  "\"%s\" has no assistant reply after the "
 				  "prompt%s",
 				  name[d],
-				  jp ? "" : " (the messages it shares with "
-					    "the other list)");
+				  jp ? ""
+				     : " (the messages it shares with "
+				       "the other list)");
 		else
-			rc = td_render_chat(tpl, bos, eos, full[d],
-					    np + n[d], out[d]);
+			rc = td_render_chat(tpl, bos, eos, full[d], np + n[d],
+					    out[d]);
 	}
 	free(m[0]), free(m[1]), free(p), free(full[0]), free(full[1]);
 	return rc;
@@ -180,8 +181,8 @@ static int64_t prompt_len(const uint8_t *tr, int64_t len)
 /* Append doc [a, a + len) of raw to out, its prompt of P tokens cut to
  * keep (its first token and its last keep - 1) and its response to resp
  * tokens. */
-static void put(const struct td_corpus *raw, int64_t a, int64_t P,
-		int64_t keep, int64_t resp, struct td_corpus *out)
+static void put(const struct td_corpus *raw, int64_t a, int64_t P, int64_t keep,
+		int64_t resp, struct td_corpus *out)
 {
 	int64_t w = out->off[out->n];
 	for (int64_t j = 0; j < P; j++) {

@@ -247,8 +247,8 @@ static int err_at(const struct td_records *r, int64_t i, const char *list,
 
 int td_messages(const struct td_records *r, int64_t i, const cJSON *a,
 		const char *list, enum td_format fmt,
-		const struct td_columns *c, bool name_list,
-		struct td_msg **out, int64_t *nout)
+		const struct td_columns *c, bool name_list, struct td_msg **out,
+		int64_t *nout)
 {
 	const char *rk = td_column(c, fmt == TD_FMT_SHAREGPT ? "from" : "role");
 	const char *ck =

@@ -173,8 +173,8 @@ struct td_msg {
  * list when name_list). */
 int td_messages(const struct td_records *r, int64_t i, const struct cJSON *a,
 		const char *list, enum td_format fmt,
-		const struct td_columns *c, bool name_list,
-		struct td_msg **out, int64_t *n);
+		const struct td_columns *c, bool name_list, struct td_msg **out,
+		int64_t *n);
 /* Messages through a chat template: assistant contents not in the
  * prompt, and the token that ends them, are the targets. */
 int td_render_chat(enum td_template tpl, const char *bos, const char *eos,

@@ -109,8 +109,8 @@ static int load_pairs(const struct cfg *g, const struct td_records *r,
 	if (!rc) {
 		mg_info("instruct: %s: %lld preference pairs, template %s",
 			path, (long long)r->n, td_template_name(g->tpl));
-		rc = td_encode_pairs(g->tok, s, r->n, g->max_len,
-				     g->max_prompt, g->drop, path, c);
+		rc = td_encode_pairs(g->tok, s, r->n, g->max_len, g->max_prompt,
+				     g->drop, path, c);
 		if (rc)
 			rc = mg_error("%s: %s", path, mg_last_error());
 	}
@@ -305,11 +305,11 @@ static int build(struct instruct *d, const struct mg_opts *o,
 	}
 	for (int k = 0; k < 2 && !rc; k++) {
 		const struct td_corpus *src = k && test[0] ? &c[1] : &c[0];
-		rc = pairs[0] ? td_rows_pairs(src, sel[k], nsel[k], d->seq_len,
-					      &d->rows[k])
-			      : td_rows_samples(src, sel[k], nsel[k],
-						d->seq_len, packed,
-						&d->rows[k]);
+		rc = pairs[0]
+			     ? td_rows_pairs(src, sel[k], nsel[k], d->seq_len,
+					     &d->rows[k])
+			     : td_rows_samples(src, sel[k], nsel[k], d->seq_len,
+					       packed, &d->rows[k]);
 	}
 	if (!rc)
 		mg_info("instruct: %lld train rows (%lld tokens), %lld "
@@ -318,7 +318,9 @@ static int build(struct instruct *d, const struct mg_opts *o,
 			(long long)d->rows[0].off[d->rows[0].n],
 			(long long)d->rows[1].n,
 			(long long)d->rows[1].off[d->rows[1].n],
-			packed ? ", packed" : pairs[0] ? ", one pair a row" : "");
+			packed	   ? ", packed"
+			: pairs[0] ? ", one pair a row"
+				   : "");
 	free(sel[0]);
 	free(sel[1]);
 	td_corpus_free(&c[0]);

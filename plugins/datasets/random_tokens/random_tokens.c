@@ -205,7 +205,8 @@ static int rtok_read_tokens(void *self, enum mg_split split, const int64_t *idx,
 		uint64_t rkey = mg_rng_key(skey, (uint64_t)idx[i]);
 		int64_t used = 0;
 		if (d->pairs)
-			used = write_pair(d, mg_rng_key(rkey, 0), ids, lab, pos);
+			used = write_pair(d, mg_rng_key(rkey, 0), ids, lab,
+					  pos);
 		for (uint64_t doc = 0; !d->pairs && used < L; doc++) {
 			uint64_t key = mg_rng_key(rkey, doc);
 			int64_t len = doc_len(d, mg_rng_uniform(key, 0));

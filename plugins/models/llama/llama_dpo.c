@@ -59,8 +59,8 @@ int llama_dpo_metrics(struct mg_metric_spec *ms)
 			  MG_METRIC_COUNT, MG_SHOW_PLAIN, 1);
 	mg_metric_declare(ms, "rewards/accuracies", MG_METRIC_CORRECT,
 			  MG_METRIC_COUNT, MG_SHOW_PLAIN, 0);
-	mg_metric_declare(ms, "rewards/margins", MG_DPO_MARGIN,
-			  MG_METRIC_COUNT, MG_SHOW_PLAIN, 0);
+	mg_metric_declare(ms, "rewards/margins", MG_DPO_MARGIN, MG_METRIC_COUNT,
+			  MG_SHOW_PLAIN, 0);
 	mg_metric_declare(ms, "logps/chosen", MG_DPO_LOGP_CHOSEN,
 			  MG_METRIC_COUNT, MG_SHOW_PLAIN, 0);
 	mg_metric_declare(ms, "logps/rejected", MG_DPO_LOGP_REJECTED,
@@ -115,14 +115,15 @@ static int check_pairs(struct llama *m, struct mg_ctx *ctx,
 				labeled[docs < 3 ? docs : 3]++;
 		}
 		if (docs != 2 || !labeled[1] || !labeled[2] || labeled[3])
-			rc = mg_error("llama: objective = dpo: row %lld of "
-				      "the batch is not a preference pair (%lld "
-				      "document(s); chosen %lld, rejected "
-				      "%lld response tokens): use the instruct "
-				      "dataset with format = preference",
-				      (long long)(b->global_offset + i),
-				      (long long)docs, (long long)labeled[1],
-				      (long long)labeled[2]);
+			rc = mg_error(
+				"llama: objective = dpo: row %lld of "
+				"the batch is not a preference pair (%lld "
+				"document(s); chosen %lld, rejected "
+				"%lld response tokens): use the instruct "
+				"dataset with format = preference",
+				(long long)(b->global_offset + i),
+				(long long)docs, (long long)labeled[1],
+				(long long)labeled[2]);
 	}
 	free(pos);
 	free(lab);
