@@ -52,4 +52,32 @@ for m in loss rewards/chosen rewards/rejected rewards/accuracies \
 		exit 1
 	}
 done
+# Refusals, each naming what to change: full fine-tuning, SFT data under
+# objective = dpo, and a hostile preference file (file:line, sample,
+# field).
+refused() { # refused NAME PATTERN --set ...
+	name=$1 pat=$2
+	shift 2
+	if "$mgrun" -c "$ini" --set run.out_dir="$work" --set run.name="$name" \
+		--set run.max_steps=1 --set dataset.cache=false "$@" \
+		>"$work/$name.log" 2>&1; then
+		echo "FAIL: $name was not refused"
+		exit 1
+	fi
+	grep -q "$pat" "$work/$name.log" || {
+		cat "$work/$name.log"
+		echo "FAIL: $name: no '$pat' in the error"
+		exit 1
+	}
+}
+refused full_ft "objective = dpo needs LoRA (lora_rank > 0)" \
+	--set model.lora_rank=0
+refused sft_data "is not a preference pair.*format = preference" \
+	--set dataset.train="$(dirname "$ini")/data/alpaca_sample.json" \
+	--set dataset.format=auto
+printf '%s\n%s\n' \
+	'{"prompt": "p", "chosen": "a", "rejected": "b"}' \
+	'{"prompt": "p", "chosen": "a", "rejected": 3}' >"$work/bad.jsonl"
+refused bad_file "bad.jsonl:2: sample 1: \"chosen\" is a string and \"rejected\" a number" \
+	--set dataset.train="$work/bad.jsonl"
 echo "PASS: dpo"
