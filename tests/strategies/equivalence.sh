@@ -357,8 +357,9 @@ dpo)
 	# preference pairs [prompt + chosen | prompt + rejected], a loss per
 	# pair against the reference (the base, adapters off) computed in
 	# every forward. A pair is one row, so ranks and micro-batches split
-	# pairs like samples: N ranks, micro-batches and every fsdp shard
-	# mode train the adapters one rank trains with the whole batch.
+	# pairs like samples: N ranks, micro-batches, fsdp (full, grad_op),
+	# ddp_rr and offload train the adapters one rank trains with the
+	# whole batch.
 	set -- --set model.lora_rank=4 --set model.lora_alpha=8 \
 		--set model.lora_targets=all,head --set model.tie_embeddings=no \
 		--set model.objective=dpo --set model.dpo_beta=0.5 \
@@ -389,6 +390,11 @@ dpo)
 			--set strategy.shard="$mode" "$@"
 		same single "fsdp_$mode" 1e-10
 	done
+	run rr4 4 "$llama" --set strategy.name=ddp_rr "$@"
+	same single rr4 1e-10
+	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \
+		"$@"
+	same single off2 1e-10
 	;;
 *)
 	echo "unknown scenario $scenario"
