@@ -14,6 +14,9 @@
 #                        (tests/text/hf_tokenizers_check.py), LoRA adapters
 #                        in and out of peft (tests/llama/peft_check.py),
 #                        instruction data trained on the GPU
+#     dpo [steps]        DPO: its ops against the CPU twins, conf/dpo.ini
+#                        trained on the GPU in fp32 and bf16 (held-out
+#                        rewards/accuracies, step time)
 #     lora [cells...]    LoRA tokens/s beside transformers + peft
 #                        (bench/lora_vs_torch.sh),
 #                        then mgrun generate from it on the GPU
@@ -115,8 +118,8 @@ run() {
 }
 
 bin=$build/tests/gpu
-groups="conv depthwise batchnorm elementwise pool linear dropout loss resize
-optim convert determinism graph llm"
+groups="conv depthwise batchnorm elementwise pool linear dropout loss pref
+resize optim convert determinism graph llm"
 [ $# -gt 0 ] && groups="$*"
 if [ "$what" = tests ] || [ "$what" = all ]; then
 	# One process per group: a crash in one still lets the others run.
@@ -215,6 +218,16 @@ if [ "$what" = text ] || [ "$what" = all ]; then
 		--set run.device=cuda --set run.precision=bf16 \
 		--set run.max_steps=20 --set run.out_dir=/tmp/mgtext
 	grep -E "^== |equal|FAIL|MISMATCH|^ok|^epoch|tokens/s" "$out/test_text.log" | tail -60
+fi
+if [ "$what" = dpo ]; then
+	run test_dpo "pref ops" "$bin/test_gpu_ops" pref
+	for prec in fp32 bf16; do
+		run test_dpo "dpo $prec" "$mgrun" -c conf/dpo.ini \
+			--set run.device=cuda --set run.precision=$prec \
+			--set run.epochs=1 --set run.max_steps=${1:-30} \
+			--set run.out_dir=/tmp/mgdpo --set run.name=dpo_$prec
+	done
+	grep -E "^== |FAIL|^epoch 1:|step time|captured" "$out/test_dpo.log"
 fi
 if [ "$what" = lora ]; then
 	run bench_lora lora bench/lora_vs_torch.sh "$mgrun" "$@"
