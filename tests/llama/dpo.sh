@@ -4,7 +4,8 @@
 # shuffled): the first step is at the reference (loss ln 2, reward
 # accuracy 0: ties), training must raise the held-out
 # rewards/accuracies well above chance with a positive margin, and
-# TRL's metric names must reach the progress line and report.json.
+# TRL's metric names must reach the progress line and report.json;
+# --eval-only (pairs from the token cache) reproduces the held-out loss.
 # Skipped (77) without the Llama 2 tokenizer (scripts/fetch-tokenizers.sh).
 set -eu
 mgrun=$1 ini=$2 work=$3
@@ -17,8 +18,7 @@ rm -rf "$work"
 mkdir -p "$work"
 "$mgrun" -c "$ini" --set run.out_dir="$work" --set run.name=dpo \
 	--set run.threads=2 --set run.epochs=1 --set run.max_steps=24 \
-	--set run.log_every=4 --set dataset.cache=false \
-	>"$work/train.log" 2>&1 || {
+	--set run.log_every=4 >"$work/train.log" 2>&1 || {
 	cat "$work/train.log"
 	echo "FAIL: training did not finish"
 	exit 1
@@ -32,6 +32,21 @@ acc=$(val rewards/accuracies) margin=$(val rewards/margins)
 echo "held-out rewards/accuracies $acc, rewards/margins $margin"
 awk -v a="$acc" -v m="$margin" 'BEGIN { exit !(a >= 0.75 && m > 0) }' || {
 	echo "FAIL: DPO did not learn the preferences"
+	exit 1
+}
+# --eval-only from the checkpoint, the pairs from the token cache: the
+# same held-out loss.
+loss=$(echo "$line" | sed 's/.*, test loss \([0-9.]*\).*/\1/')
+"$mgrun" -c "$ini" --set run.out_dir="$work" --set run.name=dpo \
+	--set run.threads=2 --eval-only >"$work/eval.log" 2>&1 || {
+	cat "$work/eval.log"
+	echo "FAIL: --eval-only"
+	exit 1
+}
+grep -q "tokens from cache .*p.bin .*pairs" "$work/eval.log" &&
+	grep -q "test loss $loss " "$work/eval.log" || {
+	cat "$work/eval.log"
+	echo "FAIL: --eval-only (pairs from the cache) does not give test loss $loss"
 	exit 1
 }
 # Step 0 is the reference itself: loss ln 2, no pair counted correct.
