@@ -26,7 +26,7 @@ enum kind {
 	PLAIN, /* one number per run: no noise estimate */
 };
 
-enum unit { U_SEC, U_BYTES, U_COUNT, U_RATE, U_PCT };
+enum unit { U_SEC, U_BYTES, U_COUNT, U_RATE, U_PCT, U_NUM };
 
 struct row {
 	const char *section;
@@ -145,6 +145,16 @@ static void build(struct rows *t, const struct mg_run *a,
 	s = "accuracy";
 	add(t, s, "test accuracy [%]", 100 * a->test_acc, 100 * b->test_acc,
 	    PLAIN, U_PCT);
+	/* The model's declared metrics, by A's names (DPO's rewards/...). */
+	for (int i = 0; i < a->ntmet; i++) {
+		double vb = NAN;
+		for (int j = 0; j < b->ntmet; j++)
+			if (!strcmp(b->tmet[j].name, a->tmet[i].name))
+				vb = b->tmet[j].v;
+		char label[64];
+		snprintf(label, sizeof label, "test %s", a->tmet[i].name);
+		add(t, s, label, a->tmet[i].v, vb, PLAIN, U_NUM);
+	}
 	if (a->nprof && b->nprof) {
 		s = "profile (window seconds, mean over ranks)";
 		for (int i = 0; i < a->nprof; i++) {
@@ -181,6 +191,9 @@ static void fmt_val(char *buf, size_t n, double v, enum unit u)
 		break;
 	case U_PCT:
 		snprintf(buf, n, "%.2f", v);
+		break;
+	case U_NUM:
+		snprintf(buf, n, "%.4g", v);
 		break;
 	default: /* seconds */
 		if (v == 0)

@@ -1,8 +1,9 @@
 /*
  * ops_llm.h - the decoder-only transformer's ops (LLaMA and its kin):
  * token embedding, RMSNorm, rotary position embedding, causal grouped-
- * query attention over packed documents, and the SwiGLU gate. GEMMs are
- * mg_op_linear, the loss mg_op_softmax_xent (ops_nn.h).
+ * query attention over packed documents, the SwiGLU gate, and the
+ * preference-pair (DPO) log-probabilities and loss. GEMMs are
+ * mg_op_linear, the token loss mg_op_softmax_xent (ops_nn.h).
  *
  * The conventions of ops_nn.h hold: contiguous tensors on ctx's device,
  * one float dtype per call (F32 or F64 on the CPU; F32, BF16 or F16 on
@@ -182,6 +183,64 @@ mg_op_linear_lora_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 		       const struct mg_tensor *scale, struct mg_tensor *work,
 		       struct mg_tensor *metrics, struct mg_tensor *dx,
 		       struct mg_tensor *dw);
+
+/*
+ * Preference pairs (DPO). A row of labels/positions [N, T] holds two
+ * packed documents: the chosen response's (the document starting at
+ * t = 0) and the rejected one's (positions restart at 0 where it
+ * starts), then padding. logits [N * T, K] or [N, T, K] as for the loss.
+ * logp [N, 2] (F32, or F64 for F64 logits) gets, for each row, the sums
+ * of log softmax(logits[n, t])[labels[n, t]] over the label tokens of its
+ * first document (t - positions[n, t] == 0) and over the rest of the
+ * row's label tokens; ignored labels (< 0) count nothing. A label >= K
+ * is an error on the CPU and NaN on CUDA, as for the loss.
+ */
+MG_EXPORT int mg_op_pair_logprob(struct mg_ctx *ctx,
+				 const struct mg_tensor *logits,
+				 const struct mg_tensor *labels,
+				 const struct mg_tensor *positions,
+				 struct mg_tensor *logp);
+/* dlogits = dlogp[n, d] * (onehot(label) - softmax(logits)) on each label
+ * token of document d (0 or 1) of row n, zero rows elsewhere (written).
+ * dlogp [N, 2] in logp's dtype. dlogits may alias logits. */
+MG_EXPORT int mg_op_pair_logprob_backward(struct mg_ctx *ctx,
+					  const struct mg_tensor *logits,
+					  const struct mg_tensor *labels,
+					  const struct mg_tensor *positions,
+					  const struct mg_tensor *dlogp,
+					  struct mg_tensor *dlogits);
+
+/* Sums the DPO loss writes after the MG_METRIC_N of model.h. */
+enum {
+	MG_DPO_REWARD_CHOSEN = 3, /* beta (pi_c - ref_c) */
+	MG_DPO_REWARD_REJECTED,	  /* beta (pi_r - ref_r) */
+	MG_DPO_MARGIN,		  /* their difference */
+	MG_DPO_LOGP_CHOSEN,	  /* pi_c */
+	MG_DPO_LOGP_REJECTED,	  /* pi_r */
+	MG_DPO_NSUMS,
+};
+
+/*
+ * The DPO loss of N pairs (Rafailov et al. 2023): logp and ref [N, 2]
+ * (F32 or F64, one dtype) hold the policy's and the reference's sequence
+ * log-probabilities of (chosen, rejected). With h = (pi_c - ref_c) -
+ * (pi_r - ref_r) a pair's loss is -(1 - eps) log sigmoid(beta h) - eps
+ * log sigmoid(-beta h) (eps = label_smoothing: 0 the sigmoid loss, > 0
+ * the conservative cDPO). Writes (=) metrics [MG_DPO_NSUMS], F32 or F64:
+ * the loss sum, the pairs whose chosen reward beats the rejected one,
+ * N, then the sums of MG_DPO_*.
+ */
+MG_EXPORT int mg_op_dpo_loss(struct mg_ctx *ctx, const struct mg_tensor *logp,
+			     const struct mg_tensor *ref, double beta,
+			     double label_smoothing, struct mg_tensor *metrics);
+/* dlogp = d(pair loss) / d logp * scale (written; scale an F32 device
+ * scalar such as ctx->grad_scale, or NULL for 1). ref gets none. */
+MG_EXPORT int mg_op_dpo_loss_backward(struct mg_ctx *ctx,
+				      const struct mg_tensor *logp,
+				      const struct mg_tensor *ref, double beta,
+				      double label_smoothing,
+				      const struct mg_tensor *scale,
+				      struct mg_tensor *dlogp);
 
 #ifdef __cplusplus
 }

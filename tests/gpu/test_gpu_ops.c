@@ -2,7 +2,7 @@
  * test_gpu_ops.c - the CUDA ops against their CPU twins.
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
- *                 dropout|loss|resize|optim|llm|attention|nf4|fused|
+ *                 dropout|loss|pref|resize|optim|llm|attention|nf4|fused|
  *                 determinism|graph|all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
@@ -565,6 +565,108 @@ static void test_loss(void)
 		xent_check(dt, 37, 32003, MG_F64, true, false);
 		xent_check(dt, 1, 1, MG_F32, false, true);
 	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Preference pairs (DPO): per-document log-probs and the DPO loss.     */
+
+static void pair_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t K)
+{
+	const enum mg_dtype vdt = dt == MG_F64 ? MG_F64 : MG_F32;
+	const double tol = gt_tol(dt);
+	struct gt lg, lab, pos, lp, dlp, dl;
+	char name[96];
+	snprintf(name, sizeof name, "pair_logprob %lldx%lldx%lld", (long long)N,
+		 (long long)T, (long long)K);
+	gt_make(&lg, dt, -1, 2, N * T, K, 0, 0);
+	gt_make(&lab, MG_I32, MG_I32, 2, N, T, 0, 0);
+	gt_make(&pos, MG_I32, MG_I32, 2, N, T, 0, 0);
+	gt_make(&lp, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&dlp, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&dl, dt, -1, 2, N * T, K, 0, 0);
+	gt_rand(&lg, -4, 4);
+	/* [prompt + chosen | prompt + rejected], then padding */
+	for (int64_t i = 0; i < N; i++) {
+		int64_t a = 1 + (int64_t)(gt_urand() * (double)(T / 2 - 1));
+		int64_t b = 1 + (int64_t)(gt_urand() * (double)(T - a - 1));
+		int64_t pr = (int64_t)(gt_urand() * (double)(a < b ? a : b));
+		for (int64_t t = 0; t < T; t++) {
+			int64_t j = t < a ? t : t < a + b ? t - a : 0;
+			bool label = t < a + b && j >= pr && gt_urand() < 0.9;
+			pos.v[i * T + t] = (double)j;
+			lab.v[i * T + t] =
+				label ? (double)(int64_t)(gt_urand() *
+							  (double)K)
+				      : -100;
+		}
+	}
+	gt_upload(&lab);
+	gt_upload(&pos);
+	gt_poison(&lp);
+	CPU(mg_op_pair_logprob(&gt_cpu, &lg.c, &lab.c, &pos.c, &lp.c), name);
+	if (!gt_ok(CALL(pair_logprob, dt, &lg.g, &lab.g, &pos.g, &lp.g), name))
+		gt_check(LBL("%s logp", name), dt, &lp, tol);
+	gt_rand(&dlp, -2, 2);
+	gt_poison(&dl);
+	CPU(mg_op_pair_logprob_backward(&gt_cpu, &lg.c, &lab.c, &pos.c, &dlp.c,
+					&dl.c),
+	    name);
+	if (!gt_ok(CALL(pair_logprob_backward, dt, &lg.g, &lab.g, &pos.g,
+			&dlp.g, &dl.g),
+		   name))
+		gt_check(LBL("%s dlogits", name), dt, &dl, tol);
+	struct gt *all[] = {&lg, &lab, &pos, &lp, &dlp, &dl};
+	for (size_t i = 0; i < 6; i++)
+		gt_free(all[i]);
+}
+
+static void dpo_check(enum mg_dtype vdt, enum mg_dtype mdt, int64_t N,
+		      double beta, double eps)
+{
+	struct gt lp, ref, met, dlp, sc;
+	char name[96];
+	snprintf(name, sizeof name, "dpo_loss %lld pairs beta %g eps %g %s",
+		 (long long)N, beta, eps, mg_dtype_name(mdt));
+	gt_make(&lp, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&ref, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&met, mdt, -1, 1, MG_DPO_NSUMS, 0, 0, 0);
+	gt_make(&dlp, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&sc, MG_F32, -1, 1, 1, 0, 0, 0);
+	gt_rand(&lp, -60, -10);
+	for (int64_t i = 0; i < 2 * N; i++)
+		ref.v[i] = lp.v[i] + 4 * (gt_urand() - 0.5);
+	gt_upload(&ref);
+	gt_poison(&met);
+	CPU(mg_op_dpo_loss(&gt_cpu, &lp.c, &ref.c, beta, eps, &met.c), name);
+	if (!gt_ok(CALL(dpo_loss, vdt, &lp.g, &ref.g, beta, eps, &met.g), name))
+		gt_check(LBL("%s metrics", name), vdt, &met,
+			 vdt == MG_F64 && mdt == MG_F64 ? 1e-12 : 1e-5);
+	sc.v[0] = 0.25 + gt_urand();
+	gt_upload(&sc);
+	gt_poison(&dlp);
+	CPU(mg_op_dpo_loss_backward(&gt_cpu, &lp.c, &ref.c, beta, eps, &sc.c,
+				    &dlp.c),
+	    name);
+	if (!gt_ok(CALL(dpo_loss_backward, vdt, &lp.g, &ref.g, beta, eps, &sc.g,
+			&dlp.g),
+		   name))
+		gt_check(LBL("%s dlogp", name), vdt, &dlp, gt_tol(vdt));
+	struct gt *all[] = {&lp, &ref, &met, &dlp, &sc};
+	for (size_t i = 0; i < 5; i++)
+		gt_free(all[i]);
+}
+
+static void test_pref(void)
+{
+	for (size_t d = 0; d < 4; d++) {
+		pair_check(all_dt[d], 4, 64, 1000);
+		pair_check(all_dt[d], 3, 37, 32003);
+		pair_check(all_dt[d], 1, 2, 5);
+	}
+	dpo_check(MG_F32, MG_F32, 8, 0.1, 0);
+	dpo_check(MG_F32, MG_F64, 1000, 0.5, 0.2);
+	dpo_check(MG_F64, MG_F64, 777, 2, 0);
+	dpo_check(MG_F64, MG_F32, 1, 0.1, 0.5);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1665,6 +1767,7 @@ int main(int argc, char **argv)
 	RUN("linear", test_linear());
 	RUN("dropout", test_dropout());
 	RUN("loss", test_loss());
+	RUN("pref", test_pref());
 	RUN("resize", test_resize());
 	RUN("optim", test_optim());
 	RUN("convert", test_convert());

@@ -445,6 +445,50 @@ PY
 		--resume "$@"
 	same single resumed 1e-10
 	;;
+dpo)
+	# DPO with LoRA on the tiny llama (model objective = dpo): rows of
+	# preference pairs [prompt + chosen | prompt + rejected], a loss per
+	# pair against the reference (the base, adapters off) computed in
+	# every forward. A pair is one row, so ranks and micro-batches split
+	# pairs like samples: N ranks, micro-batches, fsdp (full, grad_op),
+	# ddp_rr and offload train the adapters one rank trains with the
+	# whole batch.
+	set -- --set model.lora_rank=4 --set model.lora_alpha=8 \
+		--set model.lora_targets=all,head --set model.tie_embeddings=no \
+		--set model.objective=dpo --set model.dpo_beta=0.5 \
+		--set model.dpo_label_smoothing=0.1 --set dataset.pairs=true \
+		--set dataset.prompt_frac=0.3
+	run single 1 "$llama" --set run.batch_size=16 "$@"
+	grep -q "rewards/margins" "$work/single.log" || {
+		cat "$work/single.log"
+		echo "FAIL: no DPO metrics in the progress line"
+		exit 1
+	}
+	run other 1 "$llama" --set run.batch_size=16 --set dataset.seed=99 "$@"
+	if same single other 1e-6; then
+		echo "FAIL: training on other pairs gave the same adapters"
+		exit 1
+	fi
+	run accum4 1 "$llama" --set run.grad_accum=4 "$@"
+	same single accum4 1e-10
+	run ds2 2 "$llama" --set strategy.name=ddp_ds --set run.batch_size=8 "$@"
+	same single ds2 1e-10
+	run ds4 4 "$llama" --set strategy.name=ddp_ds "$@"
+	same single ds4 1e-10
+	run ds2_accum2 2 "$llama" --set strategy.name=ddp_ds \
+		--set run.grad_accum=2 "$@"
+	same single ds2_accum2 1e-10
+	for mode in full grad_op; do
+		run "fsdp_$mode" 4 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" "$@"
+		same single "fsdp_$mode" 1e-10
+	done
+	run rr4 4 "$llama" --set strategy.name=ddp_rr "$@"
+	same single rr4 1e-10
+	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \
+		"$@"
+	same single off2 1e-10
+	;;
 *)
 	echo "unknown scenario $scenario"
 	exit 2

@@ -95,6 +95,27 @@ MG_EXPORT int mg_cuda_softmax_xent_backward(struct mg_ctx *ctx,
 					    const struct mg_tensor *labels,
 					    const struct mg_tensor *scale,
 					    struct mg_tensor *dlogits);
+/* Preference pairs (ops_llm.h); labels >= K turn the row's sums NaN. */
+MG_EXPORT int mg_cuda_pair_logprob(struct mg_ctx *ctx,
+				   const struct mg_tensor *logits,
+				   const struct mg_tensor *labels,
+				   const struct mg_tensor *positions,
+				   struct mg_tensor *logp);
+MG_EXPORT int mg_cuda_pair_logprob_backward(struct mg_ctx *ctx,
+					    const struct mg_tensor *logits,
+					    const struct mg_tensor *labels,
+					    const struct mg_tensor *positions,
+					    const struct mg_tensor *dlogp,
+					    struct mg_tensor *dlogits);
+MG_EXPORT int mg_cuda_dpo_loss(struct mg_ctx *ctx, const struct mg_tensor *logp,
+			       const struct mg_tensor *ref, double beta,
+			       double eps, struct mg_tensor *metrics);
+MG_EXPORT int mg_cuda_dpo_loss_backward(struct mg_ctx *ctx,
+					const struct mg_tensor *logp,
+					const struct mg_tensor *ref,
+					double beta, double eps,
+					const struct mg_tensor *scale,
+					struct mg_tensor *dlogp);
 MG_EXPORT int mg_cuda_resize_normalize_u8(struct mg_ctx *ctx,
 					  const struct mg_tensor *src,
 					  struct mg_tensor *dst, float mean,

@@ -78,6 +78,18 @@ static const struct mg_option llama_options[] = {
 		 "compute dtype) or nf4 (QLoRA: 4-bit NormalFloat blocks of "
 		 "64 with double-quantized scales, dequantized before each "
 		 "GEMM; needs lora_rank > 0)"),
+	MG_OPT_E("objective", "sft", "sft|dpo",
+		 "sft: next-token loss on the label tokens; dpo: Direct "
+		 "Preference Optimization on preference rows (dataset "
+		 "format = preference), the reference being the model with "
+		 "its LoRA adapters off (needs lora_rank > 0)"),
+	MG_OPT_F("dpo_beta", "0.1", 1e-6, 1e6,
+		 "DPO beta: the strength of the implicit KL penalty towards "
+		 "the reference"),
+	MG_OPT_F("dpo_label_smoothing", "0", 0, 0.5,
+		 "DPO label smoothing eps: 0 the sigmoid loss, > 0 the "
+		 "conservative cDPO (preferences assumed flipped with "
+		 "probability eps)"),
 	MG_OPT_END,
 };
 
@@ -91,7 +103,7 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	m->recompute = mg_opt_bool(o, "activation_checkpointing");
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
 	    llama_lora_setup(m, o) || llama_kernels_setup(m, o) ||
-	    llama_quant_setup(m, o)) {
+	    llama_quant_setup(m, o) || llama_dpo_setup(m, o)) {
 		llama_lora_free(m);
 		free(m);
 		return -1;
@@ -136,6 +148,7 @@ static void llama_destroy(void *self)
 	llama_hf_close(m);
 	llama_lora_free(m);
 	llama_quant_free(m);
+	llama_dpo_free(m);
 	mg_buf_free(m->ctx, &m->inv_freq);
 	mg_buf_free(m->ctx, &m->arena);
 	mg_buf_free(m->ctx, &m->work);
@@ -237,7 +250,8 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 
 static int llama_metrics(void *self, struct mg_metric_spec *ms)
 {
-	(void)self;
+	if (((struct llama *)self)->dpo.on)
+		return llama_dpo_metrics(ms);
 	memset(ms, 0, sizeof *ms);
 	ms->nsums = MG_METRIC_N;
 	ms->per_token = 1;
@@ -259,7 +273,9 @@ static int llama_init(void *self, int unit, struct mg_tensor *params,
 static int llama_fwd(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
 		     struct mg_tensor *metrics)
 {
-	return llama_forward(self, ctx, b, metrics);
+	struct llama *m = self;
+	return m->dpo.on ? llama_dpo_forward(m, ctx, b, metrics)
+			 : llama_forward(m, ctx, b, metrics);
 }
 
 static int llama_bwd(void *self, struct mg_ctx *ctx)

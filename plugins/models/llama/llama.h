@@ -107,6 +107,16 @@ enum {
 	LK_ALL = LK_RMSNORM | LK_FLCE,
 };
 
+/* The DPO objective (llama_dpo.c): objective = dpo. */
+struct llama_dpo {
+	bool on;
+	bool ref_pass; /* the forward under way is the reference's */
+	double beta, eps;
+	struct mg_buf buf; /* logp, ref and dlogp [n, 2] of the last forward */
+	int64_t n;
+	bool checked[2]; /* rows seen to be pairs: eval, training */
+};
+
 struct llama {
 	struct llama_cfg c;
 	struct llama_lora lora;
@@ -117,6 +127,7 @@ struct llama {
 	bool nf4;
 	struct mg_buf qbuf;
 	struct mg_tensor qw;
+	struct llama_dpo dpo;
 	int64_t goff; /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
 	char hf_dir[4096];	/* weights to start from, or "" */
@@ -284,6 +295,24 @@ void llama_quant_free(struct llama *m);
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		  struct mg_tensor *metrics);
 int llama_backward(struct llama *m, struct mg_ctx *ctx);
+
+/* llama_dpo.c: DPO (Rafailov et al. 2023) on rows of preference pairs
+ * [prompt + chosen | prompt + rejected], the reference being the same
+ * weights with the LoRA adapters off. setup parses the objective and
+ * dpo_* options (after llama_lora_setup: it needs adapters); metrics
+ * declares TRL's; forward runs the reference pass then the policy's;
+ * head and head_backward replace the token loss in llama_forward and
+ * llama_backward when dpo.on. */
+int llama_dpo_setup(struct llama *m, const struct mg_opts *o);
+void llama_dpo_free(struct llama *m);
+int llama_dpo_metrics(struct mg_metric_spec *ms);
+int llama_dpo_forward(struct llama *m, struct mg_ctx *ctx,
+		      const struct mg_batch *b, struct mg_tensor *metrics);
+int llama_dpo_head(struct llama *m, struct mg_ctx *ctx,
+		   const struct mg_tensor *logits, const struct mg_batch *b,
+		   struct mg_tensor *metrics);
+int llama_dpo_head_backward(struct llama *m, struct mg_ctx *ctx,
+			    struct mg_tensor *logits);
 
 /* llama_decode.c: the model op decode (model.h) with a key/value
  * cache; decode_free releases the cache (destroy). */

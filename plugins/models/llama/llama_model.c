@@ -436,7 +436,9 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	}
 	mg_release(ctx, head, ph);
 	if (!rc && !(m->kern & LK_FLCE))
-		rc = mg_op_softmax_xent(ctx, &logits, &b->labels, metrics);
+		rc = m->dpo.on ? llama_dpo_head(m, ctx, &logits, b, metrics)
+			       : mg_op_softmax_xent(ctx, &logits, &b->labels,
+						    metrics);
 	if (rc)
 		return mg_error_prefix("llama head");
 	if (ctx->training) {
@@ -614,8 +616,10 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 	layer_tensors(m, &L, (int)c->layers - 1, &last);
 	/* d(loss)/d(logits), in place (flce: per chunk, below). */
 	if (!(m->kern & LK_FLCE) &&
-	    mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
-					&ctx->grad_scale, &logits))
+	    (m->dpo.on ? llama_dpo_head_backward(m, ctx, &logits)
+		       : mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
+						     &ctx->grad_scale,
+						     &logits)))
 		return mg_error_prefix("llama loss backward");
 	struct mg_unit_view *v = mg_acquire(ctx, head, MG_PHASE_BACKWARD);
 	if (!v)
