@@ -456,6 +456,18 @@ static int bench_attention(enum mg_dtype dt)
 		for (int f = 0; f < 2; f++)
 			for (int j = 0; j < 4; j++)
 				free(out[f][j]);
+		if (hd == 64) {
+			/* the forward with one m-tile a warp (fwd_mw) */
+			setenv("MG_FLASH_FWD_MW", "1", 1);
+			double t3[3];
+			time_spread(ab_fwd, &b, t3);
+			unsetenv("MG_FLASH_FWD_MW");
+			if (t3[0] > 0)
+				printf("%-18s %-6s %-8s %9.4f [%8.4f, %8.4f] "
+				       "%8.1f  (one m-tile a warp)\n",
+				       sh[i].name, "flash", "fwd", t3[0], t3[1],
+				       t3[2], fwd_flop / (t3[0] * 1e-3) / 1e12);
+		}
 		for (int d = 0; d < 3; d++)
 			if (ms[0][d] > 0 && ms[1][d] > 0)
 				printf("%-18s flash speed-up %-8s %.2fx\n",

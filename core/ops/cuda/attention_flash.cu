@@ -34,6 +34,7 @@
  * 8-row ldmatrix reads hit 8 distinct bank groups.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
@@ -269,25 +270,25 @@ __device__ __forceinline__ int warp_max_i(int v)
 }
 
 /*
- * Per query tile (forward and dq): lo of each of the BR rows into lo_s
+ * Per query tile of R rows (forward and dq): lo of each row into lo_s
  * (rows past S get S: they attend nothing), and over the valid rows the
  * smallest lo (first key tile) and the largest (from there on a key tile
  * before t0 needs no mask). Ends with a barrier.
  */
-__device__ __forceinline__ void tile_bounds(const fa_dims &a,
-					    const int32_t *pos, int n, int t0,
-					    int *lo_s, int *red_s, int *kmin,
-					    int *lomax)
+template <int R>
+__device__ __forceinline__ void
+tile_bounds(const fa_dims &a, const int32_t *pos, int n, int t0, int *lo_s,
+	    int *red_s, int *kmin, int *lomax)
 {
 	const int tid = threadIdx.x;
-	if (tid < BR) {
-		const int t = t0 + tid;
-		lo_s[tid] = t < a.S ? fa_lo(t, pos[(int64_t)n * a.S + t]) : a.S;
+	for (int r = tid; r < R; r += FT) {
+		const int t = t0 + r;
+		lo_s[r] = t < a.S ? fa_lo(t, pos[(int64_t)n * a.S + t]) : a.S;
 	}
 	__syncthreads();
 	if (tid < 32) {
 		int mn = a.S, mx = 0;
-		for (int r = tid; r < BR; r += 32)
+		for (int r = tid; r < R; r += 32)
 			if (t0 + r < a.S) {
 				mn = min(mn, lo_s[r]);
 				mx = max(mx, lo_s[r]);
@@ -306,51 +307,75 @@ __device__ __forceinline__ void tile_bounds(const fa_dims &a,
 
 /* ---- forward -------------------------------------------------------- */
 
-template <typename T, int HD>
+/*
+ * MW m-tiles of 16 query rows per warp (block: FW * 16 * MW rows): with
+ * MW = 2 every K/V fragment read from shared memory feeds two products,
+ * halving the ldmatrix traffic per mma (shared-memory bandwidth is what
+ * bounds mma.sync kernels), at twice the accumulator registers (so only
+ * at hd 64).
+ */
+template <typename T, int HD, int MW>
 __global__ void __launch_bounds__(FT)
 	fa_fwd_k(fa_dims a, const T *__restrict__ q, const T *__restrict__ k,
 		 const T *__restrict__ v, const int32_t *__restrict__ pos,
 		 T *__restrict__ o, float *__restrict__ lse)
 {
+	const int R = FW * 16 * MW; /* query rows per block */
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *qs = reinterpret_cast<T *>(fa_sm);
-	T *ks = qs + BR * HD, *vs = ks + 2 * BC * HD;
-	__shared__ int lo_s[BR], red_s[2];
+	T *ks = qs + R * HD, *vs = ks + 2 * BC * HD;
+	__shared__ int lo_s[R], red_s[2];
 	/* heavy (late) query tiles first: causal work grows with t0 */
-	const int t0 = (gridDim.x - 1 - blockIdx.x) * BR;
+	const int t0 = (gridDim.x - 1 - blockIdx.x) * R;
 	const int h = blockIdx.y, n = blockIdx.z;
 	const int kh = h / (a.Hq / a.Hkv);
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tg = lane & 3;
 	const int64_t qst = (int64_t)a.Hq * HD, kst = (int64_t)a.Hkv * HD;
-	const int rows = min(BR, a.S - t0);
+	const int rows = min(R, a.S - t0);
 	const T *qg = q + ((int64_t)n * a.S + t0) * qst + (int64_t)h * HD;
 	const T *kg = k + (int64_t)n * a.S * kst + (int64_t)kh * HD;
 	const T *vg = v + (int64_t)n * a.S * kst + (int64_t)kh * HD;
 
-	load_tile<T, HD, BR>(qs, qg, qst, rows);
+	load_tile<T, HD, R>(qs, qg, qst, rows);
 	int kmin, lomax;
-	tile_bounds(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
+	tile_bounds<R>(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
 	const int kb0 = (kmin / BC) * BC;
 	const int nkt = (t0 + rows - 1 - kb0) / BC + 1;
 	load_tile<T, HD, BC>(ks, kg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	load_tile<T, HD, BC>(vs, vg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	cp_commit();
 
-	/* this thread's rows (g and g + 8 of the warp's 16) */
-	const int wr = warp * 16, r0 = wr + g, r1 = r0 + 8;
-	const int lo0 = lo_s[r0], lo1 = lo_s[r1];
-	const int hi0 = t0 + r0 < a.S ? t0 + r0 : -1;
-	const int hi1 = t0 + r1 < a.S ? t0 + r1 : -1;
-	const int wlo = warp_min_i(min(lo0, lo1));
-	const int whi = min(t0 + wr + 15, a.S - 1); /* < t0 + wr: no rows */
-
-	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
-	float acc[HD / 8][4];
+	/* this thread's rows: g and g + 8 of each of the warp's m-tiles
+	 * (row index i = 2 mi + half) */
+	const int wr = warp * 16 * MW;
+	int lo[2 * MW], hi[2 * MW];
+	int wlo = a.S;
 #pragma unroll
-	for (int i = 0; i < HD / 8; i++)
-		acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
-	uint32_t qf[HD / 16][4];
+	for (int i = 0; i < 2 * MW; i++) {
+		const int r = wr + (i >> 1) * 16 + (i & 1) * 8 + g;
+		lo[i] = lo_s[r];
+		hi[i] = t0 + r < a.S ? t0 + r : -1;
+		wlo = min(wlo, lo[i]);
+	}
+	wlo = warp_min_i(wlo);
+	const int whi = min(t0 + wr + 16 * MW - 1, a.S - 1); /* < t0 + wr:
+							       no rows */
+	float m[2 * MW], l[2 * MW];
+	float acc[MW][HD / 8][4];
+#pragma unroll
+	for (int i = 0; i < 2 * MW; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0;
+	}
+#pragma unroll
+	for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+		for (int x = 0; x < HD / 8; x++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[mi][x][e] = 0;
+	uint32_t qf[MW][HD / 16][4];
 
 	for (int j = 0; j < nkt; j++) {
 		const int kb = kb0 + j * BC;
@@ -370,19 +395,27 @@ __global__ void __launch_bounds__(FT)
 		__syncthreads();
 		if (j == 0) {
 #pragma unroll
-			for (int kk = 0; kk < HD / 16; kk++)
-				ldsm4(qf[kk],
-				      qs + swz<HD>(wr + a_row(lane),
-						   kk * 16 + a_col(lane)));
+			for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+				for (int kk = 0; kk < HD / 16; kk++)
+					ldsm4(qf[mi][kk],
+					      qs + swz<HD>(wr + mi * 16 +
+								   a_row(lane),
+							   kk * 16 +
+								   a_col(lane)));
 		}
 		const T *kt = ks + (j & 1) * BC * HD;
 		const T *vt = vs + (j & 1) * BC * HD;
 		/* warp-uniform: skip tiles none of the warp's rows sees */
 		if (whi >= t0 + wr && kb <= whi && kb + BC - 1 >= wlo) {
-			float s[BC / 8][4];
+			float s[MW][BC / 8][4];
 #pragma unroll
-			for (int i = 0; i < BC / 8; i++)
-				s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+			for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+				for (int x = 0; x < BC / 8; x++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						s[mi][x][e] = 0;
 #pragma unroll
 			for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
@@ -393,71 +426,81 @@ __global__ void __launch_bounds__(FT)
 								   bn_row(lane),
 							   kk * 16 +
 								   bn_col(lane)));
-					mma<T>(s[2 * p], qf[kk], b);
-					mma<T>(s[2 * p + 1], qf[kk], b + 2);
+#pragma unroll
+					for (int mi = 0; mi < MW; mi++) {
+						mma<T>(s[mi][2 * p], qf[mi][kk],
+						       b);
+						mma<T>(s[mi][2 * p + 1],
+						       qf[mi][kk], b + 2);
+					}
 				}
 			/* scale to base-2 units; mask only boundary tiles */
 			const bool full = kb >= lomax && kb + BC - 1 <= t0;
 #pragma unroll
-			for (int nb = 0; nb < BC / 8; nb++)
+			for (int mi = 0; mi < MW; mi++)
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const int c =
-						kb + nb * 8 + 2 * tg + (e & 1);
-					const int lo = e < 2 ? lo0 : lo1;
-					const int hi = e < 2 ? hi0 : hi1;
-					s[nb][e] *= a.sl2;
-					if (!full && (c < lo || c > hi))
-						s[nb][e] = -INFINITY;
+				for (int x = 0; x < BC / 8; x++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						const int c = kb + x * 8 +
+							      2 * tg + (e & 1);
+						const int i = 2 * mi + (e >> 1);
+						s[mi][x][e] *= a.sl2;
+						if (!full &&
+						    (c < lo[i] || c > hi[i]))
+							s[mi][x][e] = -INFINITY;
+					}
+			/* online softmax per row (e 0,1: row g; e 2,3: g + 8) */
+			float bs[2 * MW];
+#pragma unroll
+			for (int i = 0; i < 2 * MW; i++) {
+				const int mi = i >> 1, e0 = (i & 1) * 2;
+				float mx = -INFINITY;
+#pragma unroll
+				for (int x = 0; x < BC / 8; x++)
+					mx = fmaxf(mx, fmaxf(s[mi][x][e0],
+							     s[mi][x][e0 + 1]));
+				const float mn = fmaxf(m[i], quad_max(mx));
+				/* a row with nothing seen yet keeps m = -inf:
+				 * base 0 so exp2 gives 0, not NaN */
+				bs[i] = mn == -INFINITY ? 0.0f : mn;
+				const float al = exp2f(m[i] - bs[i]);
+				m[i] = mn;
+				float ps = 0;
+#pragma unroll
+				for (int x = 0; x < BC / 8; x++) {
+					s[mi][x][e0] =
+						exp2f(s[mi][x][e0] - bs[i]);
+					s[mi][x][e0 + 1] =
+						exp2f(s[mi][x][e0 + 1] - bs[i]);
+					ps += s[mi][x][e0] + s[mi][x][e0 + 1];
 				}
-			/* online softmax, rows g (e 0,1) and g + 8 (e 2,3) */
-			float mx0 = -INFINITY, mx1 = -INFINITY;
+				/* l stays a per-thread partial sum (the quad
+				 * shares m); summed over the quad at the end */
+				l[i] = l[i] * al + ps;
 #pragma unroll
-			for (int nb = 0; nb < BC / 8; nb++) {
-				mx0 = fmaxf(mx0, fmaxf(s[nb][0], s[nb][1]));
-				mx1 = fmaxf(mx1, fmaxf(s[nb][2], s[nb][3]));
-			}
-			const float mn0 = fmaxf(m0, quad_max(mx0));
-			const float mn1 = fmaxf(m1, quad_max(mx1));
-			/* a row with nothing seen yet keeps m = -inf: use 0
-			 * as the base so exp2 gives 0, not NaN */
-			const float b0 = mn0 == -INFINITY ? 0.0f : mn0;
-			const float b1 = mn1 == -INFINITY ? 0.0f : mn1;
-			const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
-			m0 = mn0;
-			m1 = mn1;
-			float ps0 = 0, ps1 = 0;
-#pragma unroll
-			for (int nb = 0; nb < BC / 8; nb++) {
-				s[nb][0] = exp2f(s[nb][0] - b0);
-				s[nb][1] = exp2f(s[nb][1] - b0);
-				s[nb][2] = exp2f(s[nb][2] - b1);
-				s[nb][3] = exp2f(s[nb][3] - b1);
-				ps0 += s[nb][0] + s[nb][1];
-				ps1 += s[nb][2] + s[nb][3];
-			}
-			/* l stays a per-thread partial sum (the quad's lanes
-			 * share m); summed over the quad at the end */
-			l0 = l0 * al0 + ps0;
-			l1 = l1 * al1 + ps1;
-#pragma unroll
-			for (int i = 0; i < HD / 8; i++) {
-				acc[i][0] *= al0;
-				acc[i][1] *= al0;
-				acc[i][2] *= al1;
-				acc[i][3] *= al1;
+				for (int x = 0; x < HD / 8; x++) {
+					acc[mi][x][e0] *= al;
+					acc[mi][x][e0 + 1] *= al;
+				}
 			}
 			/* O += P V: the S accumulators of n-blocks 2kk and
 			 * 2kk + 1 are the A fragment of key step kk */
 #pragma unroll
 			for (int kk = 0; kk < BC / 16; kk++) {
-				uint32_t pa[4];
-				pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-				pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-				pa[2] = pack2<T>(s[2 * kk + 1][0],
-						 s[2 * kk + 1][1]);
-				pa[3] = pack2<T>(s[2 * kk + 1][2],
-						 s[2 * kk + 1][3]);
+				uint32_t pa[MW][4];
+#pragma unroll
+				for (int mi = 0; mi < MW; mi++) {
+					const float(*sp)[4] = s[mi];
+					pa[mi][0] = pack2<T>(sp[2 * kk][0],
+							     sp[2 * kk][1]);
+					pa[mi][1] = pack2<T>(sp[2 * kk][2],
+							     sp[2 * kk][3]);
+					pa[mi][2] = pack2<T>(sp[2 * kk + 1][0],
+							     sp[2 * kk + 1][1]);
+					pa[mi][3] = pack2<T>(sp[2 * kk + 1][2],
+							     sp[2 * kk + 1][3]);
+				}
 #pragma unroll
 				for (int dp = 0; dp < HD / 16; dp++) {
 					uint32_t b[4];
@@ -466,29 +509,39 @@ __global__ void __launch_bounds__(FT)
 								    a_row(lane),
 							    dp * 16 +
 								    a_col(lane)));
-					mma<T>(acc[2 * dp], pa, b);
-					mma<T>(acc[2 * dp + 1], pa, b + 2);
+#pragma unroll
+					for (int mi = 0; mi < MW; mi++) {
+						mma<T>(acc[mi][2 * dp], pa[mi],
+						       b);
+						mma<T>(acc[mi][2 * dp + 1],
+						       pa[mi], b + 2);
+					}
 				}
 			}
 		}
 		__syncthreads(); /* the buffer is refilled next iteration */
 	}
-	l0 = quad_sum(l0);
-	l1 = quad_sum(l1);
 	/* the output goes out through qs (free: Q is in registers) */
-	frag_to_smem<T, HD>(qs, wr, acc, l0 > 0 ? 1.0f / l0 : 0.0f,
-			    l1 > 0 ? 1.0f / l1 : 0.0f);
-	if (lse && tg == 0) {
-		float *lr = lse + ((int64_t)n * a.Hq + h) * a.S + t0;
-		if (hi0 >= 0)
-			lr[r0] = m0 * LN2 + logf(l0);
-		if (hi1 >= 0)
-			lr[r1] = m1 * LN2 + logf(l1);
+#pragma unroll
+	for (int mi = 0; mi < MW; mi++) {
+		const float l0 = quad_sum(l[2 * mi]);
+		const float l1 = quad_sum(l[2 * mi + 1]);
+		frag_to_smem<T, HD>(qs, wr + mi * 16, acc[mi],
+				    l0 > 0 ? 1.0f / l0 : 0.0f,
+				    l1 > 0 ? 1.0f / l1 : 0.0f);
+		if (lse && tg == 0) {
+			float *lr = lse + ((int64_t)n * a.Hq + h) * a.S + t0;
+			const int r0 = wr + mi * 16 + g;
+			if (hi[2 * mi] >= 0)
+				lr[r0] = m[2 * mi] * LN2 + logf(l0);
+			if (hi[2 * mi + 1] >= 0)
+				lr[r0 + 8] = m[2 * mi + 1] * LN2 + logf(l1);
+		}
 	}
 	__syncthreads();
-	store_tile<T, HD, BR>(o + ((int64_t)n * a.S + t0) * qst +
-				      (int64_t)h * HD,
-			      qs, qst, rows);
+	store_tile<T, HD, R>(o + ((int64_t)n * a.S + t0) * qst +
+				     (int64_t)h * HD,
+			     qs, qst, rows);
 }
 
 /* ---- backward ------------------------------------------------------- */
@@ -559,7 +612,7 @@ __global__ void __launch_bounds__(FT)
 	load_tile<T, HD, BR>(qs, q + qoff, qst, rows);
 	load_tile<T, HD, BR>(gs, dout + qoff, qst, rows);
 	int kmin, lomax;
-	tile_bounds(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
+	tile_bounds<BR>(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
 	const int kb0 = (kmin / BC) * BC;
 	const int nkt = (t0 + rows - 1 - kb0) / BC + 1;
 	load_tile<T, HD, BC>(ks, kg + (int64_t)kb0 * kst, kst, a.S - kb0);
@@ -869,21 +922,45 @@ template <int HD> struct fa_bq {
 	static const int v = HD > 64 ? 32 : 64;
 };
 
+/* m-tiles per warp in the forward: 2 at hd 64 (registers allow it), 1 at
+ * hd 128. MG_FLASH_FWD_MW=1 takes 1 at hd 64 too (benchmarking; read at
+ * every call). */
+static int fwd_mw(int hd)
+{
+	if (hd > 64)
+		return 1;
+	const char *e = getenv("MG_FLASH_FWD_MW");
+	return e && e[0] == '1' ? 1 : 2;
+}
+
+template <typename T, int HD, int MW>
+cudaError_t fa_fwd_launch(cudaStream_t st, const fa_dims &a, const void *q,
+			  const void *k, const void *v, const void *pos,
+			  void *o, float *lse)
+{
+	const int R = FW * 16 * MW;
+	const size_t sm = (size_t)(R + 4 * BC) * HD * sizeof(T);
+	cudaError_t e = smem_optin(fa_fwd_k<T, HD, MW>, sm);
+	if (e != cudaSuccess)
+		return e;
+	const dim3 grid((unsigned)((a.S + R - 1) / R), (unsigned)a.Hq,
+			(unsigned)a.N);
+	fa_fwd_k<T, HD, MW><<<grid, FT, sm, st>>>(
+		a, (const T *)q, (const T *)k, (const T *)v,
+		(const int32_t *)pos, (T *)o, lse);
+	return cudaGetLastError();
+}
+
 template <typename T, int HD>
 cudaError_t fa_fwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		       const void *k, const void *v, const void *pos, void *o,
 		       float *lse)
 {
-	const size_t sm = (size_t)(BR + 4 * BC) * HD * sizeof(T);
-	cudaError_t e = smem_optin(fa_fwd_k<T, HD>, sm);
-	if (e != cudaSuccess)
-		return e;
-	const dim3 grid((unsigned)((a.S + BR - 1) / BR), (unsigned)a.Hq,
-			(unsigned)a.N);
-	fa_fwd_k<T, HD><<<grid, FT, sm, st>>>(
-		a, (const T *)q, (const T *)k, (const T *)v,
-		(const int32_t *)pos, (T *)o, lse);
-	return cudaGetLastError();
+	if constexpr (HD == 64)
+		if (fwd_mw(HD) == 2)
+			return fa_fwd_launch<T, HD, 2>(st, a, q, k, v, pos, o,
+						       lse);
+	return fa_fwd_launch<T, HD, 1>(st, a, q, k, v, pos, o, lse);
 }
 
 template <typename T, int HD>
