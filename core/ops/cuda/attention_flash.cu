@@ -434,24 +434,29 @@ __global__ void __launch_bounds__(FT)
 						       qf[mi][kk], b + 2);
 					}
 				}
-			/* scale to base-2 units; mask only boundary tiles */
-			const bool full = kb >= lomax && kb + BC - 1 <= t0;
+			/* mask only boundary tiles (raw scores; scale > 0, so
+			 * the row max of the raw scores gives the scaled one) */
+			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
 #pragma unroll
-			for (int mi = 0; mi < MW; mi++)
+				for (int mi = 0; mi < MW; mi++)
 #pragma unroll
-				for (int x = 0; x < BC / 8; x++)
+					for (int x = 0; x < BC / 8; x++)
 #pragma unroll
-					for (int e = 0; e < 4; e++) {
-						const int c = kb + x * 8 +
-							      2 * tg + (e & 1);
-						const int i = 2 * mi + (e >> 1);
-						s[mi][x][e] *= a.sl2;
-						if (!full &&
-						    (c < lo[i] || c > hi[i]))
-							s[mi][x][e] = -INFINITY;
-					}
-			/* online softmax per row (e 0,1: row g; e 2,3: g + 8) */
-			float bs[2 * MW];
+						for (int e = 0; e < 4; e++) {
+							const int c = kb +
+								      x * 8 +
+								      2 * tg +
+								      (e & 1);
+							const int i = 2 * mi +
+								      (e >> 1);
+							if (c < lo[i] ||
+							    c > hi[i])
+								s[mi][x]
+								 [e] = -INFINITY;
+						}
+			}
+			/* online softmax per row (e 0,1: row g; e 2,3: g + 8)
+			 * in base 2: p = 2^(s sl2 - m), one FFMA and EX2 */
 #pragma unroll
 			for (int i = 0; i < 2 * MW; i++) {
 				const int mi = i >> 1, e0 = (i & 1) * 2;
@@ -460,19 +465,20 @@ __global__ void __launch_bounds__(FT)
 				for (int x = 0; x < BC / 8; x++)
 					mx = fmaxf(mx, fmaxf(s[mi][x][e0],
 							     s[mi][x][e0 + 1]));
-				const float mn = fmaxf(m[i], quad_max(mx));
+				const float mn =
+					fmaxf(m[i], quad_max(mx) * a.sl2);
 				/* a row with nothing seen yet keeps m = -inf:
 				 * base 0 so exp2 gives 0, not NaN */
-				bs[i] = mn == -INFINITY ? 0.0f : mn;
-				const float al = exp2f(m[i] - bs[i]);
+				const float bs = mn == -INFINITY ? 0.0f : mn;
+				const float al = exp2f(m[i] - bs);
 				m[i] = mn;
 				float ps = 0;
 #pragma unroll
 				for (int x = 0; x < BC / 8; x++) {
-					s[mi][x][e0] =
-						exp2f(s[mi][x][e0] - bs[i]);
-					s[mi][x][e0 + 1] =
-						exp2f(s[mi][x][e0 + 1] - bs[i]);
+					s[mi][x][e0] = exp2f(
+						fmaf(s[mi][x][e0], a.sl2, -bs));
+					s[mi][x][e0 + 1] = exp2f(fmaf(
+						s[mi][x][e0 + 1], a.sl2, -bs));
 					ps += s[mi][x][e0] + s[mi][x][e0 + 1];
 				}
 				/* l stays a per-thread partial sum (the quad
@@ -682,20 +688,29 @@ __global__ void __launch_bounds__(FT)
 					mma<T>(dp[2 * p + 1], ga, b + 2);
 				}
 			}
-			const bool full = kb >= lomax && kb + BC - 1 <= t0;
+			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
+#pragma unroll
+				for (int nb = 0; nb < BC / 8; nb++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						const int c = kb + nb * 8 +
+							      2 * tg + (e & 1);
+						const int lo =
+							e < 2 ? lo0 : lo1;
+						const int hi =
+							e < 2 ? hi0 : hi1;
+						if (c < lo || c > hi)
+							s[nb][e] = -INFINITY;
+					}
+			}
 #pragma unroll
 			for (int nb = 0; nb < BC / 8; nb++)
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
-					const int c =
-						kb + nb * 8 + 2 * tg + (e & 1);
 					const bool r1e = e >= 2;
-					const int lo = r1e ? lo1 : lo0;
-					const int hi = r1e ? hi1 : hi0;
-					float p = exp2f(s[nb][e] * a.sl2 -
-							(r1e ? ls1 : ls0));
-					if (!full && (c < lo || c > hi))
-						p = 0;
+					const float p =
+						exp2f(fmaf(s[nb][e], a.sl2,
+							   -(r1e ? ls1 : ls0)));
 					s[nb][e] = p * (dp[nb][e] -
 							(r1e ? d1 : d0));
 				}
@@ -748,7 +763,7 @@ __global__ void __launch_bounds__(FT)
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *ks = reinterpret_cast<T *>(fa_sm);
 	T *vs = ks + BC * HD, *qs = vs + BC * HD, *gs = qs + 2 * BQ * HD;
-	__shared__ float lse_s[2][BQ], d_s[2][BQ];
+	__shared__ __align__(16) float lse_s[2][BQ], d_s[2][BQ];
 	__shared__ int lo_s[2][BQ], last_s;
 	const int s0 = blockIdx.x * BC, kh = blockIdx.y, n = blockIdx.z;
 	const int G = a.Hq / a.Hkv;
@@ -849,22 +864,46 @@ __global__ void __launch_bounds__(FT)
 					mma<T>(pt[2 * p + 1], va, bb + 2);
 				}
 			}
-			/* element (key k0 / k1, query tq0 + c) */
+			/* element (key k0 / k1, query tq0 + c): masked unless
+			 * every query of the tile sees every key of the warp */
+			int lq = lo_s[b][lane];
+			if (BQ > 32)
+				lq = max(lq, lo_s[b][lane + 32]);
+			lq = warp_max_i(lq);
+			if (!(tq0 + BQ <= a.S && lq <= s0 + wk &&
+			      tq0 >= s0 + wk + 15)) {
 #pragma unroll
-			for (int x = 0; x < BQ / 8; x++)
+				for (int x = 0; x < BQ / 8; x++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						const int c = x * 8 + 2 * tg +
+							      (e & 1);
+						const int key = e < 2 ? k0 : k1;
+						if (key > tq0 + c ||
+						    lo_s[b][c] > key)
+							st[x][e] = -INFINITY;
+					}
+			}
+#pragma unroll
+			for (int x = 0; x < BQ / 8; x++) {
+				const int c = x * 8 + 2 * tg;
+				const float2 ls =
+					*reinterpret_cast<const float2 *>(
+						&lse_s[b][c]);
+				const float2 dd =
+					*reinterpret_cast<const float2 *>(
+						&d_s[b][c]);
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
-					const int c = x * 8 + 2 * tg + (e & 1);
-					const int key = e < 2 ? k0 : k1;
-					const int t = tq0 + c;
-					float p = exp2f(st[x][e] * a.sl2 -
-							lse_s[b][c]);
-					if (key > t || lo_s[b][c] > key)
-						p = 0;
+					const float p = exp2f(
+						fmaf(st[x][e], a.sl2,
+						     -(e & 1 ? ls.y : ls.x)));
 					st[x][e] = p;
-					pt[x][e] = p * (pt[x][e] - d_s[b][c]);
+					pt[x][e] = p * (pt[x][e] -
+							(e & 1 ? dd.y : dd.x));
 				}
-				/* dv += P^T dout, dk += dS^T q (query steps of 16) */
+			}
+			/* dv += P^T dout, dk += dS^T q (query steps of 16) */
 #pragma unroll
 			for (int kq = 0; kq < BQ / 16; kq++) {
 				uint32_t pa[4], sa[4];
@@ -1028,9 +1067,13 @@ fa_dims fa_make(const struct mg_tensor *q, const struct mg_tensor *k,
 } // namespace
 
 extern "C" bool mgc_flash_attention_fits(const struct mg_tensor *q,
+					 double scale,
 					 const struct mg_tensor *const *t,
 					 int nt)
 {
+	/* the kernels take row maxima of the raw scores */
+	if (!(scale > 0) || !isfinite(scale))
+		return false;
 	if (q->dtype != MG_F16 && q->dtype != MG_BF16)
 		return false;
 	if (q->shape[3] != 64 && q->shape[3] != 128)
