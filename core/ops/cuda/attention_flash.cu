@@ -947,10 +947,11 @@ __global__ void __launch_bounds__(FT)
 
 /* ---- launchers ------------------------------------------------------ */
 
+/* Dynamic shared memory beyond 48 KiB less the kernel's static shared
+ * memory needs an opt-in: always set (the kernels have static arrays, so
+ * even 48 KiB of dynamic memory exceeds the default). */
 template <typename K> cudaError_t smem_optin(K kern, size_t bytes)
 {
-	if (bytes <= 48 * 1024)
-		return cudaSuccess;
 	return cudaFuncSetAttribute(
 		kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
