@@ -106,6 +106,16 @@ __device__ __forceinline__ void ldsm4t(uint32_t *r, const void *p)
 		     : "r"(smem_u32(p)));
 }
 
+/* 2^x by the SFU alone (ex2.approx.ftz: exp2f adds a rescaling around
+ * it for results below 2^-126, which only flush probabilities that round
+ * to nothing anyway); 2^-inf = 0. */
+__device__ __forceinline__ float ex2(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+}
+
 /* c += a b, m16n8k16, F32 accumulators. */
 template <typename T>
 __device__ __forceinline__ void mma(float *c, const uint32_t *a,
@@ -456,7 +466,7 @@ __global__ void __launch_bounds__(FT)
 						}
 			}
 			/* online softmax per row (e 0,1: row g; e 2,3: g + 8)
-			 * in base 2: p = 2^(s sl2 - m), one FFMA and EX2 */
+			 * in base 2: p = 2^(s sl2 - m), one FFMA and one EX2 */
 #pragma unroll
 			for (int i = 0; i < 2 * MW; i++) {
 				const int mi = i >> 1, e0 = (i & 1) * 2;
@@ -470,14 +480,14 @@ __global__ void __launch_bounds__(FT)
 				/* a row with nothing seen yet keeps m = -inf:
 				 * base 0 so exp2 gives 0, not NaN */
 				const float bs = mn == -INFINITY ? 0.0f : mn;
-				const float al = exp2f(m[i] - bs);
+				const float al = ex2(m[i] - bs);
 				m[i] = mn;
 				float ps = 0;
 #pragma unroll
 				for (int x = 0; x < BC / 8; x++) {
-					s[mi][x][e0] = exp2f(
+					s[mi][x][e0] = ex2(
 						fmaf(s[mi][x][e0], a.sl2, -bs));
-					s[mi][x][e0 + 1] = exp2f(fmaf(
+					s[mi][x][e0 + 1] = ex2(fmaf(
 						s[mi][x][e0 + 1], a.sl2, -bs));
 					ps += s[mi][x][e0] + s[mi][x][e0 + 1];
 				}
@@ -709,8 +719,8 @@ __global__ void __launch_bounds__(FT)
 				for (int e = 0; e < 4; e++) {
 					const bool r1e = e >= 2;
 					const float p =
-						exp2f(fmaf(s[nb][e], a.sl2,
-							   -(r1e ? ls1 : ls0)));
+						ex2(fmaf(s[nb][e], a.sl2,
+							 -(r1e ? ls1 : ls0)));
 					s[nb][e] = p * (dp[nb][e] -
 							(r1e ? d1 : d0));
 				}
@@ -895,7 +905,7 @@ __global__ void __launch_bounds__(FT)
 						&d_s[b][c]);
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
-					const float p = exp2f(
+					const float p = ex2(
 						fmaf(st[x][e], a.sl2,
 						     -(e & 1 ? ls.y : ls.x)));
 					st[x][e] = p;
