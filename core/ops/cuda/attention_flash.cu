@@ -21,13 +21,14 @@
  *    pre-multiplied by scale * log2 e): running max m and sum l per row,
  *    the output accumulator rescaled when m grows, P rounded to the input
  *    type for the P V product. lse = (m + log2 l) ln 2.
- *  - backward: D = rowsum(dO * O) first (F32). Then two kernels, so that
- *    every gradient is a fixed-order sum (the project's ops are
- *    deterministic, no float atomics): dq per query tile looping over key
- *    tiles (recomputes S and dP), and dk/dv per 64-key tile looping over
- *    the group's query heads and the query tiles that can see the keys,
- *    dk/dv accumulated in registers. P = exp(S - lse) is recomputed from
- *    the saved lse, dS = P (dP - D).
+ *  - backward: two kernels, so that every gradient is a fixed-order sum
+ *    (the project's ops are deterministic, no float atomics): dq per
+ *    query tile looping over key tiles (recomputes S and dP; it also
+ *    computes D = rowsum(dO * O) in F32 for its rows first and stores it),
+ *    then dk/dv per 64-key tile looping over the group's query heads and
+ *    the query tiles that can see the keys, dk/dv accumulated in
+ *    registers. P = exp(S - lse) is recomputed from the saved lse,
+ *    dS = P (dP - D). Without dq, a small kernel computes D.
  *
  * Shared-memory tiles are row-major [rows][hd] with the 16-byte chunks of
  * row r XOR-swizzled by (r & 7), so both the cp.async stores and the
@@ -607,13 +608,15 @@ template <typename T, int HD>
 __global__ void __launch_bounds__(FT)
 	fa_dq_k(fa_dims a, const T *__restrict__ q, const T *__restrict__ k,
 		const T *__restrict__ v, const int32_t *__restrict__ pos,
-		const float *__restrict__ lse, const float *__restrict__ Dt,
-		const T *__restrict__ dout, T *__restrict__ dq)
+		const float *__restrict__ lse, const T *__restrict__ o,
+		float *__restrict__ Dt, const T *__restrict__ dout,
+		T *__restrict__ dq)
 {
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *qs = reinterpret_cast<T *>(fa_sm);
 	T *gs = qs + BR * HD, *ks = gs + BR * HD, *vs = ks + 2 * BC * HD;
 	__shared__ int lo_s[BR], red_s[2];
+	__shared__ float d_s[BR];
 	const int t0 = (gridDim.x - 1 - blockIdx.x) * BR;
 	const int h = blockIdx.y, n = blockIdx.z;
 	const int kh = h / (a.Hq / a.Hkv);
@@ -631,9 +634,42 @@ __global__ void __launch_bounds__(FT)
 	tile_bounds<BR>(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
 	const int kb0 = (kmin / BC) * BC;
 	const int nkt = (t0 + rows - 1 - kb0) / BC + 1;
+	/* o into the second K buffer, free until the loop's first prefetch */
+	load_tile<T, HD, BR>(ks + BC * HD, o + qoff, qst, rows);
 	load_tile<T, HD, BC>(ks, kg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	load_tile<T, HD, BC>(vs, vg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	cp_commit();
+	cp_wait<0>();
+	__syncthreads();
+	/* D = rowsum(dout * o) in F32, two threads a row (halves of hd),
+	 * kept here and written out for the dk/dv kernel */
+	float *dr = Dt + ((int64_t)n * a.Hq + h) * a.S + t0;
+	{
+		static_assert(FT == 2 * BR, "two threads a row");
+		const int r = tid >> 1, c0 = (tid & 1) * (HD / 2);
+		const T *os = ks + BC * HD;
+		float sum = 0;
+#pragma unroll
+		for (int c = c0; c < c0 + HD / 2; c += 8) {
+			const uint4 ov = *reinterpret_cast<const uint4 *>(
+				os + swz<HD>(r, c));
+			const uint4 gv = *reinterpret_cast<const uint4 *>(
+				gs + swz<HD>(r, c));
+			const T *oe = reinterpret_cast<const T *>(&ov);
+			const T *ge = reinterpret_cast<const T *>(&gv);
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				sum += mgc_t<T>::load(oe[i]) *
+				       mgc_t<T>::load(ge[i]);
+		}
+		sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+		if ((tid & 1) == 0) {
+			d_s[r] = sum;
+			if (r < rows)
+				dr[r] = sum;
+		}
+	}
+	__syncthreads(); /* d_s ready; the o buffer is reused from here */
 
 	const int wr = warp * 16, r0 = wr + g, r1 = r0 + 8;
 	const int lo0 = lo_s[r0], lo1 = lo_s[r1];
@@ -642,11 +678,9 @@ __global__ void __launch_bounds__(FT)
 	const int wlo = warp_min_i(min(lo0, lo1));
 	const int whi = min(t0 + wr + 15, a.S - 1);
 	const float *lr = lse + ((int64_t)n * a.Hq + h) * a.S + t0;
-	const float *dr = Dt + ((int64_t)n * a.Hq + h) * a.S + t0;
 	const float ls0 = hi0 >= 0 ? lr[r0] * LOG2E : 0.0f;
 	const float ls1 = hi1 >= 0 ? lr[r1] * LOG2E : 0.0f;
-	const float d0 = hi0 >= 0 ? dr[r0] : 0.0f;
-	const float d1 = hi1 >= 0 ? dr[r1] : 0.0f;
+	const float d0 = d_s[r0], d1 = d_s[r1];
 
 	float acc[HD / 8][4];
 #pragma unroll
@@ -1019,13 +1053,17 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		       const void *o, const float *lse, const void *dout,
 		       void *dq, void *dk, void *dv, float *Dt)
 {
-	const int64_t rows = (int64_t)a.N * a.S * a.Hq;
-	fa_dt_k<T, HD><<<mgc_blocks(rows * (HD / 8), 256), 256, 0, st>>>(
-		a, (const T *)o, (const T *)dout, Dt);
-	cudaError_t e = cudaGetLastError();
-	if (e != cudaSuccess)
-		return e;
-	if (dq) {
+	cudaError_t e = cudaSuccess;
+	if (!dq) {
+		/* D by itself (the dq kernel computes it otherwise) */
+		const int64_t rows = (int64_t)a.N * a.S * a.Hq;
+		fa_dt_k<T, HD>
+			<<<mgc_blocks(rows * (HD / 8), 256), 256, 0, st>>>(
+				a, (const T *)o, (const T *)dout, Dt);
+		e = cudaGetLastError();
+		if (e != cudaSuccess)
+			return e;
+	} else {
 		const size_t sm = (size_t)(2 * BR + 4 * BC) * HD * sizeof(T);
 		e = smem_optin(fa_dq_k<T, HD>, sm);
 		if (e != cudaSuccess)
@@ -1034,8 +1072,8 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 				(unsigned)a.N);
 		fa_dq_k<T, HD><<<grid, FT, sm, st>>>(
 			a, (const T *)q, (const T *)k, (const T *)v,
-			(const int32_t *)pos, lse, Dt, (const T *)dout,
-			(T *)dq);
+			(const int32_t *)pos, lse, (const T *)o, Dt,
+			(const T *)dout, (T *)dq);
 		e = cudaGetLastError();
 		if (e != cudaSuccess)
 			return e;
