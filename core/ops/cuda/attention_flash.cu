@@ -495,10 +495,15 @@ __global__ void __launch_bounds__(FT)
 				/* l stays a per-thread partial sum (the quad
 				 * shares m); summed over the quad at the end */
 				l[i] = l[i] * al + ps;
+				/* the running max settles as keys accumulate:
+				 * skip the HD / 4 multiplies by 1 when no row
+				 * of the warp moved (al == 1 exactly then) */
+				if (__any_sync(0xffffffffu, al != 1.0f)) {
 #pragma unroll
-				for (int x = 0; x < HD / 8; x++) {
-					acc[mi][x][e0] *= al;
-					acc[mi][x][e0 + 1] *= al;
+					for (int x = 0; x < HD / 8; x++) {
+						acc[mi][x][e0] *= al;
+						acc[mi][x][e0 + 1] *= al;
+					}
 				}
 			}
 			/* O += P V: the S accumulators of n-blocks 2kk and
