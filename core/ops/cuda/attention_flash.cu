@@ -13,13 +13,14 @@
  * accumulation), operands fed by ldmatrix from shared memory.
  *
  * Algorithm (FlashAttention-2, written from the algorithm):
- *  - forward: a block of 4 warps per (64-query tile, query head,
- *    sequence), 16 query rows per warp. Key/value tiles of 64 rows stream
- *    through shared memory with cp.async double buffering; tiles wholly
- *    outside every row's [lo, t] range are never loaded, only tiles that
- *    straddle a boundary are masked. Online softmax in base 2 (scores
- *    pre-multiplied by scale * log2 e): running max m and sum l per row,
- *    the output accumulator rescaled when m grows, P rounded to the input
+ *  - forward: a block of 4 warps per (query tile, query head, sequence),
+ *    16 query rows per warp at hd 128, 32 (two m-tiles) at hd 64.
+ *    Key/value tiles of 64 rows stream through shared memory with
+ *    cp.async double buffering; tiles wholly outside every row's [lo, t]
+ *    range are never loaded, only tiles that straddle a boundary are
+ *    masked. Online softmax in base 2 (scores times scale * log2 e, folded
+ *    into the exponent's FFMA): running max m and sum l per row, the
+ *    output accumulator rescaled when m grows, P rounded to the input
  *    type for the P V product. lse = (m + log2 l) ln 2.
  *  - backward: two kernels, so that every gradient is a fixed-order sum
  *    (the project's ops are deterministic, no float atomics): dq per
@@ -44,7 +45,7 @@ namespace
 {
 const int FW = 4;	/* warps per block */
 const int FT = FW * 32; /* threads per block */
-const int BR = FW * 16; /* query rows per forward / dq block */
+const int BR = FW * 16; /* query rows per dq block (forward: x MW) */
 const int BC = 64;	/* keys per tile (forward, dq) and per dk/dv block */
 const float LOG2E = 1.4426950408889634f;
 const float LN2 = 0.6931471805599453f;
