@@ -720,6 +720,15 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 {
 #ifdef MG_HAVE_CUDA
 	struct mg_device *dev = t->ctx.dev;
+	/* A graph replays the addresses it captured. An eager step since
+	 * (a longer token batch, evaluation, a checkpoint) that freed any
+	 * buffer - a model's arena growing through mg_buf_reserve frees
+	 * the old one - may have taken some away: drop the graph and
+	 * capture again once the shape repeats. */
+	if (t->graph && mg_buf_frees() != t->graph_frees) {
+		mg_cuda_graph_free(t->graph);
+		t->graph = NULL;
+	}
 	bool same = t->graph && graph_key_same(t, t->graph_key, ps, false);
 	/* Capture only a shape seen twice in a row: ragged token batches
 	 * change shape most steps, and a capture costs more than the eager
@@ -728,6 +737,7 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 	if (t->use_graph && !same && repeat && step >= t->start_step + 2) {
 		mg_cuda_graph_free(t->graph);
 		t->graph = NULL;
+		const uint64_t frees = mg_buf_frees();
 		if (mg_cuda_graph_begin(dev))
 			return -1;
 		t->comm->capture(t->comm, MG_COMM_CAPTURE_BEGIN);
@@ -748,8 +758,18 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 			t->use_graph = false;
 			return step_compute(t, ps, sr);
 		}
+		if (mg_buf_frees() != frees) {
+			/* A buffer was freed (and another taken) while
+			 * capturing: kernels captured before that point
+			 * would replay its old address. Run this step
+			 * eagerly; the next repeat captures with every
+			 * buffer in place. */
+			mg_cuda_graph_free(g);
+			return step_compute(t, ps, sr);
+		}
 		mg_cuda_timers_mark_captured(dev);
 		t->graph = g;
+		t->graph_frees = frees;
 		graph_key_same(t, t->graph_key, ps, true);
 		mg_info("run.cuda_graph: step captured at step %lld; replaying",
 			(long long)step);

@@ -87,6 +87,7 @@ struct mg_trainer {
 	/* What it was built for, (begin, count, seq) per micro-batch, then
 	 * the previous step's (a shape is captured when it repeats) */
 	int64_t *graph_key;
+	uint64_t graph_frees; /* mg_buf_frees() when it was captured */
 	bool use_graph;
 
 	int64_t batch, epochs, steps_per_epoch, total_steps;

@@ -4,6 +4,7 @@
  * is counted in the context's stats under its category, so the report can
  * say where memory went.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,15 @@
 #ifdef MG_HAVE_CUDA
 #include "runtime/cuda/cuda_device.h"
 #endif
+
+/* Buffers released so far (mg_buf_frees); relaxed atomic, as frees may
+ * come from more than one thread. */
+static _Atomic uint64_t frees;
+
+uint64_t mg_buf_frees(void)
+{
+	return atomic_load_explicit(&frees, memory_order_relaxed);
+}
 
 static void account(struct mg_ctx *ctx, const struct mg_buf *b, int sign)
 {
@@ -98,6 +108,7 @@ void mg_buf_free(struct mg_ctx *ctx, struct mg_buf *b)
 {
 	if (!b->ptr)
 		return;
+	atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed);
 	if (b->device == ctx->dev->kind || b->pinned_host)
 		account(ctx, b, -1);
 #ifdef MG_HAVE_CUDA

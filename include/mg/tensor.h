@@ -98,6 +98,11 @@ MG_EXPORT int mg_buf_alloc_host(struct mg_ctx *ctx, struct mg_buf *b,
 MG_EXPORT int mg_buf_reserve(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 			     enum mg_mem_cat cat);
 MG_EXPORT void mg_buf_free(struct mg_ctx *ctx, struct mg_buf *b);
+/* How many buffers mg_buf_free (and so a growing mg_buf_reserve) has
+ * released in this process so far. A CUDA graph captured before this
+ * count last changed may replay addresses that are gone: the trainer
+ * re-captures instead (launch_compute in trainer.c). */
+MG_EXPORT uint64_t mg_buf_frees(void);
 
 /* Copies between host and the context's device (synchronous on the
  * context's compute stream; CPU devices memcpy). */

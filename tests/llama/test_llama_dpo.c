@@ -13,7 +13,11 @@
  * on every LoRA tensor, with and without label smoothing), ops (the pair
  * log-probabilities against the token loss on each document, the loss
  * and its gradient against the formulas and finite differences, small
- * beta), refuse (full fine-tuning and rows that are not pairs).
+ * beta), refuse (full fine-tuning and rows that are not pairs),
+ * buffers (what a CUDA graph of the step relies on: training steps of one
+ * shape move no buffer; a longer batch grows the arena and the backward
+ * buffers through mg_buf_reserve, which frees the old ones and so moves
+ * mg_buf_frees(), the count the trainer checks before replaying).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -24,6 +28,7 @@
 #include "../common/test_strategy.h"
 #include "../common/test_util.h"
 #include "config/config.h"
+#include "llama.h"
 #include "mg/mg.h"
 
 static const struct mg_plugin *P;
@@ -569,6 +574,115 @@ static void test_refuse(void)
 	env_close(&e);
 }
 
+/* The pairs of pbatch_make in rows of 2 PT tokens (a longer step). */
+struct pbatch2 {
+	struct mg_batch b;
+	int32_t ids[PN * 2 * PT], labels[PN * 2 * PT], pos[PN * 2 * PT];
+};
+
+static void pbatch_long(const struct pbatch *t, struct pbatch2 *u)
+{
+	int64_t s2[2] = {PN, 2 * PT};
+	for (int i = 0; i < PN; i++)
+		for (int j = 0; j < 2 * PT; j++) {
+			const bool in = j < PT;
+			u->ids[i * 2 * PT + j] = in ? t->ids[i * PT + j] : 0;
+			u->labels[i * 2 * PT + j] =
+				in ? t->labels[i * PT + j] : MG_IGNORE_INDEX;
+			u->pos[i * 2 * PT + j] = in ? t->pos[i * PT + j] : 0;
+		}
+	u->b = t->b;
+	u->b.input = mg_tensor_make(u->ids, MG_I32, MG_DEV_CPU, 2, s2);
+	u->b.labels = mg_tensor_make(u->labels, MG_I32, MG_DEV_CPU, 2, s2);
+	u->b.positions = mg_tensor_make(u->pos, MG_I32, MG_DEV_CPU, 2, s2);
+	u->b.seq = 2 * PT;
+}
+
+/* One training step's model work: forward (reference and policy) and
+ * backward. */
+static int train_step(struct env *e, const struct mg_batch *b)
+{
+	double m[MG_METRIC_MAX];
+	ts_zero_grads(&e->st);
+	if (forward(e, b, true, m) || M->backward(e->model, &e->ctx)) {
+		fail("step: %s", mg_last_error());
+		return -1;
+	}
+	return 0;
+}
+
+struct where {
+	void *arena, *work, *dpo;
+};
+
+static struct where where_now(const struct env *e)
+{
+	const struct llama *m = e->model;
+	return (struct where){m->arena.ptr, m->work.ptr, m->dpo.buf.ptr};
+}
+
+static bool same_where(struct where a, struct where b)
+{
+	return a.arena == b.arena && a.work == b.work && a.dpo == b.dpo;
+}
+
+static void test_buffers(void)
+{
+	/* the counter itself: a reserve that grows frees, one that fits
+	 * does not */
+	struct mg_device dev = {.kind = MG_DEV_CPU, .threads = 1};
+	struct mg_ctx ctx = {.struct_size = sizeof ctx, .dev = &dev};
+	struct mg_buf b = {0};
+	uint64_t f0 = mg_buf_frees();
+	CHECK(mg_buf_reserve(&ctx, &b, 64, MG_MEM_OTHER) == 0);
+	CHECK(mg_buf_frees() == f0);
+	CHECK(mg_buf_reserve(&ctx, &b, 32, MG_MEM_OTHER) == 0);
+	CHECK(mg_buf_frees() == f0);
+	CHECK(mg_buf_reserve(&ctx, &b, 4096, MG_MEM_OTHER) == 0);
+	CHECK(mg_buf_frees() == f0 + 1);
+	mg_buf_free(&ctx, &b);
+	CHECK(mg_buf_frees() == f0 + 2);
+
+	char lines[1024];
+	struct env e;
+	snprintf(lines, sizeof lines, "%sobjective = dpo\n", base);
+	if (env_open(&e, lines)) {
+		fail("buffers: %s", mg_last_error());
+		return;
+	}
+	struct pbatch t;
+	struct pbatch2 u;
+	pbatch_make(&t);
+	pbatch_long(&t, &u);
+	/* Two eager steps, then the one a graph would capture: nothing
+	 * moves (the reference pass, adapters off, lays out a smaller
+	 * arena, which the policy pass then holds). */
+	if (train_step(&e, &t.b) || train_step(&e, &t.b))
+		goto out;
+	struct where w2 = where_now(&e);
+	if (train_step(&e, &t.b))
+		goto out;
+	CHECK(same_where(w2, where_now(&e)));
+	/* A longer batch: the arena and backward buffers grow, their old
+	 * memory freed - a graph captured above would replay it. */
+	uint64_t f1 = mg_buf_frees();
+	if (train_step(&e, &u.b))
+		goto out;
+	struct where wl = where_now(&e);
+	const struct llama *m = e.model;
+	CHECK(m->T == 2 * PT);
+	CHECK(mg_buf_frees() >= f1 + 2);
+	CHECK(wl.dpo == w2.dpo); /* per pair: the same count of pairs */
+	/* Back to the short shape: the grown buffers serve it, in place. */
+	if (train_step(&e, &t.b) || train_step(&e, &t.b))
+		goto out;
+	CHECK(same_where(wl, where_now(&e)));
+	printf("buffers: a longer batch freed %llu buffer(s)\n",
+	       (unsigned long long)(mg_buf_frees() - f1));
+out:
+	env_close(&e);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -594,6 +708,8 @@ int main(int argc, char **argv)
 		test_ops();
 	else if (!strcmp(argv[2], "refuse"))
 		test_refuse();
+	else if (!strcmp(argv[2], "buffers"))
+		test_buffers();
 	else {
 		fprintf(stderr, "unknown test %s\n", argv[2]);
 		return 2;
