@@ -4,14 +4,16 @@ driver sees it, the figure mgrun reports as "device (driver)"
 (core/runtime/devmem.h), beside torch.cuda.max_memory_reserved/allocated.
 
 Driver memory, best first (the same names as mgrun's):
-  nvml-process        pynvml: this PID's used memory on the device
-  nvidia-smi-process  no pynvml: `nvidia-smi --query-compute-apps=pid,
-                      used_memory` parsed (MiB resolution, slower samples)
+  nvml-process        NVML (pynvml if installed, else libnvidia-ml.so.1
+                      through ctypes, the library mgrun dlopens;
+                      MG_NVML_LIB names another): this PID's used memory
   nvml-device         PID not listed (a container's PID namespace): the
                       device's used memory less its use before this
                       process's CUDA context (open() before CUDA starts)
-  cudaMemGetInfo      neither: torch.cuda.mem_get_info deltas from just
-                      after the context, sampled at window boundaries
+  nvidia-smi-process  no NVML library: `nvidia-smi --query-compute-apps=
+                      pid,used_memory` parsed (MiB resolution, slower)
+  cudaMemGetInfo      none of those: torch.cuda.mem_get_info deltas from
+                      just after the context, at window boundaries
   none                not measured: peak None, never a made-up 0
 A thread samples every 10 ms (NVML; nvidia-smi as fast as it answers);
 the window boundaries sample too. Whole-process peak, warm-up included,
@@ -19,6 +21,7 @@ as mgrun's: each configuration runs in its own process.
 
 Importing this module does not import torch (the CPU tests use it).
 """
+import ctypes
 import os
 import shutil
 import subprocess
@@ -52,6 +55,78 @@ def nvml_index(local_rank=0):
     return str(local_rank)
 
 
+class _NvmlMemory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]
+
+
+class _NvmlProc(ctypes.Structure):  # nvmlProcessInfo_t (v2 layout)
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
+                ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+
+
+class CNvml:
+    """The few NVML calls needed, through ctypes (no pynvml)."""
+
+    def __init__(self, index):
+        path = os.environ.get("MG_NVML_LIB") or "libnvidia-ml.so.1"
+        self.lib = ctypes.CDLL(path)
+        init = getattr(self.lib, "nvmlInit_v2", None) or self.lib.nvmlInit
+        if init() != 0:
+            raise OSError("nvmlInit failed")
+        self.dev = ctypes.c_void_p()
+        if index.startswith(("GPU-", "MIG-")):
+            rc = self.lib.nvmlDeviceGetHandleByUUID(index.encode(), ctypes.byref(self.dev))
+        else:
+            rc = self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(int(index)),
+                                                        ctypes.byref(self.dev))
+        if rc != 0:
+            raise OSError(f"NVML has no device {index} ({rc})")
+        self.procs = getattr(self.lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or \
+            self.lib.nvmlDeviceGetComputeRunningProcesses_v2
+
+    def device_used(self):
+        m = _NvmlMemory()
+        if self.lib.nvmlDeviceGetMemoryInfo(self.dev, ctypes.byref(m)) != 0:
+            raise OSError("nvmlDeviceGetMemoryInfo failed")
+        return int(m.used)
+
+    def process_used(self, pid):
+        arr = (_NvmlProc * 256)()
+        n = ctypes.c_uint(256)
+        if self.procs(self.dev, ctypes.byref(n), arr) != 0:
+            return None
+        for i in range(min(n.value, 256)):
+            if arr[i].pid == pid and arr[i].used != 2**64 - 1:
+                return int(arr[i].used)
+        return None
+
+
+class PyNvml:
+    """The same calls through pynvml."""
+
+    def __init__(self, index):
+        import pynvml
+        pynvml.nvmlInit()
+        self.n = pynvml
+        self.dev = (pynvml.nvmlDeviceGetHandleByUUID(index)
+                    if index.startswith(("GPU-", "MIG-"))
+                    else pynvml.nvmlDeviceGetHandleByIndex(int(index)))
+
+    def device_used(self):
+        return int(self.n.nvmlDeviceGetMemoryInfo(self.dev).used)
+
+    def process_used(self, pid):
+        try:
+            procs = self.n.nvmlDeviceGetComputeRunningProcesses(self.dev)
+        except self.n.NVMLError:
+            return None
+        for p in procs:
+            if p.pid == pid and p.usedGpuMemory is not None:
+                return int(p.usedGpuMemory)
+        return None
+
+
 class DeviceMemory:
     """The driver's view of this process's device memory; see the module
     docstring. open() before torch touches CUDA, context_ready() after."""
@@ -67,25 +142,18 @@ class DeviceMemory:
         self.at_start = None
         self.samples = 0
         self._base = 0
-        self._nvml = self._handle = None
+        self._nvml = None
+        self.nvml = None  # which NVML binding: PyNvml or CNvml
         self._stop = threading.Event()
         self._thread = None
         self._lock = threading.Lock()
 
     # -- readings ---------------------------------------------------------
     def _nvml_process(self):
-        n = self._nvml
-        try:
-            procs = n.nvmlDeviceGetComputeRunningProcesses(self._handle)
-        except n.NVMLError:
-            return None
-        for p in procs:
-            if p.pid == self.pid and p.usedGpuMemory is not None:
-                return int(p.usedGpuMemory)
-        return None
+        return self._nvml.process_used(self.pid)
 
     def _nvml_device(self):
-        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+        return self._nvml.device_used()
 
     def _smi_process(self):
         try:
@@ -113,19 +181,17 @@ class DeviceMemory:
     # -- life cycle -------------------------------------------------------
     def open(self):
         """Choose the method (before CUDA starts in this process)."""
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            idx = self.index
-            self._handle = (pynvml.nvmlDeviceGetHandleByUUID(idx)
-                            if idx.startswith(("GPU-", "MIG-"))
-                            else pynvml.nvmlDeviceGetHandleByIndex(int(idx)))
-            self._nvml = pynvml
-            self._base = int(pynvml.nvmlDeviceGetMemoryInfo(self._handle).used)
-            self.method, self.why = "nvml-device", "pending context"
-            return self
-        except Exception as e:  # no pynvml, no driver, no device
-            self.why = f"no NVML ({type(e).__name__}: {e})"
+        why = []
+        for kind in (PyNvml, CNvml):
+            try:
+                self._nvml = kind(self.index)
+                self._base = self._nvml.device_used()
+                self.method, self.why = "nvml-device", "pending context"
+                self.nvml = kind.__name__
+                return self
+            except Exception as e:  # no pynvml, no driver, no device
+                why.append(f"{kind.__name__}: {type(e).__name__}: {e}")
+        self.why = f"no NVML ({'; '.join(why)})"
         if self.smi and shutil.which(self.smi):
             self.method = "nvidia-smi-process"
             self.why = self.why + "; nvidia-smi"
@@ -189,7 +255,7 @@ class DeviceMemory:
     def result(self):
         """JSON-ready: method, peak bytes (None: not measured), at start,
         why a fallback or nothing."""
-        return {"method": self.method,
+        return {"method": self.method, "nvml": self.nvml,
                 "driver_peak": self.peak if self.method != "none" else None,
                 "at_start": self.at_start, "samples": self.samples,
                 "why": self.why}

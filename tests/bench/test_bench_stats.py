@@ -4,13 +4,17 @@ side's driver-memory reading, without a GPU: quantiles as numpy computes
 them, windows cut from steps.csv, ratios against the median and the
 fastest window, and device memory that is not measured reported as None
 ("not measured"), never 0.
-    test_bench_stats.py BENCH_DIR
+    test_bench_stats.py BENCH_DIR [FAKE_NVML_SO]
+(with the stand-in libnvidia-ml of tests/runtime/fake_nvml.c, the ctypes
+NVML path is checked too).
 """
 import json
 import os
+import ctypes
 import stat
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, sys.argv[1])
 sys.modules["pynvml"] = None  # as on a machine without it: import fails
@@ -90,6 +94,7 @@ with tempfile.TemporaryDirectory() as d:
     check(bs.fmt_bytes(3 << 20) == "3 MiB", "MiB format")
 
     # PyTorch side, no pynvml and no nvidia-smi: nothing to read
+    os.environ["MG_NVML_LIB"] = f"{d}/no-such-libnvidia-ml.so.1"
     m = tm.DeviceMemory(smi=f"{d}/no-such-smi").open()
     check(m.method == "cudaMemGetInfo", f"fallback chosen: {m.method}")
     m.context_ready()  # no GPU here: mem_get_info fails (or no torch)
@@ -112,6 +117,39 @@ with tempfile.TemporaryDirectory() as d:
     check(res["samples"] >= 2, f"samples {res['samples']}")
     check(tm.parse_smi_apps("1, 5\n2, [N/A]\n", 2) is None, "N/A is None")
     check(tm.parse_smi_apps("1, 5\n", 3) is None, "unlisted is None")
+
+# NVML through ctypes (the stand-in library): this PID's bytes, a peak
+# between window boundaries seen by the thread; the device less its use
+# before the context when the PID is not listed
+if len(sys.argv) > 2:
+    os.environ["MG_NVML_LIB"] = sys.argv[2]
+    G = 1 << 30
+    fake = ctypes.CDLL(sys.argv[2])
+    fake.fake_nvml_set.argtypes = [ctypes.c_longlong] * 2 + [ctypes.c_int]
+    fake.fake_nvml_set(10 * G, 0, 0)
+    m = tm.DeviceMemory(period_s=0.002).open()
+    check(m.method == "nvml-device" and m.nvml == "CNvml", f"nvml {m.method}")
+    fake.fake_nvml_set(11 * G, G // 2, 1)
+    m.context_ready().start()
+    check(m.method == "nvml-process" and m.at_start == G // 2, f"{m.result()}")
+    fake.fake_nvml_set(20 * G, 3 * G, 1)
+    time.sleep(0.05)
+    fake.fake_nvml_set(12 * G, G, 1)
+    res = m.stop().result()
+    check(res["driver_peak"] == 3 * G, f"thread peak {res}")
+    fake.fake_nvml_set(10 * G, 0, 0)
+    m = tm.DeviceMemory().open()
+    fake.fake_nvml_set(14 * G, 0, 0)
+    m.context_ready()
+    fake.fake_nvml_set(15 * G, 0, 0)
+    res = m.stop().result()
+    check(res["method"] == "nvml-device" and res["at_start"] == 4 * G and
+          res["driver_peak"] == 5 * G and "not in NVML's process list" in res["why"],
+          f"device-wide {res}")
+    os.environ["CUDA_VISIBLE_DEVICES"] = "1"  # a device NVML lacks
+    m = tm.DeviceMemory(smi=None).open()
+    check(m.method == "cudaMemGetInfo" and "NVML has no device 1" in m.why,
+          f"no device: {m.method} {m.why}")
 
 # CUDA_VISIBLE_DEVICES picks NVML's device
 os.environ["CUDA_VISIBLE_DEVICES"] = "3,1"

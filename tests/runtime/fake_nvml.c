@@ -2,7 +2,8 @@
  * fake_nvml.c - a stand-in libnvidia-ml for test_devmem: the few NVML
  * entry points devmem.c looks up, with the device's and this process's
  * used bytes set by the test (fake_nvml_set), so the driver's-view
- * sampler is tested on machines without a GPU.
+ * samplers (core/runtime/devmem.c, bench/torch_measure.py) are tested on
+ * machines without a GPU.
  */
 #include <stdint.h>
 #include <string.h>
@@ -44,6 +45,14 @@ API int nvmlDeviceGetHandleByPciBusId_v2(const char *pci, void **dev)
 {
 	if (strcmp(pci, "0000:01:00.0") != 0)
 		return 6; /* NVML_ERROR_NOT_FOUND */
+	*dev = (void *)1;
+	return 0;
+}
+
+API int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **dev)
+{
+	if (index != 0)
+		return 6;
 	*dev = (void *)1;
 	return 0;
 }
