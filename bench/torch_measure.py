@@ -15,8 +15,9 @@ Driver memory, best first (the same names as mgrun's):
   cudaMemGetInfo      none of those: torch.cuda.mem_get_info deltas from
                       just after the context, at window boundaries
   none                not measured: peak None, never a made-up 0
-A thread samples every 10 ms (NVML; nvidia-smi as fast as it answers);
-the window boundaries sample too. Whole-process peak, warm-up included,
+A thread samples every MG_DEVMEM_PERIOD_MS = 10 ms, as mgrun's (NVML;
+nvidia-smi as fast as it answers; 0: window boundaries only); the window
+boundaries sample too. Whole-process peak, warm-up included,
 as mgrun's: each configuration runs in its own process.
 
 Importing this module does not import torch (the CPU tests use it).
@@ -131,9 +132,11 @@ class DeviceMemory:
     """The driver's view of this process's device memory; see the module
     docstring. open() before torch touches CUDA, context_ready() after."""
 
-    def __init__(self, local_rank=0, period_s=0.01, smi="nvidia-smi"):
+    def __init__(self, local_rank=0, period_s=None, smi="nvidia-smi"):
         self.pid = os.getpid()
         self.index = nvml_index(local_rank)
+        if period_s is None:
+            period_s = float(os.environ.get("MG_DEVMEM_PERIOD_MS") or 10) / 1e3
         self.period_s = period_s
         self.smi = smi
         self.method = "none"
@@ -239,7 +242,8 @@ class DeviceMemory:
     def start(self):
         """Sample on a thread (not for cudaMemGetInfo: window boundaries
         only, as mgrun)."""
-        if self.method in ("nvml-process", "nvml-device", "nvidia-smi-process"):
+        if self.period_s > 0 and self.method in (
+                "nvml-process", "nvml-device", "nvidia-smi-process"):
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()
         return self

@@ -334,7 +334,8 @@ static void fill_row(const struct mg_run_view *rs, double *row)
 	row[ROW_PINNED] = (double)st->host_pinned_peak;
 	row[ROW_COMM_BUSY] = st->comm_busy_total;
 	row[ROW_DRV_METHOD] = st->devmem ? (double)st->devmem->method : 0;
-	row[ROW_DRV_PEAK] = st->devmem ? (double)mg_devmem_peak(st->devmem) : -1;
+	row[ROW_DRV_PEAK] =
+		st->devmem ? (double)mg_devmem_peak(st->devmem) : -1;
 	row[ROW_DRV_START] = st->devmem ? (double)st->devmem->at_start : -1;
 }
 
@@ -344,8 +345,8 @@ static void device_memory_json(cJSON *r, const double *row)
 {
 	cJSON *d = cJSON_AddObjectToObject(r, "device_memory");
 	double peak = row[ROW_DRV_PEAK], start = row[ROW_DRV_START];
-	cJSON_AddStringToObject(d, "method",
-				mg_devmem_method_name((int)row[ROW_DRV_METHOD]));
+	cJSON_AddStringToObject(
+		d, "method", mg_devmem_method_name((int)row[ROW_DRV_METHOD]));
 	if (peak < 0) {
 		cJSON_AddNullToObject(d, "driver_peak");
 		cJSON_AddNullToObject(d, "at_start");

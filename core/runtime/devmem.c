@@ -62,8 +62,8 @@ static int64_t nvml_device_used(struct mg_devmem *m)
 /* This PID's used bytes from NVML: -1 on error, -2 when not listed. */
 static int64_t nvml_process_used(struct mg_devmem *m)
 {
-	static _Thread_local unsigned char buf[MAX_PROCS *
-					       sizeof(struct nvml_proc_v2)];
+	static _Thread_local unsigned char
+		buf[MAX_PROCS * sizeof(struct nvml_proc_v2)];
 	unsigned n = MAX_PROCS;
 	if (!m->proc_fn || m->proc_fn(m->nvml_dev, &n, buf) != NVML_SUCCESS)
 		return -1;
@@ -96,7 +96,8 @@ static void nvml_open(struct mg_devmem *m, const char *pci)
 		snprintf(m->why, sizeof m->why, "no NVML: %s", dlerror());
 		return;
 	}
-	int (*init)(void) = (int (*)(void))sym(m->lib, "nvmlInit_v2", "nvmlInit");
+	int (*init)(void) =
+		(int (*)(void))sym(m->lib, "nvmlInit_v2", "nvmlInit");
 	int (*handle)(const char *, void **) =
 		(int (*)(const char *, void **))sym(
 			m->lib, "nvmlDeviceGetHandleByPciBusId_v2",
@@ -125,8 +126,9 @@ static void nvml_open(struct mg_devmem *m, const char *pci)
 		m->shutdown_fn();
 		rc = -1;
 	} else if ((m->base = nvml_device_used(m)) < 0) {
-		snprintf(m->why, sizeof m->why, "nvmlDeviceGetMemoryInfo "
-						"failed");
+		snprintf(m->why, sizeof m->why,
+			 "nvmlDeviceGetMemoryInfo "
+			 "failed");
 		m->shutdown_fn();
 		rc = -1;
 	}
@@ -261,9 +263,7 @@ void mg_devmem_close(struct mg_devmem *m)
 
 int64_t mg_devmem_peak(const struct mg_devmem *m)
 {
-	return m->method == MG_DEVMEM_NONE
-		       ? -1
-		       : atomic_load(&m->peak);
+	return m->method == MG_DEVMEM_NONE ? -1 : atomic_load(&m->peak);
 }
 
 const char *mg_devmem_describe(const struct mg_devmem *m, int64_t accounted,

@@ -67,7 +67,7 @@ struct mg_devmem {
  * used_fn is the fallback when NVML is absent (NULL: none). Never fails:
  * the method says what will be measured. */
 void mg_devmem_open(struct mg_devmem *m, const char *pci,
-				mg_devmem_used_fn used_fn, void *used_arg);
+		    mg_devmem_used_fn used_fn, void *used_arg);
 /* After the context exists: the cudaMemGetInfo fallback's base. */
 void mg_devmem_context_ready(struct mg_devmem *m);
 /* One reading now (any thread for NVML; the fallback only from the

@@ -67,7 +67,7 @@ API int nvmlDeviceGetMemoryInfo(void *dev, struct mem *m)
 }
 
 API int nvmlDeviceGetComputeRunningProcesses_v3(void *dev, unsigned *n,
-					    struct proc *p)
+						struct proc *p)
 {
 	(void)dev;
 	if (*n < 2) {

@@ -117,8 +117,9 @@ int main(int argc, char **argv)
 	CHECK(mg_devmem_peak(&m) == 7 * G);
 	CHECK(m.samples > 3);
 	mg_devmem_describe(&m, 6 * G, buf, sizeof buf);
-	CHECK(strstr(buf, "7.00 GiB peak (nvml-process); at start 0.50 GiB; "
-			  "accounted: 6.00 GiB; unaccounted: 0.50 GiB") != NULL);
+	CHECK(strstr(buf,
+		     "7.00 GiB peak (nvml-process); at start 0.50 GiB; "
+		     "accounted: 6.00 GiB; unaccounted: 0.50 GiB") != NULL);
 	mg_devmem_close(&m);
 	CHECK(!m.thread_on);
 

@@ -114,9 +114,13 @@ int mg_cuda_device_bind(struct mg_ctx *ctx)
 	    CUBLAS_STATUS_SUCCESS)
 		return mg_error("cublasSetWorkspace failed");
 	if (ctx->stats) {
+		/* MG_DEVMEM_PERIOD_MS: the thread's period (10; 0: step
+		 * boundaries only), as bench/torch_measure.py reads it */
+		const char *ms = getenv("MG_DEVMEM_PERIOD_MS");
+		double period = ms && *ms ? atof(ms) / 1e3 : 0.01;
 		ctx->stats->devmem = &cd->devmem;
 		mg_devmem_sample(&cd->devmem);
-		if (mg_devmem_start(&cd->devmem, 0.01))
+		if (period > 0 && mg_devmem_start(&cd->devmem, period))
 			mg_log(MG_LOG_WARN, "device memory: no sampling "
 					    "thread, step boundaries only");
 	}

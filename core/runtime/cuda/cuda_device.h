@@ -25,7 +25,7 @@ struct mg_cuda_device {
 	void *blas_workspace;
 	size_t blas_workspace_bytes;
 	struct mg_buf blas_ws;
-	struct mg_ctx *ctx; /* bound context (accounting), or NULL */
+	struct mg_ctx *ctx;	 /* bound context (accounting), or NULL */
 	struct mg_devmem devmem; /* the driver's view of this process */
 	struct cudaDeviceProp prop;
 	void *ops_state; /* core/ops/cuda: algorithm cache, scratch */
@@ -39,7 +39,8 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal);
 void mg_cuda_device_free(struct mg_device *dev);
 /* Once ctx->stats exists: the cuBLAS workspace becomes an accounted
  * mg_buf, and the driver's view of device memory is sampled for the
- * report (ctx->stats->devmem, a thread every 10 ms where NVML works). */
+ * report (ctx->stats->devmem, a thread every MG_DEVMEM_PERIOD_MS = 10 ms
+ * where NVML works). */
 int mg_cuda_device_bind(struct mg_ctx *ctx);
 const char *mg_cuda_device_name(const struct mg_device *dev);
 
