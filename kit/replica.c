@@ -153,11 +153,13 @@ static int put_frozen(struct mg_replica *r, int i, const struct mg_tensor *h)
 	uint16_t *lo = malloc((size_t)p->numel * sizeof *lo);
 	if (!lo)
 		return mg_error("out of memory");
-	const float *f = h->data;
-	for (int64_t j = 0; j < p->numel; j++)
-		lo[j] = dt == MG_BF16 ? mg_float_to_bf16(f[j])
-				      : mg_float_to_half(f[j]);
-	int rc = mg_copy_h2d(r->ctx, dst, lo, (size_t)p->numel * sizeof *lo);
+	/* libmg's host conversion runs on every core. */
+	struct mg_tensor t = mg_tensor_make(lo, dt, MG_DEV_CPU, p->ndim,
+					    p->shape);
+	int rc = mg_tensor_convert_host(&t, h);
+	if (!rc)
+		rc = mg_copy_h2d(r->ctx, dst, lo,
+				 (size_t)p->numel * sizeof *lo);
 	free(lo);
 	return rc;
 }

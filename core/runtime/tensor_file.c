@@ -93,6 +93,9 @@ int mg_tensor_convert_host(struct mg_tensor *dst, const struct mg_tensor *src)
 		memcpy(dst->data, src->data, mg_tensor_bytes(src));
 		return 0;
 	}
+	/* Element-wise and independent: on every core (checkpoints of
+	 * billions of values convert at load). */
+#pragma omp parallel for schedule(static) if (n > 65536)
 	for (int64_t i = 0; i < n; i++) {
 		double v = get(src, i);
 		if (d == MG_F64)

@@ -12,9 +12,13 @@
 
 #include "llama.h"
 
+/* Each value depends only on (key, j), so the loop runs on every core
+ * (an 8B model draws 8e9 normals) and the result does not depend on the
+ * thread count. */
 static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones)
 {
 	int64_t n = mg_tensor_numel(t);
+#pragma omp parallel for schedule(static) if (n > 65536)
 	for (int64_t j = 0; j < n; j++) {
 		double x = ones ? 1.0 : std * mg_rng_normal(key, (uint64_t)j);
 		if (t->dtype == MG_F64)

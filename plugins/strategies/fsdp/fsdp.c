@@ -170,12 +170,17 @@ static int keep_shard(void *arg, int k, const char *full)
 		uint16_t *lo = malloc((size_t)f->shard * sizeof *lo + 1);
 		if (!lo)
 			return mg_error("out of memory");
-		for (int64_t j = 0; j < f->shard; j++)
-			lo[j] = f->lent == MG_BF16 ? mg_float_to_bf16(src[j])
-						   : mg_float_to_half(src[j]);
-		int rc = mg_copy_h2d(d->ctx,
-				     fsdp_at(&d->lp_buf, f->lp_off, f->lent),
-				     lo, (size_t)f->shard * sizeof *lo);
+		/* libmg's host conversion runs on every core. */
+		const int64_t n = f->shard;
+		struct mg_tensor ts = mg_tensor_make((void *)src, MG_F32,
+						     MG_DEV_CPU, 1, &n);
+		struct mg_tensor td = mg_tensor_make(lo, f->lent, MG_DEV_CPU,
+						     1, &n);
+		int rc = mg_tensor_convert_host(&td, &ts);
+		if (!rc)
+			rc = mg_copy_h2d(d->ctx,
+					 fsdp_at(&d->lp_buf, f->lp_off, f->lent),
+					 lo, (size_t)f->shard * sizeof *lo);
 		free(lo);
 		return rc;
 	}
