@@ -23,6 +23,8 @@ environment (defaults in brackets):
   MG_L4L_SIZES [28,100,224,500]  MG_L4L_PRECS [fp32,fp16,bf16]
   MG_L4L_COMPILE [224:fp32,224:bf16]  torch.compile cells, run last
   MG_L4L_LORA ["llama3.2-1b,2,512,qv llama3.2-1b,8,512,tt"]
+      cells shape,batch,seq,targets[,nf4]: nf4 is QLoRA (model.quant =
+      nf4), mgrun only (no bitsandbytes baseline on the GPU machines)
   MG_L4L_WINDOWS [5]  MG_L4L_STEPS [20] (MobileNetV2), MG_L4L_LORA_STEPS [4]
   MG_L4L_BUDGET_S [360]  compile cells starting past this are skipped
   MG_L4L_DEADLINE_S [470]  a compile cell is stopped at this (its warm-up
@@ -123,9 +125,9 @@ def ratio_cells(m, t):
 def methods(rows):
     """Which driver-memory method each side used (one line)."""
     mg = sorted({m["memory"]["method"] for m in rows["mgrun"] if "error" not in m})
-    tt = sorted({t["device_memory"]["method"] for t in rows["torch"] if "error" not in t})
-    why = sorted({t["device_memory"]["why"] for t in rows["torch"]
-                  if "error" not in t and t["device_memory"]["why"]})
+    ok = [t for t in rows["torch"] if "error" not in t and "skip" not in t]
+    tt = sorted({t["device_memory"]["method"] for t in ok})
+    why = sorted({t["device_memory"]["why"] for t in ok if t["device_memory"]["why"]})
     return (f"driver memory: mgrun {', '.join(mg) or '-'}; PyTorch "
             f"{', '.join(tt) or '-'}" + (f" ({'; '.join(why)})" if why else ""))
 
@@ -203,10 +205,12 @@ def lora(mgrun, out, results):
     cells = []
     for cell in env("MG_L4L_LORA",
                     "llama3.2-1b,2,512,qv llama3.2-1b,8,512,tt").split():
-        shape, b, s, tg = cell.split(",")
+        shape, b, s, tg, *q = cell.split(",")
+        quant = q[0] if q else "none"
+        assert quant in ("none", "nf4") and len(q) <= 1, f"cell {cell}"
         b, s = int(b), int(s)
         targets = {"qv": "q,v", "tt": "q,v,o,gate,up,down"}[tg]
-        name = f"l4l_lora_{shape}_{b}x{s}_{tg}"
+        name = f"l4l_lora_{shape}_{b}x{s}_{tg}" + ("_nf4" if q else "")
         steps = LORA_WARM + WINDOWS * LORA_STEPS
         sets = ["-c", os.path.join(ROOT, "conf", "llama_tiny.ini"),
                 "--set", f"model.preset={shape}", "--set", "dataset.vocab_size=128256",
@@ -216,14 +220,16 @@ def lora(mgrun, out, results):
                 "--set", f"dataset.test_samples={b}",
                 "--set", "model.lora_rank=8", "--set", "model.lora_alpha=16",
                 "--set", f"model.lora_targets={targets}",
+                "--set", f"model.quant={quant}",
                 "--set", f"run.batch_size={b}", "--set", f"run.eval_batch_size={b}",
                 "--set", "run.device=cuda", "--set", "run.precision=bf16",
                 "--set", f"run.max_steps={steps}", "--set", "run.checkpoint=false",
                 "--set", "run.log_every=10"]
         m = mgrun_cell(mgrun, out, name, sets, LORA_WARM, b * s)
-        t = torch_cell(out, f"torch_{name}", "torch_lora_l4l.py",
-                       [shape, str(b), str(s), tg, str(WINDOWS), str(LORA_STEPS),
-                        str(LORA_WARM)], b * s)
+        t = {"skip": "no bitsandbytes baseline"} if q else torch_cell(
+            out, f"torch_{name}", "torch_lora_l4l.py",
+            [shape, str(b), str(s), tg, str(WINDOWS), str(LORA_STEPS),
+             str(LORA_WARM)], b * s)
         log(f"lora {cell}: mgrun {m.get('rate', {}).get('median', 0):.0f} tok/s, "
             f"torch {t.get('rate', {}).get('median', 0):.0f} tok/s")
         cells.append({"cell": cell, "mgrun": m, "torch": t})
@@ -242,12 +248,17 @@ def lora_table(cells):
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for c in cells:
         m, t = c["mgrun"], c["torch"]
+        shape, b, s, tg, *q = c["cell"].split(",")
+        mg = (f"{'FAILED' if 'error' in m else bs.fmt_rate(m['rate'])} | ")
+        mmem = '-' if 'error' in m else mem_pair(m, 'GiB').replace(' GiB', '')
+        if "skip" in t:  # QLoRA: mgrun only
+            print(f"| {shape} {b}x{s} {tg} {q[0]} | {mg}n/a | n/a | n/a | "
+                  f"{mmem} | n/a |")
+            continue
         vm, vf = ratio_cells(m, t)
-        shape, b, s, tg = c["cell"].split(",")
-        print(f"| {shape} {b}x{s} {tg} | "
-              f"{'FAILED' if 'error' in m else bs.fmt_rate(m['rate'])} | "
+        print(f"| {shape} {b}x{s} {tg} | {mg}"
               f"{'FAILED' if 'error' in t else bs.fmt_rate(t['rate'])} | {vm} | {vf} | "
-              f"{'-' if 'error' in m else mem_pair(m, 'GiB').replace(' GiB', '')} | "
+              f"{mmem} | "
               f"{'-' if 'error' in t else torch_mem(t, 'GiB').replace(' GiB', '')} |")
     print("\n" + methods({"mgrun": [c["mgrun"] for c in cells],
                           "torch": [c["torch"] for c in cells]}))

@@ -18,11 +18,28 @@ static size_t align_bytes(size_t x)
 	return (x + 255) & ~(size_t)255;
 }
 
-/* Which flat of its unit parameter p joins: key (lent dtype, trained). */
+/* Which flat of its unit parameter p joins: key (lent dtype, trained);
+ * NF4 blobs join the unit's packed flat, of bytes. */
 static enum mg_dtype lent_dtype(const struct mg_param_decl *p,
 				enum mg_dtype master, enum mg_dtype compute)
 {
+	if (p->dtype == MG_NF4)
+		return MG_U8;
 	return (p->flags & MG_P_FP32) ? master : compute;
+}
+
+/* Packed flats align every blob and their shards to this many bytes. */
+#define PACKED_ALIGN 256
+
+/* Elements parameter p takes in its flat, before alignment: bytes of its
+ * blob for NF4. */
+static int64_t flat_numel(const struct mg_param_decl *p)
+{
+	if (p->dtype != MG_NF4)
+		return p->numel;
+	struct mg_tensor t =
+		mg_tensor_make(NULL, MG_NF4, MG_DEV_CPU, p->ndim, p->shape);
+	return (int64_t)mg_tensor_bytes(&t);
 }
 
 static bool trained(const struct mg_param_decl *p)
@@ -48,7 +65,8 @@ static struct mg_flat *flat_for(struct mg_flat_layout *L, int first, int u,
 	f->unit = u;
 	f->lent = lent;
 	f->train = train;
-	f->lp = lent != L->master;
+	f->packed = lent == MG_U8;
+	f->lp = lent != L->master && !f->packed;
 	return f;
 }
 
@@ -82,7 +100,9 @@ static void place_unit(struct mg_flat_layout *L, int u, enum mg_dtype compute,
 				trained(p));
 			L->param_flat[i] = (int)(f - L->flats);
 			L->param_off[i] = f->n;
-			f->n += round_up(p->numel, MG_FLAT_ALIGN);
+			f->n += round_up(flat_numel(p),
+					 f->packed ? PACKED_ALIGN
+						   : MG_FLAT_ALIGN);
 			if (pass == 0)
 				f->n_decay = f->n;
 		}
@@ -91,7 +111,9 @@ static void place_unit(struct mg_flat_layout *L, int u, enum mg_dtype compute,
 	for (int k = first; k < L->nflats; k++) {
 		struct mg_flat *f = &L->flats[k];
 		f->grad = reduce_master ? L->master : f->lent;
-		f->shard = round_up(f->n, (int64_t)L->group * MG_FLAT_ALIGN) /
+		f->shard = round_up(f->n, (int64_t)L->group *
+						  (f->packed ? PACKED_ALIGN
+							     : MG_FLAT_ALIGN)) /
 			   L->group;
 		int64_t padded = f->shard * L->group;
 		if (padded > L->max_flat)
@@ -122,7 +144,11 @@ static void place_shards(struct mg_flat_layout *L)
 	for (int pass = 0; pass < 2; pass++)
 		for (int k = 0; k < L->nflats; k++) {
 			struct mg_flat *f = &L->flats[k];
-			if (pass == 0) {
+			if (pass == 0 && f->packed) {
+				f->master_off = -1;
+				f->packed_off = L->n_packed;
+				L->n_packed += f->shard;
+			} else if (pass == 0) {
 				f->master_off = -1;
 				if (!mg_flat_frozen_lp(f)) {
 					f->master_off = L->n_master;
@@ -155,17 +181,24 @@ int mg_flat_build(struct mg_flat_layout *L, const struct mg_model_spec *spec,
 	L->spec = spec;
 	L->master = master;
 	L->group = group;
-	for (int i = 0; i < spec->nparams; i++)
-		if (spec->params[i].dtype != MG_DTYPE_AUTO)
+	for (int i = 0; i < spec->nparams; i++) {
+		const struct mg_param_decl *p = &spec->params[i];
+		if (p->dtype == MG_NF4 &&
+		    (p->flags & (MG_P_TRAIN | MG_P_BUFFER)))
+			return mg_error("parameter '%s' is NF4 but not frozen; "
+					"flat parameters keep NF4 parameters "
+					"only as frozen blobs",
+					p->name);
+		if (p->dtype != MG_DTYPE_AUTO && p->dtype != MG_NF4)
 			return mg_error("parameter '%s' has explicit dtype %s; "
 					"flat parameters hold only the run's "
-					"float types",
-					spec->params[i].name,
-					mg_dtype_name(spec->params[i].dtype));
+					"float types and frozen NF4",
+					p->name, mg_dtype_name(p->dtype));
+	}
 	size_t np = (size_t)spec->nparams + 1, nu = (size_t)spec->nunits + 1;
-	/* At most four flats per unit: (compute or master dtype) x
-	 * (trained or frozen). */
-	L->flats = calloc(4 * nu, sizeof *L->flats);
+	/* At most five flats per unit: (compute or master dtype) x
+	 * (trained or frozen), and packed. */
+	L->flats = calloc(5 * nu, sizeof *L->flats);
 	L->unit_first = calloc(nu, sizeof *L->unit_first);
 	L->param_flat = calloc(np, sizeof *L->param_flat);
 	L->param_off = calloc(np, sizeof *L->param_off);
@@ -262,11 +295,9 @@ int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 	const size_t es = mg_dtype_size(L->master);
 	int n = ud->nparams;
 	struct mg_tensor host[n > 0 ? n : 1];
-	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
-		const struct mg_flat *f = &L->flats[k];
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++)
 		memset(out[k - L->unit_first[u]], 0,
-		       (size_t)(f->shard * L->group) * es);
-	}
+		       mg_flat_host_bytes(L, &L->flats[k]));
 	/* Each parameter is made straight into its place in the flat. */
 	for (int k = 0; k < n; k++) {
 		int i = ud->first_param + k;
@@ -275,9 +306,12 @@ int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 				     ? (char *)bufs_host
 				     : (char *)out[L->param_flat[i] -
 						   L->unit_first[u]];
-		host[k] = mg_tensor_make(base + (size_t)L->param_off[i] * es,
-					 L->master, MG_DEV_CPU, p->ndim,
-					 p->shape);
+		/* An NF4 blob at its byte offset, filled by the model. */
+		const bool nf4 = p->dtype == MG_NF4;
+		host[k] = mg_tensor_make(base + (size_t)L->param_off[i] *
+							 (nf4 ? 1 : es),
+					 nf4 ? MG_NF4 : L->master, MG_DEV_CPU,
+					 p->ndim, p->shape);
 	}
 	return mg_init_unit(ctx, s, u, host);
 }
@@ -296,7 +330,7 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 		void *full[nf > 0 ? nf : 1];
 		for (int k = 0; k < nf; k++) {
 			const struct mg_flat *f = &L->flats[first + k];
-			full[k] = malloc((size_t)(f->shard * L->group) * ms);
+			full[k] = malloc(mg_flat_host_bytes(L, f));
 			if (!full[k] && !rc)
 				rc = mg_error("out of memory");
 		}
@@ -337,6 +371,8 @@ int mg_flat_views_init(struct mg_flat_views *v, const struct mg_flat_layout *L,
 		const struct mg_param_decl *p = &s->params[i];
 		int fi = L->param_flat[i];
 		enum mg_dtype dt = fi < 0 ? L->master : L->flats[fi].lent;
+		if (p->dtype == MG_NF4) /* a blob in a packed flat */
+			dt = MG_NF4;
 		v->ptensor[i] =
 			mg_tensor_make(NULL, dt, dev, p->ndim, p->shape);
 		v->gtensor[i] = v->ptensor[i];

@@ -36,14 +36,19 @@ static bool lent_lp(const struct mg_replica *r, const struct mg_param_decl *p)
 
 static int check(struct mg_replica *r)
 {
-	for (int i = 0; i < r->spec->nparams; i++)
-		if (r->spec->params[i].dtype != MG_DTYPE_AUTO)
-			return mg_error(
-				"parameter '%s' has explicit dtype %s; "
-				"replicated storage holds only the "
-				"run's float types",
-				r->spec->params[i].name,
-				mg_dtype_name(r->spec->params[i].dtype));
+	for (int i = 0; i < r->spec->nparams; i++) {
+		const struct mg_param_decl *p = &r->spec->params[i];
+		if (p->dtype == MG_NF4 && !is_frozen(p))
+			return mg_error("parameter '%s' is NF4 but not frozen; "
+					"replicated storage keeps NF4 "
+					"parameters only as frozen blobs",
+					p->name);
+		if (p->dtype != MG_DTYPE_AUTO && p->dtype != MG_NF4)
+			return mg_error("parameter '%s' has explicit dtype %s; "
+					"replicated storage holds only the "
+					"run's float types and frozen NF4",
+					p->name, mg_dtype_name(p->dtype));
+	}
 	if (r->mixed && r->master != MG_F32)
 		return mg_error("mixed precision needs an F32 master copy");
 	return 0;
@@ -53,7 +58,19 @@ static int check(struct mg_replica *r)
 static enum mg_dtype lent_dtype(const struct mg_replica *r,
 				const struct mg_param_decl *p)
 {
+	if (p->dtype == MG_NF4)
+		return MG_NF4;
 	return lent_lp(r, p) ? r->compute : r->master;
+}
+
+/* Bytes of a frozen parameter as stored: numel x its lent dtype, or the
+ * whole NF4 blob (codes and scales, mg_tensor_bytes). */
+static size_t frozen_size(const struct mg_replica *r,
+			  const struct mg_param_decl *p)
+{
+	struct mg_tensor t = mg_tensor_make(NULL, lent_dtype(r, p), MG_DEV_CPU,
+					    p->ndim, p->shape);
+	return mg_tensor_bytes(&t);
 }
 
 /* Element offsets: trained parameters by group; buffers apart; frozen
@@ -84,11 +101,8 @@ static void place(struct mg_replica *r)
 			boff += p->numel;
 		} else if (is_frozen(p)) {
 			r->off[i] = r->frozen_bytes;
-			r->frozen_bytes +=
-				(p->numel * (int64_t)mg_dtype_size(
-						    lent_dtype(r, p)) +
-				 255) &
-				~(int64_t)255;
+			r->frozen_bytes += ((int64_t)frozen_size(r, p) + 255) &
+					   ~(int64_t)255;
 		} else {
 			int g = group_of(r, p);
 			r->off[i] = next[g];
@@ -140,15 +154,14 @@ static void make_views(struct mg_replica *r)
 
 /* A frozen parameter's initial values (master dtype, host) into its lent
  * dtype on the device: converted on the host, so no master-sized device
- * copy ever exists. */
+ * copy ever exists. An NF4 blob is copied as the model filled it. */
 static int put_frozen(struct mg_replica *r, int i, const struct mg_tensor *h)
 {
 	const struct mg_param_decl *p = &r->spec->params[i];
 	const enum mg_dtype dt = lent_dtype(r, p);
 	void *dst = (char *)r->frozen.ptr + r->off[i];
-	if (dt == r->master)
-		return mg_copy_h2d(r->ctx, dst, h->data,
-				   (size_t)p->numel * mg_dtype_size(dt));
+	if (dt == r->master || dt == MG_NF4)
+		return mg_copy_h2d(r->ctx, dst, h->data, frozen_size(r, p));
 	/* Mixed precision: the master is F32, dt F16 or BF16. */
 	uint16_t *lo = malloc((size_t)p->numel * sizeof *lo);
 	if (!lo)
@@ -177,9 +190,11 @@ static int init_values(struct mg_replica *r)
 		for (int k = 0; k < n; k++) {
 			int i = ud->first_param + k;
 			const struct mg_param_decl *p = &s->params[i];
-			host[k] = mg_tensor_make(NULL, r->master, MG_DEV_CPU,
-						 p->ndim, p->shape);
-			host[k].data = malloc((size_t)p->numel * es);
+			/* NF4: the model fills the blob itself. */
+			host[k] = mg_tensor_make(
+				NULL, p->dtype == MG_NF4 ? MG_NF4 : r->master,
+				MG_DEV_CPU, p->ndim, p->shape);
+			host[k].data = malloc(mg_tensor_bytes(&host[k]) + 1);
 			if (!host[k].data)
 				return mg_error("out of memory");
 		}

@@ -9,6 +9,14 @@ mkdir -p .deps/debs .deps/fashion-mnist
 (cd .deps/debs && [ -n "$(ls libpcre2-8-0_* 2>/dev/null)" ] ||
 	apt-get download libinih1 libcjson1 libopenblas0-pthread \
 		libgfortran5 libgomp1 libpcre2-8-0 >/dev/null)
+# Their development packages, for scripts/device-build.sh (a build on the
+# GPU machine itself).
+mkdir -p .deps/debs-dev
+(cd .deps/debs-dev && [ -n "$(ls libpcre2-dev_* 2>/dev/null)" ] ||
+	apt-get download libinih-dev libcjson-dev libopenblas-dev \
+		libopenblas-pthread-dev libpcre2-dev libpcre2-16-0 \
+		libpcre2-32-0 libpcre2-posix3 zlib1g-dev zlib1g pkgconf \
+		pkgconf-bin libpkgconf3 >/dev/null)
 scripts/fetch-tokenizers.sh || true
 # The varied texts tokenizers are checked on (the GPU machine has no
 # fortunes files).

@@ -21,17 +21,27 @@
 #                        (tests/text/hf_tokenizers_check.py), LoRA adapters
 #                        in and out of peft (tests/llama/peft_check.py),
 #                        instruction data trained on the GPU
+#     dpo [steps]        DPO: its ops against the CPU twins, the loss and
+#                        metrics against TRL's formula in PyTorch
+#                        (tests/llama/dpo_check.py), conf/dpo.ini
+#                        trained on the GPU in fp32 and bf16 (held-out
+#                        rewards/accuracies, step time)
 #     lora [cells...]    LoRA tokens/s beside transformers + peft
 #                        (bench/lora_vs_torch.sh),
 #                        then mgrun generate from it on the GPU
+#     qlora [cells...]   QLoRA (model.quant = nf4) on the GPU against the CPU
+#                        (tests/gpu/qlora_check.sh), then tokens/s and peak
+#                        memory of bench/lora_vs_torch.sh's nf4 cells
+#                        (default: llama3-8b,2,512,qv,nf4)
 #     dist [n]           n (default 2) GPUs: NCCL communicator test, strategy
 #                        equivalence with NCCL, launcher supervision
-#     dist_llm [n]       only the llama and LoRA equivalence on n GPUs
+#     dist_llm [n]       only the llama, LoRA and QLoRA equivalence on n GPUs
 #                        (tests/strategies/gpu_equivalence_llm.sh)
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
 #                        (bench/ddp_scaling.sh)
 #     sweeps [names...]  conf/sweep_NAME.ini (default: figure1 figure2 table2
-#                        table3 figure3 offload_io), results in sweeps.tgz;
+#                        table3 figure3 offload_io; `kernels` is seed 002's
+#                        kernel swap on Llama 3.2 1B), results in sweeps.tgz;
 #                        MG_SWEEP_ARGS go to every sweep (--repeats 3)
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
@@ -41,6 +51,11 @@
 #     profile            the [profile] window (CUPTI) against mgrun's own
 #                        counters, 1 GPU and 2 where visible
 #                        (tests/gpu/profile_check.sh; also in all)
+#     attention [bf16|f16]  the attention op tests (flash and tiled kernels
+#                        against the CPU twin), then the attention
+#                        micro-benchmark (bench_gpu_ops attention) and
+#                        PyTorch SDPA on the same shapes
+#                        (bench/attention_vs_torch.py) with the ratio
 #
 # The GPU machine lacks inih, cJSON and OpenBLAS: their .debs (.deps/debs)
 # are unpacked with dpkg -x into /tmp/mgdeps. cuDNN, cuBLAS and the CUDA
@@ -123,8 +138,8 @@ run() {
 }
 
 bin=$build/tests/gpu
-groups="conv depthwise batchnorm elementwise pool linear dropout loss resize
-optim convert determinism graph llm"
+groups="conv depthwise batchnorm elementwise pool linear dropout loss pref
+resize optim convert determinism graph llm attention nf4 fused"
 [ $# -gt 0 ] && groups="$*"
 if [ "$what" = tests ] || [ "$what" = all ]; then
 	# One process per group: a crash in one still lets the others run.
@@ -135,6 +150,9 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
 	run bench_f32 bench_f32 "$bin/bench_gpu_ops" 64 f32
 	run bench_f16 bench_f16 "$bin/bench_gpu_ops" 64 f16
+	# the fused kernels of the llama `kernels` option against the
+	# unfused ops: FLCE at 4096 x 128256 x 4096 bf16, add + RMSNorm
+	run bench_fused bench_fused "$bin/bench_gpu_ops" fused
 fi
 
 mgrun="$build/core/mgrun"
@@ -204,6 +222,14 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 			--set run.device=cuda --set run.precision=$prec \
 			--set run.max_steps=${1:-120} --set run.out_dir=/tmp/mgllama \
 			--set run.name=tiny_$prec --set run.log_every=40
+		# the same run with the fused kernels: the same losses within
+		# the precision's rounding
+		run test_llama_train "llama $prec fused" "$mgrun" \
+			-c conf/llama_tiny.ini --set run.device=cuda \
+			--set run.precision=$prec --set model.kernels=fused \
+			--set model.flce_chunk=500 \
+			--set run.max_steps=${1:-120} --set run.out_dir=/tmp/mgllama \
+			--set run.name=tiny_${prec}_fused --set run.log_every=40
 	done
 	# generation on the GPU from those checkpoints (mgrun generate,
 	# decode with the key/value cache): 16 greedy ids each; in fp32 the
@@ -245,10 +271,29 @@ if [ "$what" = text ] || [ "$what" = all ]; then
 		--set run.max_steps=20 --set run.out_dir=/tmp/mgtext
 	grep -E "^== |equal|FAIL|MISMATCH|^ok|^epoch|tokens/s" "$out/test_text.log" | tail -60
 fi
+if [ "$what" = dpo ]; then
+	run test_dpo "pref ops" "$bin/test_gpu_ops" pref
+	run test_dpo dpo_check python3 tests/llama/dpo_check.py "$mgrun" \
+		/tmp/mgdpo_check
+	for prec in fp32 bf16; do
+		run test_dpo "dpo $prec" "$mgrun" -c conf/dpo.ini \
+			--set run.device=cuda --set run.precision=$prec \
+			--set run.epochs=1 --set run.max_steps=${1:-30} \
+			--set run.out_dir=/tmp/mgdpo --set run.name=dpo_$prec
+	done
+	grep -E "^== |^ok|FAIL|^epoch 1:|step time|captured" "$out/test_dpo.log"
+fi
 if [ "$what" = lora ]; then
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run bench_lora lora \
 		bench/lora_vs_torch.sh "$mgrun" "$@"
 	sed -n '/^== like4like tables/,$p' "$out/bench_lora.log"
+fi
+if [ "$what" = qlora ]; then
+	run test_qlora qlora_check tests/gpu/qlora_check.sh "$mgrun" /tmp/mgqlora
+	grep -E "^(FAIL|SKIPPED|qlora|greedy|epoch 1:)|^  " "$out/test_qlora.log"
+	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run bench_qlora qlora \
+		bench/lora_vs_torch.sh "$mgrun" ${*:-llama3-8b,2,512,qv,nf4}
+	sed -n '/^== like4like tables/,$p' "$out/bench_qlora.log"
 fi
 if [ "$what" = kernels ]; then
 	for size in $(echo "${1:-100,224,500}" | tr , ' '); do
@@ -267,6 +312,16 @@ if [ "$what" = kernels ]; then
 	grep -E "^== kernels|step time|top compute|^ +[0-9]+\.[0-9]+ +[0-9]+ " "$out/kernels.log"
 fi
 
+if [ "$what" = attention ]; then
+	adt=${1:-bf16}
+	run test_gpu_ops attention "$bin/test_gpu_ops" attention
+	run bench_attention "attention $adt" "$bin/bench_gpu_ops" attention "$adt"
+	run bench_attention_torch "attention torch $adt" python3 \
+		bench/attention_vs_torch.py "$out/bench_attention.log" "$adt"
+	grep -E "FAIL|checks," "$out/test_gpu_ops.log" | tail -40
+	grep -vE "^ATTN" "$out/bench_attention.log" | grep -E "^ *(shape|llama)|FAIL|checks,|error"
+	sed -n '/^torch /,$p' "$out/bench_attention_torch.log"
+fi
 if [ "$what" = profile ] || [ "$what" = all ]; then
 	run test_profile profile tests/gpu/profile_check.sh "$mgrun" "$root" \
 		/tmp/mgprofile "$fashion"

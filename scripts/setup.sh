@@ -9,7 +9,7 @@ SUDO=""
 pkgs="build-essential cmake pkg-config libinih-dev libcjson-dev \
 libopenblas-dev zlib1g-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist \
 clang libclang-rt-dev libpcre2-dev fortunes nodejs \
-python3-jsonschema libxml2-utils"
+python3-jsonschema python3-numpy libxml2-utils"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

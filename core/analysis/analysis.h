@@ -149,6 +149,10 @@ struct mg_run {
 	double wall_s, train_s, samples_per_s;
 	double step_median; /* s: steady steps of steps.csv, or the report */
 	double test_acc;    /* 0..1; NAN when not evaluated */
+	/* The model's declared metrics (report.json test_metrics) of the
+	 * last evaluated epoch: DPO's rewards/margins, ... */
+	struct mg_kv *tmet;
+	int ntmet;
 	/* Mean seconds per steady step of each phase (steps.csv; rank 0's
 	 * time_s / steps without it); step_mean the whole step's. */
 	double phase_step[MG_PH_COUNT], step_mean;

@@ -2,7 +2,9 @@
  * compare.c - `mgrun compare RUN_A RUN_B`: two run directories side by
  * side (throughput, per-step phases, communication, memory, transfers,
  * accuracy, profile), each difference marked as within the runs' own
- * noise or not, so an A/B change is judged on evidence.
+ * noise or not, so an A/B change is judged on evidence. The settings
+ * that differ between the two effective configurations come first: what
+ * the experiment changed (a strategy, a precision, `model.kernels`).
  *
  * Noise: a run's steady steps (see mg_run_steady) are its samples of
  * each per-step timing; the 95% percentile-bootstrap interval of
@@ -24,7 +26,7 @@ enum kind {
 	PLAIN, /* one number per run: no noise estimate */
 };
 
-enum unit { U_SEC, U_BYTES, U_COUNT, U_RATE, U_PCT };
+enum unit { U_SEC, U_BYTES, U_COUNT, U_RATE, U_PCT, U_NUM };
 
 struct row {
 	const char *section;
@@ -143,6 +145,16 @@ static void build(struct rows *t, const struct mg_run *a,
 	s = "accuracy";
 	add(t, s, "test accuracy [%]", 100 * a->test_acc, 100 * b->test_acc,
 	    PLAIN, U_PCT);
+	/* The model's declared metrics, by A's names (DPO's rewards/...). */
+	for (int i = 0; i < a->ntmet; i++) {
+		double vb = NAN;
+		for (int j = 0; j < b->ntmet; j++)
+			if (!strcmp(b->tmet[j].name, a->tmet[i].name))
+				vb = b->tmet[j].v;
+		char label[64];
+		snprintf(label, sizeof label, "test %s", a->tmet[i].name);
+		add(t, s, label, a->tmet[i].v, vb, PLAIN, U_NUM);
+	}
 	if (a->nprof && b->nprof) {
 		s = "profile (window seconds, mean over ranks)";
 		for (int i = 0; i < a->nprof; i++) {
@@ -179,6 +191,9 @@ static void fmt_val(char *buf, size_t n, double v, enum unit u)
 		break;
 	case U_PCT:
 		snprintf(buf, n, "%.2f", v);
+		break;
+	case U_NUM:
+		snprintf(buf, n, "%.4g", v);
 		break;
 	default: /* seconds */
 		if (v == 0)
@@ -225,11 +240,101 @@ static void describe(FILE *f, const char *tag, const struct mg_run *r)
 		r->world == 1 ? "" : "s", n, r->total_steps);
 }
 
+/* The settings of an effective configuration (report.json's "config",
+ * as --print-config writes it): "section.key" and the value, comments
+ * and padding stripped. Returns the count (at most max). */
+#define CFG_MAX 256
+struct cfg_kv {
+	char key[96], val[160];
+};
+
+static int cfg_parse(const char *text, struct cfg_kv *kv, int max)
+{
+	char sect[48] = "";
+	int n = 0;
+	for (const char *p = text; p && *p && n < max;) {
+		const char *e = strchr(p, '\n');
+		const size_t len = e ? (size_t)(e - p) : strlen(p);
+		char line[320];
+		snprintf(line, sizeof line, "%.*s", (int)len, p);
+		p = e ? e + 1 : NULL;
+		char *c = strchr(line, ';');
+		if (c)
+			*c = '\0';
+		if (line[0] == '[') {
+			char *r = strchr(line, ']');
+			if (r)
+				snprintf(sect, sizeof sect, "%.*s",
+					 (int)(r - line - 1), line + 1);
+			continue;
+		}
+		char *eq = strchr(line, '=');
+		if (!eq)
+			continue;
+		char *k = line, *v = eq + 1, *ke = eq;
+		*eq = '\0';
+		while (*k == ' ')
+			k++;
+		while (ke > k && ke[-1] == ' ')
+			*--ke = '\0';
+		while (*v == ' ')
+			v++;
+		for (char *ve = v + strlen(v); ve > v && ve[-1] == ' ';)
+			*--ve = '\0';
+		if (!*k)
+			continue;
+		snprintf(kv[n].key, sizeof kv[n].key, "%s.%s", sect, k);
+		snprintf(kv[n].val, sizeof kv[n].val, "%s", v);
+		n++;
+	}
+	return n;
+}
+
+static const char *cfg_get(const struct cfg_kv *kv, int n, const char *key)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(kv[i].key, key))
+			return kv[i].val;
+	return NULL;
+}
+
+/* "settings that differ": every key whose value is not the same in A and
+ * B (absent on one side: "-"), but the run's name and folder. */
+static void print_config_diff(FILE *f, const struct mg_run *a,
+			      const struct mg_run *b)
+{
+	if (!a->config || !b->config)
+		return;
+	struct cfg_kv *ka = calloc(2 * CFG_MAX, sizeof *ka);
+	if (!ka)
+		return;
+	struct cfg_kv *kb = ka + CFG_MAX;
+	const int na = cfg_parse(a->config, ka, CFG_MAX),
+		  nb = cfg_parse(b->config, kb, CFG_MAX);
+	int shown = 0;
+	for (int side = 0; side < 2; side++)
+		for (int i = 0; i < (side ? nb : na); i++) {
+			const struct cfg_kv *x = side ? &kb[i] : &ka[i];
+			const char *va = cfg_get(ka, na, x->key),
+				   *vb = cfg_get(kb, nb, x->key);
+			if ((side && va) || (va && vb && !strcmp(va, vb)) ||
+			    !strcmp(x->key, "run.name") ||
+			    !strcmp(x->key, "run.out_dir"))
+				continue;
+			if (!shown++)
+				fprintf(f, "\nsettings that differ\n");
+			fprintf(f, "  %-28s %14s %14s\n", x->key, va ? va : "-",
+				vb ? vb : "-");
+		}
+	free(ka);
+}
+
 static void print_text(FILE *f, const struct rows *t, const struct mg_run *a,
 		       const struct mg_run *b)
 {
 	describe(f, "A", a);
 	describe(f, "B", b);
+	print_config_diff(f, a, b);
 	const char *section = NULL;
 	fprintf(f, "\n%-30s %14s %14s %8s\n", "", "A", "B", "B/A");
 	for (int i = 0; i < t->n; i++) {

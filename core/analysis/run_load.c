@@ -459,6 +459,27 @@ static void load_ranks(struct mg_run *r, const cJSON *ranks)
 	}
 }
 
+/* An epoch's declared test metrics, replacing an earlier epoch's. */
+static void load_test_metrics(struct mg_run *r, const cJSON *ep)
+{
+	const cJSON *tm = cJSON_GetObjectItemCaseSensitive(ep, "test_metrics");
+	if (!cJSON_IsObject(tm))
+		return;
+	for (int i = 0; i < r->ntmet; i++)
+		free(r->tmet[i].name);
+	free(r->tmet);
+	r->ntmet = 0;
+	r->tmet = calloc((size_t)cJSON_GetArraySize(tm) + 1, sizeof *r->tmet);
+	const cJSON *m;
+	cJSON_ArrayForEach(m, tm)
+	{
+		if (!cJSON_IsNumber(m) || !r->tmet)
+			continue;
+		r->tmet[r->ntmet].name = strdup(m->string);
+		r->tmet[r->ntmet++].v = m->valuedouble;
+	}
+}
+
 /* "profile": each listed metric averaged over the ranks that have it. */
 static void load_profile(struct mg_run *r, const cJSON *prof)
 {
@@ -593,6 +614,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 		secs += num(ep, "seconds", 0);
 		if (!cJSON_HasObjectItem(run, "test_accuracy"))
 			r->test_acc = num(ep, "test_accuracy", r->test_acc);
+		load_test_metrics(r, ep);
 	}
 	if (isnan(r->samples_per_s) && secs > 0)
 		r->samples_per_s = samples / secs;
@@ -631,6 +653,9 @@ void mg_run_free(struct mg_run *r)
 	for (int i = 0; i < r->nmem; i++)
 		free(r->mem[i].name);
 	free(r->mem);
+	for (int i = 0; i < r->ntmet; i++)
+		free(r->tmet[i].name);
+	free(r->tmet);
 	for (int i = 0; i < r->nprof; i++)
 		free(r->prof[i].name);
 	free(r->prof);

@@ -6,6 +6,7 @@
 #ifndef MG_CLI_COMMON_H
 #define MG_CLI_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "engine/session.h"
@@ -24,5 +25,19 @@ void mg_cli_stdout_restore(int saved);
 /* The whole file (or stdin for "-"), NUL-terminated; NULL after an
  * error on stderr under "mgrun CMD:". */
 char *mg_cli_read_all(const char *cmd, const char *path, size_t *len);
+
+/* generate --adapter DIR (adapter.c): a PEFT adapter's config as the
+ * model's --set overrides (lora_rank, lora_alpha, lora_targets, rslora,
+ * lora_dropout, lora_adapter). */
+#define MG_CLI_ADAPTER_SETS 8
+struct mg_cli_adapter {
+	char *sets[MG_CLI_ADAPTER_SETS];
+	int nsets;
+	char desc[1024]; /* "r 8, lora_alpha 16, ..." for stderr */
+};
+/* 0, or 2 after stderr named the file and the field it cannot honour
+ * (1 when out of memory). */
+int mg_cli_adapter_read(const char *dir, struct mg_cli_adapter *a);
+void mg_cli_adapter_free(struct mg_cli_adapter *a);
 
 #endif

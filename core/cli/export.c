@@ -26,7 +26,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mgrun export -c FILE --out DIR [--dtype "
-		"bf16|fp16|fp32] [--set S.K=V]...\n"
+		"bf16|fp16|fp32|nf4] [--set S.K=V]...\n"
 		"\n"
 		"Writes the run's trained model (its checkpoint) as a Hugging "
 		"Face folder:\n"
@@ -40,7 +40,10 @@ static void usage(FILE *f)
 		"  --dtype D           tensors in bf16, fp16 or fp32 (default: "
 		"the run's\n"
 		"                      compute dtype; fp32 when that is "
-		"fp64)\n"
+		"fp64); nf4: a\n"
+		"                      bitsandbytes 4-bit folder (NF4 "
+		"projections, the\n"
+		"                      rest bf16)\n"
 		"  --set S.K=V         override a key (repeatable)\n"
 		"  --plugin-path DIRS  colon-separated plugin folders, "
 		"searched first\n");
@@ -86,10 +89,12 @@ static int parse_args(int argc, char **argv, struct exp_opts *o)
 				o->dtype = MG_F16;
 			else if (!strcmp(optarg, "fp32"))
 				o->dtype = MG_F32;
+			else if (!strcmp(optarg, "nf4"))
+				o->dtype = MG_NF4;
 			else {
 				fprintf(stderr,
 					"mgrun export: --dtype %s: one of "
-					"bf16, fp16, fp32\n",
+					"bf16, fp16, fp32, nf4\n",
 					optarg);
 				return 2;
 			}
@@ -227,7 +232,7 @@ static int run_export(struct exp_opts *o, struct mg_session *s)
 	struct mg_trainer *t = NULL;
 	char ckpt[4200];
 	int saved = mg_cli_stdout_to_stderr();
-	int rc = mg_inference_open(s, &t, ckpt, sizeof ckpt);
+	int rc = mg_inference_open(s, &t, ckpt, sizeof ckpt, true);
 	mg_cli_stdout_restore(saved);
 	if (rc) {
 		fprintf(stderr, "mgrun export: %s\n", mg_last_error());

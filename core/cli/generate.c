@@ -65,12 +65,18 @@ static void usage(FILE *f)
 		"(default: the dataset's\n"
 		"                          tokenizer option, else the model's "
 		"hf_dir)\n"
+		"  --adapter DIR           a PEFT LoRA adapter folder applied "
+		"on the run's base\n"
+		"                          (model.hf_dir or the seeded "
+		"weights; the run's\n"
+		"                          checkpoint is not read)\n"
 		"  --plugin-path DIRS      colon-separated plugin folders, "
 		"searched first\n");
 }
 
 struct gen_opts {
 	const char *ini, *prompt, *prompt_file, *tokenizer, *plugin_path;
+	const char *adapter; /* --adapter DIR, or NULL */
 	const char **sets;
 	int nsets;
 	bool ids_mode, greedy, have_seed;
@@ -131,6 +137,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		O_GREEDY,
 		O_TOK,
 		O_PATH,
+		O_ADAPTER,
 	};
 	static const struct option lo[] = {
 		{"config", required_argument, 0, 'c'},
@@ -146,6 +153,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		{"greedy", no_argument, 0, O_GREEDY},
 		{"tokenizer", required_argument, 0, O_TOK},
 		{"plugin-path", required_argument, 0, O_PATH},
+		{"adapter", required_argument, 0, O_ADAPTER},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -205,6 +213,9 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 			break;
 		case O_PATH:
 			g->plugin_path = optarg;
+			break;
+		case O_ADAPTER:
+			g->adapter = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -499,6 +510,7 @@ struct gen {
 	struct mg_trainer *t;
 	struct mg_tokenizer *tok;
 	struct mg_ids ids; /* prompt, then generated tokens appended */
+	struct mg_cli_adapter adapter; /* --adapter's overrides */
 	int32_t stop[2];
 	int nstop;
 };
@@ -631,14 +643,27 @@ static int open_model(struct gen *g)
 {
 	char ckpt[4200];
 	const int saved = mg_cli_stdout_to_stderr();
-	int rc = mg_inference_open(&g->s, &g->t, ckpt, sizeof ckpt);
+	int rc = mg_inference_open(&g->s, &g->t, ckpt, sizeof ckpt,
+				   !g->o.adapter);
 	mg_cli_stdout_restore(saved);
 	if (rc) {
-		fprintf(stderr, "mgrun generate: %s\n", mg_last_error());
+		fprintf(stderr, "mgrun generate: %s%s%s%s\n",
+			g->o.adapter ? "--adapter " : "",
+			g->o.adapter ? g->o.adapter : "",
+			g->o.adapter ? ": " : "", mg_last_error());
 		return 1;
 	}
 	const char *hf = mg_cli_plugin_opt(&g->s, MG_SEC_MODEL, "hf_dir");
-	if (ckpt[0]) {
+	if (g->o.adapter) {
+		fprintf(stderr,
+			"generate: adapter %s (%s) on %s%s; the run's "
+			"checkpoint is not read\n",
+			g->o.adapter, g->adapter.desc,
+			hf[0] ? "the weights of hf_dir "
+			      : "the run's seeded "
+				"initial weights",
+			hf);
+	} else if (ckpt[0]) {
 		fprintf(stderr,
 			"generate: weights from the run's checkpoint "
 			"%s\n",
@@ -792,13 +817,24 @@ int mg_generate_main(int argc, char **argv)
 {
 	struct gen g;
 	memset(&g, 0, sizeof g);
-	g.o.sets = calloc((size_t)argc + 1, sizeof *g.o.sets);
+	g.o.sets = calloc((size_t)argc + MG_CLI_ADAPTER_SETS + 1,
+			  sizeof *g.o.sets);
 	if (!g.o.sets)
 		return 1;
 	int rc = parse_args(argc, argv, &g.o);
 	if (rc) {
 		free(g.o.sets);
 		return rc == 1 ? 0 : rc;
+	}
+	/* the adapter's values after the user's --set, so they win */
+	if (g.o.adapter) {
+		rc = mg_cli_adapter_read(g.o.adapter, &g.adapter);
+		for (int i = 0; !rc && i < g.adapter.nsets; i++)
+			g.o.sets[g.o.nsets++] = g.adapter.sets[i];
+	}
+	if (rc) {
+		free(g.o.sets);
+		return rc;
 	}
 	rc = mg_session_open(&g.s, g.o.ini, g.o.sets, g.o.nsets,
 			     g.o.plugin_path);
@@ -824,6 +860,7 @@ int mg_generate_main(int argc, char **argv)
 	mg_tokenizer_free(g.tok);
 	free(g.ids.v);
 	mg_session_close(&g.s);
+	mg_cli_adapter_free(&g.adapter);
 	free(g.o.sets);
 	return rc;
 }

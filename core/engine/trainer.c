@@ -1277,7 +1277,7 @@ static void end_failed(struct mg_trainer *t, const char *error)
 /* ---- inference (`mgrun generate`): the --eval-only setup, kept ---- */
 
 int mg_inference_open(struct mg_session *s, struct mg_trainer **out, char *ckpt,
-		      size_t len)
+		      size_t len, bool load_ckpt)
 {
 	struct mg_trainer *t = calloc(1, sizeof *t);
 	if (!t)
@@ -1290,7 +1290,7 @@ int mg_inference_open(struct mg_session *s, struct mg_trainer **out, char *ckpt,
 	ckpt[0] = 0;
 	if (!rc) {
 		snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
-		if (access(path, F_OK) == 0) {
+		if (load_ckpt && access(path, F_OK) == 0) {
 			rc = load_checkpoint(t);
 			if (!rc)
 				snprintf(ckpt, len, "%s", path);
@@ -1332,11 +1332,20 @@ int mg_train(struct mg_session *s, bool resume)
 		rc = load_checkpoint(&t);
 	bool reporting = false;
 	if (!rc) {
-		mg_info("mgrun: %s: model %s (%lld parameters, %d units), "
+		/* A QLoRA base says so: frozen parameters stored as NF4. */
+		int64_t nf4 = 0;
+		for (int i = 0; i < t.spec.nparams; i++)
+			if (t.spec.params[i].dtype == MG_NF4)
+				nf4 += t.spec.params[i].numel;
+		char base[64] = "";
+		if (nf4)
+			snprintf(base, sizeof base, ", %lld frozen in NF4",
+				 (long long)nf4);
+		mg_info("mgrun: %s: model %s (%lld parameters%s, %d units), "
 			"dataset %s, strategy %s, %s on %s, %lld steps of "
 			"%lld, run dir %s",
 			s->ini_path, s->plugin[MG_SEC_MODEL].desc->name,
-			(long long)mg_spec_numel(&t.spec, MG_P_TRAIN),
+			(long long)mg_spec_numel(&t.spec, MG_P_TRAIN), base,
 			t.spec.nunits, s->plugin[MG_SEC_DATASET].desc->name,
 			s->plugin[MG_SEC_STRATEGY].desc->name,
 			mg_dtype_name(t.ctx.compute_dtype), mg_device_desc(&t),

@@ -164,14 +164,16 @@ MG_INTERNAL int mg_eval_only(struct mg_session *s);
 /*
  * `mgrun generate` and other inference: the run set up as --eval-only
  * sets it up (context, plugins, the strategy holding the parameters),
- * with the run directory's checkpoint loaded when there is one. ckpt
- * gets that checkpoint's path, or "" when the model kept its initial
- * weights (the caller decides whether those will do). training is off.
+ * with the run directory's checkpoint loaded when there is one and
+ * load_ckpt (false: the model's initial weights whatever the run holds,
+ * as `generate --adapter` wants the base). ckpt gets that checkpoint's
+ * path, or "" when the model kept its initial weights (the caller
+ * decides whether those will do). training is off.
  * Returns 0 with *out to close with mg_inference_close, or -1 (error
  * set, everything freed).
  */
 MG_INTERNAL int mg_inference_open(struct mg_session *s, struct mg_trainer **out,
-				  char *ckpt, size_t len);
+				  char *ckpt, size_t len, bool load_ckpt);
 MG_INTERNAL void mg_inference_close(struct mg_trainer *t);
 
 #endif

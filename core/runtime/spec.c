@@ -52,6 +52,18 @@ int mg_spec_add_param(struct mg_model_spec *s, const char *name,
 	if ((flags & MG_P_TRAIN) && (flags & MG_P_BUFFER))
 		return mg_error("parameter '%s' is both trained and a buffer",
 				name);
+	if (dtype != MG_DTYPE_AUTO && dtype != MG_NF4)
+		return mg_error("parameter '%s': dtype %s (declare auto, or "
+				"NF4 for a frozen 4-bit weight)",
+				name, mg_dtype_name(dtype));
+	/* NF4 is a storage format, not an arithmetic one: no gradient,
+	 * no optimizer, no in-place update (QLoRA's frozen base). */
+	if (dtype == MG_NF4 && (flags & (MG_P_TRAIN | MG_P_BUFFER)))
+		return mg_error("parameter '%s' is declared NF4 and %s; NF4 "
+				"parameters must be frozen (no MG_P_TRAIN, "
+				"no MG_P_BUFFER)",
+				name,
+				(flags & MG_P_TRAIN) ? "trained" : "a buffer");
 	if (grow((void **)&s->params, &s->cap_params, s->nparams + 1,
 		 sizeof *s->params))
 		return -1;

@@ -37,8 +37,8 @@ int64_t mg_tensor_numel(const struct mg_tensor *t)
 size_t mg_tensor_bytes(const struct mg_tensor *t)
 {
 	int64_t n = mg_tensor_numel(t);
-	if (t->dtype == MG_NF4)
-		return (size_t)(n + 1) / 2;
+	if (t->dtype == MG_NF4) /* codes, scales and padding: mg/nf4.h */
+		return mg_nf4_layout(n).bytes;
 	return (size_t)n * mg_dtype_size(t->dtype);
 }
 

@@ -33,9 +33,17 @@ extern "C" {
  *        safetensors writer and F16/BF16 host conversion of
  *        mg/tensor_file.h; the strategy kit (mg/kit.h) is versioned
  *        apart, MG_KIT_VERSION_*
+ *   1.5  NF4 format and mg_op_nf4_dequantize: mg/nf4.h (bitsandbytes'
+ *        4-bit NormalFloat blobs of MG_NF4 tensors, host quantize /
+ *        dequantize; mg_tensor_bytes of an MG_NF4 tensor is its blob
+ *        size) and mg/ops_quant.h (mg_op_nf4_dequantize,
+ *        mg_op_nf4_quantize)
+ *        and fused kernels (ops_llm.h): mg_op_add_rmsnorm,
+ *        mg_op_rmsnorm_backward_add, mg_op_linear_xent and
+ *        mg_op_linear_lora_xent (chunked linear + cross-entropy)
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 4
+#define MG_ABI_MINOR 5
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

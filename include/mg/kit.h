@@ -19,12 +19,15 @@
  * allocates); a change that breaks source compatibility bumps the major.
  *   1.0  sampler, replica, flat, shard_ckpt, host_optim, ddp with
  *        communication hooks (mg_ddp_comm_hook, mg_ddp_hook_bf16)
+ *   1.1  frozen MG_NF4 parameters: replica keeps their blobs, flat puts
+ *        them in packed flats (mg_flat.packed, packed_off,
+ *        mg_flat_layout.n_packed, mg_flat_host_bytes)
  */
 #ifndef MG_KIT_H
 #define MG_KIT_H
 
 #define MG_KIT_VERSION_MAJOR 1
-#define MG_KIT_VERSION_MINOR 0
+#define MG_KIT_VERSION_MINOR 1
 
 #include "kit/ddp.h"
 #include "kit/flat.h"

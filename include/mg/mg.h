@@ -11,6 +11,7 @@
 #include "dataset.h"
 #include "log.h"
 #include "model.h"
+#include "nf4.h"
 #include "ops.h"
 #include "optim.h"
 #include "options.h"

@@ -33,9 +33,19 @@ enum {
 				   keeps them */
 };
 
+/*
+ * dtype MG_NF4 (QLoRA's 4-bit base, mg/nf4.h) is storage only: such a
+ * parameter must be frozen (mg_spec_add_param refuses MG_P_TRAIN and
+ * MG_P_BUFFER with its name). init_unit gets it as a host MG_NF4 tensor
+ * of the logical shape over a blob of mg_tensor_bytes() bytes to fill
+ * (mg_nf4_quantize_host); mg_acquire lends an MG_NF4 tensor of the
+ * logical shape over the blob on the device, without gradient, which
+ * the model dequantizes itself (mg_op_nf4_dequantize). Strategies count
+ * the whole blob under MG_MEM_PARAMS and never checkpoint it.
+ */
 struct mg_param_decl {
 	char name[MG_NAME_MAX]; /* within the unit, e.g. "conv.weight" */
-	enum mg_dtype dtype;	/* MG_DTYPE_AUTO or explicit storage (MG_NF4) */
+	enum mg_dtype dtype;	/* MG_DTYPE_AUTO or MG_NF4 (frozen, above) */
 	int flags;		/* MG_P_* */
 	int ndim;
 	int64_t shape[MG_MAX_DIMS];
@@ -151,7 +161,8 @@ struct mg_model_ops {
 	/*
 	 * Fill a unit's initial values: params[i] is a host tensor for the
 	 * unit's i-th parameter, in its storage dtype (master dtype for
-	 * MG_DTYPE_AUTO). seed is the run seed mixed with the unit index, so
+	 * MG_DTYPE_AUTO; for MG_NF4 the blob to fill, mg_tensor_bytes()
+	 * bytes). seed is the run seed mixed with the unit index, so
 	 * values do not depend on rank count or strategy.
 	 */
 	int (*init_unit)(void *self, int unit, struct mg_tensor *params,
@@ -193,7 +204,9 @@ struct mg_model_ops {
 	 * Added in ABI 1.4, optional: `mgrun export`. Write the model as
 	 * its own ecosystem's folder into dir (which exists): for a Hugging
 	 * Face model config.json and model.safetensors, tensors in dtype
-	 * (MG_F32, MG_F16 or MG_BF16), adapters merged into the weights
+	 * (MG_F32, MG_F16 or MG_BF16; MG_NF4: the model's 4-bit format
+	 * for the weights it quantizes, e.g. llama's bitsandbytes folder,
+	 * refused by models without one), adapters merged into the weights
 	 * they adapt, each file written atomically (mg_file_write_atomic,
 	 * mg_tensor_writer_save). Called in one process (world 1) after
 	 * the run's checkpoint loaded, ctx->training false; units are

@@ -9,5 +9,6 @@
 #include "ops_image.h"
 #include "ops_llm.h"
 #include "ops_nn.h"
+#include "ops_quant.h"
 
 #endif

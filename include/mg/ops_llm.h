@@ -1,8 +1,9 @@
 /*
  * ops_llm.h - the decoder-only transformer's ops (LLaMA and its kin):
  * token embedding, RMSNorm, rotary position embedding, causal grouped-
- * query attention over packed documents, and the SwiGLU gate. GEMMs are
- * mg_op_linear, the loss mg_op_softmax_xent (ops_nn.h).
+ * query attention over packed documents, the SwiGLU gate, and the
+ * preference-pair (DPO) log-probabilities and loss. GEMMs are
+ * mg_op_linear, the token loss mg_op_softmax_xent (ops_nn.h).
  *
  * The conventions of ops_nn.h hold: contiguous tensors on ctx's device,
  * one float dtype per call (F32 or F64 on the CPU; F32, BF16 or F16 on
@@ -116,6 +117,130 @@ MG_EXPORT int mg_op_swiglu_backward(struct mg_ctx *ctx,
 				    const struct mg_tensor *u,
 				    const struct mg_tensor *dh,
 				    struct mg_tensor *dg, struct mg_tensor *du);
+
+/*
+ * Fused kernels (ABI 1.5), each the exact composition of the ops above
+ * in one pass, kept beside them as the reference (the llama model's
+ * `kernels` option picks per run):
+ *
+ * add_rmsnorm: s = x + r (rounded to the dtype, as mg_op_add writes it),
+ * then y = rmsnorm(s) * w with rstd saved, as mg_op_add followed by
+ * mg_op_rmsnorm, reading x and r once. s may alias x or r; y must not
+ * alias s.
+ */
+MG_EXPORT int mg_op_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
+				const struct mg_tensor *r,
+				const struct mg_tensor *w, double eps,
+				struct mg_tensor *s, struct mg_tensor *y,
+				struct mg_tensor *rstd);
+/* rmsnorm_backward whose input gradient also carries a residual's:
+ * dx = dres + d(rmsnorm)/dx (mg_op_rmsnorm_backward then mg_op_add), dw
+ * += as there (NULL: not computed). dx may alias dres. */
+MG_EXPORT int mg_op_rmsnorm_backward_add(
+	struct mg_ctx *ctx, const struct mg_tensor *x,
+	const struct mg_tensor *w, const struct mg_tensor *rstd,
+	const struct mg_tensor *dy, const struct mg_tensor *dres,
+	struct mg_tensor *dx, struct mg_tensor *dw);
+
+/*
+ * Linear + cross-entropy without the [R, V] logits: x [..., D] (R rows),
+ * w [V, D] (the output head), labels I32 (R values, MG_IGNORE_INDEX or
+ * any negative label: no loss). The rows go through in chunks of C, the
+ * rows of work [C, V] (x's dtype): logits = x_c w^T into work, then one
+ * pass per row computes the loss, the first arg-max and, when gradients
+ * are asked for, (softmax - onehot) * scale in place (scale: F32 device
+ * scalar such as ctx->grad_scale, NULL for 1; ignored rows zero), and
+ * dx_c = work w (written), dw += work^T x_c. metrics (F32 or F64, at
+ * least MG_METRIC_N values; NULL: not written) receive the loss sum,
+ * correct and counted rows (=) as mg_op_softmax_xent does. Peak extra
+ * memory is work, C x V, instead of R x V. Equal to mg_op_linear,
+ * mg_op_softmax_xent, mg_op_softmax_xent_backward and
+ * mg_op_linear_backward in sequence, up to the rounding of chunked
+ * sums.
+ */
+MG_EXPORT int mg_op_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+				const struct mg_tensor *w,
+				const struct mg_tensor *labels,
+				const struct mg_tensor *scale,
+				struct mg_tensor *work,
+				struct mg_tensor *metrics, struct mg_tensor *dx,
+				struct mg_tensor *dw);
+/*
+ * A low-rank term of the head (a LoRA adapter on it): logits += x2 w2^T
+ * with x2 [R, r] (the adapter's s A drop(x)) and w2 [V, r] (its B), one
+ * more GEMM a chunk; with gradients dx2 = dlogits w2 (written) and dw2
+ * += dlogits^T x2, each NULL when not wanted.
+ */
+struct mg_lowrank {
+	const struct mg_tensor *x2, *w2;
+	struct mg_tensor *dx2, *dw2;
+};
+/* mg_op_linear_xent with the low-rank term lr (NULL: none). */
+MG_EXPORT int
+mg_op_linear_lora_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+		       const struct mg_tensor *w, const struct mg_lowrank *lr,
+		       const struct mg_tensor *labels,
+		       const struct mg_tensor *scale, struct mg_tensor *work,
+		       struct mg_tensor *metrics, struct mg_tensor *dx,
+		       struct mg_tensor *dw);
+
+/*
+ * Preference pairs (DPO). A row of labels/positions [N, T] holds two
+ * packed documents: the chosen response's (the document starting at
+ * t = 0) and the rejected one's (positions restart at 0 where it
+ * starts), then padding. logits [N * T, K] or [N, T, K] as for the loss.
+ * logp [N, 2] (F32, or F64 for F64 logits) gets, for each row, the sums
+ * of log softmax(logits[n, t])[labels[n, t]] over the label tokens of its
+ * first document (t - positions[n, t] == 0) and over the rest of the
+ * row's label tokens; ignored labels (< 0) count nothing. A label >= K
+ * is an error on the CPU and NaN on CUDA, as for the loss.
+ */
+MG_EXPORT int mg_op_pair_logprob(struct mg_ctx *ctx,
+				 const struct mg_tensor *logits,
+				 const struct mg_tensor *labels,
+				 const struct mg_tensor *positions,
+				 struct mg_tensor *logp);
+/* dlogits = dlogp[n, d] * (onehot(label) - softmax(logits)) on each label
+ * token of document d (0 or 1) of row n, zero rows elsewhere (written).
+ * dlogp [N, 2] in logp's dtype. dlogits may alias logits. */
+MG_EXPORT int mg_op_pair_logprob_backward(struct mg_ctx *ctx,
+					  const struct mg_tensor *logits,
+					  const struct mg_tensor *labels,
+					  const struct mg_tensor *positions,
+					  const struct mg_tensor *dlogp,
+					  struct mg_tensor *dlogits);
+
+/* Sums the DPO loss writes after the MG_METRIC_N of model.h. */
+enum {
+	MG_DPO_REWARD_CHOSEN = 3, /* beta (pi_c - ref_c) */
+	MG_DPO_REWARD_REJECTED,	  /* beta (pi_r - ref_r) */
+	MG_DPO_MARGIN,		  /* their difference */
+	MG_DPO_LOGP_CHOSEN,	  /* pi_c */
+	MG_DPO_LOGP_REJECTED,	  /* pi_r */
+	MG_DPO_NSUMS,
+};
+
+/*
+ * The DPO loss of N pairs (Rafailov et al. 2023): logp and ref [N, 2]
+ * (F32 or F64, one dtype) hold the policy's and the reference's sequence
+ * log-probabilities of (chosen, rejected). With h = (pi_c - ref_c) -
+ * (pi_r - ref_r) a pair's loss is -(1 - eps) log sigmoid(beta h) - eps
+ * log sigmoid(-beta h) (eps = label_smoothing: 0 the sigmoid loss, > 0
+ * the conservative cDPO). Writes (=) metrics [MG_DPO_NSUMS], F32 or F64:
+ * the loss sum, the pairs whose chosen reward beats the rejected one,
+ * N, then the sums of MG_DPO_*.
+ */
+MG_EXPORT int mg_op_dpo_loss(struct mg_ctx *ctx, const struct mg_tensor *logp,
+			     const struct mg_tensor *ref, double beta,
+			     double label_smoothing, struct mg_tensor *metrics);
+/* dlogp = d(pair loss) / d logp * scale (written; scale an F32 device
+ * scalar such as ctx->grad_scale, or NULL for 1). ref gets none. */
+MG_EXPORT int mg_op_dpo_loss_backward(struct mg_ctx *ctx,
+				      const struct mg_tensor *logp,
+				      const struct mg_tensor *ref, double beta,
+				      double label_smoothing,
+				      const struct mg_tensor *scale,
+				      struct mg_tensor *dlogp);
 
 #ifdef __cplusplus
 }

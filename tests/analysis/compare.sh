@@ -1,7 +1,8 @@
 #!/bin/sh
 # compare.sh MGRUN SRCDIR WORKDIR - mgrun compare on two CPU runs: every
-# section printed with marks, --csv, and exit 2 naming the file for a
-# directory that is not a run.
+# section printed with marks (the model's declared test metrics too),
+# the settings that differ (optimizer.name), --csv, and exit 2 naming
+# the file for a directory that is not a run.
 set -u
 mgrun=$1 src=$2 work=$3
 fail() { echo "FAIL: $*"; exit 1; }
@@ -16,7 +17,8 @@ done
 for s in "^throughput" "^phases" "^communication" "^memory peak" \
 	"^transfers" "^accuracy" "^  step median .* [~*?]$" \
 	"^  optimizer \(rank 0\) .* \*$" "^  params \(rank 0\) .* =$" \
-	"^  forward .* [~*?]$" "^  test accuracy" "bootstrap"; do
+	"^  forward .* [~*?]$" "^  test accuracy" "^  test loss " "bootstrap" \
+	"^settings that differ" "^  optimizer\.name +sgd +adamw$"; do
 	grep -Eq -- "$s" cmp.txt || { cat cmp.txt; fail "missing: $s"; }
 done
 "$mgrun" compare "$work/sgd" "$work/sgd" --csv >csv.txt 2>&1 ||

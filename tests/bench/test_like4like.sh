@@ -19,6 +19,11 @@ line '| 224 | fp32 | 6,400 (6,400-6,400) | 3,200 (2,133-4,267) | **2.00x** | 1.5
 line '| llama3.2-1b 2x512 qv | 102,400 (102,400-102,400) | 51,200 (34,133-68,267) | **2.00x** | 1.50x | not measured (0.00) | 0.01 (0.00 / 0.00) |'
 line 'driver memory: mgrun none; PyTorch nvml-process'
 if grep -q "FAILED" "$tmp/ok.txt"; then exit 1; fi
+# a QLoRA cell: mgrun only, PyTorch n/a (not a failure)
+MG_L4L_LORA="llama3-8b,2,512,qv,nf4" python3 "$bench/like4like.py" \
+	"$here/fake_mgrun.sh" "$tmp/nf4" lora >"$tmp/nf4.txt"
+grep -qxF '| llama3-8b 2x512 qv nf4 | 102,400 (102,400-102,400) | n/a | n/a | n/a | not measured (0.00) | n/a |' "$tmp/nf4.txt"
+grep -q -- '--set model.quant=nf4\|model.quant=nf4' "$tmp/nf4/l4l_lora_llama3-8b_2x512_qv_nf4.log" 2>/dev/null || true
 # a failed mgrun cell: FAILED in the table, exit status 1
 if MG_L4L_LORA="fail,2,512,qv" python3 "$bench/like4like.py" \
 	"$here/fake_mgrun.sh" "$tmp/bad" lora >"$tmp/bad.txt" 2>&1; then

@@ -153,8 +153,11 @@ static inline int ts_setup(struct tstrat *s, struct mg_ctx *ctx,
 	s->ready = calloc((size_t)nu, sizeof *s->ready);
 	for (int i = 0; i < np; i++) {
 		const struct mg_param_decl *d = &s->spec.params[i];
-		CHECK(d->dtype == MG_DTYPE_AUTO);
-		s->p[i] = host_tensor(ctx->compute_dtype, d->ndim, d->shape);
+		CHECK(d->dtype == MG_DTYPE_AUTO || d->dtype == MG_NF4);
+		/* An NF4 parameter: its blob, filled by init, lent as is. */
+		s->p[i] = host_tensor(d->dtype == MG_NF4 ? MG_NF4
+							 : ctx->compute_dtype,
+				      d->ndim, d->shape);
 		s->g[i] = mg_tensor_make(NULL, ctx->compute_dtype, MG_DEV_CPU,
 					 d->ndim, d->shape);
 		if (d->flags & MG_P_TRAIN)

@@ -3,7 +3,8 @@
  * without the real tokenizer: a byte-level tokenizer (id = byte, special
  * tokens above 255) makes every id readable, so prompt templates are
  * checked byte for byte, masks token for token, and packing, truncation,
- * the column map, gzip, the cache and bad data exactly.
+ * the column map, gzip, the cache and bad data exactly; preference pairs
+ * (rendering, one row per pair, truncation, hostile records) too.
  *
  *   test_textdata CASE TMPDIR
  */
@@ -662,6 +663,274 @@ static void case_text(void)
 	td_corpus_free(&c);
 }
 
+/* ---- preference pairs (td_pairs.c) ---------------------------------- */
+
+/* Parse text, render every record as a pair and encode the pairs. */
+static int pair_corpus(const char *text, enum td_template tpl, int64_t max_len,
+		       int64_t max_prompt, bool drop, struct td_corpus *c)
+{
+	struct td_tok t = byte_tok();
+	char *path = write_file("pairs.jsonl", text);
+	struct td_buf b;
+	struct td_records r;
+	struct td_columns cols = {0};
+	enum td_format f = TD_FMT_AUTO;
+	int rc = td_read_file(path, &b);
+	if (rc)
+		return rc;
+	rc = td_parse_records(path, &b, &r) || td_detect_format(&r, &cols, &f);
+	if (!rc && f != TD_FMT_PREFERENCE)
+		rc = mg_error("detected format %d, not preference", (int)f);
+	struct td_sample *s = rc ? NULL : calloc((size_t)(2 * r.n), sizeof *s);
+	for (int64_t i = 0; !rc && i < r.n; i++)
+		rc = td_render_pair(&r, i, tpl, &cols, t.bos, t.eos, &s[2 * i],
+				    &s[2 * i + 1]);
+	if (!rc)
+		rc = td_encode_pairs(&t, s, r.n, max_len, max_prompt, drop,
+				     NULL, c);
+	for (int64_t i = 0; s && i < 2 * r.n; i++)
+		td_sample_free(&s[i]);
+	free(s);
+	td_records_free(&r);
+	td_buf_free(&b);
+	return rc;
+}
+
+/* Document d of c as text: bytes as is, targets in [brackets]. */
+static void doc_str(const struct td_corpus *c, int64_t d, char *out, size_t cap)
+{
+	size_t w = 0;
+	bool in = false;
+	for (int64_t j = c->off[d]; j < c->off[d + 1] && w + 24 < cap; j++) {
+		if (c->train[j] != in) {
+			out[w++] = in ? ']' : '[';
+			in = c->train[j];
+		}
+		int32_t id = c->ids[j];
+		if (id < 256)
+			out[w++] = (char)id;
+		else
+			w += (size_t)snprintf(out + w, cap - w, "<%d>", id);
+	}
+	if (in)
+		out[w++] = ']';
+	out[w] = 0;
+}
+
+static void check_doc(const struct td_corpus *c, int64_t d, const char *want)
+{
+	char got[4096];
+	doc_str(c, d, got, sizeof got);
+	CHECK_STR(got, want);
+}
+
+static void case_preference(void)
+{
+	struct td_corpus c;
+	/* Strings: BOS + prompt + response + EOS, the response and EOS the
+	 * targets. */
+	CHECK(!pair_corpus("{\"prompt\": \"Q?\", \"chosen\": \"yes\", "
+			   "\"rejected\": \"no\"}\n",
+			   TD_TPL_LLAMA3, 64, 0, false, &c));
+	CHECK_INT(c.n, 2);
+	check_doc(&c, 0, "<256>Q?[yes<257>]");
+	check_doc(&c, 1, "<256>Q?[no<257>]");
+	/* One row per pair: positions restart at the rejected sequence,
+	 * labels on response tokens only, none across the boundary. */
+	int64_t sel[1] = {0};
+	struct td_rows r;
+	CHECK(!td_rows_pairs(&c, sel, 1, 16, &r));
+	CHECK_INT(r.n, 1);
+	CHECK_INT(r.off[1], 7 + 6);
+	const int32_t pos[] = {0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5};
+	const int32_t lab[] = {-100, -100, 'y', 'e', 's', 257, -100,
+			       -100, -100, 'n', 'o', 257, -100};
+	for (int j = 0; j < 13; j++) {
+		CHECK_INT(r.pos[j], pos[j]);
+		CHECK_INT(r.labels[j], lab[j]);
+	}
+	td_rows_free(&r);
+	CHECK(td_rows_pairs(&c, sel, 1, 12, &r) != 0);
+	CHECK_HAS(mg_last_error(), "longer than the rows");
+	td_corpus_free(&c);
+	/* Message lists, implicit prompt: the shared history (an earlier
+	 * assistant turn included) is prompt in both. */
+	const char *conv =
+		"{\"chosen\": [{\"role\": \"user\", \"content\": \"a\"}, "
+		"{\"role\": \"assistant\", \"content\": \"b\"}, {\"role\": "
+		"\"user\", \"content\": \"c\"}, {\"role\": \"assistant\", "
+		"\"content\": \"good\"}], \"rejected\": [{\"role\": \"user\", "
+		"\"content\": \"a\"}, {\"role\": \"assistant\", \"content\": "
+		"\"b\"}, {\"role\": \"user\", \"content\": \"c\"}, {\"role\": "
+		"\"assistant\", \"content\": \"bad\"}]}\n";
+	CHECK(!pair_corpus(conv, TD_TPL_CHATML, 256, 0, false, &c));
+	check_doc(&c, 0,
+		  "<261>user\na<262>\n<261>assistant\nb<262>\n<261>user\nc<"
+		  "262>\n<261>assistant\n[good<262>]\n");
+	check_doc(&c, 1,
+		  "<261>user\na<262>\n<261>assistant\nb<262>\n<261>user\nc<"
+		  "262>\n<261>assistant\n[bad<262>]\n");
+	td_corpus_free(&c);
+	/* An explicit prompt list goes before both. */
+	CHECK(!pair_corpus("{\"prompt\": [{\"role\": \"user\", \"content\": "
+			   "\"q\"}], \"chosen\": [{\"role\": \"assistant\", "
+			   "\"content\": \"y\"}], \"rejected\": [{\"role\": "
+			   "\"assistant\", \"content\": \"n\"}]}\n",
+			   TD_TPL_LLAMA3, 256, 0, false, &c));
+	check_doc(
+		&c, 0,
+		"<256><258>user<259>\n\nq<260><258>assistant<259>\n\n[y<260>]");
+	check_doc(
+		&c, 1,
+		"<256><258>user<259>\n\nq<260><258>assistant<259>\n\n[n<260>]");
+	td_corpus_free(&c);
+}
+
+/* Truncation of a pair that does not fit its row: prompts first (BOS and
+ * their end kept), then the longer response, then both alike. */
+static void case_preference_truncation(void)
+{
+	struct td_corpus c;
+	const char *data =
+		"{\"prompt\": \"0123456789\", \"chosen\": \"abcdef\", "
+		"\"rejected\": \"xy\"}\n"
+		"{\"prompt\": \"p\", \"chosen\": \"short\", \"rejected\": "
+		"\"s\"}\n";
+	/* Pair 0: 1 + 10 + 6 + 1 and 1 + 10 + 2 + 1 = 32 tokens; pair 1
+	 * 1 + 1 + 5 + 1 and 1 + 1 + 1 + 1 = 12 tokens. */
+	CHECK(!pair_corpus(data, TD_TPL_NONE, 32, 0, false, &c));
+	CHECK_INT(c.truncated, 0);
+	check_doc(&c, 0, "<256>0123456789[abcdef<257>]");
+	td_corpus_free(&c);
+	/* 28: prompts cut to max_seq_len / 4 = 7 tokens (BOS + the last
+	 * 6) leave 14 for the responses (7 + 3): no response cut. */
+	CHECK(!pair_corpus(data, TD_TPL_NONE, 28, 0, false, &c));
+	CHECK_INT(c.truncated, 1);
+	CHECK_INT(c.n, 4);
+	check_doc(&c, 0, "<256>456789[abcdef<257>]");
+	check_doc(&c, 1, "<256>456789[xy<257>]");
+	check_doc(&c, 2, "<256>p[short<257>]"); /* fits: untouched */
+	td_corpus_free(&c);
+	/* max_prompt_len 3, row 16: prompts BOS + "89"; 10 left for the
+	 * responses, the longer (7) gives way down to 10 - 3 = 7: none cut;
+	 * row 14: 8 left, the longer cut to 8 - 3 = 5. */
+	CHECK(!pair_corpus(data, TD_TPL_NONE, 14, 3, false, &c));
+	check_doc(&c, 0, "<256>89[abcde]");
+	check_doc(&c, 1, "<256>89[xy<257>]");
+	CHECK_INT(c.off[2] - c.off[0], 14);
+	td_corpus_free(&c);
+	/* Row 10: 4 left after the prompts, both responses cut to 2. */
+	CHECK(!pair_corpus(data, TD_TPL_NONE, 10, 3, false, &c));
+	check_doc(&c, 0, "<256>89[ab]");
+	check_doc(&c, 1, "<256>89[xy]");
+	td_corpus_free(&c);
+	/* drop: the long pair is left out and counted. */
+	CHECK(!pair_corpus(data, TD_TPL_NONE, 28, 0, true, &c));
+	CHECK_INT(c.dropped, 1);
+	CHECK_INT(c.truncated, 0);
+	CHECK_INT(c.n, 2);
+	check_doc(&c, 0, "<256>p[short<257>]");
+	td_corpus_free(&c);
+}
+
+/* Hostile preference records: errors name file:line, sample and field. */
+static void expect_pair_error(const char *name, const char *text,
+			      const char *want)
+{
+	char *path = write_file(name, text);
+	struct td_tok t = byte_tok();
+	struct td_buf b;
+	struct td_records r;
+	struct td_columns cols = {0};
+	int rc = td_read_file(path, &b);
+	if (!rc) {
+		rc = td_parse_records(path, &b, &r);
+		struct td_sample s[2] = {{0}, {0}};
+		for (int64_t i = 0; !rc && i < r.n; i++)
+			rc = td_render_pair(&r, i, TD_TPL_LLAMA3, &cols, t.bos,
+					    t.eos, &s[0], &s[1]);
+		td_sample_free(&s[0]);
+		td_sample_free(&s[1]);
+		td_records_free(&r);
+		td_buf_free(&b);
+	}
+	if (!rc)
+		fail("%s: no error, expected '%s'", name, want);
+	else
+		CHECK_HAS(mg_last_error(), want);
+}
+
+static void case_preference_errors(void)
+{
+	const char ok[] =
+		"{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": \"b\"}\n";
+	char buf[1024];
+	snprintf(buf, sizeof buf, "%s{\"prompt\": \"p\", \"chosen\": \"a\"}\n",
+		 ok);
+	expect_pair_error("norej.jsonl", buf,
+			  "norej.jsonl:2: sample 1: has no field \"rejected\"");
+	snprintf(buf, sizeof buf,
+		 "%s{\"chosen\": \"a\", \"rejected\": \"b\"}\n", ok);
+	expect_pair_error(
+		"noprompt.jsonl", buf,
+		"noprompt.jsonl:2: sample 1: has no field \"prompt\"");
+	expect_pair_error("numprompt.json",
+			  "[{\"prompt\": 3, \"chosen\": \"a\", \"rejected\": "
+			  "\"b\"}]",
+			  "numprompt.json: sample 0: field \"prompt\" is a "
+			  "number, not a string");
+	expect_pair_error(
+		"mixed.jsonl",
+		"{\"prompt\": \"p\", \"chosen\": \"a\", \"rejected\": "
+		"[{\"role\": \"assistant\", \"content\": \"b\"}]}\n",
+		"mixed.jsonl:1: sample 0: \"chosen\" is a string and "
+		"\"rejected\" a list");
+	expect_pair_error("same.jsonl",
+			  "{\"chosen\": [{\"role\": \"user\", \"content\": "
+			  "\"q\"}, {\"role\": \"assistant\", \"content\": "
+			  "\"a\"}], \"rejected\": [{\"role\": \"user\", "
+			  "\"content\": \"q\"}, {\"role\": \"assistant\", "
+			  "\"content\": \"a\"}]}\n",
+			  "same.jsonl:1: sample 0: \"chosen\" has no assistant "
+			  "reply after the prompt");
+	expect_pair_error("role.jsonl",
+			  "{\"chosen\": [{\"role\": \"user\", \"content\": "
+			  "\"q\"}, {\"role\": \"robot\", \"content\": "
+			  "\"a\"}], \"rejected\": []}\n",
+			  "role.jsonl:1: sample 0: \"chosen\" message 1: role "
+			  "\"robot\"");
+	expect_pair_error(
+		"emptyrej.jsonl",
+		"{\"chosen\": [{\"role\": \"assistant\", \"content\": "
+		"\"a\"}], \"rejected\": []}\n",
+		"emptyrej.jsonl:1: sample 0: message 0: field "
+		"\"rejected\" is not a non-empty array");
+	expect_pair_error("objprompt.jsonl",
+			  "{\"prompt\": {\"a\": 1}, \"chosen\": [{\"role\": "
+			  "\"assistant\", \"content\": \"a\"}], \"rejected\": "
+			  "[{\"role\": \"assistant\", \"content\": \"b\"}]}\n",
+			  "objprompt.jsonl:1: sample 0: field \"prompt\" is an "
+			  "object, not a message list");
+	/* A pair whose response has no token (no EOS to train either)
+	 * is left out and counted, keeping the others aligned. */
+	struct td_tok t = byte_tok();
+	t.eos = NULL;
+	struct td_sample s[4] = {{0}, {0}, {0}, {0}};
+	CHECK(!td_render_single(&s[0], t.bos, NULL, "p", ""));
+	CHECK(!td_render_single(&s[1], t.bos, NULL, "p", "b"));
+	CHECK(!td_render_single(&s[2], t.bos, NULL, "p", "c"));
+	CHECK(!td_render_single(&s[3], t.bos, NULL, "p", "d"));
+	struct td_corpus c;
+	CHECK(!td_encode_pairs(&t, s, 2, 64, 0, false, NULL, &c));
+	CHECK_INT(c.unlabeled, 1);
+	CHECK_INT(c.n, 2);
+	check_doc(&c, 0, "<256>p[c]");
+	check_doc(&c, 1, "<256>p[d]");
+	td_corpus_free(&c);
+	for (int i = 0; i < 4; i++)
+		td_sample_free(&s[i]);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -694,6 +963,12 @@ int main(int argc, char **argv)
 		case_split();
 	else if (!strcmp(k, "text"))
 		case_text();
+	else if (!strcmp(k, "preference"))
+		case_preference();
+	else if (!strcmp(k, "preference_truncation"))
+		case_preference_truncation();
+	else if (!strcmp(k, "preference_errors"))
+		case_preference_errors();
 	else {
 		fprintf(stderr, "unknown case %s\n", k);
 		return 2;

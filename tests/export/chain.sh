@@ -3,7 +3,9 @@
 # conf/fortunes.ini trains, `mgrun generate --prompt` writes text,
 # `mgrun export` makes the Hugging Face folder (with the tokenizer
 # copied in), conf/fortunes_lora.ini LoRA-tunes it (hf_dir pointed at
-# that folder), generates, and exports merged. Skipped (77) without the
+# that folder), generates, and exports merged; conf/fortunes_qlora.ini
+# QLoRA-tunes it (the base in NF4) and exports dequantized and merged,
+# a folder that evaluates to the QLoRA run's loss. Skipped (77) without the
 # fortunes package or .deps/tokenizers.
 set -u
 mgrun=$1 repo=$2 work=$3
@@ -19,6 +21,7 @@ fail() {
 }
 S="--set run.out_dir=$work --set run.threads=2 --set run.max_steps=3"
 F="$repo/conf/fortunes.ini" L="$repo/conf/fortunes_lora.ini"
+Q="$repo/conf/fortunes_qlora.ini"
 hf=$work/fortunes/hf
 step() { # step LOG ARGS...: stops the chain when a step fails
 	log=$1
@@ -59,5 +62,23 @@ step export2.log export -c "$L" $S --set model.hf_dir="$hf" \
 	--out "$work/fortunes_lora/hf"
 grep -q lora_ "$work/fortunes_lora/hf/model.safetensors" &&
 	fail "the merged export holds adapters"
+# shellcheck disable=SC2086
+step qlora.log -c "$Q" $S --set model.hf_dir="$hf"
+grep -q "frozen in NF4" "$work/qlora.log" || fail "the QLoRA base is not NF4"
+# shellcheck disable=SC2086
+step qlora_eval.log -c "$Q" $S --set model.hf_dir="$hf" --eval-only
+# shellcheck disable=SC2086
+step export3.log export -c "$Q" $S --set model.hf_dir="$hf" \
+	--out "$work/fortunes_qlora/hf"
+# shellcheck disable=SC2086
+step qlora_hf.log -c "$L" $S --set run.name=qlora_hf --set model.lora_rank=0 \
+	--set model.hf_dir="$work/fortunes_qlora/hf" --eval-only
+a=$(sed -n 's/.*"loss": *\([-0-9.e+]*\).*/\1/p' \
+	"$work/fortunes_qlora/eval.json")
+b=$(sed -n 's/.*"loss": *\([-0-9.e+]*\).*/\1/p' "$work/qlora_hf/eval.json")
+echo "qlora: run loss $a, dequantized merged export $b"
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d
+	exit !(a != "" && d <= 1e-4 * (a < 1 ? 1 : a)) }' ||
+	fail "qlora: loss $a, from the export $b"
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "chain: all passed"

@@ -5,7 +5,8 @@
 # of the run it came from and greedy `generate --ids` gives the same
 # ids; untied fp32, tied, fp64 (written fp32), bf16 and fp16 (close), and
 # LoRA runs (rslora too) exported merged (a plain full model then) to
-# the LoRA run's loss.
+# the LoRA run's loss, and a QLoRA run (quant = nf4) exported with its
+# NF4 base dequantized and the adapters merged, to the QLoRA run's loss.
 # Then the refusals: no checkpoint, a model without save_hf, run.gpus >
 # 1, --out the model's own hf_dir, bad arguments.
 set -u
@@ -115,6 +116,17 @@ lb=$(loss base) ll=$(loss lora)
 echo "lora: base loss $lb, LoRA run $ll"
 near "$lb" "$ll" 1e-4 && fail "lora: the adapters changed nothing ($lb, $ll)"
 grep -q "lora" "$work/lora.hf/model.safetensors" && fail "lora: adapters written"
+# QLoRA: the same adapters over the NF4 base; the export is that base
+# dequantized with the adapters merged, a plain fp32 model that
+# evaluates as the QLoRA run did (greedy ids too), and not as the float
+# base's LoRA run
+# shellcheck disable=SC2086
+roundtrip qlora 1e-5 $L --set model.quant=nf4
+lq=$(loss qlora)
+near "$ll" "$lq" 1e-6 && fail "qlora: the NF4 base changed nothing ($ll, $lq)"
+grep -q "lora" "$work/qlora.hf/model.safetensors" && fail "qlora: adapters written"
+grep -q '"torch_dtype":.*"float32"' "$work/qlora.hf/config.json" ||
+	fail "qlora: not written in fp32"
 
 # refusals
 # shellcheck disable=SC2086

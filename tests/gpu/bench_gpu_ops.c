@@ -4,9 +4,28 @@
  *  1. depthwise 3x3 convolutions of MobileNetV2 (224 px, batch N): the
  *     own kernels against cuDNN's grouped convolution, with algorithms
  *     from the v7 heuristics and from cudnnFind, per direction;
- *  2. dense convolutions (stem and 1x1 layers): heuristics against Find.
+ *  2. dense convolutions (stem and 1x1 layers): heuristics against Find;
+ *  3. memory-bound ops on MobileNetV2's largest activation, and the NF4
+ *     dequantization of a Llama 3 8B MLP weight (4096 x 14336) into F32,
+ *     F16 and BF16 (QLoRA runs it before every frozen GEMM), and its
+ *     quantization from F16 and BF16 (at load).
+ *  4. the fused kernels the llama model's `kernels` option swaps in:
+ *     linear + cross-entropy of the output head against linear,
+ *     softmax_xent and their backwards at 4096 tokens x 128256 words x
+ *     4096 (Llama 3 8B's head), bf16, with the memory each needs beyond
+ *     the weights; residual add + RMSNorm against add then rmsnorm.
  *
  *   bench_gpu_ops [N] [f32|f16|bf16]     (default 64 f32)
+ *   bench_gpu_ops attention [bf16|f16]   (default bf16)
+ *   bench_gpu_ops fused                  (4. only)
+ *
+ * The attention mode times causal attention forward, backward and both at
+ * the LLaMA shapes (3-8B: n 2, T 512 and 2048, 32:8 heads, hd 128; 3.2-1B:
+ * n 8, T 512, 32:8 heads, hd 64), the flash kernels beside the tiled ones
+ * (MG_CUDA_OPT_ATTN_FLASH), on random inputs: medians of 7 windows of 10
+ * calls with the window spread, and TFLOPS of the causal work (forward
+ * 2 N Hq T^2 hd, backward 2.5 times that, as FlashAttention counts).
+ * Lines starting "ATTN" are read by bench/attention_vs_torch.py.
  *
  * Times are CUDA-event medians of 7 trials of 10 calls each, after
  * warm-up (the plan/algorithm choice happens in the warm-up). The copy
@@ -14,6 +33,7 @@
  * first so the own kernels' effective bandwidth has a yardstick.
  * Exits 77 ("SKIPPED: no GPU") without a GPU.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +41,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu_test.h"
+#include "ops/cuda/cuda_llm.h"
 #include "ops/cuda/cuda_ops.h"
 
 #define TRIALS 7
@@ -279,8 +300,415 @@ static void bench_membound(int N, enum mg_dtype dt)
 		cudaFree(par[i]->data);
 }
 
+/* ---- attention --------------------------------------------------- */
+
+static char albl[160];
+#define LBLA(...) (snprintf(albl, sizeof albl, __VA_ARGS__), albl)
+
+struct ab {
+	struct gt q, k, v, pos, o, lse, dout, dq, dk, dv;
+	double scale;
+};
+
+static int ab_fwd(void *p)
+{
+	struct ab *b = p;
+	return mg_cuda_attention(&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g,
+				 b->scale, &b->o.g, &b->lse.g);
+}
+
+static int ab_bwd(void *p)
+{
+	struct ab *b = p;
+	return mg_cuda_attention_backward(
+		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, b->scale,
+		&b->o.g, &b->lse.g, &b->dout.g, &b->dq.g, &b->dk.g, &b->dv.g);
+}
+
+static int ab_both(void *p)
+{
+	return ab_fwd(p) || ab_bwd(p);
+}
+
+/* Median, fastest and slowest window of TRIALS windows of ITERS calls
+ * (ms per call) after 3 warm-up calls; t[0] < 0 on error. */
+static void time_spread(int (*fn)(void *), void *arg, double t3[3])
+{
+	cudaStream_t st = (cudaStream_t)gt_gpu.dev->stream;
+	t3[0] = t3[1] = t3[2] = -1;
+	for (int i = 0; i < 3; i++)
+		if (fn(arg)) {
+			printf("  error: %s\n", mg_last_error());
+			return;
+		}
+	cudaEvent_t e0, e1;
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	float t[TRIALS];
+	int bad = 0;
+	for (int r = 0; r < TRIALS; r++) {
+		cudaEventRecord(e0, st);
+		for (int i = 0; i < ITERS; i++)
+			bad |= fn(arg);
+		cudaEventRecord(e1, st);
+		cudaEventSynchronize(e1);
+		cudaEventElapsedTime(&t[r], e0, e1);
+		t[r] /= ITERS;
+	}
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	if (gt_sync("bench attention") || bad)
+		return;
+	qsort(t, TRIALS, sizeof *t, cmp_f);
+	t3[0] = t[TRIALS / 2];
+	t3[1] = t[0];
+	t3[2] = t[TRIALS - 1];
+}
+
+static int bench_attention(enum mg_dtype dt)
+{
+	static const struct {
+		const char *name;
+		int N, T, Hq, Hkv, hd;
+	} sh[] = {
+		{"llama3-8b-T512", 2, 512, 32, 8, 128},
+		{"llama3-8b-T2048", 2, 2048, 32, 8, 128},
+		{"llama3.2-1b-T512", 8, 512, 32, 8, 64},
+	};
+	static const char *impl[] = {"tiled", "flash"};
+	static const char *dir[] = {"fwd", "bwd", "fwd+bwd"};
+	int (*fns[])(void *) = {ab_fwd, ab_bwd, ab_both};
+	const double mul[] = {1.0, 2.5, 3.5};
+	int rc = 0;
+	printf("causal attention, %s: ms per call, median [fastest, slowest "
+	       "of %d windows of %d]; TFLOPS of the causal work\n",
+	       mg_dtype_name(dt), TRIALS, ITERS);
+	printf("%-18s %-6s %-8s %9s %21s %8s\n", "shape", "impl", "dir", "ms",
+	       "spread", "TFLOPS");
+	for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
+		const int N = sh[i].N, T = sh[i].T, Hq = sh[i].Hq,
+			  Hkv = sh[i].Hkv, hd = sh[i].hd;
+		struct ab b;
+		b.scale = 1 / sqrt((double)hd);
+		gt_make(&b.q, dt, -1, 4, N, T, Hq, hd);
+		gt_make(&b.k, dt, -1, 4, N, T, Hkv, hd);
+		gt_make(&b.v, dt, -1, 4, N, T, Hkv, hd);
+		gt_make(&b.o, dt, -1, 4, N, T, Hq, hd);
+		gt_make(&b.dout, dt, -1, 4, N, T, Hq, hd);
+		gt_make(&b.dq, dt, -1, 4, N, T, Hq, hd);
+		gt_make(&b.dk, dt, -1, 4, N, T, Hkv, hd);
+		gt_make(&b.dv, dt, -1, 4, N, T, Hkv, hd);
+		gt_make(&b.lse, MG_F32, MG_F32, 3, N, Hq, T, 0);
+		gt_make(&b.pos, MG_I32, MG_I32, 2, N, T, 0, 0);
+		for (int64_t j = 0; j < b.pos.n; j++)
+			b.pos.v[j] = (double)(j % T); /* one document a row */
+		gt_upload(&b.pos);
+		gt_rand(&b.q, -2, 2);
+		gt_rand(&b.k, -2, 2);
+		gt_rand(&b.v, -1, 1);
+		gt_rand(&b.dout, -1, 1);
+		/* causal forward: QK^T and PV, 2 flops a multiply-add, half */
+		const double fwd_flop = 2.0 * N * Hq * (double)T * T * hd;
+		double ms[2][3] = {{-1, -1, -1}, {-1, -1, -1}};
+		struct gt *res[4] = {&b.o, &b.dq, &b.dk, &b.dv};
+		double *out[2][4] = {{NULL}};
+		for (int f = 0; f < 2; f++) {
+			mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, f);
+			/* results of both for a cross-check at these sizes;
+			 * the backward runs from this implementation's o, lse */
+			if (ab_fwd(&b) || ab_bwd(&b) ||
+			    gt_sync("attention fwd+bwd")) {
+				printf("  error: %s\n", mg_last_error());
+				rc = 1;
+				continue;
+			}
+			for (int j = 0; j < 4; j++)
+				out[f][j] = gt_read(res[j]);
+			for (int d = 0; d < 3; d++) {
+				double t3[3];
+				time_spread(fns[d], &b, t3);
+				ms[f][d] = t3[0];
+				if (t3[0] < 0) {
+					rc = 1;
+					continue;
+				}
+				const double tf = mul[d] * fwd_flop /
+						  (t3[0] * 1e-3) / 1e12;
+				printf("%-18s %-6s %-8s %9.4f [%8.4f, %8.4f] "
+				       "%8.1f\n",
+				       sh[i].name, impl[f], dir[d], t3[0],
+				       t3[1], t3[2], tf);
+				printf("ATTN shape=%s dtype=%s impl=%s dir=%s "
+				       "ms=%.5f min=%.5f max=%.5f "
+				       "tflops=%.2f\n",
+				       sh[i].name, mg_dtype_name(dt), impl[f],
+				       dir[d], t3[0], t3[1], t3[2], tf);
+			}
+		}
+		static const char *rn[] = {"o", "dq", "dk", "dv"};
+		for (int j = 0; j < 4; j++) {
+			if (!out[0][j] || !out[1][j])
+				continue;
+			double num = 0, den = 0;
+			int64_t nans = 0;
+			for (int64_t e = 0; e < res[j]->n; e++) {
+				const double x = out[1][j][e], y = out[0][j][e];
+				if (x != x)
+					nans++;
+				num += (x - y) * (x - y);
+				den += y * y;
+			}
+			gt_report(
+				LBLA("%s flash vs tiled %s", sh[i].name, rn[j]),
+				dt, sqrt(num / (den > 0 ? den : 1)), gt_tol(dt),
+				nans, "");
+		}
+		for (int f = 0; f < 2; f++)
+			for (int j = 0; j < 4; j++)
+				free(out[f][j]);
+		for (int d = 0; d < 3; d++)
+			if (ms[0][d] > 0 && ms[1][d] > 0)
+				printf("%-18s flash speed-up %-8s %.2fx\n",
+				       sh[i].name, dir[d], ms[0][d] / ms[1][d]);
+		struct gt *all[] = {&b.q,  &b.k,  &b.v,	 &b.o,	 &b.dout,
+				    &b.dq, &b.dk, &b.dv, &b.lse, &b.pos};
+		for (size_t j = 0; j < 10; j++)
+			gt_free(all[j]);
+	}
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
+	return rc;
+}
+
+struct nf4b {
+	struct mg_tensor w, out, x;
+};
+
+static int mb_nf4q(void *p)
+{
+	struct nf4b *m = p;
+	return mg_op_nf4_quantize(&gt_gpu, &m->x, &m->w);
+}
+
+static int mb_nf4(void *p)
+{
+	struct nf4b *m = p;
+	return mg_op_nf4_dequantize(&gt_gpu, &m->w, &m->out);
+}
+
+/* NF4 dequantization of a 4096 x 14336 weight: time, and the bandwidth of
+ * the blob read plus the output written. */
+static void bench_nf4(void)
+{
+	const int64_t shape[2] = {4096, 14336}, n = shape[0] * shape[1];
+	const struct mg_nf4_layout l = mg_nf4_layout(n);
+	float *x = malloc((size_t)n * sizeof *x);
+	unsigned char *hb = malloc(l.bytes);
+	for (int64_t i = 0; i < n; i++)
+		x[i] = (float)(0.02 * (gt_urand() - 0.5));
+	if (mg_nf4_quantize_host(hb, x, n) != 0) {
+		printf("  error: %s\n", mg_last_error());
+		goto out;
+	}
+	struct nf4b m;
+	m.w = mg_tensor_make(dalloc(l.bytes), MG_NF4, MG_DEV_CUDA, 2, shape);
+	cudaMemcpy(m.w.data, hb, l.bytes, cudaMemcpyHostToDevice);
+	printf("\nnf4 dequantize [4096, 14336] (blob %.1f MB)\n",
+	       (double)l.bytes / 1e6);
+	printf("%-28s %9s %8s\n", "output", "ms", "GB/s");
+	static const enum mg_dtype dts[] = {MG_F32, MG_F16, MG_BF16};
+	for (int d = 0; d < 3; d++) {
+		m.out = mg_tensor_make(NULL, dts[d], MG_DEV_CUDA, 2, shape);
+		m.out.data = dalloc(mg_tensor_bytes(&m.out));
+		double t = time_fn(mb_nf4, &m);
+		double moved =
+			(double)l.bytes + (double)mg_tensor_bytes(&m.out);
+		printf("nf4 -> %-21s %9.4f %8.0f\n", mg_dtype_name(dts[d]), t,
+		       moved / (t * 1e-3) / 1e9);
+		if (dts[d] != MG_F32) {
+			m.x = m.out; /* quantize from this dtype */
+			t = time_fn(mb_nf4q, &m);
+			printf("nf4 <- %-21s %9.4f %8.0f\n",
+			       mg_dtype_name(dts[d]), t,
+			       moved / (t * 1e-3) / 1e9);
+		}
+		cudaFree(m.out.data);
+	}
+	cudaFree(m.w.data);
+out:
+	free(x);
+	free(hb);
+}
+
+/* The output head of a training step, unfused against the fused linear
+ * + cross-entropy (ops_llm.h), at R tokens x V words x D width. */
+struct hb {
+	struct mg_tensor x, w, lab, sc, logits, work, met, dx, dw;
+};
+
+/* linear, softmax_xent, its backward in place, linear_backward. */
+static int hb_unfused(void *p)
+{
+	struct hb *h = p;
+	return mg_op_linear(&gt_gpu, &h->x, &h->w, NULL, &h->logits) ||
+	       mg_op_softmax_xent(&gt_gpu, &h->logits, &h->lab, &h->met) ||
+	       mg_op_softmax_xent_backward(&gt_gpu, &h->logits, &h->lab, &h->sc,
+					   &h->logits) ||
+	       mg_op_linear_backward(&gt_gpu, &h->x, &h->w, &h->logits, &h->dx,
+				     &h->dw, NULL);
+}
+
+/* As the llama model runs it: the loss in forward, the gradients in
+ * backward (each chunk's logits computed twice). */
+static int hb_fused(void *p)
+{
+	struct hb *h = p;
+	return mg_op_linear_xent(&gt_gpu, &h->x, &h->w, &h->lab, NULL, &h->work,
+				 &h->met, NULL, NULL) ||
+	       mg_op_linear_xent(&gt_gpu, &h->x, &h->w, &h->lab, &h->sc,
+				 &h->work, NULL, &h->dx, &h->dw);
+}
+
+/* Loss and gradients in one call (three GEMMs a chunk). */
+static int hb_fused1(void *p)
+{
+	struct hb *h = p;
+	return mg_op_linear_xent(&gt_gpu, &h->x, &h->w, &h->lab, &h->sc,
+				 &h->work, &h->met, &h->dx, &h->dw);
+}
+
+static struct mg_tensor hb_dev(enum mg_dtype dt, int64_t a, int64_t b)
+{
+	int64_t s[2] = {a, b};
+	struct mg_tensor t =
+		mg_tensor_make(NULL, dt, MG_DEV_CUDA, b ? 2 : 1, s);
+	t.data = dalloc(mg_tensor_bytes(&t));
+	return t;
+}
+
+static void bench_flce(int64_t R, int64_t V, int64_t D, enum mg_dtype dt)
+{
+	struct hb h;
+	h.x = hb_dev(dt, R, D);
+	h.w = hb_dev(dt, V, D);
+	h.dx = hb_dev(dt, R, D);
+	h.dw = hb_dev(dt, V, D);
+	h.lab = hb_dev(MG_I32, R, 0);
+	h.sc = hb_dev(MG_F32, 1, 0);
+	h.met = hb_dev(MG_F32, MG_METRIC_N, 0);
+	/* labels spread over the vocabulary, scale 1 / R, small inputs */
+	int32_t *lab = malloc((size_t)R * sizeof *lab);
+	for (int64_t r = 0; r < R; r++)
+		lab[r] = (int32_t)((r * 7919) % V);
+	const float sc = 1.0f / (float)R;
+	cudaMemcpy(h.lab.data, lab, (size_t)R * sizeof *lab,
+		   cudaMemcpyHostToDevice);
+	cudaMemcpy(h.sc.data, &sc, sizeof sc, cudaMemcpyHostToDevice);
+	cudaMemset(h.x.data, 0x3b, mg_tensor_bytes(&h.x));
+	cudaMemset(h.w.data, 0x3a, mg_tensor_bytes(&h.w));
+	free(lab);
+	const double es = (double)mg_dtype_size(dt);
+	const double flop = 2.0 * (double)R * (double)V * (double)D;
+	printf("\noutput head (training step) at %lld tokens x %lld vocab x "
+	       "%lld dim, %s: time, and the memory beyond x, w and their "
+	       "gradients\n",
+	       (long long)R, (long long)V, (long long)D, mg_dtype_name(dt));
+	printf("%-34s %9s %8s %12s\n", "path", "ms", "TFLOP/s", "extra MiB");
+	h.logits = hb_dev(dt, R, V);
+	double t = time_fn(hb_unfused, &h);
+	printf("%-34s %9.3f %8.0f %12.0f\n", "unfused (logits [R, V])", t,
+	       3 * flop / (t * 1e-3) / 1e12,
+	       (double)R * (double)V * es / 1048576);
+	cudaFree(h.logits.data);
+	static const int64_t chunks[] = {1024, 2048, 4096};
+	for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) {
+		const int64_t C = chunks[i] < R ? chunks[i] : R;
+		h.work = hb_dev(dt, C, V);
+		const double extra = (double)C * (double)V * es / 1048576 +
+				     (double)R * 24 / 1048576;
+		char name[64];
+		snprintf(name, sizeof name, "flce chunk %lld (model: 4 GEMMs)",
+			 (long long)C);
+		t = time_fn(hb_fused, &h);
+		printf("%-34s %9.3f %8.0f %12.0f\n", name, t,
+		       4 * flop / (t * 1e-3) / 1e12, extra);
+		snprintf(name, sizeof name, "flce chunk %lld (one call)",
+			 (long long)C);
+		t = time_fn(hb_fused1, &h);
+		printf("%-34s %9.3f %8.0f %12.0f\n", name, t,
+		       3 * flop / (t * 1e-3) / 1e12, extra);
+		cudaFree(h.work.data);
+	}
+	struct mg_tensor *all[] = {&h.x,   &h.w,  &h.dx, &h.dw,
+				   &h.lab, &h.sc, &h.met};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		cudaFree(all[i]->data);
+}
+
+/* add + RMSNorm, forward and backward, fused against unfused, on a
+ * [R, D] residual stream. */
+struct rb {
+	struct mg_tensor x, r, w, s, y, rs, dy, dres, dx, dt, dw;
+};
+
+static int rb_unfused(void *p)
+{
+	struct rb *b = p;
+	return mg_op_add(&gt_gpu, &b->x, &b->r, &b->s) ||
+	       mg_op_rmsnorm(&gt_gpu, &b->s, &b->w, 1e-5, &b->y, &b->rs) ||
+	       mg_op_rmsnorm_backward(&gt_gpu, &b->s, &b->w, &b->rs, &b->dy,
+				      &b->dt, &b->dw) ||
+	       mg_op_add(&gt_gpu, &b->dres, &b->dt, &b->dx);
+}
+
+static int rb_fused(void *p)
+{
+	struct rb *b = p;
+	return mg_op_add_rmsnorm(&gt_gpu, &b->x, &b->r, &b->w, 1e-5, &b->s,
+				 &b->y, &b->rs) ||
+	       mg_op_rmsnorm_backward_add(&gt_gpu, &b->s, &b->w, &b->rs, &b->dy,
+					  &b->dres, &b->dx, &b->dw);
+}
+
+static void bench_rmsnorm(int64_t R, int64_t D, enum mg_dtype dt)
+{
+	struct rb b;
+	struct mg_tensor *act[] = {&b.x,  &b.r,	   &b.s,  &b.y,
+				   &b.dy, &b.dres, &b.dx, &b.dt};
+	for (size_t i = 0; i < sizeof act / sizeof *act; i++)
+		*act[i] = hb_dev(dt, R, D);
+	b.w = hb_dev(MG_F32, D, 0);
+	b.dw = hb_dev(MG_F32, D, 0);
+	b.rs = hb_dev(MG_F32, R, 0);
+	printf("\nresidual add + RMSNorm forward and backward, [%lld, %lld] "
+	       "%s, F32 weight\n",
+	       (long long)R, (long long)D, mg_dtype_name(dt));
+	const double tu = time_fn(rb_unfused, &b), tf = time_fn(rb_fused, &b);
+	printf("%-34s %9.4f\n%-34s %9.4f  (%.2fx)\n", "unfused (add, norm)", tu,
+	       "fused (kernels rmsnorm)", tf, tu / tf);
+	for (size_t i = 0; i < sizeof act / sizeof *act; i++)
+		cudaFree(act[i]->data);
+	cudaFree(b.w.data), cudaFree(b.dw.data), cudaFree(b.rs.data);
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "attention") == 0) {
+		const enum mg_dtype adt =
+			argc > 2 && strcmp(argv[2], "f16") == 0 ? MG_F16
+								: MG_BF16;
+		gt_init(argc, argv);
+		const int rc = bench_attention(adt);
+		const int frc = gt_finish();
+		return rc ? 1 : frc;
+	}
+
+	if (argc > 1 && !strcmp(argv[1], "fused")) {
+		/* bench_gpu_ops fused: the kernel-swap lines only */
+		gt_init(argc, argv);
+		bench_flce(4096, 128256, 4096, MG_BF16);
+		bench_rmsnorm(32 * 512, 4096, MG_BF16);
+		return gt_finish();
+	}
 	const int N = argc > 1 ? atoi(argv[1]) : 64;
 	const char *ts = argc > 2 ? argv[2] : "f32";
 	const enum mg_dtype dt = strcmp(ts, "f16") == 0	   ? MG_F16
@@ -375,6 +803,9 @@ int main(int argc, char **argv)
 		printf("%-22s %-10s %9.4f %9.4f %9.4f\n", "TOTAL", dn[d],
 		       dt_tot[d][0], dt_tot[d][1], dt_tot[d][2]);
 	bench_membound(N, dt);
+	bench_nf4();
+	bench_flce(4096, 128256, 4096, MG_BF16);
+	bench_rmsnorm(32 * 512, 4096, MG_BF16);
 	use(0);
 	return gt_finish();
 }

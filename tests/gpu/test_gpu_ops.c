@@ -2,7 +2,8 @@
  * test_gpu_ops.c - the CUDA ops against their CPU twins.
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
- *                 dropout|loss|resize|optim|llm|determinism|graph|all]
+ *                 dropout|loss|pref|resize|optim|llm|attention|nf4|fused|
+ *                 determinism|graph|all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
  * and odd ones: fresh random inputs (seed printed; MG_TEST_SEED repeats
@@ -567,6 +568,108 @@ static void test_loss(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Preference pairs (DPO): per-document log-probs and the DPO loss.     */
+
+static void pair_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t K)
+{
+	const enum mg_dtype vdt = dt == MG_F64 ? MG_F64 : MG_F32;
+	const double tol = gt_tol(dt);
+	struct gt lg, lab, pos, lp, dlp, dl;
+	char name[96];
+	snprintf(name, sizeof name, "pair_logprob %lldx%lldx%lld", (long long)N,
+		 (long long)T, (long long)K);
+	gt_make(&lg, dt, -1, 2, N * T, K, 0, 0);
+	gt_make(&lab, MG_I32, MG_I32, 2, N, T, 0, 0);
+	gt_make(&pos, MG_I32, MG_I32, 2, N, T, 0, 0);
+	gt_make(&lp, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&dlp, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&dl, dt, -1, 2, N * T, K, 0, 0);
+	gt_rand(&lg, -4, 4);
+	/* [prompt + chosen | prompt + rejected], then padding */
+	for (int64_t i = 0; i < N; i++) {
+		int64_t a = 1 + (int64_t)(gt_urand() * (double)(T / 2 - 1));
+		int64_t b = 1 + (int64_t)(gt_urand() * (double)(T - a - 1));
+		int64_t pr = (int64_t)(gt_urand() * (double)(a < b ? a : b));
+		for (int64_t t = 0; t < T; t++) {
+			int64_t j = t < a ? t : t < a + b ? t - a : 0;
+			bool label = t < a + b && j >= pr && gt_urand() < 0.9;
+			pos.v[i * T + t] = (double)j;
+			lab.v[i * T + t] =
+				label ? (double)(int64_t)(gt_urand() *
+							  (double)K)
+				      : -100;
+		}
+	}
+	gt_upload(&lab);
+	gt_upload(&pos);
+	gt_poison(&lp);
+	CPU(mg_op_pair_logprob(&gt_cpu, &lg.c, &lab.c, &pos.c, &lp.c), name);
+	if (!gt_ok(CALL(pair_logprob, dt, &lg.g, &lab.g, &pos.g, &lp.g), name))
+		gt_check(LBL("%s logp", name), dt, &lp, tol);
+	gt_rand(&dlp, -2, 2);
+	gt_poison(&dl);
+	CPU(mg_op_pair_logprob_backward(&gt_cpu, &lg.c, &lab.c, &pos.c, &dlp.c,
+					&dl.c),
+	    name);
+	if (!gt_ok(CALL(pair_logprob_backward, dt, &lg.g, &lab.g, &pos.g,
+			&dlp.g, &dl.g),
+		   name))
+		gt_check(LBL("%s dlogits", name), dt, &dl, tol);
+	struct gt *all[] = {&lg, &lab, &pos, &lp, &dlp, &dl};
+	for (size_t i = 0; i < 6; i++)
+		gt_free(all[i]);
+}
+
+static void dpo_check(enum mg_dtype vdt, enum mg_dtype mdt, int64_t N,
+		      double beta, double eps)
+{
+	struct gt lp, ref, met, dlp, sc;
+	char name[96];
+	snprintf(name, sizeof name, "dpo_loss %lld pairs beta %g eps %g %s",
+		 (long long)N, beta, eps, mg_dtype_name(mdt));
+	gt_make(&lp, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&ref, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&met, mdt, -1, 1, MG_DPO_NSUMS, 0, 0, 0);
+	gt_make(&dlp, vdt, -1, 2, N, 2, 0, 0);
+	gt_make(&sc, MG_F32, -1, 1, 1, 0, 0, 0);
+	gt_rand(&lp, -60, -10);
+	for (int64_t i = 0; i < 2 * N; i++)
+		ref.v[i] = lp.v[i] + 4 * (gt_urand() - 0.5);
+	gt_upload(&ref);
+	gt_poison(&met);
+	CPU(mg_op_dpo_loss(&gt_cpu, &lp.c, &ref.c, beta, eps, &met.c), name);
+	if (!gt_ok(CALL(dpo_loss, vdt, &lp.g, &ref.g, beta, eps, &met.g), name))
+		gt_check(LBL("%s metrics", name), vdt, &met,
+			 vdt == MG_F64 && mdt == MG_F64 ? 1e-12 : 1e-5);
+	sc.v[0] = 0.25 + gt_urand();
+	gt_upload(&sc);
+	gt_poison(&dlp);
+	CPU(mg_op_dpo_loss_backward(&gt_cpu, &lp.c, &ref.c, beta, eps, &sc.c,
+				    &dlp.c),
+	    name);
+	if (!gt_ok(CALL(dpo_loss_backward, vdt, &lp.g, &ref.g, beta, eps, &sc.g,
+			&dlp.g),
+		   name))
+		gt_check(LBL("%s dlogp", name), vdt, &dlp, gt_tol(vdt));
+	struct gt *all[] = {&lp, &ref, &met, &dlp, &sc};
+	for (size_t i = 0; i < 5; i++)
+		gt_free(all[i]);
+}
+
+static void test_pref(void)
+{
+	for (size_t d = 0; d < 4; d++) {
+		pair_check(all_dt[d], 4, 64, 1000);
+		pair_check(all_dt[d], 3, 37, 32003);
+		pair_check(all_dt[d], 1, 2, 5);
+	}
+	dpo_check(MG_F32, MG_F32, 8, 0.1, 0);
+	dpo_check(MG_F32, MG_F64, 1000, 0.5, 0.2);
+	dpo_check(MG_F64, MG_F64, 777, 2, 0);
+	dpo_check(MG_F64, MG_F32, 1, 0.1, 0.5);
+}
+
+/* ------------------------------------------------------------------ */
 
 static void resize_check(enum mg_dtype dt, int n, int c, int h, int w, int oh,
 			 int ow)
@@ -739,6 +842,148 @@ static void test_convert(void)
 	free(hs);
 	free(hc);
 	free(hg);
+}
+
+/* ------------------------------------------------------------------ */
+/* mg_op_nf4_dequantize: the GPU's bits against the CPU twin's.         */
+
+/* Decode n elements of the host blob hb on both devices into dt, the
+ * GPU's blob at byte offset boff and its output at element offset ooff of
+ * their allocations (offsets other than 0 take the unaligned path), and
+ * report the fraction of elements whose bits differ. */
+static void nf4_check(const char *what, const unsigned char *hb, int64_t n,
+		      enum mg_dtype dt, size_t boff, size_t ooff)
+{
+	const size_t bytes = mg_nf4_layout(n).bytes, es = mg_dtype_size(dt);
+	unsigned char *db = NULL, *dout = NULL;
+	void *hc = malloc((size_t)n * es), *hg = malloc((size_t)n * es);
+	cudaMalloc((void **)&db, bytes + boff);
+	cudaMalloc((void **)&dout, ((size_t)n + ooff) * es);
+	cudaMemcpy(db + boff, hb, bytes, cudaMemcpyHostToDevice);
+	cudaMemset(dout, 0xff, ((size_t)n + ooff) * es); /* poison: NaN */
+	const int64_t shape[2] = {1, n};
+	struct mg_tensor wc = mg_tensor_make((void *)hb, MG_NF4, MG_DEV_CPU, 2,
+					     shape),
+			 wg = mg_tensor_make(db + boff, MG_NF4, MG_DEV_CUDA, 2,
+					     shape),
+			 oc = mg_tensor_make(hc, dt, MG_DEV_CPU, 1, &n),
+			 og = mg_tensor_make(dout + ooff * es, dt, MG_DEV_CUDA,
+					     1, &n);
+	snprintf(lbl, sizeof lbl, "nf4_dequantize %s n=%lld%s", what,
+		 (long long)n, boff || ooff ? " unaligned" : "");
+	CPU(mg_op_nf4_dequantize(&gt_cpu, &wc, &oc), lbl);
+	if (!gt_ok(mg_op_nf4_dequantize(&gt_gpu, &wg, &og), lbl) &&
+	    !gt_sync(lbl)) {
+		cudaMemcpy(hg, dout + ooff * es, (size_t)n * es,
+			   cudaMemcpyDeviceToHost);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < n; i++)
+			diff += memcmp((char *)hg + (size_t)i * es,
+				       (char *)hc + (size_t)i * es, es) != 0;
+		gt_report(lbl, dt, (double)diff / (double)n, 0, 0,
+			  "fraction of elements whose bits differ");
+	}
+	cudaFree(db);
+	cudaFree(dout);
+	free(hc);
+	free(hg);
+}
+
+/* Quantize the n values x (as dt) on both devices and report the fraction
+ * of blob bytes that differ (the whole blob, padding included). */
+static void nf4_quant_check(const float *x, int64_t n, enum mg_dtype dt)
+{
+	const size_t bytes = mg_nf4_layout(n).bytes, es = mg_dtype_size(dt);
+	void *hx = malloc((size_t)n * es);
+	unsigned char *hc = malloc(bytes), *hg = malloc(bytes);
+	for (int64_t i = 0; i < n; i++) {
+		if (dt == MG_F32)
+			((float *)hx)[i] = x[i];
+		else
+			((uint16_t *)hx)[i] = dt == MG_F16
+						      ? mg_float_to_half(x[i])
+						      : mg_float_to_bf16(x[i]);
+	}
+	void *dx = NULL, *db = NULL;
+	cudaMalloc(&dx, (size_t)n * es);
+	cudaMalloc(&db, bytes);
+	cudaMemcpy(dx, hx, (size_t)n * es, cudaMemcpyHostToDevice);
+	cudaMemset(db, 0xff, bytes); /* poison */
+	const int64_t shape[2] = {1, n};
+	struct mg_tensor xc = mg_tensor_make(hx, dt, MG_DEV_CPU, 1, &n),
+			 xg = mg_tensor_make(dx, dt, MG_DEV_CUDA, 1, &n),
+			 wc = mg_tensor_make(hc, MG_NF4, MG_DEV_CPU, 2, shape),
+			 wg = mg_tensor_make(db, MG_NF4, MG_DEV_CUDA, 2, shape);
+	snprintf(lbl, sizeof lbl, "nf4_quantize %s n=%lld", mg_dtype_name(dt),
+		 (long long)n);
+	CPU(mg_op_nf4_quantize(&gt_cpu, &xc, &wc), lbl);
+	if (!gt_ok(mg_op_nf4_quantize(&gt_gpu, &xg, &wg), lbl) &&
+	    !gt_sync(lbl)) {
+		cudaMemcpy(hg, db, bytes, cudaMemcpyDeviceToHost);
+		int64_t diff = 0;
+		for (size_t i = 0; i < bytes; i++)
+			diff += hg[i] != hc[i];
+		gt_report(lbl, dt, (double)diff / (double)bytes, 0, 0,
+			  "fraction of blob bytes that differ");
+	}
+	cudaFree(dx);
+	cudaFree(db);
+	free(hx);
+	free(hc);
+	free(hg);
+}
+
+/*
+ * Blobs quantized on the host from normal data (sizes with a partial last
+ * block, odd n, several nested blocks, Llama 3 8B's MLP weight) and blobs
+ * of random bytes (every code and every map index, random nested absmax
+ * and offset), into F32, F16 and BF16, aligned and not; and the blobs
+ * mg_op_nf4_quantize writes on the GPU from F32, F16 and BF16 against the
+ * CPU's, byte for byte.
+ */
+static void test_nf4(void)
+{
+	static const int64_t sizes[] = {1,
+					31,
+					33,
+					64 * 3 + 17,
+					64 * 256 * 3 + 5,
+					(int64_t)4096 * 14336};
+	static const enum mg_dtype dts[] = {MG_F32, MG_F16, MG_BF16};
+	for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+		const int64_t n = sizes[s];
+		const struct mg_nf4_layout l = mg_nf4_layout(n);
+		float *x = malloc((size_t)n * sizeof *x);
+		unsigned char *hb = malloc(l.bytes);
+		for (int64_t i = 0; i < n; i++)
+			x[i] = (float)(0.02 * (gt_urand() + gt_urand() +
+					       gt_urand() - 1.5));
+		if (mg_nf4_quantize_host(hb, x, n) != 0) {
+			printf("FAIL nf4 quantize n=%lld: %s\n", (long long)n,
+			       mg_last_error());
+			gt_fail++;
+		} else {
+			for (size_t d = 0; d < 3; d++) {
+				nf4_quant_check(x, n, dts[d]);
+				nf4_check("normal", hb, n, dts[d], 0, 0);
+				if (n < 100000)
+					nf4_check("normal", hb, n, dts[d], 4,
+						  1);
+			}
+		}
+		/* random codes and absmax indices, finite scales */
+		for (size_t i = 0; i < l.offset; i++)
+			hb[i] = (unsigned char)(gt_urand() * 256);
+		float *nested = (float *)(hb + l.nested_absmax), offset;
+		for (int64_t g = 0; g < l.nnested; g++)
+			nested[g] = (float)(gt_urand() * 0.1);
+		offset = (float)(gt_urand() * 0.05);
+		memcpy(hb + l.offset, &offset, 4);
+		for (size_t d = 0; d < 3; d++)
+			nf4_check("random", hb, n, dts[d], 0, 0);
+		free(x);
+		free(hb);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -1096,6 +1341,9 @@ static void llm_rope_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t H,
 	gt_free(&f);
 }
 
+/* Which CUDA attention kernels a check ran on, in its name. */
+static const char *attn_tag = "";
+
 static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 				int64_t Hq, int64_t Hkv, int64_t hd)
 {
@@ -1103,8 +1351,9 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 	struct gt q, k, v, pos, o, lse, dout, dq, dk, dv;
 	char name[96];
 	snprintf(name, sizeof name,
-		 "attention N%lld T%lld Hq%lld Hkv%lld hd%lld", (long long)N,
-		 (long long)T, (long long)Hq, (long long)Hkv, (long long)hd);
+		 "attention%s N%lld T%lld Hq%lld Hkv%lld hd%lld", attn_tag,
+		 (long long)N, (long long)T, (long long)Hq, (long long)Hkv,
+		 (long long)hd);
 	gt_make(&q, dt, -1, 4, N, T, Hq, hd);
 	gt_make(&k, dt, -1, 4, N, T, Hkv, hd);
 	gt_make(&v, dt, -1, 4, N, T, Hkv, hd);
@@ -1283,6 +1532,208 @@ static void test_llm(void)
 	}
 }
 
+/*
+ * The flash kernels (attention_flash.cu: F16/BF16, head dims 64 and 128)
+ * and, on the same shapes, the tiled kernels they replace (knob off):
+ * T off the 64-row tiles (1, 77, 200, 513) and on them (64, 256), GQA
+ * ratios 1, 4 and 8, N >= 4 so every llm_positions pattern (one document,
+ * two packed, a document then padding, random restarts) is there, and
+ * LLaMA 3.2 1B's heads (32:8, hd 64). F32 keeps the tiled kernels.
+ */
+static void test_attention(void)
+{
+	static const int64_t sh[][5] = {
+		/* N, T, Hq, Hkv, hd */
+		{4, 77, 4, 4, 64},    {4, 200, 8, 2, 128}, {5, 513, 8, 1, 64},
+		{4, 513, 16, 2, 128}, {2, 64, 4, 1, 128},  {4, 256, 32, 8, 64},
+		{2, 1, 8, 1, 64},     {6, 130, 4, 1, 128}, {1, 1000, 8, 2, 128},
+	};
+	static const enum mg_dtype half[] = {MG_BF16, MG_F16};
+	for (int flash = 1; flash >= 0; flash--) {
+		mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, flash);
+		attn_tag = flash ? " [flash]" : " [tiled]";
+		for (size_t d = 0; d < 2; d++)
+			for (size_t i = 0; i < sizeof sh / sizeof *sh; i++) {
+				/* the tiled kernels on the small shapes only */
+				if (!flash &&
+				    sh[i][0] * sh[i][1] * sh[i][2] > 20000)
+					continue;
+				llm_attention_check(half[d], sh[i][0], sh[i][1],
+						    sh[i][2], sh[i][3],
+						    sh[i][4]);
+			}
+	}
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
+	attn_tag = " [f32]";
+	llm_attention_check(MG_F32, 4, 200, 8, 2, 128);
+	llm_attention_check(MG_F32, 4, 77, 4, 1, 64);
+	attn_tag = "";
+}
+
+/* ------------------------------------------------------------------ */
+/* Fused LLM ops (ABI 1.5) against their CPU twins, and add + RMSNorm
+ * against the GPU's own unfused add then rmsnorm (bit-identical). */
+
+static void fused_rms_check(enum mg_dtype dt, int64_t R, int64_t D, bool wf32)
+{
+	const double tol = gt_tol(dt);
+	const enum mg_dtype wdt = wf32 ? MG_F32 : dt;
+	struct gt x, r, w, s, y, rs, s2, y2, rs2, dy, dres, dx, dw;
+	char name[96];
+	snprintf(name, sizeof name, "add_rmsnorm [%lld, %lld] w %s",
+		 (long long)R, (long long)D, mg_dtype_name(wdt));
+	gt_make(&x, dt, -1, 2, R, D, 0, 0);
+	gt_make(&r, dt, -1, 2, R, D, 0, 0);
+	gt_make(&w, wdt, -1, 1, D, 0, 0, 0);
+	gt_make(&s, dt, -1, 2, R, D, 0, 0);
+	gt_make(&y, dt, -1, 2, R, D, 0, 0);
+	gt_make(&rs, MG_F32, MG_F32, 1, R, 0, 0, 0);
+	gt_make(&s2, dt, -1, 2, R, D, 0, 0);
+	gt_make(&y2, dt, -1, 2, R, D, 0, 0);
+	gt_make(&rs2, MG_F32, MG_F32, 1, R, 0, 0, 0);
+	gt_rand(&x, -2, 2);
+	gt_rand(&r, -1, 1);
+	gt_rand(&w, 0.5, 1.5);
+	gt_poison(&s), gt_poison(&y), gt_poison(&rs);
+	CPU(mg_op_add_rmsnorm(&gt_cpu, &x.c, &r.c, &w.c, 1e-5, &s.c, &y.c,
+			      &rs.c),
+	    name);
+	if (!gt_ok(mg_op_add_rmsnorm(&gt_gpu, &x.g, &r.g, &w.g, 1e-5, &s.g,
+				     &y.g, &rs.g),
+		   name)) {
+		gt_check(LBL("%s s", name), dt, &s, tol);
+		gt_check(LBL("%s y", name), dt, &y, tol);
+		gt_check(LBL("%s rstd", name), dt, &rs, gt_tol(MG_F32));
+	}
+	/* the GPU's unfused composition: the same bits */
+	if (!gt_ok(mg_op_add(&gt_gpu, &x.g, &r.g, &s2.g) ||
+			   mg_op_rmsnorm(&gt_gpu, &s2.g, &w.g, 1e-5, &y2.g,
+					 &rs2.g),
+		   name)) {
+		double *a = gt_read(&y), *b = gt_read(&y2);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < y.n; i++)
+			diff += a[i] != b[i];
+		gt_report(LBL("%s = add, rmsnorm (bits)", name), dt,
+			  (double)diff, 0, 0, "elements differing");
+		free(a), free(b);
+	}
+	gt_from_cpu(&rs);
+	gt_make(&dy, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dres, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dx, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dw, wdt, -1, 1, D, 0, 0, 0);
+	gt_rand(&dy, -1, 1);
+	gt_rand(&dres, -1, 1);
+	gt_poison(&dx);
+	gt_rand(&dw, -1, 1);
+	snprintf(name, sizeof name, "rmsnorm_backward_add [%lld, %lld] w %s",
+		 (long long)R, (long long)D, mg_dtype_name(wdt));
+	CPU(mg_op_rmsnorm_backward_add(&gt_cpu, &s.c, &w.c, &rs.c, &dy.c,
+				       &dres.c, &dx.c, &dw.c),
+	    name);
+	if (!gt_ok(mg_op_rmsnorm_backward_add(&gt_gpu, &s.g, &w.g, &rs.g, &dy.g,
+					      &dres.g, &dx.g, &dw.g),
+		   name)) {
+		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
+	}
+	struct gt *all[] = {&x,	 &r,   &w,  &s,	   &y,	&rs, &s2,
+			    &y2, &rs2, &dy, &dres, &dx, &dw};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		gt_free(all[i]);
+}
+
+static void fused_lxent_check(enum mg_dtype dt, int64_t R, int64_t D, int64_t V,
+			      int64_t C, int64_t rank)
+{
+	const double tol = gt_tol(dt);
+	struct gt x, w, lab, sc, work, met, dx, dw, x2, w2, dx2, dw2;
+	char name[128];
+	snprintf(name, sizeof name,
+		 "linear_xent rows %lld dim %lld vocab %lld chunk %lld%s",
+		 (long long)R, (long long)D, (long long)V, (long long)C,
+		 rank ? " lora" : "");
+	gt_make(&x, dt, -1, 2, R, D, 0, 0);
+	gt_make(&w, dt, -1, 2, V, D, 0, 0);
+	gt_make(&lab, MG_I32, MG_I32, 1, R, 0, 0, 0);
+	gt_make(&sc, MG_F32, MG_F32, 1, 1, 0, 0, 0);
+	gt_make(&work, dt, -1, 2, C, V, 0, 0);
+	gt_make(&met, MG_F64, MG_F64, 1, MG_METRIC_N, 0, 0, 0);
+	gt_make(&dx, dt, -1, 2, R, D, 0, 0);
+	gt_make(&dw, dt, -1, 2, V, D, 0, 0);
+	const int64_t rk = rank ? rank : 1;
+	gt_make(&x2, dt, -1, 2, R, rk, 0, 0);
+	gt_make(&w2, dt, -1, 2, V, rk, 0, 0);
+	gt_make(&dx2, dt, -1, 2, R, rk, 0, 0);
+	gt_make(&dw2, dt, -1, 2, V, rk, 0, 0);
+	gt_rand(&x, -1, 1);
+	gt_rand(&w, -0.5, 0.5);
+	gt_rand(&x2, -0.5, 0.5);
+	gt_rand(&w2, -0.5, 0.5);
+	for (int64_t i = 0; i < R; i++)
+		lab.v[i] = gt_urand() < 0.2
+				   ? -100
+				   : (double)(int64_t)(gt_urand() * (double)V);
+	gt_upload(&lab);
+	sc.v[0] = 1.0 / (double)R;
+	gt_upload(&sc);
+	gt_poison(&met);
+	gt_poison(&dx);
+	gt_poison(&dx2);
+	gt_rand(&dw, -1e-3, 1e-3);
+	gt_rand(&dw2, -1e-3, 1e-3);
+	struct mg_lowrank lc = {&x2.c, &w2.c, &dx2.c, &dw2.c},
+			  lg = {&x2.g, &w2.g, &dx2.g, &dw2.g};
+	CPU(mg_op_linear_lora_xent(&gt_cpu, &x.c, &w.c, rank ? &lc : NULL,
+				   &lab.c, &sc.c, &work.c, &met.c, &dx.c,
+				   &dw.c),
+	    name);
+	if (!gt_ok(mg_op_linear_lora_xent(&gt_gpu, &x.g, &w.g,
+					  rank ? &lg : NULL, &lab.g, &sc.g,
+					  &work.g, &met.g, &dx.g, &dw.g),
+		   name)) {
+		gt_check(LBL("%s metrics", name), dt, &met, tol);
+		gt_check(LBL("%s dx", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
+		if (rank) {
+			gt_check(LBL("%s dx2", name), dt, &dx2, tol);
+			gt_check_delta(LBL("%s dw2", name), dt, &dw2, tol);
+		}
+	}
+	/* metrics alone (the forward of a training step, and evaluation) */
+	gt_poison(&met);
+	if (!gt_ok(mg_op_linear_xent(&gt_gpu, &x.g, &w.g, &lab.g, NULL, &work.g,
+				     &met.g, NULL, NULL),
+		   name) &&
+	    !rank)
+		gt_check(LBL("%s metrics without gradients", name), dt, &met,
+			 tol);
+	struct gt *all[] = {&x,	 &w,  &lab, &sc, &work, &met,
+			    &dx, &dw, &x2,  &w2, &dx2,	&dw2};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		gt_free(all[i]);
+}
+
+static void test_fused(void)
+{
+	for (size_t d = 0; d < 3; d++) {
+		const enum mg_dtype dt = llm_dt[d];
+		fused_rms_check(dt, 1024, 2048, true);
+		fused_rms_check(dt, 37, 100, false);
+		fused_rms_check(dt, 5, 8, true);
+		/* the widest shared-memory partials, then wider: unfused dw */
+		fused_rms_check(dt, 70, 12032, false);
+		fused_rms_check(dt, 9, 16384, true);
+		/* 3 chunks and a remainder; one chunk; Llama-3's vocab */
+		fused_lxent_check(dt, 300, 64, 1000, 128, 0);
+		fused_lxent_check(dt, 17, 32, 50, 64, 0);
+		fused_lxent_check(dt, 64, 128, 128256, 24, 0);
+		/* with a LoRA adapter on the head */
+		fused_lxent_check(dt, 300, 64, 1000, 128, 8);
+	}
+}
+
 static void probe_dispatch(void)
 {
 	struct gt x, y;
@@ -1316,10 +1767,14 @@ int main(int argc, char **argv)
 	RUN("linear", test_linear());
 	RUN("dropout", test_dropout());
 	RUN("loss", test_loss());
+	RUN("pref", test_pref());
 	RUN("resize", test_resize());
 	RUN("optim", test_optim());
 	RUN("convert", test_convert());
 	RUN("llm", test_llm());
+	RUN("attention", test_attention());
+	RUN("nf4", test_nf4());
+	RUN("fused", test_fused());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;

@@ -8,7 +8,8 @@
 # adapter_model.safetensors (peft_check.py loads it in peft on the GPU
 # machine); a fresh run started from that adapter (model.lora_adapter)
 # must evaluate to the same loss, and one whose lora_alpha differs from
-# the adapter's must be refused.
+# the adapter's must be refused. Also run on conf/llama_tiny_qlora.ini
+# (the base in NF4), whose start-up line must say so.
 set -eu
 mgrun=$1 ini=$2 work=$3
 rm -rf "$work"
@@ -20,6 +21,12 @@ set -- --set run.out_dir="$work" --set run.name=lora --set run.threads=2
 	exit 1
 }
 cat "$work/train.log"
+# conf/llama_tiny_qlora.ini: the start-up line says the base is NF4.
+if grep -q "^quant = nf4" "$ini" && ! grep -q "frozen in NF4" "$work/train.log"
+then
+	echo "FAIL: a quant = nf4 run that does not say its base is NF4"
+	exit 1
+fi
 loss=$(grep '^epoch 1: ' "$work/train.log" |
 	sed 's/.*test loss \([0-9.]*\).*/\1/')
 echo "test loss $loss"

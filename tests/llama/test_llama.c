@@ -23,7 +23,12 @@
  * frozen weights get no gradient and are never written), lora_dropout
  * (masks a function of the step and each row's global sample index),
  * lora_fused (the fused q/k/v and gate/up adapter path equals the
- * per-target one).
+ * per-target one). Fused kernels: kernels_gradcheck (gradcheck with
+ * kernels = fused, the head in chunks of 5 tokens, tied, untied and with
+ * a LoRA adapter on the head), kernels (training with kernels = none,
+ * rmsnorm, flce and fused gives the same losses and parameters: rmsnorm
+ * to the last bit, flce within fp64 rounding, LoRA on the head with
+ * dropout included; the option's errors).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -33,124 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common/test_strategy.h"
-#include "../common/test_util.h"
-#include "config/config.h"
-#include "mg/mg.h"
-
-static const struct mg_plugin *P;
-static const struct mg_model_ops *M;
-
-static struct mg_opts *opts(const char *lines)
-{
-	return ts_opts(P->options, lines, false);
-}
-
-struct env {
-	struct mg_device dev;
-	struct mg_ctx ctx;
-	float grad_scale;
-	void *model;
-	struct tstrat st;
-};
-
-static int env_open(struct env *e, const char *lines)
-{
-	memset(e, 0, sizeof *e);
-	e->dev.kind = MG_DEV_CPU;
-	e->dev.threads = 2;
-	e->ctx.struct_size = sizeof e->ctx;
-	e->ctx.world = 1;
-	e->ctx.micro_count = 1;
-	e->ctx.dev = &e->dev;
-	e->ctx.compute_dtype = e->ctx.master_dtype = MG_F64;
-	e->ctx.seed = 3;
-	e->ctx.grad_scale =
-		mg_tensor_make(&e->grad_scale, MG_F32, MG_DEV_CPU, 0, NULL);
-	e->grad_scale = 1;
-	struct mg_opts *o = opts(lines);
-	if (!o)
-		return -1;
-	int rc = P->create(o, &e->ctx, &e->model);
-	mg_opts_free(o);
-	if (rc)
-		return -1;
-	e->ctx.model = e->model;
-	e->ctx.model_ops = M;
-	if (ts_setup(&e->st, &e->ctx, M)) {
-		fail("setup: %s", mg_last_error());
-		return -1;
-	}
-	return 0;
-}
-
-static void env_close(struct env *e)
-{
-	ts_free(&e->st);
-	if (e->model)
-		P->destroy(e->model);
-}
-
-/* Two rows of T = 12: row 0 ten tokens of one document with a masked
- * prompt, row 1 two packed documents (7 + 5 tokens). */
-#define BN 2
-#define BT 12
-struct tbatch {
-	struct mg_batch b;
-	int32_t ids[BN * BT], labels[BN * BT], pos[BN * BT], lens[BN];
-};
-
-static void tbatch_make(struct tbatch *t, int vocab)
-{
-	memset(t, 0, sizeof *t);
-	int64_t s2[2] = {BN, BT}, s1[1] = {BN};
-	for (int i = 0; i < BN * BT; i++) {
-		t->ids[i] = (int32_t)((i * 7 + 3) % vocab);
-		t->labels[i] = (int32_t)((i * 5 + 1) % vocab);
-	}
-	t->lens[0] = 10;
-	t->lens[1] = 12;
-	for (int j = 0; j < BT; j++) {
-		t->pos[j] = j;
-		t->pos[BT + j] = j < 7 ? j : j - 7;
-	}
-	for (int j = 0; j < 3; j++)
-		t->labels[j] = MG_IGNORE_INDEX; /* prompt */
-	for (int j = 10; j < BT; j++) {		/* padding of row 0 */
-		t->ids[j] = 0;
-		t->labels[j] = MG_IGNORE_INDEX;
-		t->pos[j] = 0;
-	}
-	t->labels[BT + 6] = MG_IGNORE_INDEX; /* end of the first document */
-	t->b.input = mg_tensor_make(t->ids, MG_I32, MG_DEV_CPU, 2, s2);
-	t->b.labels = mg_tensor_make(t->labels, MG_I32, MG_DEV_CPU, 2, s2);
-	t->b.positions = mg_tensor_make(t->pos, MG_I32, MG_DEV_CPU, 2, s2);
-	t->b.lens = mg_tensor_make(t->lens, MG_I32, MG_DEV_CPU, 1, s1);
-	t->b.lens_host = t->lens;
-	t->b.n = BN;
-	t->b.seq = BT;
-}
-
-/* Forwards of loss_of run in training mode (dropout on). */
-static bool fd_training;
-
-/* The per-token mean loss of a forward (training mode off unless
- * fd_training). */
-static double loss_of(struct env *e, const struct mg_batch *b, double *count)
-{
-	double m[MG_METRIC_N];
-	int64_t nm = MG_METRIC_N;
-	struct mg_tensor mt = mg_tensor_make(m, MG_F64, MG_DEV_CPU, 1, &nm);
-	e->ctx.training = fd_training;
-	if (M->forward(e->model, &e->ctx, b, &mt)) {
-		fail("forward: %s", mg_last_error());
-		return NAN;
-	}
-	ts_check_step(&e->st, false);
-	if (count)
-		*count = m[MG_METRIC_COUNT];
-	return m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
-}
+#include "llama_env.h"
 
 static bool is_lora_b(const char *name)
 {
@@ -890,6 +778,178 @@ static void test_lora_fused(void)
 	env_close(&b);
 }
 
+/* ------------------------------------------------------------------ */
+/* Fused kernels (the `kernels` option) against the unfused path.       */
+
+static void test_kernels_gradcheck(void)
+{
+	char lines[512];
+	snprintf(lines, sizeof lines,
+		 "%stie_embeddings = no\nkernels = fused\nflce_chunk = 5\n",
+		 tiny);
+	gradcheck(lines);
+	snprintf(lines, sizeof lines,
+		 "%stie_embeddings = yes\nkernels = rmsnorm,flce\n"
+		 "flce_chunk = 7\n",
+		 tiny);
+	gradcheck(lines);
+	/* a LoRA adapter on the fused head: its A and B by differences */
+	snprintf(lines, sizeof lines,
+		 "%stie_embeddings = no\nkernels = fused\nflce_chunk = 5\n"
+		 "lora_rank = 3\nlora_alpha = 5\nlora_targets = v,head\n",
+		 tiny);
+	gradcheck(lines);
+}
+
+/* Steps of plain SGD (p -= 0.5 g) on one batch; losses[k] of step k. */
+static int sgd_steps(struct env *e, struct tbatch *tb, int steps,
+		     double *losses)
+{
+	e->grad_scale = 1.0f / 20;
+	for (int k = 0; k < steps; k++) {
+		losses[k] = train_step(e, tb);
+		for (int i = 0; i < e->st.spec.nparams; i++) {
+			struct mg_tensor *p = &e->st.p[i], *g = &e->st.g[i];
+			if (!g->data)
+				continue;
+			for (int64_t j = 0; j < mg_tensor_numel(p); j++)
+				((double *)p->data)[j] -=
+					0.5 * ((double *)g->data)[j];
+		}
+	}
+	return failures;
+}
+
+/* Train with kernels = `ker` and compare with the unfused run: losses
+ * and final parameters within tol relative (0: bit-identical). */
+static void kernels_case(const char *extra, const char *ker, double tol)
+{
+	char la[512], lb[512];
+	snprintf(la, sizeof la, "%s%skernels = none\n", tiny, extra);
+	snprintf(lb, sizeof lb, "%s%skernels = %s\nflce_chunk = 5\n", tiny,
+		 extra, ker);
+	struct env a, b;
+	memset(&b, 0, sizeof b);
+	if (env_open(&a, la) || env_open(&b, lb)) {
+		fail("kernels %s: %s", ker, mg_last_error());
+		env_close(&a);
+		env_close(&b);
+		return;
+	}
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	enum { STEPS = 4 };
+	double ra[STEPS], rb[STEPS];
+	sgd_steps(&a, &tb, STEPS, ra);
+	sgd_steps(&b, &tb, STEPS, rb);
+	double worst = 0;
+	for (int k = 0; k < STEPS; k++)
+		worst = fmax(worst, fabs(ra[k] - rb[k]) / fabs(ra[k]));
+	double pworst = 0;
+	for (int i = 0; i < a.st.spec.nparams; i++)
+		for (int64_t j = 0; j < mg_tensor_numel(&a.st.p[i]); j++) {
+			double pa = ((double *)a.st.p[i].data)[j],
+			       pb = ((double *)b.st.p[i].data)[j];
+			pworst =
+				fmax(pworst, fabs(pa - pb) / (fabs(pa) + 1e-3));
+		}
+	printf("kernels %s [%.*s]: losses %.12g .. %.12g vs %.12g .. %.12g, "
+	       "loss difference %.2e, parameters %.2e\n",
+	       ker, extra[0] ? (int)strlen(extra) - 1 : 0, extra, ra[0],
+	       ra[STEPS - 1], rb[0], rb[STEPS - 1], worst, pworst);
+	CHECK(ra[STEPS - 1] < ra[0]); /* it trains */
+	CHECK(worst <= tol && pworst <= tol * 100);
+	/* evaluation: the same metrics */
+	double ca, cb;
+	double ea = loss_of(&a, &tb.b, &ca), eb = loss_of(&b, &tb.b, &cb);
+	CHECK(ca == cb && fabs(ea - eb) <= tol * 100 * fabs(ea));
+	env_close(&a);
+	env_close(&b);
+}
+
+static void test_kernels(void)
+{
+	kernels_case("", "rmsnorm", 0);
+	kernels_case("tie_embeddings = no\n", "flce", 1e-12);
+	kernels_case("tie_embeddings = yes\n", "fused", 1e-12);
+	kernels_case("tie_embeddings = no\n", "all", 1e-12);
+	/* errors name the kernel and the allowed names */
+	struct env e;
+	char lines[512];
+	snprintf(lines, sizeof lines, "%skernels = rmsnorm,fast_ce\n", tiny);
+	CHECK(env_open(&e, lines) != 0);
+	CHECK(strstr(mg_last_error(), "unknown kernel 'fast_ce'") &&
+	      strstr(mg_last_error(), "rmsnorm, flce, none, fused, all"));
+	env_close(&e);
+	snprintf(lines, sizeof lines, "%skernels = none,flce\n", tiny);
+	CHECK(env_open(&e, lines) != 0);
+	CHECK(strstr(mg_last_error(), "'none' with other kernels") != NULL);
+	env_close(&e);
+	/* LoRA trains with the fused head: elsewhere, and on the head
+	 * itself (with dropout: both runs draw the same masks) */
+	kernels_case("lora_rank = 2\nlora_targets = q,v\n", "fused", 1e-12);
+	kernels_case("tie_embeddings = no\nlora_rank = 2\nlora_targets = "
+		     "q,head\nlora_dropout = 0.1\n",
+		     "fused", 1e-12);
+}
+
+/* Activation checkpointing recomputes each layer in backward: the same
+ * loss and bit-identical gradients as keeping every layer (CPU kernels
+ * are deterministic), with full fine-tuning and with LoRA dropout (the
+ * recomputation must draw the forward's masks), and an fp64
+ * finite-difference check of the recomputing model. */
+static void recompute_case(const char *lines)
+{
+	char with[640];
+	snprintf(with, sizeof with, "%sactivation_checkpointing = true\n",
+		 lines);
+	struct env a, b;
+	memset(&b, 0, sizeof b);
+	if (env_open(&a, lines) || env_open(&b, with)) {
+		fail("recompute: %s", mg_last_error());
+		env_close(&a);
+		env_close(&b);
+		return;
+	}
+	if (strstr(lines, "lora_rank")) {
+		randomize_b(&a);
+		randomize_b(&b);
+	}
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	a.grad_scale = b.grad_scale = 0.01f;
+	double la = train_step(&a, &tb), lb = train_step(&b, &tb);
+	int64_t differ = 0, ngrad = 0;
+	for (int i = 0; i < a.st.spec.nparams; i++) {
+		if (!a.st.g[i].data)
+			continue;
+		int64_t n = mg_tensor_numel(&a.st.g[i]);
+		ngrad += n;
+		differ += memcmp(a.st.g[i].data, b.st.g[i].data,
+				 (size_t)n * sizeof(double)) != 0;
+	}
+	printf("recompute: loss %.17g vs %.17g, %lld gradient values, %lld "
+	       "tensors differ\n",
+	       la, lb, (long long)ngrad, (long long)differ);
+	CHECK(la == lb && ngrad > 0 && differ == 0);
+	env_close(&a);
+	env_close(&b);
+	fd_training = strstr(lines, "lora_dropout") != NULL;
+	gradcheck(with);
+	fd_training = false;
+}
+
+static void test_recompute(void)
+{
+	char lines[512];
+	recompute_case(untied);
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 2\nlora_alpha = 4\nlora_dropout = 0.3\n"
+		 "lora_targets = all\n",
+		 tiny);
+	recompute_case(lines);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -921,6 +981,12 @@ int main(int argc, char **argv)
 		test_lora_dropout();
 	else if (!strcmp(argv[2], "lora_fused"))
 		test_lora_fused();
+	else if (!strcmp(argv[2], "kernels_gradcheck"))
+		test_kernels_gradcheck();
+	else if (!strcmp(argv[2], "kernels"))
+		test_kernels();
+	else if (!strcmp(argv[2], "recompute"))
+		test_recompute();
 	else {
 		fprintf(stderr, "unknown test %s\n", argv[2]);
 		return 2;

@@ -273,6 +273,34 @@ llama)
 		--set run.batch_size=8 --set dataset.pack=true
 	same packed1 packed2 1e-10
 	;;
+kernels)
+	# The fused kernels (model.kernels = fused: add + RMSNorm, the
+	# chunked linear + cross-entropy head in chunks of 7 tokens) under
+	# the strategies: the unfused single-rank model within fp64 rounding,
+	# untied and tied (the head's gradient lands in the embedding's
+	# unit), and with LoRA on the head.
+	set -- --set model.kernels=fused --set model.flce_chunk=7
+	for tie in no yes; do
+		t="--set model.tie_embeddings=$tie"
+		run "single_$tie" 1 "$llama" --set run.batch_size=16 $t
+		run "fused_$tie" 1 "$llama" --set run.batch_size=16 $t "$@"
+		same "single_$tie" "fused_$tie" 1e-10
+		run "ds2_accum2_$tie" 2 "$llama" --set strategy.name=ddp_ds \
+			--set run.grad_accum=2 $t "$@"
+		same "single_$tie" "ds2_accum2_$tie" 1e-10
+		run "fsdp_full_$tie" 4 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard=full $t "$@"
+		same "single_$tie" "fsdp_full_$tie" 1e-10
+		run "off2_$tie" 2 "$llama" --set strategy.name=offload \
+			--set run.batch_size=8 $t "$@"
+		same "single_$tie" "off2_$tie" 1e-10
+	done
+	l="--set model.tie_embeddings=no --set model.lora_rank=4
+		--set model.lora_targets=q,v,head --set model.lora_dropout=0.2"
+	run lora1 1 "$llama" --set run.batch_size=16 $l
+	run lora_fsdp4 4 "$llama" --set strategy.name=fsdp $l "$@"
+	same lora1 lora_fsdp4 1e-10
+	;;
 lora)
 	# LoRA on the tiny llama: the base frozen, rank-4 adapters on every
 	# projection and the untied head, adapter dropout on. Every
@@ -348,6 +376,115 @@ PY
 	same nodrop1 nodrop_fsdp4 1e-10
 	# Offload: the adapters' optimizer on the host, the base on the
 	# device only.
+	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \
+		"$@"
+	same single off2 1e-10
+	;;
+qlora)
+	# QLoRA: the lora scenario's adapters over a base of NF4 blobs
+	# (quant = nf4): replicated strategies keep the blobs in their
+	# frozen buffer, fsdp shards and gathers them as bytes in packed
+	# flats (every shard mode), offload keeps them on the device. N
+	# ranks train the adapters one rank trains with the N-times batch.
+	set -- --set model.lora_rank=4 --set model.lora_alpha=8 \
+		--set model.lora_targets=all,head --set model.lora_dropout=0.2 \
+		--set model.tie_embeddings=no --set model.quant=nf4
+	run single 1 "$llama" --set run.batch_size=16 "$@"
+	grep -q "15360 frozen in NF4" "$work/single.log" || {
+		cat "$work/single.log"
+		echo "FAIL: the run does not say its base is NF4"
+		exit 1
+	}
+	# Not the float base's adapters: the base really is quantized.
+	run float 1 "$llama" --set run.batch_size=16 "$@" \
+		--set model.quant=none
+	if same single float 1e-6; then
+		echo "FAIL: the NF4 base trained the float base's adapters"
+		exit 1
+	fi
+	python3 - "$work/single/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    keys = [k for k in json.loads(f.read(n)) if k != "__metadata__"]
+params = [k for k in keys if k.startswith("param/")]
+assert params and all(".lora_" in k for k in params), params
+assert len(params) == 2 * (2 * 7 + 1), len(params)
+print("checkpoint: %d adapter tensors, no NF4 base" % len(params))
+PY
+	run accum4 1 "$llama" --set run.grad_accum=4 "$@"
+	same single accum4 1e-10
+	for s in ddp_ds ddp_rr; do
+		run "${s}4" 4 "$llama" --set strategy.name="$s" "$@"
+		same single "${s}4" 1e-10
+	done
+	run single4 1 "$llama" "$@"
+	run ddp4 4 "$llama" --set strategy.name=ddp "$@"
+	same single4 ddp4 1e-10
+	for mode in full grad_op none; do
+		run "fsdp_$mode" 4 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" "$@"
+		same single "fsdp_$mode" 1e-10
+	done
+	run fsdp_hybrid 4 "$llama" --set strategy.name=fsdp \
+		--set strategy.shard=hybrid --set strategy.shard_group_size=2 "$@"
+	same single fsdp_hybrid 1e-10
+	# 3 ranks: packed shards that cut the blobs at other places.
+	run fsdp3 3 "$llama" --set strategy.name=fsdp \
+		--set run.batch_size=4 "$@"
+	run single12 1 "$llama" --set run.batch_size=12 "$@"
+	same single12 fsdp3 1e-10
+	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \
+		"$@"
+	same single off2 1e-10
+	# Stopped and resumed under fsdp: the NF4 base comes back from the
+	# seed, the adapters from the checkpoint.
+	run resumed 2 "$llama" --set strategy.name=fsdp --set run.batch_size=8 \
+		--set run.stop_after=3 "$@"
+	run resumed 2 "$llama" --set strategy.name=fsdp --set run.batch_size=8 \
+		--resume "$@"
+	same single resumed 1e-10
+	;;
+dpo)
+	# DPO with LoRA on the tiny llama (model objective = dpo): rows of
+	# preference pairs [prompt + chosen | prompt + rejected], a loss per
+	# pair against the reference (the base, adapters off) computed in
+	# every forward. A pair is one row, so ranks and micro-batches split
+	# pairs like samples: N ranks, micro-batches, fsdp (full, grad_op),
+	# ddp_rr and offload train the adapters one rank trains with the
+	# whole batch.
+	set -- --set model.lora_rank=4 --set model.lora_alpha=8 \
+		--set model.lora_targets=all,head --set model.tie_embeddings=no \
+		--set model.objective=dpo --set model.dpo_beta=0.5 \
+		--set model.dpo_label_smoothing=0.1 --set dataset.pairs=true \
+		--set dataset.prompt_frac=0.3
+	run single 1 "$llama" --set run.batch_size=16 "$@"
+	grep -q "rewards/margins" "$work/single.log" || {
+		cat "$work/single.log"
+		echo "FAIL: no DPO metrics in the progress line"
+		exit 1
+	}
+	run other 1 "$llama" --set run.batch_size=16 --set dataset.seed=99 "$@"
+	if same single other 1e-6; then
+		echo "FAIL: training on other pairs gave the same adapters"
+		exit 1
+	fi
+	run accum4 1 "$llama" --set run.grad_accum=4 "$@"
+	same single accum4 1e-10
+	run ds2 2 "$llama" --set strategy.name=ddp_ds --set run.batch_size=8 "$@"
+	same single ds2 1e-10
+	run ds4 4 "$llama" --set strategy.name=ddp_ds "$@"
+	same single ds4 1e-10
+	run ds2_accum2 2 "$llama" --set strategy.name=ddp_ds \
+		--set run.grad_accum=2 "$@"
+	same single ds2_accum2 1e-10
+	for mode in full grad_op; do
+		run "fsdp_$mode" 4 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" "$@"
+		same single "fsdp_$mode" 1e-10
+	done
+	run rr4 4 "$llama" --set strategy.name=ddp_rr "$@"
+	same single rr4 1e-10
 	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \
 		"$@"
 	same single off2 1e-10

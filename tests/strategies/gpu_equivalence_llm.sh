@@ -4,7 +4,9 @@
 # NCCL, started by mgrun's launcher (run.gpus): N GPUs with batch 4 each
 # train what one GPU trains with batch 4N, on ragged rows with masked
 # prompts (so ranks hold different label-token counts), full fine-tuning
-# and LoRA (frozen base, adapters on every projection and the head).
+# and LoRA (frozen base, adapters on every projection and the head), and
+# QLoRA (that base's projections in NF4: blobs gathered as bytes).
+# DPO with LoRA on preference pairs (model.objective = dpo).
 # CUDA has no fp64 llama ops, so fp32, within 2e-4 relative (AdamW over 6
 # steps; reduction order differs). Run by scripts/gpu.sh dist.
 set -u
@@ -41,9 +43,14 @@ same() { # same A B WHAT
 
 lora="--set model.lora_rank=4 --set model.lora_alpha=8
 --set model.lora_targets=all,head --set model.tie_embeddings=no"
-for mode in full lora; do
+# DPO: rows of preference pairs, the reference pass in every forward.
+dpo="$lora --set model.objective=dpo --set model.dpo_beta=0.5
+--set dataset.pairs=true --set dataset.prompt_frac=0.3"
+for mode in full lora qlora dpo; do
 	extra=""
 	[ $mode = lora ] && extra=$lora
+	[ $mode = qlora ] && extra="$lora --set model.quant=nf4"
+	[ $mode = dpo ] && extra=$dpo
 	# shellcheck disable=SC2086
 	run single_$mode 1 --set run.batch_size=$((4 * n)) $extra || continue
 	for s in ddp_ds ddp_rr fsdp:full fsdp:grad_op fsdp:none offload; do

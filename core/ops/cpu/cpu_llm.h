@@ -49,5 +49,22 @@ int mg_cpu_swiglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,
 			   const struct mg_tensor *u,
 			   const struct mg_tensor *dh, struct mg_tensor *dg,
 			   struct mg_tensor *du);
+/* Fused ops (llm_fused.c): the same results as the unfused ones. */
+int mg_cpu_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
+		       const struct mg_tensor *r, const struct mg_tensor *w,
+		       double eps, struct mg_tensor *s, struct mg_tensor *y,
+		       struct mg_tensor *rstd);
+int mg_cpu_rmsnorm_backward_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+				const struct mg_tensor *w,
+				const struct mg_tensor *rstd,
+				const struct mg_tensor *dy,
+				const struct mg_tensor *dres,
+				struct mg_tensor *dx, struct mg_tensor *dw);
+int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+		       const struct mg_tensor *w, const struct mg_lowrank *lr,
+		       const struct mg_tensor *labels,
+		       const struct mg_tensor *scale, struct mg_tensor *work,
+		       struct mg_tensor *metrics, struct mg_tensor *dx,
+		       struct mg_tensor *dw);
 
 #endif

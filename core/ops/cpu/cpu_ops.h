@@ -186,6 +186,23 @@ int mg_cpu_softmax_xent_backward(struct mg_ctx *ctx,
 				 const struct mg_tensor *labels,
 				 const struct mg_tensor *scale,
 				 struct mg_tensor *dlogits);
+int mg_cpu_pair_logprob(struct mg_ctx *ctx, const struct mg_tensor *logits,
+			const struct mg_tensor *labels,
+			const struct mg_tensor *positions,
+			struct mg_tensor *logp);
+int mg_cpu_pair_logprob_backward(struct mg_ctx *ctx,
+				 const struct mg_tensor *logits,
+				 const struct mg_tensor *labels,
+				 const struct mg_tensor *positions,
+				 const struct mg_tensor *dlogp,
+				 struct mg_tensor *dlogits);
+int mg_cpu_dpo_loss(struct mg_ctx *ctx, const struct mg_tensor *logp,
+		    const struct mg_tensor *ref, double beta, double eps,
+		    struct mg_tensor *metrics);
+int mg_cpu_dpo_loss_backward(struct mg_ctx *ctx, const struct mg_tensor *logp,
+			     const struct mg_tensor *ref, double beta,
+			     double eps, const struct mg_tensor *scale,
+			     struct mg_tensor *dlogp);
 int mg_cpu_resize_normalize_u8(struct mg_ctx *ctx, const struct mg_tensor *src,
 			       struct mg_tensor *dst, double mean, double std);
 int mg_cpu_convert(struct mg_ctx *ctx, void *dst, enum mg_dtype dt,

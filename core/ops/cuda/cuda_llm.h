@@ -7,6 +7,8 @@
 #ifndef MG_CUDA_LLM_H
 #define MG_CUDA_LLM_H
 
+#include <stdbool.h>
+
 #include "mg/mg.h"
 
 #ifdef __cplusplus
@@ -44,6 +46,27 @@ mg_cuda_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 			   const struct mg_tensor *lse,
 			   const struct mg_tensor *dout, struct mg_tensor *dq,
 			   struct mg_tensor *dk, struct mg_tensor *dv);
+/*
+ * Tensor-core flash attention (attention_flash.cu), called by the two
+ * entry points above when it fits: F16/BF16, head dimension 64 or 128,
+ * every tensor 16-byte aligned (t: nt tensors, NULL entries skipped), and
+ * MG_CUDA_OPT_ATTN_FLASH on. Same arguments and results as they have.
+ */
+bool mgc_flash_attention_fits(const struct mg_tensor *q,
+			      const struct mg_tensor *const *t, int nt);
+int mgc_flash_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
+			const struct mg_tensor *k, const struct mg_tensor *v,
+			const struct mg_tensor *positions, double scale,
+			struct mg_tensor *o, struct mg_tensor *lse);
+int mgc_flash_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
+				 const struct mg_tensor *k,
+				 const struct mg_tensor *v,
+				 const struct mg_tensor *positions,
+				 double scale, const struct mg_tensor *o,
+				 const struct mg_tensor *lse,
+				 const struct mg_tensor *dout,
+				 struct mg_tensor *dq, struct mg_tensor *dk,
+				 struct mg_tensor *dv);
 /* q [n, Hq, hd] over cache rows 0..pos+t (llm_decode.cu). */
 MG_EXPORT int mg_cuda_attention_decode(struct mg_ctx *ctx,
 				       const struct mg_tensor *q,
@@ -57,6 +80,26 @@ MG_EXPORT int
 mg_cuda_swiglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,
 			const struct mg_tensor *u, const struct mg_tensor *dh,
 			struct mg_tensor *dg, struct mg_tensor *du);
+
+/* Fused ops (llm_fused.cu). */
+MG_EXPORT int mg_cuda_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
+				  const struct mg_tensor *r,
+				  const struct mg_tensor *w, double eps,
+				  struct mg_tensor *s, struct mg_tensor *y,
+				  struct mg_tensor *rstd);
+MG_EXPORT int mg_cuda_rmsnorm_backward_add(
+	struct mg_ctx *ctx, const struct mg_tensor *x,
+	const struct mg_tensor *w, const struct mg_tensor *rstd,
+	const struct mg_tensor *dy, const struct mg_tensor *dres,
+	struct mg_tensor *dx, struct mg_tensor *dw);
+MG_EXPORT int mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
+				  const struct mg_tensor *w,
+				  const struct mg_lowrank *lr,
+				  const struct mg_tensor *labels,
+				  const struct mg_tensor *scale,
+				  struct mg_tensor *work,
+				  struct mg_tensor *metrics,
+				  struct mg_tensor *dx, struct mg_tensor *dw);
 
 #ifdef __cplusplus
 }

@@ -95,6 +95,27 @@ MG_EXPORT int mg_cuda_softmax_xent_backward(struct mg_ctx *ctx,
 					    const struct mg_tensor *labels,
 					    const struct mg_tensor *scale,
 					    struct mg_tensor *dlogits);
+/* Preference pairs (ops_llm.h); labels >= K turn the row's sums NaN. */
+MG_EXPORT int mg_cuda_pair_logprob(struct mg_ctx *ctx,
+				   const struct mg_tensor *logits,
+				   const struct mg_tensor *labels,
+				   const struct mg_tensor *positions,
+				   struct mg_tensor *logp);
+MG_EXPORT int mg_cuda_pair_logprob_backward(struct mg_ctx *ctx,
+					    const struct mg_tensor *logits,
+					    const struct mg_tensor *labels,
+					    const struct mg_tensor *positions,
+					    const struct mg_tensor *dlogp,
+					    struct mg_tensor *dlogits);
+MG_EXPORT int mg_cuda_dpo_loss(struct mg_ctx *ctx, const struct mg_tensor *logp,
+			       const struct mg_tensor *ref, double beta,
+			       double eps, struct mg_tensor *metrics);
+MG_EXPORT int mg_cuda_dpo_loss_backward(struct mg_ctx *ctx,
+					const struct mg_tensor *logp,
+					const struct mg_tensor *ref,
+					double beta, double eps,
+					const struct mg_tensor *scale,
+					struct mg_tensor *dlogp);
 MG_EXPORT int mg_cuda_resize_normalize_u8(struct mg_ctx *ctx,
 					  const struct mg_tensor *src,
 					  struct mg_tensor *dst, float mean,
@@ -115,12 +136,17 @@ enum mg_cuda_opt {
 	/* 1x1 stride-1 convolutions: 1 cuBLAS batched GEMMs (pointwise.cu,
 	 * the default: 1.6-2.9x faster than cuDNN in F32 and F16), 0 cuDNN. */
 	MG_CUDA_OPT_POINTWISE_GEMM,
+	/* Attention on F16/BF16 with head dimension 64 or 128: 1 the
+	 * tensor-core flash kernels (attention_flash.cu, the default), 0 the
+	 * tiled CUDA-core kernels of llm.cu (F32 and other shapes always). */
+	MG_CUDA_OPT_ATTN_FLASH,
 	MG_CUDA_OPT_COUNT,
 };
 /* Set a knob (flushes cached algorithm choices). Defaults (first named)
  * can be changed in the environment: MG_CUDA_DEPTHWISE=own|cudnn,
  * MG_CUDNN_ALGO=heuristic|find, MG_CUDA_TF32=0|1,
- * MG_CUDA_POINTWISE=gemm|cudnn. Returns 0 or -1 (error set). */
+ * MG_CUDA_POINTWISE=gemm|cudnn, MG_CUDA_ATTENTION=flash|tiled. Returns 0
+ * or -1 (error set). */
 MG_EXPORT int mg_cuda_ops_set(struct mg_ctx *ctx, enum mg_cuda_opt opt,
 			      int value);
 /* Release the ops' per-device state (algorithm cache, descriptors,

@@ -10,7 +10,10 @@
  * memory, F32 accumulation), backward by recomputation from the saved
  * log-sum-exp, dq per query tile and dk/dv per key tile over the group's
  * query heads and query tiles in a fixed order. Every result is
- * deterministic; no atomics.
+ * deterministic; no atomics. F16/BF16 with head dimension 64 or 128 go
+ * to the tensor-core flash kernels of attention_flash.cu instead (knob
+ * MG_CUDA_OPT_ATTN_FLASH); these tiled kernels stay the path for F32 and
+ * other head dimensions, and the reference beside them.
  */
 #include <cub/cub.cuh>
 
@@ -820,6 +823,17 @@ static int attn_setup(const char *op, const struct mg_tensor *q,
 		return mg_error("%s: shape too large for the CUDA kernels", op);
 	return 0;
 }
+/* The flash kernels are on (MG_CUDA_OPT_ATTN_FLASH); off when the ops
+ * state cannot be had (the tiled path reports that error itself). */
+static bool flash_on(struct mg_ctx *ctx)
+{
+	struct mgc_state *st = mgc_state(ctx);
+	if (!st) {
+		mg_clear_error();
+		return false;
+	}
+	return st->opt[MG_CUDA_OPT_ATTN_FLASH] != 0;
+}
 } // namespace
 
 /* ---- entry points --------------------------------------------------- */
@@ -939,6 +953,12 @@ extern "C" int mg_cuda_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 		return -1;
 	if (mg_tensor_numel(q) == 0)
 		return 0;
+	const struct mg_tensor *all[] = {q, k, v, o};
+	if (flash_on(ctx) && mgc_flash_attention_fits(q, all, 4)) {
+		if (mgc_flash_attention(ctx, q, k, v, positions, scale, o, lse))
+			return -1;
+		return mgc_check_launch(op);
+	}
 	cudaError_t err = cudaSuccess;
 	LLM_DISPATCH(op, q->dtype, attn_fwd, &err, mgc_stream(ctx), a, q->data,
 		     k->data, v->data, positions->data, o->data,
@@ -963,6 +983,13 @@ mg_cuda_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 		return -1;
 	if (mg_tensor_numel(q) == 0 || (!dq && !dk && !dv))
 		return 0;
+	const struct mg_tensor *all[] = {q, k, v, o, dout, dq, dk, dv};
+	if (flash_on(ctx) && mgc_flash_attention_fits(q, all, 8)) {
+		if (mgc_flash_attention_backward(ctx, q, k, v, positions, scale,
+						 o, lse, dout, dq, dk, dv))
+			return -1;
+		return mgc_check_launch(op);
+	}
 	float *Dt = (float *)mgc_scratch(
 		ctx, (size_t)((int64_t)a.N * a.Hq * a.S) * sizeof(float));
 	if (!Dt)

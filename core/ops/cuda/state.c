@@ -43,6 +43,8 @@ struct mgc_state *mgc_state(struct mg_ctx *ctx)
 	st->opt[MG_CUDA_OPT_TF32] = env_choice("MG_CUDA_TF32", "1", 0);
 	st->opt[MG_CUDA_OPT_POINTWISE_GEMM] =
 		env_choice("MG_CUDA_POINTWISE", "gemm", 1);
+	st->opt[MG_CUDA_OPT_ATTN_FLASH] =
+		env_choice("MG_CUDA_ATTENTION", "flash", 1);
 	cd->ops_state = st;
 	cd->ops_state_free = mg_cuda_ops_free;
 	return st;

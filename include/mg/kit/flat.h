@@ -19,6 +19,21 @@
  *
  * Buffers (MG_P_BUFFER: batch-norm statistics) are never sharded; they get
  * offsets in a separate replicated buffer.
+ *
+ * Frozen parameters declared MG_NF4 (QLoRA's base) go into a packed flat
+ * of their unit (packed true, lent MG_U8): its elements are bytes, each
+ * parameter is its whole blob (mg_tensor_bytes: codes, absmax, nested
+ * scales; a multiple of 256 bytes) at a byte offset that is a multiple
+ * of 256, and the flat is padded to a multiple of group x 256 bytes, so
+ * a shard is a multiple of 256 bytes too. A shard boundary therefore
+ * falls at a multiple of 256 bytes from the start of some blob - inside
+ * its codes, a boundary between 64-element blocks (every 512th element)
+ * - but it may fall between a blob's codes and its scales or inside
+ * either: a shard is bytes to store and gather, never read as values
+ * (the model dequantizes only the gathered, whole blob). A packed flat
+ * has no master or lp shard; a strategy keeps its shard at packed_off of
+ * a byte buffer (n_packed bytes), gathers it as U8 and lends each
+ * parameter as an MG_NF4 tensor of its logical shape over the blob.
  */
 #ifndef MG_KIT_FLAT_H
 #define MG_KIT_FLAT_H
@@ -47,6 +62,9 @@ struct mg_flat {
 	int64_t lp_off;	    /* lp: shard in the lp buffer (lent dtype) */
 	int64_t train_off;  /* trained: shard in the optimizer state buffers */
 	size_t gshard_byte; /* trained: shard in the gradient shard buffer */
+	/* kit 1.1 */
+	bool packed;	    /* NF4 blobs as bytes (lent MG_U8, frozen) */
+	int64_t packed_off; /* packed: shard in the packed buffer (bytes) */
 };
 
 struct mg_flat_layout {
@@ -67,13 +85,16 @@ struct mg_flat_layout {
 	size_t *unit_full_bytes, *unit_grad_bytes; /* per unit */
 	size_t max_full_bytes, max_grad_bytes;
 	int64_t max_flat; /* largest padded flat (elements) */
+	/* kit 1.1 */
+	int64_t n_packed; /* shard buffer bytes of packed (NF4) flats */
 };
 
 /*
  * Lay spec out for shards over `group` ranks. compute: the dtype lent for
  * ordinary parameters; master: storage dtype. reduce_master: reduce
- * gradients in the master dtype (else in the lent dtype). Explicit
- * (packed) parameter dtypes are refused.
+ * gradients in the master dtype (else in the lent dtype). Frozen MG_NF4
+ * parameters go into packed flats; any other explicit dtype, or a
+ * trained NF4 parameter, is refused with the parameter's name.
  */
 int mg_flat_build(struct mg_flat_layout *L, const struct mg_model_spec *spec,
 		  enum mg_dtype master, enum mg_dtype compute, int group,
@@ -127,10 +148,20 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 
 /* Initial values of unit u as the model makes them, packed into full
  * padded flats in host memory (master dtype): out[k] for the unit's k-th
- * flat holds flat->shard * group elements, gaps zero. Buffers go to
+ * flat holds mg_flat_host_bytes (flat->shard * group elements), gaps
+ * zero; a packed flat's blobs are filled by the model's init_unit. Buffers go to
  * bufs_host at their offsets (may be NULL when the unit has none). */
 int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 		      void **out, void *bufs_host);
+
+/* Bytes of flat f's full padded values as mg_flat_init_unit makes them
+ * on the host: master-dtype elements, or bytes of a packed flat. */
+static inline size_t mg_flat_host_bytes(const struct mg_flat_layout *L,
+					const struct mg_flat *f)
+{
+	return (size_t)(f->shard * L->group) *
+	       (f->packed ? 1 : mg_dtype_size(L->master));
+}
 
 /* A frozen flat kept only in its lent (lower) dtype: no master shard. */
 static inline bool mg_flat_frozen_lp(const struct mg_flat *f)

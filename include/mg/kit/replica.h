@@ -16,7 +16,10 @@
  * MG_P_FP32 ones), in a buffer of their own: no master copy, gradient or
  * optimizer state. They are never reduced, broadcast or checkpointed:
  * their values are a pure function of the model's source (seed or
- * weights folder), the same on every rank and again on resume.
+ * weights folder), the same on every rank and again on resume. A frozen
+ * parameter declared MG_NF4 is kept there as the blob the model's
+ * init_unit filled (mg_tensor_bytes: codes and scales, 256-byte
+ * aligned) and lent as an MG_NF4 tensor of its logical shape.
  */
 #ifndef MG_KIT_REPLICA_H
 #define MG_KIT_REPLICA_H

@@ -25,6 +25,7 @@ void td_corpus_free(struct td_corpus *c)
 	free(c->off);
 	free(c->ids);
 	free(c->train);
+	free(c->src);
 	memset(c, 0, sizeof *c);
 }
 
@@ -195,7 +196,8 @@ int td_encode_samples(const struct td_tok *t, const struct td_sample *samples,
 		out->off = malloc((size_t)(kept + 1) * sizeof *out->off);
 		out->ids = malloc((size_t)(ntok ? ntok : 1) * 4);
 		out->train = malloc((size_t)(ntok ? ntok : 1));
-		if (!out->off || !out->ids || !out->train)
+		out->src = malloc((size_t)(kept ? kept : 1) * sizeof *out->src);
+		if (!out->off || !out->ids || !out->train || !out->src)
 			rc = mg_error("out of memory");
 	}
 	if (!rc) {
@@ -209,6 +211,7 @@ int td_encode_samples(const struct td_tok *t, const struct td_sample *samples,
 			int64_t a = out->off[out->n];
 			memcpy(out->ids + a, rid[i], (size_t)rn[i] * 4);
 			memcpy(out->train + a, rtr[i], (size_t)rn[i]);
+			out->src[out->n] = i;
 			out->off[++out->n] = a + rn[i];
 		}
 	}

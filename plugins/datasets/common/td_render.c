@@ -139,7 +139,9 @@ int td_detect_format(const struct td_records *r, const struct td_columns *c,
 		     enum td_format *out)
 {
 	const cJSON *o = r->rec[0];
-	if (has(o, c, "conversations"))
+	if (has(o, c, "chosen") && has(o, c, "rejected"))
+		*out = TD_FMT_PREFERENCE;
+	else if (has(o, c, "conversations"))
 		*out = TD_FMT_SHAREGPT;
 	else if (has(o, c, "messages"))
 		*out = TD_FMT_MESSAGES;
@@ -153,7 +155,8 @@ int td_detect_format(const struct td_records *r, const struct td_columns *c,
 		return mg_error("%s: cannot tell the format from the first "
 				"sample's fields (want instruction/output, "
 				"dialogue/summary, input/output, "
-				"conversations or messages); set format = "
+				"conversations, messages or chosen/rejected); "
+				"set format = "
 				"or map fields with columns =",
 				r->path);
 	return 0;
@@ -225,43 +228,40 @@ static int single(struct td_sample *s, const char *bos, const char *eos,
 	return rc;
 }
 
-enum role { R_SYSTEM, R_USER, R_ASSISTANT };
 static const char *role_name[] = {"system", "user", "assistant"};
 
-struct msg {
-	enum role role;
-	const char *content;
-};
-
-static int err_at(const struct td_records *r, int64_t i, const char *what,
-		  int64_t k)
+/* An error about message k of sample i (of list `list` when given). */
+static int err_at(const struct td_records *r, int64_t i, const char *list,
+		  const char *what, int64_t k)
 {
+	char where[160] = "";
+	if (list)
+		snprintf(where, sizeof where, "\"%.60s\" ", list);
 	if (r->line[i])
-		return mg_error("%s:%lld: sample %lld: message %lld: %s",
+		return mg_error("%s:%lld: sample %lld: %smessage %lld: %s",
 				r->path, (long long)r->line[i], (long long)i,
-				(long long)k, what);
-	return mg_error("%s: sample %lld: message %lld: %s", r->path,
-			(long long)i, (long long)k, what);
+				where, (long long)k, what);
+	return mg_error("%s: sample %lld: %smessage %lld: %s", r->path,
+			(long long)i, where, (long long)k, what);
 }
 
-/* The messages of a ShareGPT or OpenAI record. */
-static int messages(const struct td_records *r, int64_t i, enum td_format fmt,
-		    const struct td_columns *c, struct msg **out, int64_t *nout)
+int td_messages(const struct td_records *r, int64_t i, const cJSON *a,
+		const char *list, enum td_format fmt,
+		const struct td_columns *c, bool name_list, struct td_msg **out,
+		int64_t *nout)
 {
-	const char *list = td_column(c, fmt == TD_FMT_SHAREGPT ? "conversations"
-							       : "messages");
 	const char *rk = td_column(c, fmt == TD_FMT_SHAREGPT ? "from" : "role");
 	const char *ck =
 		td_column(c, fmt == TD_FMT_SHAREGPT ? "value" : "content");
-	const cJSON *a = cJSON_GetObjectItemCaseSensitive(r->rec[i], list);
+	const char *ln = name_list ? list : NULL;
 	if (!a || !cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0) {
 		char buf[200];
 		snprintf(buf, sizeof buf, "field \"%s\" is %s", list,
 			 !a ? "missing" : "not a non-empty array");
-		return err_at(r, i, buf, 0);
+		return err_at(r, i, NULL, buf, 0);
 	}
 	int64_t n = cJSON_GetArraySize(a), k = 0;
-	struct msg *m = calloc((size_t)n, sizeof *m);
+	struct td_msg *m = calloc((size_t)n, sizeof *m);
 	if (!m)
 		return mg_error("out of memory");
 	const cJSON *e;
@@ -275,27 +275,27 @@ static int messages(const struct td_records *r, int64_t i, enum td_format fmt,
 				 "not an object with string \"%s\" and \"%s\"",
 				 rk, ck);
 			free(m);
-			return err_at(r, i, buf, k);
+			return err_at(r, i, ln, buf, k);
 		}
 		const char *v = ro->valuestring;
 		if (!strcmp(v, "system"))
-			m[k].role = R_SYSTEM;
+			m[k].role = TD_ROLE_SYSTEM;
 		else if (!strcmp(v, "human") || !strcmp(v, "user"))
-			m[k].role = R_USER;
+			m[k].role = TD_ROLE_USER;
 		else if (!strcmp(v, "gpt") || !strcmp(v, "assistant"))
-			m[k].role = R_ASSISTANT;
+			m[k].role = TD_ROLE_ASSISTANT;
 		else {
 			snprintf(buf, sizeof buf,
 				 "role \"%.60s\" is not system, user/human "
 				 "or assistant/gpt",
 				 v);
 			free(m);
-			return err_at(r, i, buf, k);
+			return err_at(r, i, ln, buf, k);
 		}
-		if (m[k].role == R_SYSTEM && k > 0) {
+		if (m[k].role == TD_ROLE_SYSTEM && k > 0) {
 			free(m);
-			return err_at(r, i, "a system message after the first",
-				      k);
+			return err_at(r, i, ln,
+				      "a system message after the first", k);
 		}
 		m[k++].content = co->valuestring;
 	}
@@ -304,12 +304,30 @@ static int messages(const struct td_records *r, int64_t i, enum td_format fmt,
 	return 0;
 }
 
+/* The messages of a ShareGPT or OpenAI record. */
+static int messages(const struct td_records *r, int64_t i, enum td_format fmt,
+		    const struct td_columns *c, struct td_msg **out,
+		    int64_t *nout)
+{
+	const char *list = td_column(c, fmt == TD_FMT_SHAREGPT ? "conversations"
+							       : "messages");
+	return td_messages(r, i,
+			   cJSON_GetObjectItemCaseSensitive(r->rec[i], list),
+			   list, fmt, c, false, out, nout);
+}
+
+/* A target: an assistant message that is not part of the prompt. */
+static bool trains(const struct td_msg *m)
+{
+	return m->role == TD_ROLE_ASSISTANT && !m->prompt;
+}
+
 static int chat_llama3(struct td_sample *s, const char *bos,
-		       const struct msg *m, int64_t n)
+		       const struct td_msg *m, int64_t n)
 {
 	int rc = td_sample_control(s, bos ? bos : "<|begin_of_text|>", false);
 	for (int64_t k = 0; !rc && k < n; k++) {
-		bool tr = m[k].role == R_ASSISTANT;
+		bool tr = trains(&m[k]);
 		rc = td_sample_control(s, "<|start_header_id|>", false) ||
 		     text(s, role_name[m[k].role], false) ||
 		     td_sample_control(s, "<|end_header_id|>", false) ||
@@ -320,14 +338,14 @@ static int chat_llama3(struct td_sample *s, const char *bos,
 }
 
 static int chat_llama2(struct td_sample *s, const char *bos, const char *eos,
-		       const struct msg *m, int64_t n)
+		       const struct td_msg *m, int64_t n)
 {
 	const char *sys = NULL;
 	int rc = 0;
 	for (int64_t k = 0; !rc && k < n; k++) {
-		if (m[k].role == R_SYSTEM) {
+		if (m[k].role == TD_ROLE_SYSTEM) {
 			sys = m[k].content;
-		} else if (m[k].role == R_USER) {
+		} else if (m[k].role == TD_ROLE_USER) {
 			rc = td_sample_control(s, bos ? bos : "<s>", false) ||
 			     text(s, "[INST] ", false);
 			if (!rc && sys)
@@ -347,11 +365,11 @@ static int chat_llama2(struct td_sample *s, const char *bos, const char *eos,
 	return rc;
 }
 
-static int chat_chatml(struct td_sample *s, const struct msg *m, int64_t n)
+static int chat_chatml(struct td_sample *s, const struct td_msg *m, int64_t n)
 {
 	int rc = 0;
 	for (int64_t k = 0; !rc && k < n; k++) {
-		bool tr = m[k].role == R_ASSISTANT;
+		bool tr = trains(&m[k]);
 		rc = td_sample_control(s, "<|im_start|>", false) ||
 		     text(s, role_name[m[k].role], false) ||
 		     text(s, "\n", false) || text(s, m[k].content, tr) ||
@@ -364,16 +382,38 @@ static int chat_chatml(struct td_sample *s, const struct msg *m, int64_t n)
 /* No chat format: contents one per line, BOS first, EOS after each
  * assistant reply. */
 static int chat_none(struct td_sample *s, const char *bos, const char *eos,
-		     const struct msg *m, int64_t n)
+		     const struct td_msg *m, int64_t n)
 {
 	int rc = bos ? td_sample_control(s, bos, false) : 0;
 	for (int64_t k = 0; !rc && k < n; k++) {
-		bool tr = m[k].role == R_ASSISTANT;
+		bool tr = trains(&m[k]);
 		rc = text(s, m[k].content, tr) ||
 		     (tr && eos ? td_sample_control(s, eos, true) : 0) ||
 		     (k + 1 < n ? text(s, "\n", false) : 0);
 	}
 	return rc;
+}
+
+int td_render_chat(enum td_template tpl, const char *bos, const char *eos,
+		   const struct td_msg *m, int64_t n, struct td_sample *s)
+{
+	switch (tpl) {
+	case TD_TPL_LLAMA3:
+		return chat_llama3(s, bos, m, n);
+	case TD_TPL_LLAMA2:
+		return chat_llama2(s, bos, eos, m, n);
+	case TD_TPL_CHATML:
+		return chat_chatml(s, m, n);
+	default:
+		return chat_none(s, bos, eos, m, n);
+	}
+}
+
+int td_render_single(struct td_sample *s, const char *bos, const char *eos,
+		     const char *prompt, const char *response)
+{
+	const char *p[] = {prompt, NULL};
+	return single(s, bos, eos, p, response);
 }
 
 int td_render(const struct td_records *r, int64_t i, enum td_format fmt,
@@ -414,25 +454,11 @@ int td_render(const struct td_records *r, int64_t i, enum td_format fmt,
 	}
 	case TD_FMT_SHAREGPT:
 	case TD_FMT_MESSAGES: {
-		struct msg *m = NULL;
+		struct td_msg *m = NULL;
 		int64_t n = 0;
 		if (messages(r, i, fmt, c, &m, &n))
 			return -1;
-		int rc;
-		switch (tpl) {
-		case TD_TPL_LLAMA3:
-			rc = chat_llama3(s, bos, m, n);
-			break;
-		case TD_TPL_LLAMA2:
-			rc = chat_llama2(s, bos, eos, m, n);
-			break;
-		case TD_TPL_CHATML:
-			rc = chat_chatml(s, m, n);
-			break;
-		default:
-			rc = chat_none(s, bos, eos, m, n);
-			break;
-		}
+		int rc = td_render_chat(tpl, bos, eos, m, n, s);
 		free(m);
 		return rc;
 	}

@@ -123,8 +123,9 @@ enum td_format {
 	TD_FMT_GRAMMAR,
 	TD_FMT_SHAREGPT,
 	TD_FMT_MESSAGES,
+	TD_FMT_PREFERENCE, /* chosen / rejected pairs (td_pairs.c) */
 };
-#define TD_FORMATS "auto|alpaca|samsum|grammar|sharegpt|messages"
+#define TD_FORMATS "auto|alpaca|samsum|grammar|sharegpt|messages|preference"
 enum td_template {
 	TD_TPL_AUTO = 0,
 	TD_TPL_LLAMA3,
@@ -158,6 +159,29 @@ const char *td_template_name(enum td_template t);
 int td_render(const struct td_records *r, int64_t i, enum td_format fmt,
 	      enum td_template tpl, const struct td_columns *c, const char *bos,
 	      const char *eos, struct td_sample *s);
+/* Chat messages, as the chat formats read them. Prompt messages are
+ * never targets (a preference pair's shared history). */
+enum { TD_ROLE_SYSTEM, TD_ROLE_USER, TD_ROLE_ASSISTANT };
+struct td_msg {
+	int role;
+	const char *content;
+	bool prompt;
+};
+/* The messages of JSON array a (field `list` of record i; keys role and
+ * content, or from and value for ShareGPT, through the column map);
+ * malloc'd. Errors name the file, line, sample and message (and the
+ * list when name_list). */
+int td_messages(const struct td_records *r, int64_t i, const struct cJSON *a,
+		const char *list, enum td_format fmt,
+		const struct td_columns *c, bool name_list, struct td_msg **out,
+		int64_t *n);
+/* Messages through a chat template: assistant contents not in the
+ * prompt, and the token that ends them, are the targets. */
+int td_render_chat(enum td_template tpl, const char *bos, const char *eos,
+		   const struct td_msg *m, int64_t n, struct td_sample *s);
+/* BOS + prompt + response + EOS, the response and EOS the targets. */
+int td_render_single(struct td_sample *s, const char *bos, const char *eos,
+		     const char *prompt, const char *response);
 /* All segments' text concatenated (what the template renders), malloc'd. */
 char *td_sample_join(const struct td_sample *s);
 
@@ -170,6 +194,9 @@ struct td_corpus {
 	int32_t *ids;	/* [off[n]] */
 	uint8_t *train; /* [off[n]]: 1 where the token is a target */
 	int64_t truncated, dropped, unlabeled;
+	/* [n]: the input index of each kept sample (td_encode_samples;
+	 * NULL after a cache load) */
+	int64_t *src;
 };
 void td_corpus_free(struct td_corpus *c);
 
@@ -224,6 +251,38 @@ int td_rows_blocks(const struct td_corpus *c, const int64_t *sel, int64_t nsel,
 /* Copy rows idx[0..n) into out, padding past each row's length. */
 int td_rows_read(const struct td_rows *r, const int64_t *idx, int64_t n,
 		 const struct mg_token_rows *out);
+
+/* ---- preference pairs (td_pairs.c) --------------------------------------- */
+
+/* Record i of a preference file as its chosen and rejected samples:
+ * prompt / chosen / rejected strings (BOS + prompt + response + EOS), or
+ * chosen and rejected message lists through the chat template, with an
+ * explicit `prompt` list or, without one, their longest common prefix of
+ * messages as the prompt. Only the responses (and the token ending them)
+ * are targets. Errors name the file, line, sample and field. */
+int td_render_pair(const struct td_records *r, int64_t i, enum td_template tpl,
+		   const struct td_columns *c, const char *bos, const char *eos,
+		   struct td_sample *chosen, struct td_sample *rejected);
+/*
+ * Encode n pairs (samples[2k] chosen, samples[2k + 1] rejected) into a
+ * corpus of the kept pairs' documents, interleaved the same way. A pair
+ * must fit one row of max_len tokens holding both sequences. One that
+ * does not is left out with drop, else cut: first its prompt (in each
+ * sequence; the prompt is the tokens before the first target) to
+ * max_prompt tokens (0: max_len / 4), keeping its first token (BOS) and
+ * its end; then, if still too long, the longer response is cut from its
+ * end down to the shorter one's length, then both alike, until the row
+ * fits. truncated / dropped / unlabeled count pairs; a pair whose
+ * chosen or rejected sequence has no target is left out (unlabeled).
+ */
+int td_encode_pairs(const struct td_tok *t, const struct td_sample *samples,
+		    int64_t n, int64_t max_len, int64_t max_prompt, bool drop,
+		    const char *progress, struct td_corpus *out);
+/* Pairs sel[] of c (documents 2 sel[k] and 2 sel[k] + 1) as one row each:
+ * [chosen | rejected], positions restarting at the rejected sequence,
+ * labels inside each document only. */
+int td_rows_pairs(const struct td_corpus *c, const int64_t *sel, int64_t nsel,
+		  int64_t seq_len, struct td_rows *out);
 
 /* Deterministic split: 1 when item i (of n) goes to validation. At least
  * one item goes each way when fraction > 0 and n >= 2. */

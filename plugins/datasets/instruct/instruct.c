@@ -9,7 +9,10 @@
  * model's tokenizer.json and caches the ids under ctx->cache_dir, so
  * read_tokens only copies. train_on_input = false leaves labels only on
  * response tokens (and the EOS / end-of-turn token that ends them).
+ * format = preference reads DPO pairs (td_pairs.c): one row per pair,
+ * [prompt + chosen | prompt + rejected] as two packed documents.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +37,11 @@ static const struct mg_option in_options[] = {
 	MG_OPT_E("format", "auto", TD_FORMATS,
 		 "sample layout; auto: by the first sample's fields "
 		 "(instruction: alpaca, dialogue: samsum, input+output: "
-		 "grammar, conversations: sharegpt, messages)"),
+		 "grammar, conversations: sharegpt, messages, chosen+"
+		 "rejected: preference). preference: DPO pairs, prompt / "
+		 "chosen / rejected strings or chosen / rejected message "
+		 "lists (prompt: a list, or their shared first messages), "
+		 "one row [prompt + chosen | prompt + rejected] per pair"),
 	MG_OPT_E("template", "auto", TD_TEMPLATES,
 		 "chat format for sharegpt/messages; auto: from the "
 		 "tokenizer's chat_template (or its special tokens). "
@@ -51,7 +58,13 @@ static const struct mg_option in_options[] = {
 		 "longest sample in tokens (and the packed row length)"),
 	MG_OPT_E("truncation", "truncate", "truncate|drop",
 		 "a longer sample is cut to max_seq_len or left out "
-		 "(either is counted and reported)"),
+		 "(either is counted and reported). A preference pair "
+		 "longer than max_seq_len (both sequences) has its prompts "
+		 "cut first (to max_prompt_len), then its longer response"),
+	MG_OPT_I("max_prompt_len", "0", 0, 1 << 20,
+		 "preference pairs that do not fit: each sequence's prompt "
+		 "is cut to this many tokens, keeping BOS and its end (0: "
+		 "max_seq_len / 4)"),
 	MG_OPT_B("packed", "false",
 		 "pack several samples into rows of max_seq_len; positions "
 		 "restart per sample, no attention or loss across samples"),
@@ -74,12 +87,43 @@ struct cfg {
 	struct td_columns cols;
 	const char *colspec;
 	bool train_all, drop, cache;
-	int64_t max_len;
+	int64_t max_len, max_prompt;
 	const char *cache_dir;
 };
 
-/* One file to a tokenized corpus, from the cache when it holds it. */
-static int load_file(const struct cfg *g, const char *path, struct td_corpus *c)
+/* Render and encode the records of a preference file (2 documents a
+ * pair in c). */
+static int load_pairs(const struct cfg *g, const struct td_records *r,
+		      const char *path, struct td_corpus *c)
+{
+	if (g->train_all)
+		return mg_error("instruct: %s: train_on_input does not apply "
+				"to preference pairs (their log-probabilities "
+				"are over the responses)",
+				path);
+	struct td_sample *s = calloc((size_t)(2 * r->n + 1), sizeof *s);
+	int rc = s ? 0 : mg_error("out of memory");
+	for (int64_t i = 0; !rc && i < r->n; i++)
+		rc = td_render_pair(r, i, g->tpl, &g->cols, g->tok->bos,
+				    g->tok->eos, &s[2 * i], &s[2 * i + 1]);
+	if (!rc) {
+		mg_info("instruct: %s: %lld preference pairs, template %s",
+			path, (long long)r->n, td_template_name(g->tpl));
+		rc = td_encode_pairs(g->tok, s, r->n, g->max_len, g->max_prompt,
+				     g->drop, path, c);
+		if (rc)
+			rc = mg_error("%s: %s", path, mg_last_error());
+	}
+	for (int64_t i = 0; s && i < 2 * r->n; i++)
+		td_sample_free(&s[i]);
+	free(s);
+	return rc;
+}
+
+/* One file to a tokenized corpus, from the cache when it holds it; *pairs
+ * says whether it holds preference pairs. */
+static int load_file(const struct cfg *g, const char *path, struct td_corpus *c,
+		     bool *pairs)
 {
 	struct td_buf b;
 	if (td_read_file(path, &b))
@@ -95,9 +139,18 @@ static int load_file(const struct cfg *g, const char *path, struct td_corpus *c)
 	td_hash_add(&h, &g->train_all, sizeof g->train_all);
 	td_hash_add(&h, &g->drop, sizeof g->drop);
 	td_hash_add(&h, &g->max_len, sizeof g->max_len);
+	td_hash_add(&h, &g->max_prompt, sizeof g->max_prompt);
 	td_hash_add(&h, b.data, b.len);
 	td_hash_hex(&h, key);
+	/* a pair corpus interleaves documents: its cache says so */
+	char pkey[40];
+	snprintf(pkey, sizeof pkey, "%.32sp", key);
 	int hit = g->cache ? td_cache_load(g->cache_dir, key, c) : 0;
+	*pairs = false;
+	if (hit == 0 && g->cache) {
+		hit = td_cache_load(g->cache_dir, pkey, c);
+		*pairs = hit > 0;
+	}
 	if (hit < 0) {
 		td_buf_free(&b);
 		return -1;
@@ -105,9 +158,10 @@ static int load_file(const struct cfg *g, const char *path, struct td_corpus *c)
 	if (hit) {
 		td_buf_free(&b);
 		mg_info("instruct: tokens from cache %s/tokens/%s.bin (%s: "
-			"%lld samples, %lld tokens)",
-			g->cache_dir, key, path, (long long)c->n,
-			(long long)c->off[c->n]);
+			"%lld %s, %lld tokens)",
+			g->cache_dir, *pairs ? pkey : key, path,
+			(long long)(*pairs ? c->n / 2 : c->n),
+			*pairs ? "pairs" : "samples", (long long)c->off[c->n]);
 		return 0;
 	}
 	struct td_records r;
@@ -115,13 +169,17 @@ static int load_file(const struct cfg *g, const char *path, struct td_corpus *c)
 	enum td_format fmt = g->fmt;
 	if (!rc && fmt == TD_FMT_AUTO)
 		rc = td_detect_format(&r, &g->cols, &fmt);
-	struct td_sample *s = rc ? NULL : calloc((size_t)r.n, sizeof *s);
-	if (!rc && !s)
+	*pairs = !rc && fmt == TD_FMT_PREFERENCE;
+	if (*pairs)
+		rc = load_pairs(g, &r, path, c);
+	struct td_sample *s =
+		rc || *pairs ? NULL : calloc((size_t)r.n + 1, sizeof *s);
+	if (!rc && !*pairs && !s)
 		rc = mg_error("out of memory");
-	for (int64_t i = 0; !rc && i < r.n; i++)
+	for (int64_t i = 0; !rc && s && i < r.n; i++)
 		rc = td_render(&r, i, fmt, g->tpl, &g->cols, g->tok->bos,
 			       g->tok->eos, &s[i]);
-	if (!rc) {
+	if (!rc && s) {
 		static const char *fn[] = {"auto",    "alpaca",	  "samsum",
 					   "grammar", "sharegpt", "messages"};
 		mg_info("instruct: %s: %lld samples, format %s%s%s", path,
@@ -140,19 +198,22 @@ static int load_file(const struct cfg *g, const char *path, struct td_corpus *c)
 		td_records_free(&r);
 	td_buf_free(&b);
 	if (!rc && c->n == 0)
-		rc = mg_error("%s: no sample left: %lld without any response "
+		rc = mg_error("%s: no %s left: %lld without any response "
 			      "token within max_seq_len %lld, %lld longer ones "
 			      "left out",
-			      path, (long long)c->unlabeled,
-			      (long long)g->max_len, (long long)c->dropped);
-	if (!rc && g->cache && td_cache_store(g->cache_dir, key, c))
+			      path, *pairs ? "pair" : "sample",
+			      (long long)c->unlabeled, (long long)g->max_len,
+			      (long long)c->dropped);
+	if (!rc && g->cache &&
+	    td_cache_store(g->cache_dir, *pairs ? pkey : key, c))
 		mg_warn("instruct: token cache not written: %s",
 			mg_last_error());
 	if (!rc && (c->truncated || c->dropped || c->unlabeled))
-		mg_warn("instruct: %s: %lld samples cut to max_seq_len %lld, "
+		mg_warn("instruct: %s: %lld %s cut to max_seq_len %lld, "
 			"%lld longer ones left out, %lld left out without "
 			"any response token",
-			path, (long long)c->truncated, (long long)g->max_len,
+			path, (long long)c->truncated,
+			*pairs ? "pairs" : "samples", (long long)g->max_len,
 			(long long)c->dropped, (long long)c->unlabeled);
 	return rc;
 }
@@ -178,6 +239,7 @@ static int build(struct instruct *d, const struct mg_opts *o,
 		.drop = mg_opt_enum(o, "truncation") == 1,
 		.cache = mg_opt_bool(o, "cache"),
 		.max_len = mg_opt_int(o, "max_seq_len"),
+		.max_prompt = mg_opt_int(o, "max_prompt_len"),
 		.cache_dir = ctx->cache_dir,
 	};
 	const char *train = mg_opt_str(o, "train"),
@@ -191,32 +253,44 @@ static int build(struct instruct *d, const struct mg_opts *o,
 	d->seq_len = g.max_len;
 	bool packed = mg_opt_bool(o, "packed");
 	struct td_corpus c[2] = {0};
-	int rc = load_file(&g, train, &c[0]);
+	bool pairs[2] = {false, false};
+	int rc = load_file(&g, train, &c[0], &pairs[0]);
 	if (!rc && test[0])
-		rc = load_file(&g, test, &c[1]);
+		rc = load_file(&g, test, &c[1], &pairs[1]);
+	if (!rc && test[0] && pairs[0] != pairs[1])
+		rc = mg_error("instruct: %s holds %s but %s %s", train,
+			      pairs[0] ? "preference pairs" : "samples", test,
+			      pairs[1] ? "preference pairs" : "samples");
+	if (!rc && pairs[0] && packed)
+		rc = mg_error("instruct: preference pairs are one row each "
+			      "(chosen | rejected); packed = true does not "
+			      "apply");
+	/* Items to split and select: samples, or pairs of documents. */
+	const int64_t items[2] = {pairs[0] ? c[0].n / 2 : c[0].n,
+				  pairs[1] ? c[1].n / 2 : c[1].n};
 	int64_t *sel[2] = {NULL, NULL}, nsel[2] = {0, 0};
 	if (!rc) {
-		sel[0] = malloc((size_t)c[0].n * sizeof(int64_t));
-		sel[1] = malloc((size_t)(test[0] ? c[1].n : c[0].n) *
+		sel[0] = malloc((size_t)(items[0] + 1) * sizeof(int64_t));
+		sel[1] = malloc((size_t)((test[0] ? items[1] : items[0]) + 1) *
 				sizeof(int64_t));
 		if (!sel[0] || !sel[1])
 			rc = mg_error("out of memory");
 	}
 	double frac = mg_opt_float(o, "val_fraction");
 	if (!rc && test[0]) {
-		for (int64_t i = 0; i < c[0].n; i++)
+		for (int64_t i = 0; i < items[0]; i++)
 			sel[0][nsel[0]++] = i;
-		for (int64_t i = 0; i < c[1].n; i++)
+		for (int64_t i = 0; i < items[1]; i++)
 			sel[1][nsel[1]++] = i;
 	} else if (!rc) {
-		uint8_t *v = calloc((size_t)c[0].n, 1);
+		uint8_t *v = calloc((size_t)items[0] + 1, 1);
 		if (!v)
 			rc = mg_error("out of memory");
 		else
-			td_split(c[0].n, frac, (uint64_t)mg_opt_int(o, "seed"),
-				 v);
-		for (int64_t i = 0; !rc && i < c[0].n; i++) {
-			if (frac == 0 || c[0].n < 2) {
+			td_split(items[0], frac,
+				 (uint64_t)mg_opt_int(o, "seed"), v);
+		for (int64_t i = 0; !rc && i < items[0]; i++) {
+			if (frac == 0 || items[0] < 2) {
 				sel[0][nsel[0]++] = i;
 				sel[1][nsel[1]++] = i;
 			} else {
@@ -224,17 +298,19 @@ static int build(struct instruct *d, const struct mg_opts *o,
 			}
 		}
 		free(v);
-		if (!rc && (frac == 0 || c[0].n < 2))
+		if (!rc && (frac == 0 || items[0] < 2))
 			mg_warn("instruct: no held-out data (test empty, "
 				"val_fraction 0 or one sample): evaluating "
 				"on train");
 	}
-	if (!rc)
-		rc = td_rows_samples(&c[0], sel[0], nsel[0], d->seq_len, packed,
-				     &d->rows[0]);
-	if (!rc)
-		rc = td_rows_samples(test[0] ? &c[1] : &c[0], sel[1], nsel[1],
-				     d->seq_len, packed, &d->rows[1]);
+	for (int k = 0; k < 2 && !rc; k++) {
+		const struct td_corpus *src = k && test[0] ? &c[1] : &c[0];
+		rc = pairs[0]
+			     ? td_rows_pairs(src, sel[k], nsel[k], d->seq_len,
+					     &d->rows[k])
+			     : td_rows_samples(src, sel[k], nsel[k], d->seq_len,
+					       packed, &d->rows[k]);
+	}
 	if (!rc)
 		mg_info("instruct: %lld train rows (%lld tokens), %lld "
 			"held-out rows (%lld tokens)%s",
@@ -242,7 +318,9 @@ static int build(struct instruct *d, const struct mg_opts *o,
 			(long long)d->rows[0].off[d->rows[0].n],
 			(long long)d->rows[1].n,
 			(long long)d->rows[1].off[d->rows[1].n],
-			packed ? ", packed" : "");
+			packed	   ? ", packed"
+			: pairs[0] ? ", one pair a row"
+				   : "");
 	free(sel[0]);
 	free(sel[1]);
 	td_corpus_free(&c[0]);
@@ -310,7 +388,8 @@ static const struct mg_plugin in_plugin = {
 	.version = "1.0",
 	.description = "instruction and chat data (alpaca, samsum, grammar, "
 		       "ShareGPT, messages; JSON/JSONL/gz) tokenized with a "
-		       "tokenizer.json, prompt masking, packing",
+		       "tokenizer.json, prompt masking, packing; preference "
+		       "pairs for DPO",
 	.options = in_options,
 	.create = in_create,
 	.destroy = in_destroy,

@@ -2,7 +2,9 @@
  * random_tokens.c - a synthetic token dataset: seeded random documents
  * with a chosen length distribution, a masked "prompt" at the start of
  * each (labels MG_IGNORE_INDEX), optionally packed several to a row with
- * positions restarting at each document.
+ * positions restarting at each document, or as preference pairs for
+ * DPO (pairs = true: a document, then the same prompt with a noise
+ * continuation, in one row).
  *
  * Why: sequence models, strategies and benchmarks need token batches
  * with realistic raggedness and masks without any data files. Documents
@@ -24,7 +26,7 @@ struct rtok {
 	int64_t vocab, seq_len, min_len, count[2];
 	int lengths;
 	double predictable, prompt_frac;
-	bool pack;
+	bool pack, pairs;
 	uint64_t seed;
 	int32_t *next; /* [vocab]: the predictable successor of each id */
 };
@@ -43,6 +45,11 @@ static const struct mg_option rtok_options[] = {
 	MG_OPT_B("pack", "false",
 		 "pack documents into full rows of seq_len tokens; positions "
 		 "restart at each document and attention stays inside it"),
+	MG_OPT_B("pairs", "false",
+		 "rows of preference pairs (DPO, model objective = dpo): a "
+		 "document of at most seq_len / 2 tokens (chosen), then the "
+		 "same prompt continued with uniform noise (rejected), "
+		 "positions restarting there"),
 	MG_OPT_F("predictable", "0.75", 0, 1,
 		 "probability that a token is a fixed function of the one "
 		 "before (0: pure noise, loss floor ln(vocab_size))"),
@@ -67,10 +74,16 @@ static int rtok_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 	d->min_len = mg_opt_int(o, "min_len");
 	d->prompt_frac = mg_opt_float(o, "prompt_frac");
 	d->pack = mg_opt_bool(o, "pack");
+	d->pairs = mg_opt_bool(o, "pairs");
 	d->predictable = mg_opt_float(o, "predictable");
 	d->count[MG_SPLIT_TRAIN] = mg_opt_int(o, "train_samples");
 	d->count[MG_SPLIT_TEST] = mg_opt_int(o, "test_samples");
 	d->seed = (uint64_t)mg_opt_int(o, "seed");
+	if (d->pairs && d->pack) {
+		free(d);
+		return mg_error("random_tokens: pairs and pack exclude each "
+				"other (one pair a row)");
+	}
 	if (d->lengths == LEN_UNIFORM && d->min_len > d->seq_len) {
 		int rc = mg_error("random_tokens: min_len %lld exceeds seq_len "
 				  "%lld",
@@ -145,6 +158,36 @@ static void write_doc(const struct rtok *d, uint64_t key, int64_t n,
 	}
 }
 
+/* A preference pair at ids/labels/pos: the document of key (chosen, at
+ * most half the row), then its prompt continued with noise (rejected).
+ * Returns the tokens written. */
+static int64_t write_pair(const struct rtok *d, uint64_t key, int32_t *ids,
+			  int32_t *labels, int32_t *pos)
+{
+	int64_t n = doc_len(d, mg_rng_uniform(key, 0));
+	if (n > d->seq_len / 2)
+		n = d->seq_len / 2;
+	write_doc(d, key, n, ids, labels, pos);
+	const int64_t prompt = (int64_t)floor(d->prompt_frac * (double)n);
+	const uint64_t k2 = mg_rng_key(key, 0x5EC0);
+	int32_t *ri = ids + n, *rl = labels + n, *rp = pos + n;
+	for (int64_t t = 0; t <= n; t++) {
+		/* the shared prompt is ids[0..prompt]: its last token's
+		 * label is the first response token */
+		int32_t v = t <= prompt && t < n
+				    ? ids[t]
+				    : (int32_t)(mg_rng_u64(k2, (uint64_t)t) %
+						(uint64_t)d->vocab);
+		if (t < n) {
+			ri[t] = v;
+			rp[t] = (int32_t)t;
+		}
+		if (t > 0)
+			rl[t - 1] = t - 1 < prompt ? MG_IGNORE_INDEX : v;
+	}
+	return 2 * n;
+}
+
 static int rtok_read_tokens(void *self, enum mg_split split, const int64_t *idx,
 			    int64_t n, const struct mg_token_rows *out)
 {
@@ -161,7 +204,10 @@ static int rtok_read_tokens(void *self, enum mg_split split, const int64_t *idx,
 		int32_t *pos = out->positions + i * out->stride;
 		uint64_t rkey = mg_rng_key(skey, (uint64_t)idx[i]);
 		int64_t used = 0;
-		for (uint64_t doc = 0; used < L; doc++) {
+		if (d->pairs)
+			used = write_pair(d, mg_rng_key(rkey, 0), ids, lab,
+					  pos);
+		for (uint64_t doc = 0; !d->pairs && used < L; doc++) {
 			uint64_t key = mg_rng_key(rkey, doc);
 			int64_t len = doc_len(d, mg_rng_uniform(key, 0));
 			if (len > L - used)
@@ -194,7 +240,8 @@ static const struct mg_plugin rtok_plugin = {
 	.name = "random_tokens",
 	.version = "1.0",
 	.description = "synthetic token rows: seeded documents with ragged "
-		       "lengths, masked prompts and optional packing",
+		       "lengths, masked prompts, optional packing or "
+		       "preference pairs",
 	.options = rtok_options,
 	.create = rtok_create,
 	.destroy = rtok_destroy,

@@ -3,7 +3,10 @@
  * "input_ids" (and optionally "labels", both as Hugging Face datasets
  * hold them: labels aligned with the ids, -100 where no loss counts; the
  * reader shifts them into next-token targets). Without labels every
- * next token counts.
+ * next token counts. Optional "position_ids" (HF's packed rows: 0 where
+ * each document starts, then counting up) pack several documents in a
+ * row, attention never crossing; a preference pair for DPO is such a
+ * row, [chosen | rejected].
  *
  * Why: the exact rows a user (or a reference script) tokenized, with no
  * tokenizer in the loop - what the transformers comparison tests feed
@@ -24,6 +27,7 @@ struct split {
 	int64_t *off;	 /* [rows + 1] into ids/labels */
 	int32_t *ids;	 /* concatenated rows */
 	int32_t *labels; /* shifted targets, MG_IGNORE_INDEX where none */
+	int32_t *pos;	 /* positions within each document */
 	int64_t ntok, captok;
 };
 
@@ -87,6 +91,7 @@ static int parse_line(struct tj *d, struct split *s, const char *text,
 	cJSON *j = cJSON_Parse(text);
 	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "input_ids");
 	const cJSON *lab = cJSON_GetObjectItemCaseSensitive(j, "labels");
+	const cJSON *pid = cJSON_GetObjectItemCaseSensitive(j, "position_ids");
 	int rc = 0;
 	int64_t n = cJSON_GetArraySize(ids);
 	if (!cJSON_IsObject(j) || !cJSON_IsArray(ids) || n < 1)
@@ -97,6 +102,10 @@ static int parse_line(struct tj *d, struct split *s, const char *text,
 		rc = mg_error("%s:%lld: \"labels\" is not an array as long as "
 			      "\"input_ids\" (%lld)",
 			      path, (long long)line, (long long)n);
+	else if (pid && (!cJSON_IsArray(pid) || cJSON_GetArraySize(pid) != n))
+		rc = mg_error("%s:%lld: \"position_ids\" is not an array as "
+			      "long as \"input_ids\" (%lld)",
+			      path, (long long)line, (long long)n);
 	if (!rc && n > d->seq_len) {
 		n = d->seq_len;
 		d->truncated++;
@@ -106,12 +115,15 @@ static int parse_line(struct tj *d, struct split *s, const char *text,
 			  sizeof *s->off) ||
 		     grow((void **)&s->ids, &s->captok, s->ntok + n, 4);
 	if (!rc) {
-		/* labels share the ids' capacity */
+		/* labels and positions share the ids' capacity */
 		int32_t *l = realloc(s->labels, (size_t)s->captok * 4);
-		if (!l)
-			rc = mg_error("token_jsonl: out of memory");
-		else
+		if (l)
 			s->labels = l;
+		int32_t *q = l ? realloc(s->pos, (size_t)s->captok * 4) : NULL;
+		if (q)
+			s->pos = q;
+		if (!l || !q)
+			rc = mg_error("token_jsonl: out of memory");
 	}
 	if (!rc) {
 		int32_t *x = s->ids + s->ntok, *y = s->labels + s->ntok;
@@ -125,6 +137,20 @@ static int parse_line(struct tj *d, struct split *s, const char *text,
 			memcpy(y, x + 1, (size_t)(n - 1) * 4);
 		}
 		y[n - 1] = MG_IGNORE_INDEX;
+		int32_t *p = s->pos + s->ntok;
+		if (!rc && pid)
+			rc = int_array(pid, "position_ids", n, p, false, path,
+				       line);
+		for (int64_t t = 0; !rc && t < n; t++) {
+			if (!pid)
+				p[t] = (int32_t)t;
+			else if (p[t] != 0 && (t == 0 || p[t] != p[t - 1] + 1))
+				rc = mg_error("%s:%lld: position_ids[%lld] is "
+					      "%d: a document starts at 0 and "
+					      "counts up by one",
+					      path, (long long)line,
+					      (long long)t, p[t]);
+		}
 		for (int64_t t = 0; !rc && t < n; t++) {
 			if (x[t] + 1 > d->vocab)
 				d->vocab = x[t] + 1;
@@ -181,6 +207,7 @@ static void tj_destroy(void *self)
 		free(d->s[i].off);
 		free(d->s[i].ids);
 		free(d->s[i].labels);
+		free(d->s[i].pos);
 	}
 	free(d);
 }
@@ -247,7 +274,7 @@ static int tj_read_tokens(void *self, enum mg_split split, const int64_t *idx,
 		memcpy(x, s->ids + a, (size_t)len * 4);
 		memcpy(y, s->labels + a, (size_t)len * 4);
 		for (int64_t t = 0; t < d->seq_len; t++) {
-			p[t] = t < len ? (int32_t)t : 0;
+			p[t] = t < len ? s->pos[a + t] : 0;
 			if (t >= len) {
 				x[t] = 0;
 				y[t] = MG_IGNORE_INDEX;
@@ -270,7 +297,7 @@ static const struct mg_plugin tj_plugin = {
 	.name = "token_jsonl",
 	.version = "1.0",
 	.description = "pre-tokenized rows from JSON Lines (input_ids, "
-		       "optional HF-style labels)",
+		       "optional HF-style labels and position_ids)",
 	.options = tj_options,
 	.create = tj_create,
 	.destroy = tj_destroy,

@@ -58,6 +58,38 @@ static const struct mg_option llama_options[] = {
 		 "adapters from, to continue training or evaluate it; its r, "
 		 "lora_alpha and use_rslora must equal the options above and "
 		 "it must hold every targeted module"),
+	MG_OPT_B("activation_checkpointing", "false",
+		 "keep only each layer's input for backward and recompute "
+		 "the layer there (one extra layer forward; activation memory "
+		 "of one layer instead of all)"),
+	MG_OPT_S("kernels", "none",
+		 "fused kernels instead of the unfused reference path: any of "
+		 "rmsnorm (residual add + RMSNorm in one pass, forward and "
+		 "backward), flce (linear + cross-entropy of the output head "
+		 "in chunks of tokens, without [tokens, vocab] logits), or "
+		 "fused / all, or none; same losses within rounding. "
+		 "Default none, the reference path, until the GPU sweep "
+		 "(conf/sweep_kernels.ini) has measured the fused ones"),
+	MG_OPT_I("flce_chunk", "0", 0, 1 << 24,
+		 "tokens per chunk of logits with kernels flce (0: as many as "
+		 "fit 256 MiB, at least 256)"),
+	MG_OPT_E("quant", "none", "none|nf4",
+		 "storage of the layers' frozen base projections: none (the "
+		 "compute dtype) or nf4 (QLoRA: 4-bit NormalFloat blocks of "
+		 "64 with double-quantized scales, dequantized before each "
+		 "GEMM; needs lora_rank > 0)"),
+	MG_OPT_E("objective", "sft", "sft|dpo",
+		 "sft: next-token loss on the label tokens; dpo: Direct "
+		 "Preference Optimization on preference rows (dataset "
+		 "format = preference), the reference being the model with "
+		 "its LoRA adapters off (needs lora_rank > 0)"),
+	MG_OPT_F("dpo_beta", "0.1", 1e-6, 1e6,
+		 "DPO beta: the strength of the implicit KL penalty towards "
+		 "the reference"),
+	MG_OPT_F("dpo_label_smoothing", "0", 0, 0.5,
+		 "DPO label smoothing eps: 0 the sigmoid loss, > 0 the "
+		 "conservative cDPO (preferences assumed flipped with "
+		 "probability eps)"),
 	MG_OPT_END,
 };
 
@@ -68,8 +100,10 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	if (!m)
 		return mg_error("llama: out of memory");
 	m->ctx = ctx;
+	m->recompute = mg_opt_bool(o, "activation_checkpointing");
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
-	    llama_lora_setup(m, o)) {
+	    llama_lora_setup(m, o) || llama_kernels_setup(m, o) ||
+	    llama_quant_setup(m, o) || llama_dpo_setup(m, o)) {
 		llama_lora_free(m);
 		free(m);
 		return -1;
@@ -113,6 +147,8 @@ static void llama_destroy(void *self)
 		return;
 	llama_hf_close(m);
 	llama_lora_free(m);
+	llama_quant_free(m);
+	llama_dpo_free(m);
 	mg_buf_free(m->ctx, &m->inv_freq);
 	mg_buf_free(m->ctx, &m->arena);
 	mg_buf_free(m->ctx, &m->work);
@@ -132,12 +168,17 @@ const char *const llama_layer_param[LP_COUNT] = {
 	[LP_DOWN] = "mlp.down_proj.weight",
 };
 
+static int add_dt(struct mg_model_spec *s, const char *name, enum mg_dtype dt,
+		  int flags, int64_t a, int64_t b)
+{
+	int64_t shape[2] = {a, b};
+	return mg_spec_add_param(s, name, dt, flags, b ? 2 : 1, shape) < 0;
+}
+
 static int add(struct mg_model_spec *s, const char *name, int flags, int64_t a,
 	       int64_t b)
 {
-	int64_t shape[2] = {a, b};
-	return mg_spec_add_param(s, name, MG_DTYPE_AUTO, flags, b ? 2 : 1,
-				 shape) < 0;
+	return add_dt(s, name, MG_DTYPE_AUTO, flags, a, b);
 }
 
 /* A unit's adapters, lora_A's of every target then lora_B's (the order
@@ -183,14 +224,18 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 		char name[64];
 		snprintf(name, sizeof name, "model.layers.%lld", (long long)l);
 		const char *const *P = llama_layer_param;
+		/* quant = nf4: the projections are frozen NF4 blobs */
+		const enum mg_dtype q = m->nf4 ? MG_NF4 : MG_DTYPE_AUTO;
 		if (mg_spec_add_unit(s, name) < 0 ||
 		    add(s, P[LP_IN_NORM], N, D, 0) ||
-		    add(s, P[LP_Q], W, qd, D) || add(s, P[LP_K], W, kvd, D) ||
-		    add(s, P[LP_V], W, kvd, D) || add(s, P[LP_O], W, D, qd) ||
+		    add_dt(s, P[LP_Q], q, W, qd, D) ||
+		    add_dt(s, P[LP_K], q, W, kvd, D) ||
+		    add_dt(s, P[LP_V], q, W, kvd, D) ||
+		    add_dt(s, P[LP_O], q, W, D, qd) ||
 		    add(s, P[LP_POST_NORM], N, D, 0) ||
-		    add(s, P[LP_GATE], W, c->ffn, D) ||
-		    add(s, P[LP_UP], W, c->ffn, D) ||
-		    add(s, P[LP_DOWN], W, D, c->ffn) ||
+		    add_dt(s, P[LP_GATE], q, W, c->ffn, D) ||
+		    add_dt(s, P[LP_UP], q, W, c->ffn, D) ||
+		    add_dt(s, P[LP_DOWN], q, W, D, c->ffn) ||
 		    add_adapters(s, m, LT_Q, LT_DOWN))
 			return -1;
 	}
@@ -199,12 +244,14 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 	    (!c->tie_embeddings && add(s, "lm_head.weight", W, c->vocab, D)) ||
 	    add_adapters(s, m, LT_HEAD, LT_HEAD))
 		return -1;
+	llama_quant_describe(m);
 	return 0;
 }
 
 static int llama_metrics(void *self, struct mg_metric_spec *ms)
 {
-	(void)self;
+	if (((struct llama *)self)->dpo.on)
+		return llama_dpo_metrics(ms);
 	memset(ms, 0, sizeof *ms);
 	ms->nsums = MG_METRIC_N;
 	ms->per_token = 1;
@@ -226,7 +273,9 @@ static int llama_init(void *self, int unit, struct mg_tensor *params,
 static int llama_fwd(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
 		     struct mg_tensor *metrics)
 {
-	return llama_forward(self, ctx, b, metrics);
+	struct llama *m = self;
+	return m->dpo.on ? llama_dpo_forward(m, ctx, b, metrics)
+			 : llama_forward(m, ctx, b, metrics);
 }
 
 static int llama_bwd(void *self, struct mg_ctx *ctx)

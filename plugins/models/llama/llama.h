@@ -100,9 +100,34 @@ struct llama_lora {
 	unsigned said_fused; /* fused groups announced (once each) */
 };
 
+/* Fused kernels a run may swap in (llama_kernels.c): bits of kern. */
+enum {
+	LK_RMSNORM = 1u << 0, /* residual add + RMSNorm, forward and back */
+	LK_FLCE = 1u << 1,    /* chunked linear + cross-entropy head */
+	LK_ALL = LK_RMSNORM | LK_FLCE,
+};
+
+/* The DPO objective (llama_dpo.c): objective = dpo. */
+struct llama_dpo {
+	bool on;
+	bool ref_pass; /* the forward under way is the reference's */
+	double beta, eps;
+	struct mg_buf buf; /* logp, ref and dlogp [n, 2] of the last forward */
+	int64_t n;
+	bool checked[2]; /* rows seen to be pairs: eval, training */
+};
+
 struct llama {
 	struct llama_cfg c;
 	struct llama_lora lora;
+	unsigned kern;	    /* LK_* of the `kernels` option */
+	int64_t flce_chunk; /* flce_chunk option: tokens a chunk, 0 auto */
+	/* quant = nf4 (llama_quant.c): the layers' projections are frozen
+	 * NF4; qbuf holds the one being used, dequantized (qw) */
+	bool nf4;
+	struct mg_buf qbuf;
+	struct mg_tensor qw;
+	struct llama_dpo dpo;
 	int64_t goff; /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
 	char hf_dir[4096];	/* weights to start from, or "" */
@@ -111,6 +136,9 @@ struct llama {
 	struct mg_buf arena;	/* activations kept for backward */
 	struct mg_buf work;	/* backward's gradient buffers */
 	int64_t n, T;		/* batch the arena is laid out for */
+	/* activation_checkpointing: one layer block in the arena, refilled
+	 * by recomputing each layer's forward in backward */
+	bool recompute;
 	bool have_fwd;
 	bool warned_len; /* rows longer than max_position_embeddings */
 	struct mg_tensor ids, labels, positions; /* of the last forward */
@@ -132,6 +160,13 @@ struct llama_hf;
 int llama_hf_open(struct llama *m);
 void llama_hf_close(struct llama *m);
 int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst);
+/* The NF4 blob of weight `name` when the folder holds it in
+ * bitsandbytes' 4-bit form (llama_bnb.c): copied, not re-quantized.
+ * 1 done, 0 the folder has it as floats (quantize those), -1 error
+ * (naming the file and the tensor). llama_hf_load dequantizes such a
+ * weight into a float tensor. */
+int llama_hf_load_nf4(struct llama *m, const char *name,
+		      struct mg_tensor *blob);
 
 /* llama_lora.c: parse the lora_* options (after the architecture);
  * in/out width of target t. */
@@ -156,6 +191,19 @@ int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 		       const struct mg_tensor *A, const struct mg_tensor *B,
 		       const struct mg_tensor *x, struct mg_tensor *as,
 		       void *xd, void *tmp, struct mg_tensor *y);
+/* The first half of llama_lora_forward: as = scale * A drop(x) [R, r]
+ * (tmp [R, r] scratch), for a caller that multiplies by B itself (the
+ * fused head). */
+int llama_lora_down(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+		    const struct mg_tensor *A, const struct mg_tensor *x,
+		    struct mg_tensor *as, void *xd, void *tmp);
+/* The second half of llama_lora_backward, from das = dy B [R, r]: dA +=
+ * (NULL: not computed), dx += the adapter's input gradient. */
+int llama_lora_down_backward(struct llama *m, struct mg_ctx *ctx, int layer,
+			     int t, const struct mg_tensor *A,
+			     struct mg_tensor *dA, const struct mg_tensor *x,
+			     const struct mg_tensor *das, struct mg_tensor *dx,
+			     void *da, void *xd, void *dxd);
 /* Backward from dy [R, out]: dA, dB += (NULL: not computed), dx [R, in]
  * += the adapter's input gradient. Scratch: das, da [R, rank], xd and
  * dxd [R, in]. */
@@ -193,10 +241,78 @@ int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
 			      void *das, void *da3, void *dt3, void *dxd);
 void llama_lora_free(struct llama *m);
 
+/* llama_kernels.c: the `kernels` option ("rmsnorm,flce", "fused" or
+ * "all", "none") into LK_* bits, errors naming unknown kernels; str
+ * names the bits; setup parses the options at create. */
+int llama_kernels_parse(const char *s, unsigned *bits);
+void llama_kernels_str(unsigned bits, char *buf, size_t len);
+int llama_kernels_setup(struct llama *m, const struct mg_opts *o);
+
+/* llama_head.c: the fused output head (kernels flce). chunk: tokens per
+ * chunk of logits for R rows. forward writes the loss metrics (training
+ * and evaluation); backward recomputes each chunk's logits and takes
+ * dhn (written) and the head weight's gradient (+=, the embedding's
+ * when tied), scaled by ctx->grad_scale. head is the head unit's view,
+ * work the [chunk, vocab] logits buffer; lora the head adapter's saved
+ * s A drop(hn) and scratch (llama_lora_forward / _backward's), or NULL
+ * without one. */
+struct llama_head_lora {
+	struct mg_tensor as;  /* [R, r], saved by forward */
+	void *xd, *tmp;	      /* [R, D], [R, r] */
+	void *das, *da, *dxd; /* backward: [R, r], [R, r], [R, D] */
+};
+int64_t llama_flce_chunk(const struct llama *m, int64_t R);
+int llama_head_flce_forward(struct llama *m, struct mg_ctx *ctx,
+			    enum mg_phase ph, struct mg_unit_view *head,
+			    const struct mg_tensor *hn,
+			    const struct mg_tensor *labels, void *work,
+			    struct llama_head_lora *lora,
+			    struct mg_tensor *metrics);
+int llama_head_flce_backward(struct llama *m, struct mg_ctx *ctx,
+			     struct mg_unit_view *head,
+			     const struct mg_tensor *hn,
+			     const struct mg_tensor *labels, void *work,
+			     struct llama_head_lora *lora,
+			     struct mg_tensor *dhn);
+/* llama_quant.c: QLoRA's NF4 base. setup parses `quant` (after the
+ * LoRA options: nf4 needs lora_rank > 0); quant_param says whether
+ * layer parameter lp (LP_*) is declared MG_NF4; fill makes an NF4
+ * parameter's blob from the HF tensor hf_name (with hf_dir) or the
+ * random init keyed on key, through one tensor's f32 values;
+ * llama_weight returns w itself, or for an NF4 w its dequantized values
+ * in the compute dtype (valid until the next call; NULL after
+ * mg_error); describe logs what is NF4, once. */
+int llama_quant_setup(struct llama *m, const struct mg_opts *o);
+bool llama_quant_param(const struct llama *m, int lp);
+int llama_quant_fill(struct llama *m, struct mg_tensor *blob,
+		     const char *hf_name, uint64_t key);
+const struct mg_tensor *llama_weight(struct llama *m, struct mg_ctx *ctx,
+				     const struct mg_tensor *w);
+void llama_quant_describe(const struct llama *m);
+void llama_quant_free(struct llama *m);
+
 /* llama_model.c */
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		  struct mg_tensor *metrics);
 int llama_backward(struct llama *m, struct mg_ctx *ctx);
+
+/* llama_dpo.c: DPO (Rafailov et al. 2023) on rows of preference pairs
+ * [prompt + chosen | prompt + rejected], the reference being the same
+ * weights with the LoRA adapters off. setup parses the objective and
+ * dpo_* options (after llama_lora_setup: it needs adapters); metrics
+ * declares TRL's; forward runs the reference pass then the policy's;
+ * head and head_backward replace the token loss in llama_forward and
+ * llama_backward when dpo.on. */
+int llama_dpo_setup(struct llama *m, const struct mg_opts *o);
+void llama_dpo_free(struct llama *m);
+int llama_dpo_metrics(struct mg_metric_spec *ms);
+int llama_dpo_forward(struct llama *m, struct mg_ctx *ctx,
+		      const struct mg_batch *b, struct mg_tensor *metrics);
+int llama_dpo_head(struct llama *m, struct mg_ctx *ctx,
+		   const struct mg_tensor *logits, const struct mg_batch *b,
+		   struct mg_tensor *metrics);
+int llama_dpo_head_backward(struct llama *m, struct mg_ctx *ctx,
+			    struct mg_tensor *logits);
 
 /* llama_decode.c: the model op decode (model.h) with a key/value
  * cache; decode_free releases the cache (destroy). */

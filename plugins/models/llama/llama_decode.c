@@ -143,7 +143,9 @@ static int dproj(struct llama *m, struct mg_ctx *ctx, const struct dlay *L,
 		 int layer, const struct mg_tensor *W, int w, int tg,
 		 const struct mg_tensor *x, struct mg_tensor *y)
 {
-	if (mg_op_linear(ctx, x, &W[w], NULL, y))
+	/* quant = nf4: dequantized into llama_quant.c's scratch first */
+	const struct mg_tensor *Wd = llama_weight(m, ctx, &W[w]);
+	if (!Wd || mg_op_linear(ctx, x, Wd, NULL, y))
 		return -1;
 	if (m->lora.rank == 0 || m->lora.ia[tg] < 0)
 		return 0;

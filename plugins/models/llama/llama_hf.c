@@ -4,7 +4,9 @@
  * maps names to. Shards are memory-mapped and opened on first use, and
  * each unit converts straight from the mapped pages into the strategy's
  * host tensor, so a rank reads only what it initialises and the host
- * never holds a second copy of the model.
+ * never holds a second copy of the model. A bitsandbytes 4-bit folder
+ * (llama_bnb.c) loads too: its NF4 projections dequantized into float
+ * parameters, or copied as they are into NF4 ones (quant = nf4).
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "llama.h"
+#include "llama_bnb.h"
 
 #define MAX_SHARDS 1024
 
@@ -38,6 +41,12 @@ int llama_hf_open(struct llama *m)
 	snprintf(h->dir, sizeof h->dir, "%s", m->hf_dir);
 	m->hf = h;
 	char path[4200];
+	snprintf(path, sizeof path, "%s/config.json", h->dir);
+	char *cfg = llama_read_file(path, 16 << 20);
+	int q = cfg ? bnb_check_config(path, cfg) : -1;
+	free(cfg);
+	if (q < 0)
+		return -1;
 	snprintf(path, sizeof path, "%s/model.safetensors.index.json", h->dir);
 	if (!is_file(path)) {
 		snprintf(path, sizeof path, "%s/model.safetensors", h->dir);
@@ -111,8 +120,69 @@ static struct mg_tensor_file *shard_for(struct llama_hf *h, const char *name)
 	return f;
 }
 
+/* bnb_get_fn over the folder: a tensor the index does not map is
+ * absent, not an error. */
+static int hf_get(void *ctx, const char *name, struct mg_tensor *view,
+		  const char **path)
+{
+	struct llama_hf *h = ctx;
+	if (h->index) {
+		const cJSON *map = cJSON_GetObjectItemCaseSensitive(
+			h->index, "weight_map");
+		if (!cJSON_GetObjectItemCaseSensitive(map, name))
+			return 0;
+	}
+	struct mg_tensor_file *f = shard_for(h, name);
+	if (!f)
+		return -1;
+	*path = mg_tensor_file_path(f);
+	return mg_tensor_file_get(f, name, view);
+}
+
+/* Weight `name` in bitsandbytes' form, read and checked against the
+ * shape of t (2-D); 1 read, 0 the folder has it in another form. */
+static int bnb_weight_of(struct llama *m, const char *name,
+			 const struct mg_tensor *t, struct bnb_weight *w)
+{
+	int rc = bnb_probe(hf_get, m->hf, name);
+	if (rc <= 0)
+		return rc;
+	if (t->ndim != 2)
+		return mg_error("llama: %s: '%s' is a bitsandbytes 4-bit "
+				"weight, the model has a %d-D tensor there",
+				m->hf->dir, name, t->ndim);
+	return bnb_read(hf_get, m->hf, name, t->shape[0], t->shape[1], w) ? -1
+									  : 1;
+}
+
+int llama_hf_load_nf4(struct llama *m, const char *name, struct mg_tensor *blob)
+{
+	struct bnb_weight w;
+	int rc = bnb_weight_of(m, name, blob, &w);
+	if (rc <= 0)
+		return rc;
+	return bnb_to_blob(&w, blob->data) ? -1 : 1;
+}
+
+/* dst from a bitsandbytes weight, dequantized (f32, then dst's type). */
+static int load_dequantized(const struct bnb_weight *w, struct mg_tensor *dst)
+{
+	float *f = malloc((size_t)w->n * sizeof *f);
+	if (!f)
+		return mg_error("llama: out of memory for '%s'", w->name);
+	struct mg_tensor src =
+		mg_tensor_make(f, MG_F32, MG_DEV_CPU, dst->ndim, dst->shape);
+	int rc = bnb_dequantize(w, f) || mg_tensor_convert_host(dst, &src);
+	free(f);
+	return rc ? -1 : 0;
+}
+
 int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 {
+	struct bnb_weight w;
+	int q = bnb_weight_of(m, name, dst, &w);
+	if (q)
+		return q < 0 ? -1 : load_dequantized(&w, dst);
 	struct mg_tensor_file *f = shard_for(m->hf, name);
 	if (!f)
 		return -1;

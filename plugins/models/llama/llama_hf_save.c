@@ -3,8 +3,16 @@
  * Hugging Face folder that transformers (and llama.hf_dir) load as is:
  * config.json with every LlamaConfig field and model.safetensors under
  * the HF names. LoRA adapters are merged into the weights they adapt
- * (W + s B A, in fp32 on the host), so the folder is a plain full model;
+ * (W + s B A, in fp32 on the host), so the folder is a plain full model
+ * (an NF4 base, quant = nf4, is dequantized first);
  * a tied output head is the embedding, written once as HF writes it.
+ * With dtype MG_NF4 (`export --dtype nf4`) the folder is a bitsandbytes
+ * 4-bit one, as transformers saves a model loaded with
+ * BitsAndBytesConfig(load_in_4bit, nf4, double quant, bf16 compute): the
+ * seven projections of each layer in bitsandbytes' form (llama_bnb.c;
+ * an NF4 base no adapter changes is written as it is, anything else
+ * quantized after the merge), the rest in bf16, quantization_config in
+ * config.json.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -12,13 +20,36 @@
 #include <string.h>
 
 #include "llama.h"
+#include "llama_bnb.h"
+#include "mg/nf4.h"
 #include "mg/tensor_file.h"
 
 static const char *torch_dtype(enum mg_dtype dt)
 {
-	return dt == MG_BF16  ? "bfloat16"
-	       : dt == MG_F16 ? "float16"
-			      : "float32";
+	return dt == MG_BF16 || dt == MG_NF4 ? "bfloat16"
+	       : dt == MG_F16		     ? "float16"
+					     : "float32";
+}
+
+/* transformers' BitsAndBytesConfig.to_dict() for NF4 with double
+ * quantization and bf16 compute (its post_init wants the threshold a
+ * float: 6.0, not 6). */
+static void add_bnb_config(cJSON *j)
+{
+	cJSON *q = cJSON_AddObjectToObject(j, "quantization_config");
+	cJSON_AddBoolToObject(q, "_load_in_4bit", true);
+	cJSON_AddBoolToObject(q, "_load_in_8bit", false);
+	cJSON_AddStringToObject(q, "bnb_4bit_compute_dtype", "bfloat16");
+	cJSON_AddStringToObject(q, "bnb_4bit_quant_storage", "uint8");
+	cJSON_AddStringToObject(q, "bnb_4bit_quant_type", "nf4");
+	cJSON_AddBoolToObject(q, "bnb_4bit_use_double_quant", true);
+	cJSON_AddBoolToObject(q, "llm_int8_enable_fp32_cpu_offload", false);
+	cJSON_AddBoolToObject(q, "llm_int8_has_fp16_weight", false);
+	cJSON_AddNullToObject(q, "llm_int8_skip_modules");
+	cJSON_AddRawToObject(q, "llm_int8_threshold", "6.0");
+	cJSON_AddBoolToObject(q, "load_in_4bit", true);
+	cJSON_AddBoolToObject(q, "load_in_8bit", false);
+	cJSON_AddStringToObject(q, "quant_method", "bitsandbytes");
 }
 
 /* config.json: what LlamaConfig reads, in transformers 4's form
@@ -61,6 +92,8 @@ static int write_config(const struct llama_cfg *c, const char *dir,
 	cJSON_AddNumberToObject(j, "pretraining_tp", 1);
 	cJSON_AddBoolToObject(j, "use_cache", true);
 	cJSON_AddStringToObject(j, "torch_dtype", torch_dtype(dt));
+	if (dt == MG_NF4)
+		add_bnb_config(j);
 	char *text = cJSON_Print(j);
 	cJSON_Delete(j);
 	const size_t n = text ? strlen(text) : 0;
@@ -77,7 +110,8 @@ static int write_config(const struct llama_cfg *c, const char *dir,
 	return rc;
 }
 
-/* Device tensor t as fp32 host values (malloc'd; NULL after mg_error). */
+/* Device tensor t as fp32 host values (malloc'd; NULL after mg_error);
+ * an NF4 blob dequantized (quant = nf4). */
 static float *to_host_f32(struct mg_ctx *ctx, const struct mg_tensor *t)
 {
 	const size_t bytes = mg_tensor_bytes(t);
@@ -86,7 +120,9 @@ static float *to_host_f32(struct mg_ctx *ctx, const struct mg_tensor *t)
 	float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
 	int rc = !raw || !f ? mg_error("llama export: out of memory")
 			    : mg_copy_d2h(ctx, raw, t->data, bytes);
-	if (!rc) {
+	if (!rc && t->dtype == MG_NF4) {
+		rc = mg_nf4_dequantize_host(f, raw, n);
+	} else if (!rc) {
 		struct mg_tensor src = mg_tensor_make(raw, t->dtype, MG_DEV_CPU,
 						      t->ndim, t->shape),
 				 dst = mg_tensor_make(f, MG_F32, MG_DEV_CPU,
@@ -118,19 +154,54 @@ static void merge(float *W, const float *A, const float *B, int64_t out,
 		}
 }
 
+/* An NF4 parameter's blob as it is, in bitsandbytes' form. */
+static int put_blob(struct mg_ctx *ctx, struct mg_tensor_writer *w,
+		    const struct mg_tensor *W, const char *name)
+{
+	const size_t bytes = mg_tensor_bytes(W);
+	void *blob = malloc(bytes);
+	int rc = !blob ? mg_error("llama export: out of memory")
+		       : mg_copy_d2h(ctx, blob, W->data, bytes);
+	if (!rc)
+		rc = bnb_write(w, name, blob, W->shape[0], W->shape[1],
+			       "bfloat16");
+	free(blob);
+	return rc ? mg_error_prefix("llama export: %s", name) : 0;
+}
+
+/* f32 values f of weight W quantized to NF4, in bitsandbytes' form. */
+static int put_quantized(struct mg_tensor_writer *w, const float *f,
+			 const struct mg_tensor *W, const char *name)
+{
+	const int64_t n = mg_tensor_numel(W);
+	void *blob = malloc(mg_nf4_layout(n).bytes);
+	int rc = !blob ? mg_error("llama export: out of memory")
+		       : mg_nf4_quantize_host(blob, f, n);
+	if (!rc)
+		rc = bnb_write(w, name, blob, W->shape[0], W->shape[1],
+			       "bfloat16");
+	free(blob);
+	return rc ? mg_error_prefix("llama export: %s", name) : 0;
+}
+
 /* Parameter p of an acquired unit into the writer under name, in dt,
  * with target t's adapter merged in (t < 0: none). */
 static int put(struct mg_ctx *ctx, const struct llama *m,
 	       struct mg_tensor_writer *w, const struct mg_unit_view *v, int p,
 	       int t, const char *name, enum mg_dtype dt)
 {
+	/* NF4 exports quantize the layers' seven projections */
+	const bool nf4_here = t >= 0 && t < LT_HEAD;
 	const struct mg_tensor *W = &v->params[p];
+	const struct llama_lora *L = &m->lora;
+	const bool merged = t >= 0 && L->rank && (L->targets & (1u << t));
+	if (dt == MG_NF4 && W->dtype == MG_NF4 && !merged)
+		return put_blob(ctx, w, W, name);
 	float *f = to_host_f32(ctx, W);
 	if (!f)
 		return mg_error_prefix("llama export: %s", name);
 	int rc = 0;
-	const struct llama_lora *L = &m->lora;
-	if (t >= 0 && L->rank && (L->targets & (1u << t))) {
+	if (merged) {
 		const struct mg_tensor *A = &v->params[L->ia[t]],
 				       *B = &v->params[L->ib[t]];
 		float *a = to_host_f32(ctx, A), *b = to_host_f32(ctx, B);
@@ -143,6 +214,13 @@ static int put(struct mg_ctx *ctx, const struct llama *m,
 		free(a);
 		free(b);
 	}
+	if (!rc && dt == MG_NF4 && nf4_here) {
+		rc = put_quantized(w, f, W, name);
+		free(f);
+		return rc;
+	}
+	if (dt == MG_NF4)
+		dt = MG_BF16; /* the rest of an NF4 export */
 	void *out = NULL;
 	if (!rc && dt != MG_F32) {
 		out = malloc((size_t)mg_tensor_numel(W) * mg_dtype_size(dt));
@@ -203,8 +281,9 @@ static int put_unit(struct llama *m, struct mg_ctx *ctx,
 int llama_save_hf(struct llama *m, struct mg_ctx *ctx, const char *dir,
 		  enum mg_dtype dt)
 {
-	if (dt != MG_F32 && dt != MG_F16 && dt != MG_BF16)
-		return mg_error("llama export: dtype %s (fp32, fp16 or bf16)",
+	if (dt != MG_F32 && dt != MG_F16 && dt != MG_BF16 && dt != MG_NF4)
+		return mg_error("llama export: dtype %s (fp32, fp16, bf16 or "
+				"nf4)",
 				mg_dtype_name(dt));
 	struct mg_tensor_writer *w = mg_tensor_writer_new();
 	if (!w)

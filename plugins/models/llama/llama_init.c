@@ -6,7 +6,8 @@
  * layout starts from the same model. With model.hf_dir the values come
  * from the folder's safetensors instead (llama_hf.c). LoRA adapters come
  * after a unit's base parameters, so the base (its keys and its HF
- * names) is the same whatever the adapter options.
+ * names) is the same whatever the adapter options. With quant = nf4 the
+ * layers' projections are those values quantized (llama_quant.c).
  */
 #include <stdio.h>
 
@@ -18,6 +19,7 @@
 static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones)
 {
 	int64_t n = mg_tensor_numel(t);
+	/* a pure function of j: the same values on any thread count */
 #pragma omp parallel for schedule(static) if (n > 65536)
 	for (int64_t j = 0; j < n; j++) {
 		double x = ones ? 1.0 : std * mg_rng_normal(key, (uint64_t)j);
@@ -63,6 +65,18 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 		"mlp.gate_proj.weight",	   "mlp.up_proj.weight",
 		"mlp.down_proj.weight"};
 	for (int i = 0; i < np; i++) {
+		const bool layer = unit > 0 && unit <= c->layers;
+		if (layer && llama_quant_param(m, i)) {
+			/* quant = nf4: the blob from this tensor's f32
+			 * values, the same ones a float run starts from */
+			char name[160];
+			snprintf(name, sizeof name, "model.layers.%d.%s",
+				 unit - 1, layer_names[i]);
+			if (llama_quant_fill(m, &params[i], name,
+					     mg_rng_key(seed, (uint64_t)i)))
+				return -1;
+			continue;
+		}
 		if (params[i].dtype != MG_F32 && params[i].dtype != MG_F64)
 			return mg_error(
 				"llama: storage dtype %s is not f32/f64",

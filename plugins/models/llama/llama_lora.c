@@ -334,14 +334,12 @@ static int drop(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 	return 0;
 }
 
-int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
-		       const struct mg_tensor *A, const struct mg_tensor *B,
-		       const struct mg_tensor *x, struct mg_tensor *as,
-		       void *xd, void *tmp, struct mg_tensor *y)
+int llama_lora_down(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+		    const struct mg_tensor *A, const struct mg_tensor *x,
+		    struct mg_tensor *as, void *xd, void *tmp)
 {
 	const int64_t R = x->shape[0];
 	struct mg_tensor S, a = *as, in = *x;
-	struct mg_tensor ty = like(ctx, tmp, R, y->shape[1]);
 	if (scale_matrix(m, ctx, &S))
 		return -1;
 	if (ctx->training && m->lora.dropout > 0) {
@@ -349,10 +347,20 @@ int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 		if (drop(m, ctx, layer, t, x, &in, false))
 			return -1;
 	}
-	/* a = A drop(x) into ty's room, then as = a S, then y += B as. */
+	/* a = A drop(x) into tmp, then as = a S. */
 	a.data = tmp;
 	return mg_op_linear(ctx, &in, A, NULL, &a) ||
-	       mg_op_linear(ctx, &a, &S, NULL, as) ||
+	       mg_op_linear(ctx, &a, &S, NULL, as);
+}
+
+int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
+		       const struct mg_tensor *A, const struct mg_tensor *B,
+		       const struct mg_tensor *x, struct mg_tensor *as,
+		       void *xd, void *tmp, struct mg_tensor *y)
+{
+	/* y += B as, through tmp once as is made */
+	struct mg_tensor ty = like(ctx, tmp, x->shape[0], y->shape[1]);
+	return llama_lora_down(m, ctx, layer, t, A, x, as, xd, tmp) ||
 	       mg_op_linear(ctx, as, B, NULL, &ty) || mg_op_add(ctx, y, &ty, y);
 }
 
@@ -363,17 +371,29 @@ int llama_lora_backward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 			const struct mg_tensor *dy, struct mg_tensor *dx,
 			void *das, void *da, void *xd, void *dxd)
 {
+	/* dB += dy^T as, das = dy B */
+	struct mg_tensor tdas = like(ctx, das, x->shape[0], m->lora.rank);
+	return mg_op_linear_backward(ctx, as, B, dy, &tdas, dB, NULL) ||
+	       llama_lora_down_backward(m, ctx, layer, t, A, dA, x, &tdas, dx,
+					da, xd, dxd);
+}
+
+int llama_lora_down_backward(struct llama *m, struct mg_ctx *ctx, int layer,
+			     int t, const struct mg_tensor *A,
+			     struct mg_tensor *dA, const struct mg_tensor *x,
+			     const struct mg_tensor *das, struct mg_tensor *dx,
+			     void *da, void *xd, void *dxd)
+{
 	const int64_t R = x->shape[0], r = m->lora.rank, in = x->shape[1];
-	struct mg_tensor S,
-		tdas = like(ctx, das, R, r), tda = like(ctx, da, R, r),
-		txd = like(ctx, xd, R, in), tdxd = like(ctx, dxd, R, in);
+	struct mg_tensor S, tda = like(ctx, da, R, r),
+			    txd = like(ctx, xd, R, in),
+			    tdxd = like(ctx, dxd, R, in);
 	const bool dropped = ctx->training && m->lora.dropout > 0;
 	if (scale_matrix(m, ctx, &S))
 		return -1;
-	/* dB += dy^T as, das = dy B; da = das S (S symmetric); the
-	 * dropout mask is drawn again rather than kept. */
-	if (mg_op_linear_backward(ctx, as, B, dy, &tdas, dB, NULL) ||
-	    mg_op_linear_backward(ctx, &tdas, &S, &tdas, &tda, NULL, NULL))
+	/* da = das S (S symmetric); the dropout mask is drawn again rather
+	 * than kept. */
+	if (mg_op_linear_backward(ctx, das, &S, das, &tda, NULL, NULL))
 		return -1;
 	if (dropped && drop(m, ctx, layer, t, x, &txd, false))
 		return -1;

@@ -10,10 +10,25 @@
  * (loss scale / the step's label tokens over every rank and micro-batch),
  * so N ranks and one rank train the same model.
  *
+ * With activation_checkpointing only the residual stream inputs are
+ * kept per layer; one layer block is shared and backward recomputes each
+ * layer's forward into it just before that layer's backward.
+ *
  * With LoRA (llama_lora.c) each targeted projection adds its adapter
  * path after the frozen GEMM and saves only s * A drop(x) [R, r];
  * backward takes no weight gradient of a frozen tensor (the strategy
  * lends it without one) and draws the dropout mask again.
+ *
+ * The `kernels` option (llama_kernels.c) swaps in fused ops: rmsnorm
+ * adds each residual inside the RMSNorm that reads it (a layer leaves
+ * its MLP output beside the residual; the next layer's input norm, or
+ * the final norm, adds them) and the residual gradient inside the norm's
+ * backward; flce computes the head's loss and gradients a chunk of
+ * tokens at a time (llama_head.c), the arena's logits slot one chunk.
+ *
+ * With quant = nf4 every base GEMM reads its weight through
+ * llama_weight (llama_quant.c): dequantized just before, forward and
+ * again in backward, into one scratch; nothing dequantized is kept.
  */
 #include <math.h>
 #include <string.h>
@@ -84,19 +99,23 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 			continue;
 		int64_t in, out;
 		llama_lora_dims(c, t, &in, &out);
+		if (t == LT_HEAD && (m->kern & LK_FLCE))
+			out = 0; /* the fused head never holds B as */
 		max_in = (size_t)in > max_in ? (size_t)in : max_in;
 		max_out = (size_t)out > max_out ? (size_t)out : max_out;
 		if (t != LT_HEAD)
 			SLOT(la[t], R * r * es);
 	}
 	L->per = p;
-	o += p * (size_t)c->layers;
+	/* With activation checkpointing one block serves every layer. */
+	o += p * (size_t)(m->recompute ? 1 : c->layers);
 	L->hn = o;
 	o += al(R * D * es);
 	L->rstdn = o;
 	o += al(R * ss);
 	L->logits = o;
-	o += al(R * (size_t)c->vocab * es);
+	o += al((m->kern & LK_FLCE ? (size_t)llama_flce_chunk(m, n * T) : R) *
+		(size_t)c->vocab * es);
 	if (lo->ia[LT_HEAD] >= 0) {
 		L->la[LT_HEAD] = o;
 		o += al(R * r * es);
@@ -154,7 +173,7 @@ static void layer_tensors(const struct llama *m, const struct lay *L, int l,
 		      kvd = c->kv_heads * c->head_dim, I = c->ffn;
 	void *A = m->arena.ptr;
 	const size_t xs = al((size_t)(R * D) * mg_dtype_size(dt));
-	const size_t b = L->layer + L->per * (size_t)l;
+	const size_t b = L->layer + L->per * (size_t)(m->recompute ? 0 : l);
 	t->x = at(m, A, L->x + xs * (size_t)l, dt, 2, R, D, 0, 0);
 	t->xn = at(m, A, L->x + xs * (size_t)(l + 1), dt, 2, R, D, 0, 0);
 	t->h1 = at(m, A, b + L->h1, dt, 2, R, D, 0, 0);
@@ -193,8 +212,9 @@ static double attn_scale(const struct llama *m)
 static struct mg_tensor lora_saved(const struct llama *m, const struct lay *L,
 				   int l, int tg)
 {
+	size_t blk = m->recompute ? 0 : (size_t)l;
 	size_t off = tg == LT_HEAD ? L->la[tg]
-				   : L->layer + L->per * (size_t)l + L->la[tg];
+				   : L->layer + L->per * blk + L->la[tg];
 	return at(m, m->arena.ptr, off, m->ctx->compute_dtype, 2, m->n * m->T,
 		  m->lora.rank, 0, 0);
 }
@@ -206,7 +226,8 @@ static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    const struct mg_tensor *x, struct mg_tensor *y)
 {
 	const struct llama_lora *lo = &m->lora;
-	if (mg_op_linear(ctx, x, &P[w], NULL, y))
+	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
+	if (!W || mg_op_linear(ctx, x, W, NULL, y))
 		return -1;
 	if (lo->ia[tg] < 0)
 		return 0;
@@ -236,7 +257,8 @@ static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	}
 	struct mg_tensor as[3], *asp[3], *yf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		if (mg_op_linear(ctx, x, &P[ws[j]], NULL, ys[j]))
+		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
+		if (!W || mg_op_linear(ctx, x, W, NULL, ys[j]))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
@@ -251,15 +273,42 @@ static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 static const int QKV_T[3] = {LT_Q, LT_K, LT_V}, QKV_W[3] = {LP_Q, LP_K, LP_V},
 		 GU_T[2] = {LT_GATE, LT_UP}, GU_W[2] = {LP_GATE, LP_UP};
 
+/* y = rmsnorm(x) w, or with kernels rmsnorm and a residual res still to
+ * add: x = res + x, then y, in one op. */
+static int norm_fwd(struct llama *m, struct mg_ctx *ctx,
+		    const struct mg_tensor *res, struct mg_tensor *x,
+		    const struct mg_tensor *w, struct mg_tensor *y,
+		    struct mg_tensor *rstd)
+{
+	if (res)
+		return mg_op_add_rmsnorm(ctx, res, x, w, m->c.norm_eps, x, y,
+					 rstd);
+	return mg_op_rmsnorm(ctx, x, w, m->c.norm_eps, y, rstd);
+}
+
+/* The residual a fused layer left unadded to x_{l}: layer l - 1's xm. */
+static const struct mg_tensor *pending(const struct llama *m,
+				       const struct lay *L, int l,
+				       struct mg_tensor *buf)
+{
+	if (!(m->kern & LK_RMSNORM) || l == 0)
+		return NULL;
+	struct lt p;
+	layer_tensors(m, L, l - 1, &p);
+	*buf = p.xm;
+	return buf;
+}
+
 static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 			 const struct mg_tensor *W, struct lt *t,
 			 const struct mg_tensor *pos, const struct lay *L,
 			 int l)
 {
-	struct mg_tensor f = inv_freq(m);
+	struct mg_tensor f = inv_freq(m), pb;
 	double eps = m->c.norm_eps;
-	return mg_op_rmsnorm(ctx, &t->x, &W[LP_IN_NORM], eps, &t->h1,
-			     &t->rstd1) ||
+	const bool fused = m->kern & LK_RMSNORM;
+	return norm_fwd(m, ctx, pending(m, L, l, &pb), &t->x, &W[LP_IN_NORM],
+			&t->h1, &t->rstd1) ||
 	       group_fwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, &t->h1,
 			 (struct mg_tensor *const[]){&t->q, &t->k, &t->v}) ||
 	       mg_op_rope(ctx, &t->q4, pos, &f) ||
@@ -268,14 +317,33 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 			       &t->o4, &t->lse) ||
 	       /* xm = x + o W_o^T, through xn as scratch */
 	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, &t->xn) ||
-	       mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
-	       mg_op_rmsnorm(ctx, &t->xm, &W[LP_POST_NORM], eps, &t->h2,
-			     &t->rstd2) ||
+	       (fused ? mg_op_add_rmsnorm(ctx, &t->x, &t->xn, &W[LP_POST_NORM],
+					  eps, &t->xm, &t->h2, &t->rstd2)
+		      : mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
+				mg_op_rmsnorm(ctx, &t->xm, &W[LP_POST_NORM],
+					      eps, &t->h2, &t->rstd2)) ||
 	       group_fwd(m, ctx, L, l, GU_T, GU_W, 2, W, &t->h2,
 			 (struct mg_tensor *const[]){&t->g, &t->u}) ||
 	       mg_op_swiglu(ctx, &t->g, &t->u, &t->s) ||
 	       proj_fwd(m, ctx, L, l, LT_DOWN, W, LP_DOWN, &t->s, &t->xn) ||
-	       mg_op_add(ctx, &t->xm, &t->xn, &t->xn);
+	       /* fused: the next norm adds xm (pending()) */
+	       (!fused && mg_op_add(ctx, &t->xm, &t->xn, &t->xn));
+}
+
+/* The head adapter's buffers for the fused head, or NULL without one. */
+static struct llama_head_lora *head_lora(struct llama *m, const struct lay *L,
+					 struct llama_head_lora *hl)
+{
+	if (m->lora.ia[LT_HEAD] < 0)
+		return NULL;
+	char *A = m->arena.ptr, *B = m->work.ptr;
+	hl->as = lora_saved(m, L, (int)m->c.layers, LT_HEAD);
+	hl->xd = A + L->lxd;
+	hl->tmp = A + L->ltmp;
+	hl->das = B ? B + L->ldas : NULL;
+	hl->da = B ? B + L->lda : NULL;
+	hl->dxd = B ? B + L->ldxd : NULL;
+	return hl;
 }
 
 static int check_batch(struct llama *m, const struct mg_batch *b)
@@ -349,9 +417,15 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	v = mg_acquire(ctx, head, ph);
 	if (!v)
 		return -1;
-	rc = mg_op_rmsnorm(ctx, &last.xn, &v->params[0], c->norm_eps, &hn,
-			   &rstdn);
-	if (!rc && c->tie_embeddings) {
+	struct mg_tensor pb;
+	rc = norm_fwd(m, ctx, pending(m, &L, (int)c->layers, &pb), &last.xn,
+		      &v->params[0], &hn, &rstdn);
+	if (!rc && (m->kern & LK_FLCE)) {
+		struct llama_head_lora hl;
+		rc = llama_head_flce_forward(m, ctx, ph, v, &hn, &b->labels,
+					     (char *)m->arena.ptr + L.logits,
+					     head_lora(m, &L, &hl), metrics);
+	} else if (!rc && c->tie_embeddings) {
 		struct mg_unit_view *e = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
 		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, &logits);
 		if (e)
@@ -361,8 +435,10 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 			      &hn, &logits);
 	}
 	mg_release(ctx, head, ph);
-	if (!rc)
-		rc = mg_op_softmax_xent(ctx, &logits, &b->labels, metrics);
+	if (!rc && !(m->kern & LK_FLCE))
+		rc = m->dpo.on ? llama_dpo_head(m, ctx, &logits, b, metrics)
+			       : mg_op_softmax_xent(ctx, &logits, &b->labels,
+						    metrics);
 	if (rc)
 		return mg_error_prefix("llama head");
 	if (ctx->training) {
@@ -390,7 +466,9 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    struct mg_tensor *tmp)
 {
 	const struct llama_lora *lo = &m->lora;
-	if (mg_op_linear_backward(ctx, x, &P[w], dy, tmp ? tmp : dx, gw(&G[w]),
+	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
+	if (!W ||
+	    mg_op_linear_backward(ctx, x, W, dy, tmp ? tmp : dx, gw(&G[w]),
 				  NULL) ||
 	    (tmp && mg_op_add(ctx, dx, tmp, dx)))
 		return -1;
@@ -426,8 +504,10 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	}
 	struct mg_tensor as[3], *asp[3], *dyf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		if (mg_op_linear_backward(ctx, x, &P[ws[j]], dys[j],
-					  j ? tmp : dx, gw(&G[ws[j]]), NULL) ||
+		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
+		if (!W ||
+		    mg_op_linear_backward(ctx, x, W, dys[j], j ? tmp : dx,
+					  gw(&G[ws[j]]), NULL) ||
 		    (j && mg_op_add(ctx, dx, tmp, dx)))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
@@ -440,6 +520,21 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	return llama_lora_backward_group(m, ctx, ft, nf, P, G, x, asp, dyf, dx,
 					 B + L->ldas, B + L->lda, B + L->ldt3,
 					 B + L->ldxd);
+}
+
+/* out = dres + the norm's input gradient from dy (tmp: scratch of the
+ * unfused path), dw += the norm weight's. */
+static int norm_bwd(struct llama *m, struct mg_ctx *ctx,
+		    const struct mg_tensor *x, const struct mg_tensor *w,
+		    const struct mg_tensor *rstd, const struct mg_tensor *dy,
+		    const struct mg_tensor *dres, struct mg_tensor *out,
+		    struct mg_tensor *tmp, struct mg_tensor *dw)
+{
+	if (m->kern & LK_RMSNORM)
+		return mg_op_rmsnorm_backward_add(ctx, x, w, rstd, dy, dres,
+						  out, dw);
+	return mg_op_rmsnorm_backward(ctx, x, w, rstd, dy, tmp, dw) ||
+	       mg_op_add(ctx, dres, tmp, out);
 }
 
 /* Backward through one layer: dx holds d(loss)/d(layer output) and
@@ -479,9 +574,8 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
 	       group_bwd(m, ctx, L, l, GU_T, GU_W, 2, W, G, &t->h2,
 			 (struct mg_tensor *const[]){&ds, &du}, &dh, &dtmp) ||
-	       mg_op_rmsnorm_backward(ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2,
-				      &dh, &dtmp, gw(&G[LP_POST_NORM])) ||
-	       mg_op_add(ctx, dx, &dtmp, &dxm) ||
+	       norm_bwd(m, ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2, &dh, dx,
+			&dxm, &dtmp, gw(&G[LP_POST_NORM])) ||
 	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
 	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, &dxm, &dout,
 			NULL) ||
@@ -493,9 +587,8 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 	       group_bwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, G, &t->h1,
 			 (struct mg_tensor *const[]){&dq, &dk, &dv}, &dh,
 			 &dtmp) ||
-	       mg_op_rmsnorm_backward(ctx, &t->x, &W[LP_IN_NORM], &t->rstd1,
-				      &dh, &dtmp, gw(&G[LP_IN_NORM])) ||
-	       mg_op_add(ctx, &dxm, &dtmp, dx);
+	       norm_bwd(m, ctx, &t->x, &W[LP_IN_NORM], &t->rstd1, &dh, &dxm, dx,
+			&dtmp, gw(&G[LP_IN_NORM]));
 }
 
 int llama_backward(struct llama *m, struct mg_ctx *ctx)
@@ -521,15 +614,23 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		at(m, m->arena.ptr, L.logits, dt, 2, R, c->vocab, 0, 0);
 	struct lt last;
 	layer_tensors(m, &L, (int)c->layers - 1, &last);
-	/* d(loss)/d(logits), in place. */
-	if (mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
-					&ctx->grad_scale, &logits))
+	/* d(loss)/d(logits), in place (flce: per chunk, below). */
+	if (!(m->kern & LK_FLCE) &&
+	    (m->dpo.on ? llama_dpo_head_backward(m, ctx, &logits)
+		       : mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
+						     &ctx->grad_scale,
+						     &logits)))
 		return mg_error_prefix("llama loss backward");
 	struct mg_unit_view *v = mg_acquire(ctx, head, MG_PHASE_BACKWARD);
 	if (!v)
 		return -1;
 	int rc;
-	if (c->tie_embeddings) {
+	if (m->kern & LK_FLCE) {
+		struct llama_head_lora hl;
+		rc = llama_head_flce_backward(m, ctx, v, &hn, &m->labels,
+					      (char *)m->arena.ptr + L.logits,
+					      head_lora(m, &L, &hl), &dhn);
+	} else if (c->tie_embeddings) {
 		struct mg_unit_view *e =
 			mg_acquire(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 		rc = !e ||
@@ -556,7 +657,14 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), MG_PHASE_BACKWARD);
 		if (!v)
 			return -1;
-		rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, l,
+		/* Activation checkpointing: refill the layer block from the
+		 * kept input. Dropout masks are keyed on (layer, target,
+		 * sample), so the recomputation draws the forward's. */
+		rc = m->recompute ? layer_forward(m, ctx, v->params, &t,
+						  &m->positions, &L, l)
+				  : 0;
+		if (!rc)
+			rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, l,
 				    &dx);
 		if (!rc)
 			rc = mg_grads_ready(ctx, LLAMA_UNIT_LAYER(l));

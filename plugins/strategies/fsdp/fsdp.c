@@ -55,8 +55,9 @@ static void fsdp_destroy(void *self)
 {
 	struct fsdp *d = self;
 	fsdp_exec_free(d);
-	struct mg_buf *bufs[] = {&d->master_buf, &d->lp_buf,   &d->gshard,
-				 &d->buffers,	 &d->state[0], &d->state[1]};
+	struct mg_buf *bufs[] = {&d->master_buf, &d->lp_buf,  &d->packed_buf,
+				 &d->gshard,	 &d->buffers, &d->state[0],
+				 &d->state[1]};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		mg_buf_free(d->ctx, bufs[i]);
 	if (d->own_sc)
@@ -127,6 +128,8 @@ static int alloc_storage(struct fsdp *d)
 			 MG_MEM_PARAMS) ||
 	    mg_buf_alloc(ctx, &d->lp_buf, (size_t)L->n_lp * cs + 1,
 			 MG_MEM_PARAMS) ||
+	    mg_buf_alloc(ctx, &d->packed_buf, (size_t)L->n_packed + 1,
+			 MG_MEM_PARAMS) ||
 	    mg_buf_alloc(ctx, &d->gshard, L->gshard_bytes + 1, MG_MEM_GRADS) ||
 	    mg_buf_alloc(ctx, &d->buffers, (size_t)L->n_buffers * ms + 1,
 			 MG_MEM_PARAMS) ||
@@ -157,12 +160,17 @@ int fsdp_refresh_lp(struct fsdp *d)
 }
 
 /* Initial values: keep this rank's shard of each full flat; a frozen lp
- * flat's converted to its lent dtype on the host (it has no master). */
+ * flat's converted to its lent dtype on the host (it has no master), a
+ * packed flat's kept as the bytes it is. */
 static int keep_shard(void *arg, int k, const char *full)
 {
 	struct fsdp *d = arg;
 	const struct mg_flat *f = &d->L.flats[k];
 	size_t ms = mg_dtype_size(d->master);
+	if (f->packed)
+		return mg_copy_h2d(
+			d->ctx, (char *)d->packed_buf.ptr + f->packed_off,
+			full + (size_t)(d->srank * f->shard), (size_t)f->shard);
 	if (mg_flat_frozen_lp(f)) {
 		/* Mixed precision: master F32, lent F16 or BF16. */
 		const float *src =

@@ -78,6 +78,7 @@ struct fsdp {
 	/* This rank's storage. */
 	struct mg_buf master_buf; /* shards, master dtype */
 	struct mg_buf lp_buf;	  /* shards of lp flats, compute dtype */
+	struct mg_buf packed_buf; /* shards of packed (NF4) flats, bytes */
 	struct mg_buf gshard;	  /* gradient shards */
 	struct mg_buf state[2];	  /* optimizer state shards */
 	struct mg_buf buffers;	  /* MG_P_BUFFER tensors, replicated */
@@ -117,6 +118,17 @@ static inline void *fsdp_at(const struct mg_buf *b, int64_t off,
 			    enum mg_dtype dt)
 {
 	return (char *)b->ptr + (size_t)off * mg_dtype_size(dt);
+}
+
+/* This rank's shard of flat f's parameters, in its lent dtype: the lp
+ * copy, the bytes of a packed (NF4) flat, or the master shard. */
+static inline char *fsdp_shard(const struct fsdp *d, const struct mg_flat *f)
+{
+	if (f->packed)
+		return (char *)d->packed_buf.ptr + f->packed_off;
+	if (f->lp)
+		return fsdp_at(&d->lp_buf, f->lp_off, f->lent);
+	return fsdp_at(&d->master_buf, f->master_off, d->master);
 }
 
 #endif

@@ -101,10 +101,7 @@ static int gather(struct fsdp *d, int u)
 	char *base = d->pslots[un->slot].buf.ptr;
 	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
 		const struct mg_flat *f = &L->flats[k];
-		const void *mine =
-			f->lp ? fsdp_at(&d->lp_buf, f->lp_off, f->lent)
-			      : fsdp_at(&d->master_buf, f->master_off,
-					d->master);
+		const void *mine = fsdp_shard(d, f);
 		if (d->sc->all_gather(d->sc, mine, base + f->full_byte,
 				      f->shard, f->lent))
 			return mg_error_prefix("fsdp: all-gather of %s",
@@ -245,9 +242,7 @@ static void point(struct fsdp *d, int u, bool grads)
 		if (d->group > 1)
 			pb = (char *)d->pslots[un->slot].buf.ptr + f->full_byte;
 		else
-			pb = f->lp ? fsdp_at(&d->lp_buf, f->lp_off, f->lent)
-				   : fsdp_at(&d->master_buf, f->master_off,
-					     d->master);
+			pb = fsdp_shard(d, f);
 		pt->data = pb + (size_t)L->param_off[i] * es;
 		if (!grads || !f->train)
 			continue;

@@ -119,6 +119,9 @@ int off_upload_full(struct offload *d, int k, const void *full_host)
 	const struct mg_flat *f = &d->L.flats[k];
 	const int64_t n = f->shard * d->L.group;
 	const size_t ms = mg_dtype_size(d->master);
+	if (f->packed) /* NF4 blobs: bytes, as the model made them */
+		return mg_copy_h2d(d->ctx, off_dev_full(d, k), full_host,
+				   (size_t)n);
 	if (!f->lp)
 		return mg_copy_h2d(d->ctx, off_dev_full(d, k), full_host,
 				   (size_t)n * ms);
@@ -135,8 +138,8 @@ int off_upload_full(struct offload *d, int k, const void *full_host)
 
 /* Initial values: this rank's shard to the host master, the full flat
  * to the device. A frozen flat lives on the device only: it has no host
- * master (lent in a lower dtype: none in the layout; in the master dtype:
- * its host shard is never read, never updated). */
+ * master (lent in a lower dtype or packed NF4: none in the layout; in the
+ * master dtype: its host shard is never read, never updated). */
 static int keep_flat(void *arg, int k, const char *full)
 {
 	struct offload *d = arg;
