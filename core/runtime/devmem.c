@@ -62,10 +62,11 @@ static int64_t nvml_device_used(struct mg_devmem *m)
 /* This PID's used bytes from NVML: -1 on error, -2 when not listed. */
 static int64_t nvml_process_used(struct mg_devmem *m)
 {
-	static _Thread_local unsigned char
-		buf[MAX_PROCS * sizeof(struct nvml_proc_v2)];
+	/* records of either layout; the array keeps them aligned */
+	static _Thread_local struct nvml_proc_v2 recs[MAX_PROCS];
+	const unsigned char *buf = (const unsigned char *)recs;
 	unsigned n = MAX_PROCS;
-	if (!m->proc_fn || m->proc_fn(m->nvml_dev, &n, buf) != NVML_SUCCESS)
+	if (!m->proc_fn || m->proc_fn(m->nvml_dev, &n, recs) != NVML_SUCCESS)
 		return -1;
 	unsigned pid = (unsigned)getpid();
 	for (unsigned i = 0; i < n && i < MAX_PROCS; i++) {
