@@ -34,8 +34,10 @@ idx)
 	srcs="plugins/datasets/mnist/idx.c core/runtime/log.c"
 	libs="-lz" ;;
 safetensors)
-	srcs="core/runtime/safetensors.c core/runtime/log.c core/runtime/tensor.c"
-	libs="-lcjson" ;;
+	# nf4.c: mg_tensor_bytes sizes NF4 tensors by their blob layout
+	srcs="core/runtime/safetensors.c core/runtime/log.c core/runtime/tensor.c
+core/runtime/nf4.c"
+	libs="-lcjson -lm -lpthread" ;;
 report)
 	srcs="core/analysis/run_load.c core/runtime/series.c core/runtime/log.c"
 	libs="-lcjson -lm" ;;

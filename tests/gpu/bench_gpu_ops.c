@@ -325,6 +325,23 @@ static int ab_bwd(void *p)
 		&b->o.g, &b->lse.g, &b->dout.g, &b->dq.g, &b->dk.g, &b->dv.g);
 }
 
+/* the backward's two halves (D is computed by both) */
+static int ab_bwd_dq(void *p)
+{
+	struct ab *b = p;
+	return mg_cuda_attention_backward(
+		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, b->scale,
+		&b->o.g, &b->lse.g, &b->dout.g, &b->dq.g, NULL, NULL);
+}
+
+static int ab_bwd_dkv(void *p)
+{
+	struct ab *b = p;
+	return mg_cuda_attention_backward(
+		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, b->scale,
+		&b->o.g, &b->lse.g, &b->dout.g, NULL, &b->dk.g, &b->dv.g);
+}
+
 static int ab_both(void *p)
 {
 	return ab_fwd(p) || ab_bwd(p);
@@ -466,6 +483,37 @@ static int bench_attention(enum mg_dtype dt)
 		for (int f = 0; f < 2; f++)
 			for (int j = 0; j < 4; j++)
 				free(out[f][j]);
+		{
+			/* where the flash backward's time goes: dq alone
+			 * (2 products recomputed + dS K: 1.5x the forward's
+			 * work) and dk, dv alone (2x) */
+			static const char *part[] = {"bwd dq", "bwd dkdv"};
+			int (*pf[])(void *) = {ab_bwd_dq, ab_bwd_dkv};
+			const double pm[] = {1.5, 2.0};
+			for (int j = 0; j < 2; j++) {
+				double t3[3];
+				time_spread(pf[j], &b, t3);
+				if (t3[0] > 0)
+					printf("%-18s %-6s %-8s %9.4f [%8.4f, "
+					       "%8.4f] %8.1f  (work done)\n",
+					       sh[i].name, "flash", part[j],
+					       t3[0], t3[1], t3[2],
+					       pm[j] * fwd_flop /
+						       (t3[0] * 1e-3) / 1e12);
+			}
+		}
+		if (hd == 64) {
+			/* the forward with one m-tile a warp (fwd_mw) */
+			setenv("MG_FLASH_FWD_MW", "1", 1);
+			double t3[3];
+			time_spread(ab_fwd, &b, t3);
+			unsetenv("MG_FLASH_FWD_MW");
+			if (t3[0] > 0)
+				printf("%-18s %-6s %-8s %9.4f [%8.4f, %8.4f] "
+				       "%8.1f  (one m-tile a warp)\n",
+				       sh[i].name, "flash", "fwd", t3[0], t3[1],
+				       t3[2], fwd_flop / (t3[0] * 1e-3) / 1e12);
+		}
 		for (int d = 0; d < 3; d++)
 			if (ms[0][d] > 0 && ms[1][d] > 0)
 				printf("%-18s flash speed-up %-8s %.2fx\n",

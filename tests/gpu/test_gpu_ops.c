@@ -1415,6 +1415,17 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 	}
 	for (int i = 0; i < 3; i++)
 		free(r1[i]);
+	/* dk, dv alone (no dq: the flash kernels then compute D apart);
+	 * the GPU side poisoned (all-ones bits: NaN in every float type) */
+	cudaMemset(dk.g.data, 0xff, mg_tensor_bytes(&dk.g));
+	cudaMemset(dv.g.data, 0xff, mg_tensor_bytes(&dv.g));
+	if (!gt_ok(mg_op_attention_backward(&gt_gpu, &q.g, &k.g, &v.g, &pos.g,
+					    sc, &o.g, &lse.g, &dout.g, NULL,
+					    &dk.g, &dv.g),
+		   name)) {
+		gt_check(LBL("%s dk (no dq)", name), dt, &dk, tol);
+		gt_check(LBL("%s dv (no dq)", name), dt, &dv, tol);
+	}
 	struct gt *all[] = {&q, &k, &v, &pos, &o, &lse, &dout, &dq, &dk, &dv};
 	for (size_t i = 0; i < 10; i++)
 		gt_free(all[i]);
@@ -1564,6 +1575,12 @@ static void test_attention(void)
 			}
 	}
 	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
+	/* the hd 64 forward with one m-tile a warp (its default is two) */
+	setenv("MG_FLASH_FWD_MW", "1", 1);
+	attn_tag = " [flash mw1]";
+	llm_attention_check(MG_BF16, 5, 513, 8, 1, 64);
+	llm_attention_check(MG_F16, 4, 77, 4, 4, 64);
+	unsetenv("MG_FLASH_FWD_MW");
 	attn_tag = " [f32]";
 	llm_attention_check(MG_F32, 4, 200, 8, 2, 128);
 	llm_attention_check(MG_F32, 4, 77, 4, 1, 64);
@@ -1598,6 +1615,23 @@ static void fused_rms_check(enum mg_dtype dt, int64_t R, int64_t D, bool wf32)
 	CPU(mg_op_add_rmsnorm(&gt_cpu, &x.c, &r.c, &w.c, 1e-5, &s.c, &y.c,
 			      &rs.c),
 	    name);
+	if (dt != MG_F32) {
+		/* The op normalizes s rounded to dt (as mg_op_add writes
+		 * it); the F32 twin's s is not rounded, which moves its rstd
+		 * by s's rounding (about 1e-4 in F16/BF16 at D = 8). The
+		 * reference rstd is the CPU rmsnorm's of the rounded s,
+		 * checked at the F32 limit as the rmsnorm test does. */
+		struct gt sh, yh;
+		gt_make(&sh, dt, -1, 2, R, D, 0, 0);
+		gt_make(&yh, dt, -1, 2, R, D, 0, 0);
+		for (int64_t i = 0; i < sh.n; i++)
+			sh.v[i] = gt_cpu_at(&s, i);
+		gt_upload(&sh);
+		CPU(mg_op_rmsnorm(&gt_cpu, &sh.c, &w.c, 1e-5, &yh.c, &rs.c),
+		    name);
+		gt_free(&sh);
+		gt_free(&yh);
+	}
 	if (!gt_ok(mg_op_add_rmsnorm(&gt_gpu, &x.g, &r.g, &w.g, 1e-5, &s.g,
 				     &y.g, &rs.g),
 		   name)) {
@@ -1701,8 +1735,12 @@ static void fused_lxent_check(enum mg_dtype dt, int64_t R, int64_t D, int64_t V,
 			gt_check_delta(LBL("%s dw2", name), dt, &dw2, tol);
 		}
 	}
-	/* metrics alone (the forward of a training step, and evaluation) */
+	/* metrics alone (the forward of a training step, and evaluation);
+	 * gt_poison wipes both sides, so the CPU reference runs again */
 	gt_poison(&met);
+	CPU(mg_op_linear_xent(&gt_cpu, &x.c, &w.c, &lab.c, NULL, &work.c,
+			      &met.c, NULL, NULL),
+	    name);
 	if (!gt_ok(mg_op_linear_xent(&gt_gpu, &x.g, &w.g, &lab.g, NULL, &work.g,
 				     &met.g, NULL, NULL),
 		   name) &&

@@ -13,27 +13,30 @@
  * accumulation), operands fed by ldmatrix from shared memory.
  *
  * Algorithm (FlashAttention-2, written from the algorithm):
- *  - forward: a block of 4 warps per (64-query tile, query head,
- *    sequence), 16 query rows per warp. Key/value tiles of 64 rows stream
- *    through shared memory with cp.async double buffering; tiles wholly
- *    outside every row's [lo, t] range are never loaded, only tiles that
- *    straddle a boundary are masked. Online softmax in base 2 (scores
- *    pre-multiplied by scale * log2 e): running max m and sum l per row,
- *    the output accumulator rescaled when m grows, P rounded to the input
+ *  - forward: a block of 4 warps per (query tile, query head, sequence),
+ *    16 query rows per warp at hd 128, 32 (two m-tiles) at hd 64.
+ *    Key/value tiles of 64 rows stream through shared memory with
+ *    cp.async double buffering; tiles wholly outside every row's [lo, t]
+ *    range are never loaded, only tiles that straddle a boundary are
+ *    masked. Online softmax in base 2 (scores times scale * log2 e, folded
+ *    into the exponent's FFMA): running max m and sum l per row, the
+ *    output accumulator rescaled when m grows, P rounded to the input
  *    type for the P V product. lse = (m + log2 l) ln 2.
- *  - backward: D = rowsum(dO * O) first (F32). Then two kernels, so that
- *    every gradient is a fixed-order sum (the project's ops are
- *    deterministic, no float atomics): dq per query tile looping over key
- *    tiles (recomputes S and dP), and dk/dv per 64-key tile looping over
- *    the group's query heads and the query tiles that can see the keys,
- *    dk/dv accumulated in registers. P = exp(S - lse) is recomputed from
- *    the saved lse, dS = P (dP - D).
+ *  - backward: two kernels, so that every gradient is a fixed-order sum
+ *    (the project's ops are deterministic, no float atomics): dq per
+ *    query tile looping over key tiles (recomputes S and dP; it also
+ *    computes D = rowsum(dO * O) in F32 for its rows first and stores it),
+ *    then dk/dv per 64-key tile looping over the group's query heads and
+ *    the query tiles that can see the keys, dk/dv accumulated in
+ *    registers. P = exp(S - lse) is recomputed from the saved lse,
+ *    dS = P (dP - D). Without dq, a small kernel computes D.
  *
  * Shared-memory tiles are row-major [rows][hd] with the 16-byte chunks of
  * row r XOR-swizzled by (r & 7), so both the cp.async stores and the
  * 8-row ldmatrix reads hit 8 distinct bank groups.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
@@ -42,7 +45,7 @@ namespace
 {
 const int FW = 4;	/* warps per block */
 const int FT = FW * 32; /* threads per block */
-const int BR = FW * 16; /* query rows per forward / dq block */
+const int BR = FW * 16; /* query rows per dq block (forward: x MW) */
 const int BC = 64;	/* keys per tile (forward, dq) and per dk/dv block */
 const float LOG2E = 1.4426950408889634f;
 const float LN2 = 0.6931471805599453f;
@@ -103,6 +106,16 @@ __device__ __forceinline__ void ldsm4t(uint32_t *r, const void *p)
 		     "%2, %3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(smem_u32(p)));
+}
+
+/* 2^x by the SFU alone (ex2.approx.ftz: exp2f adds a rescaling around
+ * it for results below 2^-126, which only flush probabilities that round
+ * to nothing anyway); 2^-inf = 0. */
+__device__ __forceinline__ float ex2(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
 }
 
 /* c += a b, m16n8k16, F32 accumulators. */
@@ -269,25 +282,25 @@ __device__ __forceinline__ int warp_max_i(int v)
 }
 
 /*
- * Per query tile (forward and dq): lo of each of the BR rows into lo_s
+ * Per query tile of R rows (forward and dq): lo of each row into lo_s
  * (rows past S get S: they attend nothing), and over the valid rows the
  * smallest lo (first key tile) and the largest (from there on a key tile
  * before t0 needs no mask). Ends with a barrier.
  */
-__device__ __forceinline__ void tile_bounds(const fa_dims &a,
-					    const int32_t *pos, int n, int t0,
-					    int *lo_s, int *red_s, int *kmin,
-					    int *lomax)
+template <int R>
+__device__ __forceinline__ void
+tile_bounds(const fa_dims &a, const int32_t *pos, int n, int t0, int *lo_s,
+	    int *red_s, int *kmin, int *lomax)
 {
 	const int tid = threadIdx.x;
-	if (tid < BR) {
-		const int t = t0 + tid;
-		lo_s[tid] = t < a.S ? fa_lo(t, pos[(int64_t)n * a.S + t]) : a.S;
+	for (int r = tid; r < R; r += FT) {
+		const int t = t0 + r;
+		lo_s[r] = t < a.S ? fa_lo(t, pos[(int64_t)n * a.S + t]) : a.S;
 	}
 	__syncthreads();
 	if (tid < 32) {
 		int mn = a.S, mx = 0;
-		for (int r = tid; r < BR; r += 32)
+		for (int r = tid; r < R; r += 32)
 			if (t0 + r < a.S) {
 				mn = min(mn, lo_s[r]);
 				mx = max(mx, lo_s[r]);
@@ -306,51 +319,75 @@ __device__ __forceinline__ void tile_bounds(const fa_dims &a,
 
 /* ---- forward -------------------------------------------------------- */
 
-template <typename T, int HD>
+/*
+ * MW m-tiles of 16 query rows per warp (block: FW * 16 * MW rows): with
+ * MW = 2 every K/V fragment read from shared memory feeds two products,
+ * halving the ldmatrix traffic per mma (shared-memory bandwidth is what
+ * bounds mma.sync kernels), at twice the accumulator registers (so only
+ * at hd 64).
+ */
+template <typename T, int HD, int MW>
 __global__ void __launch_bounds__(FT)
 	fa_fwd_k(fa_dims a, const T *__restrict__ q, const T *__restrict__ k,
 		 const T *__restrict__ v, const int32_t *__restrict__ pos,
 		 T *__restrict__ o, float *__restrict__ lse)
 {
+	const int R = FW * 16 * MW; /* query rows per block */
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *qs = reinterpret_cast<T *>(fa_sm);
-	T *ks = qs + BR * HD, *vs = ks + 2 * BC * HD;
-	__shared__ int lo_s[BR], red_s[2];
+	T *ks = qs + R * HD, *vs = ks + 2 * BC * HD;
+	__shared__ int lo_s[R], red_s[2];
 	/* heavy (late) query tiles first: causal work grows with t0 */
-	const int t0 = (gridDim.x - 1 - blockIdx.x) * BR;
+	const int t0 = (gridDim.x - 1 - blockIdx.x) * R;
 	const int h = blockIdx.y, n = blockIdx.z;
 	const int kh = h / (a.Hq / a.Hkv);
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tg = lane & 3;
 	const int64_t qst = (int64_t)a.Hq * HD, kst = (int64_t)a.Hkv * HD;
-	const int rows = min(BR, a.S - t0);
+	const int rows = min(R, a.S - t0);
 	const T *qg = q + ((int64_t)n * a.S + t0) * qst + (int64_t)h * HD;
 	const T *kg = k + (int64_t)n * a.S * kst + (int64_t)kh * HD;
 	const T *vg = v + (int64_t)n * a.S * kst + (int64_t)kh * HD;
 
-	load_tile<T, HD, BR>(qs, qg, qst, rows);
+	load_tile<T, HD, R>(qs, qg, qst, rows);
 	int kmin, lomax;
-	tile_bounds(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
+	tile_bounds<R>(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
 	const int kb0 = (kmin / BC) * BC;
 	const int nkt = (t0 + rows - 1 - kb0) / BC + 1;
 	load_tile<T, HD, BC>(ks, kg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	load_tile<T, HD, BC>(vs, vg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	cp_commit();
 
-	/* this thread's rows (g and g + 8 of the warp's 16) */
-	const int wr = warp * 16, r0 = wr + g, r1 = r0 + 8;
-	const int lo0 = lo_s[r0], lo1 = lo_s[r1];
-	const int hi0 = t0 + r0 < a.S ? t0 + r0 : -1;
-	const int hi1 = t0 + r1 < a.S ? t0 + r1 : -1;
-	const int wlo = warp_min_i(min(lo0, lo1));
-	const int whi = min(t0 + wr + 15, a.S - 1); /* < t0 + wr: no rows */
-
-	float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
-	float acc[HD / 8][4];
+	/* this thread's rows: g and g + 8 of each of the warp's m-tiles
+	 * (row index i = 2 mi + half) */
+	const int wr = warp * 16 * MW;
+	int lo[2 * MW], hi[2 * MW];
+	int wlo = a.S;
 #pragma unroll
-	for (int i = 0; i < HD / 8; i++)
-		acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
-	uint32_t qf[HD / 16][4];
+	for (int i = 0; i < 2 * MW; i++) {
+		const int r = wr + (i >> 1) * 16 + (i & 1) * 8 + g;
+		lo[i] = lo_s[r];
+		hi[i] = t0 + r < a.S ? t0 + r : -1;
+		wlo = min(wlo, lo[i]);
+	}
+	wlo = warp_min_i(wlo);
+	const int whi = min(t0 + wr + 16 * MW - 1, a.S - 1); /* < t0 + wr:
+							       no rows */
+	float m[2 * MW], l[2 * MW];
+	float acc[MW][HD / 8][4];
+#pragma unroll
+	for (int i = 0; i < 2 * MW; i++) {
+		m[i] = -INFINITY;
+		l[i] = 0;
+	}
+#pragma unroll
+	for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+		for (int x = 0; x < HD / 8; x++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				acc[mi][x][e] = 0;
+	uint32_t qf[MW][HD / 16][4];
 
 	for (int j = 0; j < nkt; j++) {
 		const int kb = kb0 + j * BC;
@@ -370,19 +407,27 @@ __global__ void __launch_bounds__(FT)
 		__syncthreads();
 		if (j == 0) {
 #pragma unroll
-			for (int kk = 0; kk < HD / 16; kk++)
-				ldsm4(qf[kk],
-				      qs + swz<HD>(wr + a_row(lane),
-						   kk * 16 + a_col(lane)));
+			for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+				for (int kk = 0; kk < HD / 16; kk++)
+					ldsm4(qf[mi][kk],
+					      qs + swz<HD>(wr + mi * 16 +
+								   a_row(lane),
+							   kk * 16 +
+								   a_col(lane)));
 		}
 		const T *kt = ks + (j & 1) * BC * HD;
 		const T *vt = vs + (j & 1) * BC * HD;
 		/* warp-uniform: skip tiles none of the warp's rows sees */
 		if (whi >= t0 + wr && kb <= whi && kb + BC - 1 >= wlo) {
-			float s[BC / 8][4];
+			float s[MW][BC / 8][4];
 #pragma unroll
-			for (int i = 0; i < BC / 8; i++)
-				s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0;
+			for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+				for (int x = 0; x < BC / 8; x++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						s[mi][x][e] = 0;
 #pragma unroll
 			for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
@@ -393,71 +438,92 @@ __global__ void __launch_bounds__(FT)
 								   bn_row(lane),
 							   kk * 16 +
 								   bn_col(lane)));
-					mma<T>(s[2 * p], qf[kk], b);
-					mma<T>(s[2 * p + 1], qf[kk], b + 2);
+#pragma unroll
+					for (int mi = 0; mi < MW; mi++) {
+						mma<T>(s[mi][2 * p], qf[mi][kk],
+						       b);
+						mma<T>(s[mi][2 * p + 1],
+						       qf[mi][kk], b + 2);
+					}
 				}
-			/* scale to base-2 units; mask only boundary tiles */
-			const bool full = kb >= lomax && kb + BC - 1 <= t0;
+			/* mask only boundary tiles (raw scores; scale > 0, so
+			 * the row max of the raw scores gives the scaled one) */
+			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
 #pragma unroll
-			for (int nb = 0; nb < BC / 8; nb++)
+				for (int mi = 0; mi < MW; mi++)
 #pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const int c =
-						kb + nb * 8 + 2 * tg + (e & 1);
-					const int lo = e < 2 ? lo0 : lo1;
-					const int hi = e < 2 ? hi0 : hi1;
-					s[nb][e] *= a.sl2;
-					if (!full && (c < lo || c > hi))
-						s[nb][e] = -INFINITY;
+					for (int x = 0; x < BC / 8; x++)
+#pragma unroll
+						for (int e = 0; e < 4; e++) {
+							const int c = kb +
+								      x * 8 +
+								      2 * tg +
+								      (e & 1);
+							const int i = 2 * mi +
+								      (e >> 1);
+							if (c < lo[i] ||
+							    c > hi[i])
+								s[mi][x]
+								 [e] = -INFINITY;
+						}
+			}
+			/* online softmax per row (e 0,1: row g; e 2,3: g + 8)
+			 * in base 2: p = 2^(s sl2 - m), one FFMA and one EX2 */
+#pragma unroll
+			for (int i = 0; i < 2 * MW; i++) {
+				const int mi = i >> 1, e0 = (i & 1) * 2;
+				float mx = -INFINITY;
+#pragma unroll
+				for (int x = 0; x < BC / 8; x++)
+					mx = fmaxf(mx, fmaxf(s[mi][x][e0],
+							     s[mi][x][e0 + 1]));
+				const float mn =
+					fmaxf(m[i], quad_max(mx) * a.sl2);
+				/* a row with nothing seen yet keeps m = -inf:
+				 * base 0 so exp2 gives 0, not NaN */
+				const float bs = mn == -INFINITY ? 0.0f : mn;
+				const float al = ex2(m[i] - bs);
+				m[i] = mn;
+				float ps = 0;
+#pragma unroll
+				for (int x = 0; x < BC / 8; x++) {
+					s[mi][x][e0] = ex2(
+						fmaf(s[mi][x][e0], a.sl2, -bs));
+					s[mi][x][e0 + 1] = ex2(fmaf(
+						s[mi][x][e0 + 1], a.sl2, -bs));
+					ps += s[mi][x][e0] + s[mi][x][e0 + 1];
 				}
-			/* online softmax, rows g (e 0,1) and g + 8 (e 2,3) */
-			float mx0 = -INFINITY, mx1 = -INFINITY;
+				/* l stays a per-thread partial sum (the quad
+				 * shares m); summed over the quad at the end */
+				l[i] = l[i] * al + ps;
+				/* the running max settles as keys accumulate:
+				 * skip the HD / 4 multiplies by 1 when no row
+				 * of the warp moved (al == 1 exactly then) */
+				if (__any_sync(0xffffffffu, al != 1.0f)) {
 #pragma unroll
-			for (int nb = 0; nb < BC / 8; nb++) {
-				mx0 = fmaxf(mx0, fmaxf(s[nb][0], s[nb][1]));
-				mx1 = fmaxf(mx1, fmaxf(s[nb][2], s[nb][3]));
-			}
-			const float mn0 = fmaxf(m0, quad_max(mx0));
-			const float mn1 = fmaxf(m1, quad_max(mx1));
-			/* a row with nothing seen yet keeps m = -inf: use 0
-			 * as the base so exp2 gives 0, not NaN */
-			const float b0 = mn0 == -INFINITY ? 0.0f : mn0;
-			const float b1 = mn1 == -INFINITY ? 0.0f : mn1;
-			const float al0 = exp2f(m0 - b0), al1 = exp2f(m1 - b1);
-			m0 = mn0;
-			m1 = mn1;
-			float ps0 = 0, ps1 = 0;
-#pragma unroll
-			for (int nb = 0; nb < BC / 8; nb++) {
-				s[nb][0] = exp2f(s[nb][0] - b0);
-				s[nb][1] = exp2f(s[nb][1] - b0);
-				s[nb][2] = exp2f(s[nb][2] - b1);
-				s[nb][3] = exp2f(s[nb][3] - b1);
-				ps0 += s[nb][0] + s[nb][1];
-				ps1 += s[nb][2] + s[nb][3];
-			}
-			/* l stays a per-thread partial sum (the quad's lanes
-			 * share m); summed over the quad at the end */
-			l0 = l0 * al0 + ps0;
-			l1 = l1 * al1 + ps1;
-#pragma unroll
-			for (int i = 0; i < HD / 8; i++) {
-				acc[i][0] *= al0;
-				acc[i][1] *= al0;
-				acc[i][2] *= al1;
-				acc[i][3] *= al1;
+					for (int x = 0; x < HD / 8; x++) {
+						acc[mi][x][e0] *= al;
+						acc[mi][x][e0 + 1] *= al;
+					}
+				}
 			}
 			/* O += P V: the S accumulators of n-blocks 2kk and
 			 * 2kk + 1 are the A fragment of key step kk */
 #pragma unroll
 			for (int kk = 0; kk < BC / 16; kk++) {
-				uint32_t pa[4];
-				pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-				pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-				pa[2] = pack2<T>(s[2 * kk + 1][0],
-						 s[2 * kk + 1][1]);
-				pa[3] = pack2<T>(s[2 * kk + 1][2],
-						 s[2 * kk + 1][3]);
+				uint32_t pa[MW][4];
+#pragma unroll
+				for (int mi = 0; mi < MW; mi++) {
+					const float(*sp)[4] = s[mi];
+					pa[mi][0] = pack2<T>(sp[2 * kk][0],
+							     sp[2 * kk][1]);
+					pa[mi][1] = pack2<T>(sp[2 * kk][2],
+							     sp[2 * kk][3]);
+					pa[mi][2] = pack2<T>(sp[2 * kk + 1][0],
+							     sp[2 * kk + 1][1]);
+					pa[mi][3] = pack2<T>(sp[2 * kk + 1][2],
+							     sp[2 * kk + 1][3]);
+				}
 #pragma unroll
 				for (int dp = 0; dp < HD / 16; dp++) {
 					uint32_t b[4];
@@ -466,29 +532,39 @@ __global__ void __launch_bounds__(FT)
 								    a_row(lane),
 							    dp * 16 +
 								    a_col(lane)));
-					mma<T>(acc[2 * dp], pa, b);
-					mma<T>(acc[2 * dp + 1], pa, b + 2);
+#pragma unroll
+					for (int mi = 0; mi < MW; mi++) {
+						mma<T>(acc[mi][2 * dp], pa[mi],
+						       b);
+						mma<T>(acc[mi][2 * dp + 1],
+						       pa[mi], b + 2);
+					}
 				}
 			}
 		}
 		__syncthreads(); /* the buffer is refilled next iteration */
 	}
-	l0 = quad_sum(l0);
-	l1 = quad_sum(l1);
 	/* the output goes out through qs (free: Q is in registers) */
-	frag_to_smem<T, HD>(qs, wr, acc, l0 > 0 ? 1.0f / l0 : 0.0f,
-			    l1 > 0 ? 1.0f / l1 : 0.0f);
-	if (lse && tg == 0) {
-		float *lr = lse + ((int64_t)n * a.Hq + h) * a.S + t0;
-		if (hi0 >= 0)
-			lr[r0] = m0 * LN2 + logf(l0);
-		if (hi1 >= 0)
-			lr[r1] = m1 * LN2 + logf(l1);
+#pragma unroll
+	for (int mi = 0; mi < MW; mi++) {
+		const float l0 = quad_sum(l[2 * mi]);
+		const float l1 = quad_sum(l[2 * mi + 1]);
+		frag_to_smem<T, HD>(qs, wr + mi * 16, acc[mi],
+				    l0 > 0 ? 1.0f / l0 : 0.0f,
+				    l1 > 0 ? 1.0f / l1 : 0.0f);
+		if (lse && tg == 0) {
+			float *lr = lse + ((int64_t)n * a.Hq + h) * a.S + t0;
+			const int r0 = wr + mi * 16 + g;
+			if (hi[2 * mi] >= 0)
+				lr[r0] = m[2 * mi] * LN2 + logf(l0);
+			if (hi[2 * mi + 1] >= 0)
+				lr[r0 + 8] = m[2 * mi + 1] * LN2 + logf(l1);
+		}
 	}
 	__syncthreads();
-	store_tile<T, HD, BR>(o + ((int64_t)n * a.S + t0) * qst +
-				      (int64_t)h * HD,
-			      qs, qst, rows);
+	store_tile<T, HD, R>(o + ((int64_t)n * a.S + t0) * qst +
+				     (int64_t)h * HD,
+			     qs, qst, rows);
 }
 
 /* ---- backward ------------------------------------------------------- */
@@ -538,13 +614,15 @@ template <typename T, int HD>
 __global__ void __launch_bounds__(FT)
 	fa_dq_k(fa_dims a, const T *__restrict__ q, const T *__restrict__ k,
 		const T *__restrict__ v, const int32_t *__restrict__ pos,
-		const float *__restrict__ lse, const float *__restrict__ Dt,
-		const T *__restrict__ dout, T *__restrict__ dq)
+		const float *__restrict__ lse, const T *__restrict__ o,
+		float *__restrict__ Dt, const T *__restrict__ dout,
+		T *__restrict__ dq)
 {
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *qs = reinterpret_cast<T *>(fa_sm);
 	T *gs = qs + BR * HD, *ks = gs + BR * HD, *vs = ks + 2 * BC * HD;
 	__shared__ int lo_s[BR], red_s[2];
+	__shared__ float d_s[BR];
 	const int t0 = (gridDim.x - 1 - blockIdx.x) * BR;
 	const int h = blockIdx.y, n = blockIdx.z;
 	const int kh = h / (a.Hq / a.Hkv);
@@ -559,12 +637,45 @@ __global__ void __launch_bounds__(FT)
 	load_tile<T, HD, BR>(qs, q + qoff, qst, rows);
 	load_tile<T, HD, BR>(gs, dout + qoff, qst, rows);
 	int kmin, lomax;
-	tile_bounds(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
+	tile_bounds<BR>(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
 	const int kb0 = (kmin / BC) * BC;
 	const int nkt = (t0 + rows - 1 - kb0) / BC + 1;
+	/* o into the second K buffer, free until the loop's first prefetch */
+	load_tile<T, HD, BR>(ks + BC * HD, o + qoff, qst, rows);
 	load_tile<T, HD, BC>(ks, kg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	load_tile<T, HD, BC>(vs, vg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	cp_commit();
+	cp_wait<0>();
+	__syncthreads();
+	/* D = rowsum(dout * o) in F32, two threads a row (halves of hd),
+	 * kept here and written out for the dk/dv kernel */
+	float *dr = Dt + ((int64_t)n * a.Hq + h) * a.S + t0;
+	{
+		static_assert(FT == 2 * BR, "two threads a row");
+		const int r = tid >> 1, c0 = (tid & 1) * (HD / 2);
+		const T *os = ks + BC * HD;
+		float sum = 0;
+#pragma unroll
+		for (int c = c0; c < c0 + HD / 2; c += 8) {
+			const uint4 ov = *reinterpret_cast<const uint4 *>(
+				os + swz<HD>(r, c));
+			const uint4 gv = *reinterpret_cast<const uint4 *>(
+				gs + swz<HD>(r, c));
+			const T *oe = reinterpret_cast<const T *>(&ov);
+			const T *ge = reinterpret_cast<const T *>(&gv);
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				sum += mgc_t<T>::load(oe[i]) *
+				       mgc_t<T>::load(ge[i]);
+		}
+		sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+		if ((tid & 1) == 0) {
+			d_s[r] = sum;
+			if (r < rows)
+				dr[r] = sum;
+		}
+	}
+	__syncthreads(); /* d_s ready; the o buffer is reused from here */
 
 	const int wr = warp * 16, r0 = wr + g, r1 = r0 + 8;
 	const int lo0 = lo_s[r0], lo1 = lo_s[r1];
@@ -573,11 +684,9 @@ __global__ void __launch_bounds__(FT)
 	const int wlo = warp_min_i(min(lo0, lo1));
 	const int whi = min(t0 + wr + 15, a.S - 1);
 	const float *lr = lse + ((int64_t)n * a.Hq + h) * a.S + t0;
-	const float *dr = Dt + ((int64_t)n * a.Hq + h) * a.S + t0;
 	const float ls0 = hi0 >= 0 ? lr[r0] * LOG2E : 0.0f;
 	const float ls1 = hi1 >= 0 ? lr[r1] * LOG2E : 0.0f;
-	const float d0 = hi0 >= 0 ? dr[r0] : 0.0f;
-	const float d1 = hi1 >= 0 ? dr[r1] : 0.0f;
+	const float d0 = d_s[r0], d1 = d_s[r1];
 
 	float acc[HD / 8][4];
 #pragma unroll
@@ -629,20 +738,29 @@ __global__ void __launch_bounds__(FT)
 					mma<T>(dp[2 * p + 1], ga, b + 2);
 				}
 			}
-			const bool full = kb >= lomax && kb + BC - 1 <= t0;
+			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
+#pragma unroll
+				for (int nb = 0; nb < BC / 8; nb++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						const int c = kb + nb * 8 +
+							      2 * tg + (e & 1);
+						const int lo =
+							e < 2 ? lo0 : lo1;
+						const int hi =
+							e < 2 ? hi0 : hi1;
+						if (c < lo || c > hi)
+							s[nb][e] = -INFINITY;
+					}
+			}
 #pragma unroll
 			for (int nb = 0; nb < BC / 8; nb++)
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
-					const int c =
-						kb + nb * 8 + 2 * tg + (e & 1);
 					const bool r1e = e >= 2;
-					const int lo = r1e ? lo1 : lo0;
-					const int hi = r1e ? hi1 : hi0;
-					float p = exp2f(s[nb][e] * a.sl2 -
-							(r1e ? ls1 : ls0));
-					if (!full && (c < lo || c > hi))
-						p = 0;
+					const float p =
+						ex2(fmaf(s[nb][e], a.sl2,
+							 -(r1e ? ls1 : ls0)));
 					s[nb][e] = p * (dp[nb][e] -
 							(r1e ? d1 : d0));
 				}
@@ -695,7 +813,7 @@ __global__ void __launch_bounds__(FT)
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *ks = reinterpret_cast<T *>(fa_sm);
 	T *vs = ks + BC * HD, *qs = vs + BC * HD, *gs = qs + 2 * BQ * HD;
-	__shared__ float lse_s[2][BQ], d_s[2][BQ];
+	__shared__ __align__(16) float lse_s[2][BQ], d_s[2][BQ];
 	__shared__ int lo_s[2][BQ], last_s;
 	const int s0 = blockIdx.x * BC, kh = blockIdx.y, n = blockIdx.z;
 	const int G = a.Hq / a.Hkv;
@@ -796,22 +914,46 @@ __global__ void __launch_bounds__(FT)
 					mma<T>(pt[2 * p + 1], va, bb + 2);
 				}
 			}
-			/* element (key k0 / k1, query tq0 + c) */
+			/* element (key k0 / k1, query tq0 + c): masked unless
+			 * every query of the tile sees every key of the warp */
+			int lq = lo_s[b][lane];
+			if (BQ > 32)
+				lq = max(lq, lo_s[b][lane + 32]);
+			lq = warp_max_i(lq);
+			if (!(tq0 + BQ <= a.S && lq <= s0 + wk &&
+			      tq0 >= s0 + wk + 15)) {
 #pragma unroll
-			for (int x = 0; x < BQ / 8; x++)
+				for (int x = 0; x < BQ / 8; x++)
+#pragma unroll
+					for (int e = 0; e < 4; e++) {
+						const int c = x * 8 + 2 * tg +
+							      (e & 1);
+						const int key = e < 2 ? k0 : k1;
+						if (key > tq0 + c ||
+						    lo_s[b][c] > key)
+							st[x][e] = -INFINITY;
+					}
+			}
+#pragma unroll
+			for (int x = 0; x < BQ / 8; x++) {
+				const int c = x * 8 + 2 * tg;
+				const float2 ls =
+					*reinterpret_cast<const float2 *>(
+						&lse_s[b][c]);
+				const float2 dd =
+					*reinterpret_cast<const float2 *>(
+						&d_s[b][c]);
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
-					const int c = x * 8 + 2 * tg + (e & 1);
-					const int key = e < 2 ? k0 : k1;
-					const int t = tq0 + c;
-					float p = exp2f(st[x][e] * a.sl2 -
-							lse_s[b][c]);
-					if (key > t || lo_s[b][c] > key)
-						p = 0;
+					const float p = ex2(
+						fmaf(st[x][e], a.sl2,
+						     -(e & 1 ? ls.y : ls.x)));
 					st[x][e] = p;
-					pt[x][e] = p * (pt[x][e] - d_s[b][c]);
+					pt[x][e] = p * (pt[x][e] -
+							(e & 1 ? dd.y : dd.x));
 				}
-				/* dv += P^T dout, dk += dS^T q (query steps of 16) */
+			}
+			/* dv += P^T dout, dk += dS^T q (query steps of 16) */
 #pragma unroll
 			for (int kq = 0; kq < BQ / 16; kq++) {
 				uint32_t pa[4], sa[4];
@@ -855,10 +997,11 @@ __global__ void __launch_bounds__(FT)
 
 /* ---- launchers ------------------------------------------------------ */
 
+/* Dynamic shared memory beyond 48 KiB less the kernel's static shared
+ * memory needs an opt-in: always set (the kernels have static arrays, so
+ * even 48 KiB of dynamic memory exceeds the default). */
 template <typename K> cudaError_t smem_optin(K kern, size_t bytes)
 {
-	if (bytes <= 48 * 1024)
-		return cudaSuccess;
 	return cudaFuncSetAttribute(
 		kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
@@ -869,21 +1012,45 @@ template <int HD> struct fa_bq {
 	static const int v = HD > 64 ? 32 : 64;
 };
 
+/* m-tiles per warp in the forward: 2 at hd 64 (registers allow it), 1 at
+ * hd 128. MG_FLASH_FWD_MW=1 takes 1 at hd 64 too (benchmarking; read at
+ * every call). */
+static int fwd_mw(int hd)
+{
+	if (hd > 64)
+		return 1;
+	const char *e = getenv("MG_FLASH_FWD_MW");
+	return e && e[0] == '1' ? 1 : 2;
+}
+
+template <typename T, int HD, int MW>
+cudaError_t fa_fwd_launch(cudaStream_t st, const fa_dims &a, const void *q,
+			  const void *k, const void *v, const void *pos,
+			  void *o, float *lse)
+{
+	const int R = FW * 16 * MW;
+	const size_t sm = (size_t)(R + 4 * BC) * HD * sizeof(T);
+	cudaError_t e = smem_optin(fa_fwd_k<T, HD, MW>, sm);
+	if (e != cudaSuccess)
+		return e;
+	const dim3 grid((unsigned)((a.S + R - 1) / R), (unsigned)a.Hq,
+			(unsigned)a.N);
+	fa_fwd_k<T, HD, MW><<<grid, FT, sm, st>>>(
+		a, (const T *)q, (const T *)k, (const T *)v,
+		(const int32_t *)pos, (T *)o, lse);
+	return cudaGetLastError();
+}
+
 template <typename T, int HD>
 cudaError_t fa_fwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		       const void *k, const void *v, const void *pos, void *o,
 		       float *lse)
 {
-	const size_t sm = (size_t)(BR + 4 * BC) * HD * sizeof(T);
-	cudaError_t e = smem_optin(fa_fwd_k<T, HD>, sm);
-	if (e != cudaSuccess)
-		return e;
-	const dim3 grid((unsigned)((a.S + BR - 1) / BR), (unsigned)a.Hq,
-			(unsigned)a.N);
-	fa_fwd_k<T, HD><<<grid, FT, sm, st>>>(
-		a, (const T *)q, (const T *)k, (const T *)v,
-		(const int32_t *)pos, (T *)o, lse);
-	return cudaGetLastError();
+	if constexpr (HD == 64)
+		if (fwd_mw(HD) == 2)
+			return fa_fwd_launch<T, HD, 2>(st, a, q, k, v, pos, o,
+						       lse);
+	return fa_fwd_launch<T, HD, 1>(st, a, q, k, v, pos, o, lse);
 }
 
 template <typename T, int HD>
@@ -892,13 +1059,17 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		       const void *o, const float *lse, const void *dout,
 		       void *dq, void *dk, void *dv, float *Dt)
 {
-	const int64_t rows = (int64_t)a.N * a.S * a.Hq;
-	fa_dt_k<T, HD><<<mgc_blocks(rows * (HD / 8), 256), 256, 0, st>>>(
-		a, (const T *)o, (const T *)dout, Dt);
-	cudaError_t e = cudaGetLastError();
-	if (e != cudaSuccess)
-		return e;
-	if (dq) {
+	cudaError_t e = cudaSuccess;
+	if (!dq) {
+		/* D by itself (the dq kernel computes it otherwise) */
+		const int64_t rows = (int64_t)a.N * a.S * a.Hq;
+		fa_dt_k<T, HD>
+			<<<mgc_blocks(rows * (HD / 8), 256), 256, 0, st>>>(
+				a, (const T *)o, (const T *)dout, Dt);
+		e = cudaGetLastError();
+		if (e != cudaSuccess)
+			return e;
+	} else {
 		const size_t sm = (size_t)(2 * BR + 4 * BC) * HD * sizeof(T);
 		e = smem_optin(fa_dq_k<T, HD>, sm);
 		if (e != cudaSuccess)
@@ -907,8 +1078,8 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 				(unsigned)a.N);
 		fa_dq_k<T, HD><<<grid, FT, sm, st>>>(
 			a, (const T *)q, (const T *)k, (const T *)v,
-			(const int32_t *)pos, lse, Dt, (const T *)dout,
-			(T *)dq);
+			(const int32_t *)pos, lse, (const T *)o, Dt,
+			(const T *)dout, (T *)dq);
 		e = cudaGetLastError();
 		if (e != cudaSuccess)
 			return e;
@@ -951,9 +1122,13 @@ fa_dims fa_make(const struct mg_tensor *q, const struct mg_tensor *k,
 } // namespace
 
 extern "C" bool mgc_flash_attention_fits(const struct mg_tensor *q,
+					 double scale,
 					 const struct mg_tensor *const *t,
 					 int nt)
 {
+	/* the kernels take row maxima of the raw scores */
+	if (!(scale > 0) || !isfinite(scale))
+		return false;
 	if (q->dtype != MG_F16 && q->dtype != MG_BF16)
 		return false;
 	if (q->shape[3] != 64 && q->shape[3] != 128)

@@ -49,10 +49,11 @@ mg_cuda_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 /*
  * Tensor-core flash attention (attention_flash.cu), called by the two
  * entry points above when it fits: F16/BF16, head dimension 64 or 128,
- * every tensor 16-byte aligned (t: nt tensors, NULL entries skipped), and
- * MG_CUDA_OPT_ATTN_FLASH on. Same arguments and results as they have.
+ * every tensor 16-byte aligned (t: nt tensors, NULL entries skipped), a
+ * finite scale > 0, and MG_CUDA_OPT_ATTN_FLASH on. Same arguments and
+ * results as they have.
  */
-bool mgc_flash_attention_fits(const struct mg_tensor *q,
+bool mgc_flash_attention_fits(const struct mg_tensor *q, double scale,
 			      const struct mg_tensor *const *t, int nt);
 int mgc_flash_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 			const struct mg_tensor *k, const struct mg_tensor *v,

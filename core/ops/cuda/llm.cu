@@ -954,7 +954,7 @@ extern "C" int mg_cuda_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 	if (mg_tensor_numel(q) == 0)
 		return 0;
 	const struct mg_tensor *all[] = {q, k, v, o};
-	if (flash_on(ctx) && mgc_flash_attention_fits(q, all, 4)) {
+	if (flash_on(ctx) && mgc_flash_attention_fits(q, scale, all, 4)) {
 		if (mgc_flash_attention(ctx, q, k, v, positions, scale, o, lse))
 			return -1;
 		return mgc_check_launch(op);
@@ -984,7 +984,7 @@ mg_cuda_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 	if (mg_tensor_numel(q) == 0 || (!dq && !dk && !dv))
 		return 0;
 	const struct mg_tensor *all[] = {q, k, v, o, dout, dq, dk, dv};
-	if (flash_on(ctx) && mgc_flash_attention_fits(q, all, 8)) {
+	if (flash_on(ctx) && mgc_flash_attention_fits(q, scale, all, 8)) {
 		if (mgc_flash_attention_backward(ctx, q, k, v, positions, scale,
 						 o, lse, dout, dq, dk, dv))
 			return -1;
