@@ -3,28 +3,32 @@
 # on this machine: MobileNetV2 fp32, batch 64 per GPU, reading the real
 # Fashion-MNIST files through the real input pipeline, for ddp, ddp_rr and
 # ddp_ds on 1..N GPUs at 224 and 500 px; beside PyTorch DDP
-# (torch_ddp_mbv2.py: synthetic data already on the GPU) in the same run.
+# (bench/torch_fsdp_mbv2.py ddp fp32: synthetic data already on the GPU)
+# in the same run.
 #
 # Throughput is dataset samples per second: what an epoch costs. ddp
 # trains every GPU on the whole dataset, so its N GPUs cover the data
 # no faster than one; ddp_rr and ddp_ds split each global batch.
-# Step time is the median over steps 11..STEPS (warm-up and CUDA-graph
-# capture excluded).
+# Step time: bench/bench_stats.py's median window (5 windows of
+# (STEPS - 10) / 5 steps after 10 warm-up steps: CUDA-graph capture
+# excluded), on both sides; PyTorch's fastest window is in the table too.
+# Exit status 1 when a run failed.
 set -u
 mgrun=$1 fashion=$2 out=$3
 shift 3
 gpus=${*:-1 2}
 steps=${MG_BENCH_STEPS:-60}
 sizes=${MG_BENCH_SIZES:-224 500}
-baselines=${MG_BASELINES:-.deps/baselines}
+here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
+status=0
 table=$out/ddp_scaling.md
 : >"$out/ddp_scaling.tsv"
 
-# median step seconds of a run's steps.csv (column 8), steps > 10
+# median window's seconds per step of a run (bench/bench_stats.py)
 median_step() {
-	awk -F, 'NR > 11 { print $8 }' "$1" | sort -g |
-		awk '{ a[NR] = $1 } END { print (NR ? a[int((NR + 1) / 2)] : 0) }'
+	python3 "$here/bench_stats.py" run "$1" --warm 10 --windows 5 |
+		python3 -c 'import json,sys; print(json.load(sys.stdin)["median"])'
 }
 
 # rank-summed counter from report.json (format $3, default integer)
@@ -53,11 +57,12 @@ for size in $sizes; do
 			if [ $rc -ne 0 ] || [ ! -f "$dir/report.json" ]; then
 				echo "$size $g $s FAILED (exit $rc)" |
 					tee -a "$out/ddp_scaling.tsv"
+				status=1
 				tail -5 "$out/$name.log"
 				continue
 			fi
 			cp "$dir/report.json" "$out/$name.json"
-			t=$(median_step "$dir/steps.csv")
+			t=$(median_step "$dir") || { status=1; continue; }
 			# unique dataset samples one step covers
 			per=64
 			[ "$s" = ddp_rr ] || [ "$s" = ddp_ds ] && per=$((64 * g))
@@ -71,11 +76,12 @@ for size in $sizes; do
 		# PyTorch DDP on the same GPUs, same call.
 		NCCL_NVLS_ENABLE=0 timeout 300 python3 -m torch.distributed.run \
 			--standalone --nproc_per_node="$g" \
-			"$baselines/torch_ddp_mbv2.py" "$size" fp32 \
-			>"$out/torch_ddp_${g}_$size.log" 2>&1
-		r=$(grep -o '"img_s_total": [0-9.]*' "$out/torch_ddp_${g}_$size.log" |
-			awk '{ print $2 }')
-		echo "$size	$g	torch_ddp	-	${r:-FAILED}	-	-	-" |
+			"$here/torch_fsdp_mbv2.py" ddp "$size" fp32 5 \
+			$(((steps - 10) / 5)) >"$out/torch_ddp_${g}_$size.log" 2>&1
+		r=$(grep '^{' "$out/torch_ddp_${g}_$size.log" | tail -1 |
+			python3 -c 'import json,sys; r = json.load(sys.stdin)["img_s_total"]; print("%.1f\t%.1f" % (r["median"], r["max"]))') ||
+			{ r="FAILED	-"; status=1; }
+		echo "$size	$g	torch_ddp	-	$r	-	-" |
 			tee -a "$out/ddp_scaling.tsv"
 	done
 done
@@ -84,20 +90,23 @@ done
 # to PyTorch DDP on the same GPU count.
 awk -F'\t' '
 $2 == 1 && $3 == "ddp_ds" { one[$1] = $5 }
-$3 == "torch_ddp" { torch[$1 " " $2] = $5 }
+$3 == "torch_ddp" { torch[$1 " " $2] = $5; fastest[$1 " " $2] = $6 }
 { row[NR] = $0 }
 END {
-	print "| px | GPUs | strategy | ms/step | samples/s | efficiency | vs PyTorch DDP | h2d bytes | comm busy s | comm exposed s |"
-	print "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+	print "| px | GPUs | strategy | ms/step | samples/s | efficiency | vs PyTorch DDP median | vs its fastest window | h2d bytes | comm busy s | comm exposed s |"
+	print "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 	for (i = 1; i <= NR; i++) {
 		split(row[i], f, "\t")
 		if (f[3] == "torch_ddp") {
-			printf "| %s | %s | PyTorch DDP | - | %s | %s | 1 | - | - | - |\n", f[1], f[2], f[5], (one[f[1]] && f[5] + 0 > 0) ? sprintf("%.0f%% of mgrun 1-GPU x N", 100 * f[5] / (f[2] * one[f[1]])) : "-"
+			printf "| %s | %s | PyTorch DDP | - | %s (fastest window %s) | %s | 1 | - | - | - | - |\n", f[1], f[2], f[5], f[6], (one[f[1]] && f[5] + 0 > 0) ? sprintf("%.0f%% of mgrun 1-GPU x N", 100 * f[5] / (f[2] * one[f[1]])) : "-"
 			continue
 		}
 		eff = one[f[1]] ? sprintf("%.1f%%", 100 * f[5] / (f[2] * one[f[1]])) : "-"
 		t = torch[f[1] " " f[2]]
 		vs = (t + 0 > 0) ? sprintf("%.2fx", f[5] / t) : "-"
-		printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], eff, vs, f[6], f[7], f[8]
+		ft = fastest[f[1] " " f[2]]
+		vf = (ft + 0 > 0) ? sprintf("%.2fx", f[5] / ft) : "-"
+		printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], eff, vs, vf, f[6], f[7], f[8]
 	}
 }' "$out/ddp_scaling.tsv" | tee "$table"
+exit $status

@@ -2,14 +2,20 @@
 # sharding.sh MGRUN FASHION_DIR OUT [GPUS] - throughput and peak device
 # memory per rank of ddp_ds, every fsdp shard mode and offload on
 # MobileNetV2, batch 64 per GPU, on GPUS GPUs (default 4), beside PyTorch
-# (FSDP2 / DDP / FSDP2 CPU offload: bench/torch_fsdp_mbv2.py) in the same
-# call. mgrun reads the real Fashion-MNIST files through its pipeline;
-# PyTorch trains on synthetic data already on the GPU.
+# in its best working configuration (FSDP2 with a bf16
+# MixedPrecisionPolicy / DDP with bf16_compress_hook / FSDP2 CPU offload:
+# bench/torch_fsdp_mbv2.py) in the same call. mgrun reads the real
+# Fashion-MNIST files through its pipeline; PyTorch trains on synthetic
+# data already on the GPU.
 #
-# Step time: median over steps 11..STEPS. Memory: mgrun's accounted peak
-# per category on rank 0 (report.json) and PyTorch's max_memory_allocated
-# (the largest rank). Environment: MG_BENCH_STEPS (60), MG_BENCH_SIZE
-# (224), MG_BENCH_PRECISIONS ("fp32 bf16").
+# Both sides as bench/bench_stats.py says: 5 windows of (STEPS - 10) / 5
+# steps after 10 warm-up steps, median window and slowest-fastest; ratios
+# against PyTorch's median and fastest window. Memory per rank (the
+# largest rank): the process's peak as the driver sees it on both sides,
+# beside mgrun's accounted peak (and its categories on rank 0) and
+# PyTorch's max_memory_reserved / allocated. Environment: MG_BENCH_STEPS
+# (60), MG_BENCH_SIZE (224), MG_BENCH_PRECISIONS ("fp32 bf16"). Exit
+# status 1 when a run failed.
 set -u
 mgrun=$1 fashion=$2 out=$3 g=${4:-4}
 steps=${MG_BENCH_STEPS:-60}
@@ -17,9 +23,10 @@ size=${MG_BENCH_SIZE:-224}
 precs=${MG_BENCH_PRECISIONS:-fp32 bf16}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-tsv=$out/sharding.tsv
-: >"$tsv"
+jsonl=$out/sharding.jsonl
+: >"$jsonl"
 export NCCL_NVLS_ENABLE=0
+status=0
 
 # name | mgrun settings | PyTorch mode
 configs="ddp_ds|--set strategy.name=ddp_ds|ddp
@@ -40,49 +47,50 @@ for prec in $precs; do
 			--set dataset.image_size="$size" --set run.epochs=1 \
 			--set run.max_steps="$steps" --set run.log_every=1000 \
 			--set run.out_dir=/tmp/mgshard --set run.name="$run" \
-			>"$out/$run.log" 2>&1
-		dir=/tmp/mgshard/$run
-		mg="FAILED"
-		if [ -f "$dir/report.json" ]; then
-			cp "$dir/report.json" "$out/$run.json"
-			mg=$(python3 - "$dir" "$g" <<'EOF'
-import json, sys
-d, g = sys.argv[1], int(sys.argv[2])
-rows = [l.split(",") for l in open(d + "/steps.csv").read().split("\n")[1:] if l]
-t = sorted(float(r[7]) for r in rows[10:])
-med = t[len(t) // 2]
-r = json.load(open(d + "/report.json"))
-m = r["ranks"][0]["memory_peak_bytes"]
-mib = lambda b: "%.1f" % (b / 2**20)
-print("\t".join([f"{64 * g / med:.0f}", f"{1000 * med:.2f}",
-                 mib(max(x["memory_peak_bytes"]["total"] for x in r["ranks"])),
-                 mib(m["params"]), mib(m["grads"]), mib(m["optimizer"]),
-                 mib(m["gather"]), mib(m["activations"]),
-                 mib(m["host_pinned"])]))
-EOF
-)
+			>"$out/$run.log" 2>&1 || { status=1; tail -3 "$out/$run.log"; }
+		mg='{"error": "mgrun failed"}'
+		if [ -f "/tmp/mgshard/$run/report.json" ]; then
+			cp "/tmp/mgshard/$run/report.json" "$out/$run.json"
+			mg=$(python3 "$here/bench_stats.py" run "/tmp/mgshard/$run" \
+				--warm 10 --windows 5) || { mg='{"error": "no steps"}'; status=1; }
 		fi
 		tr=$(timeout 300 python3 -m torch.distributed.run --standalone \
 			--nproc_per_node="$g" "$here/torch_fsdp_mbv2.py" "$tmode" \
-			"$size" "$prec" 2>"$out/torch_${run}.err" |
-			python3 -c 'import json,sys
-r = json.loads(sys.stdin.read() or "{}")
-print("%s\t%s" % (r.get("img_s_total", "FAILED"), r.get("peak_mib_rank", "-")))')
-		[ -s "$out/torch_${run}.err" ] && tail -2 "$out/torch_${run}.err"
-		printf '%s\t%s\t%s\t%s\t%s\n' "$prec" "$name" "$tmode" "$mg" \
-			"$tr" | tee -a "$tsv"
+			"$size" "$prec" 5 $(((steps - 10) / 5)) \
+			2>"$out/torch_${run}.err" | grep '^{' | tail -1)
+		[ -n "$tr" ] || { tr='{"error": "PyTorch failed"}'; status=1; tail -2 "$out/torch_${run}.err"; }
+		printf '{"prec": "%s", "name": "%s", "tmode": "%s", "world": %s, "mgrun": %s, "torch": %s}\n' \
+			"$prec" "$name" "$tmode" "$g" "$mg" "$tr" >>"$jsonl"
+		echo "$prec $name: done"
 	done <<<"$configs"
 done
 
-# One table: mgrun img/s and memory against PyTorch's for the same mode.
-awk -F'\t' '
-BEGIN {
-	print "| precision | strategy | img/s | ms/step | peak MiB/rank | params | grads | optimizer | gather | activations | host pinned | PyTorch (" "mode) img/s | PyTorch peak MiB | speed ratio | memory ratio |"
-	print "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-}
-NF < 14 { printf "| %s | %s | FAILED |\n", $1, $2; next }
-{
-	sr = ($13 + 0 > 0) ? sprintf("%.2fx", $4 / $13) : "-"
-	mr = ($14 + 0 > 0) ? sprintf("%.2f", $6 / $14) : "-"
-	printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s (%s) | %s | %s | %s |\n", $1, $2, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $3, $14, sr, mr
-}' "$tsv" | tee "$out/sharding.md"
+# One table: mgrun against PyTorch for the same mode.
+python3 - "$jsonl" "$here" <<'PY' | tee "$out/sharding.md"
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import bench_stats as bs
+mib = lambda b: "not measured" if b is None else f"{b / 2**20:.1f}"
+print("| precision | strategy | img/s | peak MiB/rank: driver (accounted) | params | grads | optimizer | gather | activations | libraries | host pinned | PyTorch (mode, policy) img/s | PyTorch MiB/rank: driver (reserved / allocated) | vs median | vs fastest |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    m, t = r["mgrun"], r["torch"]
+    if "error" in m:
+        print(f"| {r['prec']} | {r['name']} | FAILED |"); continue
+    rate = bs.per_second(m, 64 * r["world"])
+    c = m["memory"]["categories"]
+    row = [r["prec"], r["name"], bs.fmt_rate(rate),
+           f"{mib(m['memory']['driver_peak'])} ({mib(m['memory']['accounted_peak'])})"]
+    row += [mib(c[k]) for k in ("params", "grads", "optimizer", "gather",
+                                "activations", "libraries", "host_pinned")]
+    if "error" in t:
+        row += ["FAILED", "-", "-", "-"]
+    else:
+        q = bs.ratios(rate, t["img_s_total"])
+        row += [f"{bs.fmt_rate(t['img_s_total'])} ({r['tmode']}, {t['policy']})",
+                f"{mib(t['driver_peak_rank'])} ({mib(t['max_reserved_rank'])} / {mib(t['max_allocated_rank'])})",
+                f"{q['vs_median']:.2f}x", f"{q['vs_fastest']:.2f}x"]
+    print("| " + " | ".join(row) + " |")
+PY
+exit $status

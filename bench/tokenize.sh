@@ -8,7 +8,8 @@
 # a shared machine) and over wall time; median of RUNS runs with min-max.
 # The token counts must agree (same ids is what tests/text checks).
 # "mgrun x": how many times faster mgrun is than that reference (median
-# CPU MB/s over median CPU MB/s).
+# CPU MB/s over median CPU MB/s; medians by bench/bench_stats.py, as
+# every benchmark script).
 #
 # usage: bench/tokenize.sh [BUILD_DIR]   env: SIZE (bytes, 1000000),
 #        RUNS (mgrun, 5), RUNS_JS (3)
@@ -42,15 +43,17 @@ now() { date +%s.%N; }
 # medians with min-max; ratio against the mgrun medians in $base_w/$base_c
 row() {
 	python3 -c '
-import statistics as st, sys
+import sys
+sys.path.insert(0, sys.argv.pop(1))
+import bench_stats as bs
 f, name, ntok, bw, bc = sys.argv[1:]
 r = [tuple(map(float, l.split())) for l in sys.stdin if l.strip()]
 c = sorted(x[1] for x in r); w = sorted(x[0] for x in r)
-mc, mw = st.median(c), st.median(w)
+mc, mw = bs.quantile(c, 0.5), bs.quantile(w, 0.5)
 ratio = "1" if bc == "-" else "%.1f" % (float(bc) / mc)
 print("%-7s %-20s %8.2f %6.2f-%-6.2f %8.2f %6.2f-%-6.2f %8s %8s" %
       (f, name, mc, c[0], c[-1], mw, w[0], w[-1], ntok, ratio))
-' "$@"
+' "$src/bench" "$@"
 }
 
 echo "text: $bytes bytes of fortunes, $(wc -l <"$text") lines;" \
@@ -71,9 +74,11 @@ for f in llama3 llama2; do
 	ntok=$(wc -w <"$work/ids")
 	row $f mgrun "$ntok" - - <"$rates"
 	base=$(python3 -c '
-import statistics as st, sys
-print(st.median(float(l.split()[1]) for l in open(sys.argv[1]) if l.strip()))
-' "$rates")
+import sys
+sys.path.insert(0, sys.argv[2])
+import bench_stats as bs
+print(bs.quantile([float(l.split()[1]) for l in open(sys.argv[1]) if l.strip()], 0.5))
+' "$rates" "$src/bench")
 	echo "        (mgrun load of $f/tokenizer.json: $load s, excluded)"
 	refs="lenml-$f"
 	[ $f = llama3 ] && refs="$refs llama3-tokenizer-js"

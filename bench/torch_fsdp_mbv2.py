@@ -1,31 +1,61 @@
-# What a PyTorch user runs instead of mgrun's fsdp / offload on MobileNetV2:
-# FSDP2 (fully_shard on every inverted-residual block, then the root) in
-# full / grad_op / hybrid mode, DDP for no-shard, and DeepSpeed-less CPU
-# offload through FSDP2's CPUOffloadPolicy; bf16 by autocast. Synthetic data on the GPU,
-# batch 64 per GPU, SGD with momentum as bench/sharding.sh runs mgrun.
-# Usage (torchrun): torch_fsdp_mbv2.py MODE SIZE PRECISION
+# What a PyTorch user runs instead of mgrun's fsdp / offload / ddp_ds on
+# MobileNetV2, in its best working configuration: FSDP2 (fully_shard on
+# every inverted-residual block, then the root) in full / grad_op / hybrid
+# mode, DDP for no-shard, and FSDP2's CPUOffloadPolicy for offload.
+# Synthetic data on the GPU, batch 64 per GPU, SGD with momentum as
+# bench/sharding.sh runs mgrun.
+#
+# bf16 moves what mgrun moves: FSDP2 with MixedPrecisionPolicy(param_dtype
+# = bf16, reduce_dtype = bf16, or fp32 with REDUCE=fp32 as mgrun's
+# strategy.reduce_dtype = fp32), compute under bf16 autocast; DDP under
+# bf16 autocast with bf16_compress_hook (mgrun's ddp_ds reduces bf16
+# gradients). fp32: no policy, no hook.
+#
+# Measured as bench/bench_stats.py says: W windows of S steps after
+# warm-up, timed with CUDA events on every rank (the slowest rank's window
+# counts), and each rank's process peak as the driver sees it
+# (bench/torch_measure.py) beside max_memory_reserved / allocated.
+# Usage (torchrun): torch_fsdp_mbv2.py MODE SIZE PRECISION [WINDOWS STEPS]
 #   MODE: ddp | full | grad_op | hybrid | offload;  PRECISION: fp32 | bf16
-import json, os, sys, time
+import json, os, sys
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-import torchvision
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_measure as tm  # noqa: E402
 
 mode, size, prec = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+windows, steps = (int(v) for v in (sys.argv[4:6] or (5, 10)))
+assert mode in ("ddp", "full", "grad_op", "hybrid", "offload"), mode
+assert prec in ("fp32", "bf16"), prec
+local = int(os.environ["LOCAL_RANK"])
+mem = tm.DeviceMemory(local_rank=local).open()  # before CUDA starts
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torchvision  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy,  # noqa: E402
+                                    fully_shard)
+
+torch.cuda.set_device(local)
 dist.init_process_group("nccl")
 rank, world = dist.get_rank(), dist.get_world_size()
-torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+torch.zeros(1, device="cuda")  # the context
+mem.context_ready().start()
 torch.backends.cudnn.benchmark = True
 m = torchvision.models.mobilenet_v2(num_classes=10)
 m.features[0][0] = nn.Conv2d(1, 32, 3, 2, 1, bias=False)
 m = m.cuda()
 bf16 = prec == "bf16"
+reduce = os.environ.get("REDUCE", "param")
+policy = "none"
 if mode == "ddp":
     m = nn.parallel.DistributedDataParallel(
         m, device_ids=[torch.cuda.current_device()])
+    if bf16 and reduce != "fp32":
+        m.register_comm_hook(dist.group.WORLD, default_hooks.bf16_compress_hook)
+        policy = "bf16_compress_hook"
 else:
     if mode == "hybrid":
         mesh = init_device_mesh("cuda", (2, world // 2),
@@ -33,6 +63,11 @@ else:
     else:
         mesh = init_device_mesh("cuda", (world,))
     kw = dict(mesh=mesh, reshard_after_forward=(mode != "grad_op"))
+    if bf16:
+        kw["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16,
+            reduce_dtype=torch.float32 if reduce == "fp32" else torch.bfloat16)
+        policy = f"MixedPrecisionPolicy(bf16, reduce {'fp32' if reduce == 'fp32' else 'bf16'})"
     if mode == "offload":
         kw["offload_policy"] = CPUOffloadPolicy()
     for blk in m.features:
@@ -46,7 +81,8 @@ y = torch.randint(0, 10, (64,), device="cuda")
 
 def step():
     opt.zero_grad(set_to_none=True)
-    # bf16: autocast over fp32 parameters, the same way in every mode.
+    # compute in bf16 in every mode (FSDP2's policy casts the parameters;
+    # autocast covers the ops a parameter cast does not)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
         loss = lossf(m(x), y)
     loss.backward()
@@ -58,18 +94,28 @@ for _ in range(5):
 torch.cuda.synchronize()
 torch.cuda.reset_peak_memory_stats()
 dist.barrier()
-t = time.perf_counter()
-n = 20
-for _ in range(n):
-    step()
-torch.cuda.synchronize()
-dt = time.perf_counter() - t
-peak = torch.tensor([torch.cuda.max_memory_allocated()], device="cuda")
-dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+t = tm.time_windows(step, windows, steps, mem)
+# the slowest rank's window sets the pace of a synchronous step
+w = torch.tensor(t["windows"], device="cuda")
+dist.all_reduce(w, op=dist.ReduceOp.MAX)
+tmem = tm.torch_memory()
+dm = mem.stop().result()
+peaks = torch.tensor([tmem["max_reserved"], tmem["max_allocated"],
+                      dm["driver_peak"] if dm["driver_peak"] is not None else -1],
+                     device="cuda", dtype=torch.float64)
+dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+lo = torch.tensor([dm["driver_peak"] if dm["driver_peak"] is not None else -1],
+                  device="cuda", dtype=torch.float64)
+dist.all_reduce(lo, op=dist.ReduceOp.MIN)  # any rank not measured: None
 if rank == 0:
+    import bench_stats as bs
+    s = bs.summarize(w.tolist())
+    rate = bs.per_second(s, 64 * world)
     r = dict(mode=mode, size=size, prec=prec, world=world, batch_per_gpu=64,
-             img_s_total=round(64 * n * world / dt, 1),
-             ms_step=round(1000 * dt / n, 2),
-             peak_mib_rank=round(peak.item() / 2**20, 1))
+             policy=policy, step_s=s, img_s_total=rate,
+             max_reserved_rank=int(peaks[0].item()),
+             max_allocated_rank=int(peaks[1].item()),
+             driver_peak_rank=int(peaks[2].item()) if lo.item() >= 0 else None,
+             driver_method=dm["method"], driver_why=dm["why"])
     print(json.dumps(r), flush=True)
 dist.destroy_process_group()

@@ -156,6 +156,7 @@ static inline void mg_comm_stats_add(struct mg_comm_stats *st,
 	st->calls += k->calls;
 	st->busy_seconds += k->busy_seconds;
 	st->exposed_seconds += k->exposed_seconds;
+	st->device_bytes += k->device_bytes;
 }
 
 #endif

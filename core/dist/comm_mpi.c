@@ -472,6 +472,7 @@ static int mpi_collect(struct mg_comm *c, struct mg_comm_stats *st)
 	st->calls = m->calls;
 	st->busy_seconds = m->blocked;
 	st->exposed_seconds = m->blocked;
+	st->device_bytes = 0;
 	m->bytes = m->calls = 0;
 	m->blocked = 0;
 	for (int i = 0; i < m->fam.nkids; i++) {

@@ -58,6 +58,9 @@ struct nccl_comm {
 	int replays;			  /* since the last collect */
 	void *scratch; /* device staging for all_reduce_host */
 	size_t scratch_bytes;
+	/* NCCL's own device memory: the driver's used bytes grew by this
+	 * much over its init (or split) */
+	int64_t init_bytes;
 	struct mg_comm_family fam; /* split() parent and children */
 };
 
@@ -460,6 +463,7 @@ static int nccl_collect(struct mg_comm *c, struct mg_comm_stats *st)
 	st->calls = n->calls;
 	st->busy_seconds = busy;
 	st->exposed_seconds = exposed;
+	st->device_bytes = n->init_bytes + (int64_t)n->scratch_bytes;
 	n->ops[NC_EAGER].n = n->waits[NC_EAGER].n = 0;
 	n->bytes = n->calls = 0;
 	n->replays = 0;
@@ -579,6 +583,20 @@ static struct mg_comm *nccl_split(struct mg_comm *c, int color, int key);
 
 /* Streams, events and the mg_comm around an initialised NCCL communicator
  * (destroyed on failure). NULL with the error set. */
+/* What NCCL's init (or split) took from the device: used bytes now less
+ * before (cudaMemGetInfo; one GPU per rank, so the other ranks' inits
+ * are on their own devices). Buffers NCCL connects lazily at a first
+ * collective are not in it: the report's driver figure shows them as
+ * unaccounted. */
+static void nc_init_bytes(struct mg_comm *c, int64_t before)
+{
+	if (!c)
+		return;
+	struct nccl_comm *n = c->impl;
+	int64_t after = mg_cuda_used_bytes();
+	n->init_bytes = before >= 0 && after > before ? after - before : 0;
+}
+
 static struct mg_comm *nc_wrap(struct mg_device *dev, ncclComm_t nc)
 {
 	struct mg_comm *c = calloc(1, sizeof *c);
@@ -651,12 +669,14 @@ static struct mg_comm *nccl_split(struct mg_comm *c, int color, int key)
 	}
 	if (nc_not_capturing(n, "split"))
 		return NULL;
+	int64_t before = mg_cuda_used_bytes();
 	ncclResult_t r = ncclCommSplit(n->nc, color, key, &sub, NULL);
 	if (r != ncclSuccess) {
 		nccl_fail(n, r, "ncclCommSplit");
 		return NULL;
 	}
 	struct mg_comm *kid = nc_wrap(n->dev, sub);
+	nc_init_bytes(kid, before);
 	if (kid && mg_comm_family_add(&n->fam, kid)) {
 		nccl_destroy(kid);
 		return NULL;
@@ -746,6 +766,7 @@ struct mg_comm *mg_comm_nccl_create(const struct mg_dist_env *e,
 		mg_cuda_fail(ce, "cudaSetDevice", __FILE__, __LINE__);
 		return NULL;
 	}
+	int64_t before = mg_cuda_used_bytes();
 	ncclResult_t r = ncclCommInitRank(&nc, e->world, id, e->rank);
 	if (r != ncclSuccess) {
 		nccl_fail(NULL, r, "ncclCommInitRank");
@@ -753,5 +774,7 @@ struct mg_comm *mg_comm_nccl_create(const struct mg_dist_env *e,
 				dev->ordinal);
 		return NULL;
 	}
-	return nc_wrap(dev, nc);
+	struct mg_comm *c = nc_wrap(dev, nc);
+	nc_init_bytes(c, before);
+	return c;
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/report.h"
+#include "runtime/devmem.h"
 
 #define REPORT_SCHEMA "mgrun-report-2"
 
@@ -314,6 +315,9 @@ enum {
 	ROW_MEM_TOTAL = ROW_MEM + MG_MEM_CAT_COUNT,
 	ROW_PINNED,
 	ROW_COMM_BUSY,
+	ROW_DRV_METHOD, /* the driver's view (devmem.h); peak -1: none */
+	ROW_DRV_PEAK,
+	ROW_DRV_START,
 	ROW_N,
 };
 
@@ -329,6 +333,32 @@ static void fill_row(const struct mg_run_view *rs, double *row)
 	row[ROW_MEM_TOTAL] = (double)st->mem_total_peak;
 	row[ROW_PINNED] = (double)st->host_pinned_peak;
 	row[ROW_COMM_BUSY] = st->comm_busy_total;
+	row[ROW_DRV_METHOD] = st->devmem ? (double)st->devmem->method : 0;
+	row[ROW_DRV_PEAK] =
+		st->devmem ? (double)mg_devmem_peak(st->devmem) : -1;
+	row[ROW_DRV_START] = st->devmem ? (double)st->devmem->at_start : -1;
+}
+
+/* The driver's view beside the accounted peak: null where not measured
+ * (never a made-up 0). */
+static void device_memory_json(cJSON *r, const double *row)
+{
+	cJSON *d = cJSON_AddObjectToObject(r, "device_memory");
+	double peak = row[ROW_DRV_PEAK], start = row[ROW_DRV_START];
+	cJSON_AddStringToObject(
+		d, "method", mg_devmem_method_name((int)row[ROW_DRV_METHOD]));
+	if (peak < 0) {
+		cJSON_AddNullToObject(d, "driver_peak");
+		cJSON_AddNullToObject(d, "at_start");
+		cJSON_AddNullToObject(d, "unaccounted");
+	} else {
+		start = start > 0 ? start : 0;
+		cJSON_AddNumberToObject(d, "driver_peak", peak);
+		cJSON_AddNumberToObject(d, "at_start", start);
+		cJSON_AddNumberToObject(d, "unaccounted",
+					peak - start - row[ROW_MEM_TOTAL]);
+	}
+	cJSON_AddNumberToObject(d, "accounted_peak", row[ROW_MEM_TOTAL]);
 }
 
 /* Every rank calls this: rank r fills row r, the sum is the table. */
@@ -377,6 +407,7 @@ static cJSON *rank_json(const double *row, int rank)
 					row[ROW_MEM + i]);
 	cJSON_AddNumberToObject(m, "total", row[ROW_MEM_TOTAL]);
 	cJSON_AddNumberToObject(m, "host_pinned", row[ROW_PINNED]);
+	device_memory_json(r, row);
 	return r;
 }
 
@@ -617,6 +648,12 @@ void mg_report_summary(const struct mg_run_view *rs, FILE *f)
 	char b[32];
 	human_bytes(b, sizeof b, (double)st->mem_total_peak);
 	fprintf(f, "  %-12s %12s\n", "total", b);
+	if (st->devmem) {
+		char d[256];
+		fprintf(f, "%s\n",
+			mg_devmem_describe(st->devmem, st->mem_total_peak, d,
+					   sizeof d));
+	}
 	human_bytes(b, sizeof b, (double)st->counters[MG_C_H2D_BYTES]);
 	fprintf(f, "host->device    %s\n", b);
 	if (rs->world > 1)

@@ -198,6 +198,11 @@ static int setup(struct mg_trainer *t)
 	 * the rows, so a bounded log holds a whole run. */
 	if (mg_stats_mem_log_start(&t->stats, 1 << 16))
 		return -1;
+#ifdef MG_HAVE_CUDA
+	/* the cuBLAS workspace accounted, the driver's view sampled */
+	if (t->dev.kind == MG_DEV_CUDA && mg_cuda_device_bind(ctx))
+		return -1;
+#endif
 	mg_optim_from_opts(&t->hp, t->s->optim);
 	ctx->optim = &t->hp;
 	t->batch = mg_opt_int(run, "batch_size");
@@ -846,6 +851,7 @@ static int collect_comm(struct mg_trainer *t)
 	st->comm_busy_step += cs.busy_seconds;
 	st->counters[MG_C_COMM_BYTES] += cs.bytes;
 	st->counters[MG_C_COMM_CALLS] += cs.calls;
+	mg_stats_comm_device(st, cs.device_bytes);
 	return 0;
 }
 

@@ -25,6 +25,11 @@ struct mg_stats {
 	int64_t mem_cur[MG_MEM_CAT_COUNT], mem_peak[MG_MEM_CAT_COUNT];
 	int64_t mem_total_cur, mem_total_peak;
 	int64_t host_pinned_cur, host_pinned_peak;
+	/* The driver's view of this process's device memory (devmem.h;
+	 * NULL on the CPU), and the communicator's device bytes already in
+	 * MG_MEM_LIBRARY (mg_stats_comm_device). */
+	struct mg_devmem *devmem;
+	int64_t comm_device_bytes;
 	/* Collectives in flight, overlapped or not (MG_T_COMM is the part
 	 * compute waited for). */
 	double comm_busy_total;
@@ -83,6 +88,9 @@ void mg_stats_capture(struct mg_stats *s, bool begin, bool ok);
 void mg_stats_replay(struct mg_stats *s);
 void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
 		  int pinned_host);
+/* The communicator now holds bytes of device memory outside mg_buf
+ * (NCCL's buffers): MG_MEM_LIBRARY follows. */
+void mg_stats_comm_device(struct mg_stats *s, int64_t bytes);
 
 /* metrics.c: a declared metric's value from the sums (exp applied for
  * MG_SHOW_EXP; NAN when the denominator is 0), and all of a spec's

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/devmem.h"
 #include "runtime/nvtx.h"
 #include "runtime/runtime.h"
 #ifdef MG_HAVE_CUDA
@@ -142,6 +143,8 @@ void mg_stats_step_end(struct mg_ctx *ctx)
 			s->t_step[t] += dt[t];
 			s->t_total[t] += dt[t];
 		}
+		if (s->devmem) /* the step's work is done: a boundary */
+			mg_devmem_sample(s->devmem);
 	}
 #else
 	(void)ctx;
@@ -170,6 +173,14 @@ void mg_stats_replay(struct mg_stats *s)
 {
 	for (int c = 0; c < MG_C_COUNT; c++)
 		s->counters[c] += s->graph_counters[c];
+}
+
+void mg_stats_comm_device(struct mg_stats *s, int64_t bytes)
+{
+	if (bytes == s->comm_device_bytes)
+		return;
+	mg_stats_mem(s, MG_MEM_LIBRARY, bytes - s->comm_device_bytes, 0);
+	s->comm_device_bytes = bytes;
 }
 
 void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,

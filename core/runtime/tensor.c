@@ -61,6 +61,6 @@ const char *mg_mem_cat_name(enum mg_mem_cat c)
 {
 	static const char *const names[MG_MEM_CAT_COUNT] = {
 		"params",      "grads", "optimizer", "gather",
-		"activations", "input", "other"};
+		"activations", "input", "other",     "libraries"};
 	return (unsigned)c < MG_MEM_CAT_COUNT ? names[c] : "?";
 }

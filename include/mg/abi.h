@@ -41,6 +41,9 @@ extern "C" {
  *        and fused kernels (ops_llm.h): mg_op_add_rmsnorm,
  *        mg_op_rmsnorm_backward_add, mg_op_linear_xent and
  *        mg_op_linear_lora_xent (chunked linear + cross-entropy)
+ *        and the memory category MG_MEM_LIBRARY (the core's cuBLAS
+ *        workspace and NCCL buffers; appended, the others keep their
+ *        values), mg_comm_stats device_bytes (core-only)
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 5

@@ -35,6 +35,10 @@ struct mg_comm_stats {
 	int64_t calls;	     /* collectives issued */
 	double busy_seconds; /* collectives in flight (device or host time) */
 	double exposed_seconds; /* of that, time compute waited for them */
+	/* Device bytes the communicator holds now outside mg_buf (NCCL's
+	 * buffers: measured around its init and split, plus staging), not
+	 * reset by collect; the core accounts them as "libraries". */
+	int64_t device_bytes;
 };
 
 /* Core-only: how a CUDA graph capture of the step relates to the

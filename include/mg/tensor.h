@@ -71,6 +71,7 @@ enum mg_mem_cat {
 	MG_MEM_ACTIVATIONS, /* activations kept for backward, workspaces */
 	MG_MEM_INPUT,	    /* input staging and batches */
 	MG_MEM_OTHER,
+	MG_MEM_LIBRARY, /* cuBLAS workspace, NCCL's device buffers (core) */
 	MG_MEM_CAT_COUNT,
 };
 

@@ -21,7 +21,7 @@ STEPS_COLUMNS = [
     "mem_peak_bytes",
 ]
 MEM_CATEGORIES = ["params", "grads", "optimizer", "gather", "activations",
-                  "input", "other"]
+                  "input", "other", "libraries"]
 
 
 def problems(schema, rep, steps, mem, world):
@@ -71,6 +71,20 @@ def problems(schema, rep, steps, mem, world):
     want = rep["ranks"][0]["memory_peak_bytes"]["total"]
     if rep["files"]["memory_rows_dropped"] == 0 and peak != want:
         out.append(f"memory.csv peak {peak} != rank 0 peak total {want}")
+    for r in rep["ranks"]:
+        d = r.get("device_memory")
+        if d is None:
+            out.append(f"rank {r['rank']}: no device_memory")
+            continue
+        if d["accounted_peak"] != r["memory_peak_bytes"]["total"]:
+            out.append(f"rank {r['rank']}: device_memory.accounted_peak "
+                       "!= memory_peak_bytes.total")
+        # not measured is null, never a made-up 0
+        if (d["method"] == "none") != (d["driver_peak"] is None):
+            out.append(f"rank {r['rank']}: device_memory method "
+                       f"{d['method']} with driver_peak {d['driver_peak']}")
+        if run["device"] == "cpu" and d["method"] != "none":
+            out.append(f"rank {r['rank']}: driver memory on the cpu")
     prof = rep.get("profile")
     if prof:
         for r in prof["ranks"]:
@@ -96,6 +110,8 @@ def self_test(schema, rep, steps, mem, world):
         "steps.csv row dropped": lambda r, s, m: s.pop(),
         "steps.csv column renamed": lambda r, s, m: s[0].__setitem__(12, "comm_s"),
         "memory.csv total wrong": lambda r, s, m: m[1].__setitem__(-2, "1"),
+        "driver memory a made-up 0": lambda r, s, m: r["ranks"][0]["device_memory"].update(driver_peak=0),
+        "device_memory missing": lambda r, s, m: r["ranks"][0].pop("device_memory"),
     }
     bad = [name for name, f in cases.items() if not broken(f)]
     if bad:

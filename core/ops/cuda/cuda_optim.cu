@@ -15,6 +15,10 @@
 #define SUMSQ_THREADS 512
 
 /* Per-device scratch for the reduction's partial sums. */
+/* One-time scratch of the norm reduction, an accounted mg_buf (kept for
+ * the process; allocated outside any graph capture by the first eager
+ * step). */
+static struct mg_buf partials_buf;
 static float *partials;
 static int partials_device = -1;
 
@@ -110,11 +114,13 @@ extern "C" int mg_cuda_optim_sumsq(struct mg_ctx *ctx,
 				   const void *grad, int64_t n)
 {
 	if (!partials || partials_device != ctx->dev->ordinal) {
-		/* One-time scratch; allocated outside any graph capture by
-		 * the first (eager) step. */
-		if (cudaMalloc(&partials, SUMSQ_BLOCKS * sizeof(float)) !=
-		    cudaSuccess)
-			return mg_error("optimizer: out of GPU memory");
+		/* another GPU's (a test's other context: not its stats) */
+		if (partials)
+			cudaFree(partials);
+		if (mg_buf_alloc(ctx, &partials_buf,
+				 SUMSQ_BLOCKS * sizeof(float), MG_MEM_OTHER))
+			return mg_error_prefix("optimizer: gradient norm");
+		partials = (float *)partials_buf.ptr;
 		partials_device = ctx->dev->ordinal;
 	}
 	if (n <= 0)

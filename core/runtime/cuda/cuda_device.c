@@ -18,6 +18,15 @@ int mg_cuda_fail(cudaError_t e, const char *what, const char *file, int line)
 			line);
 }
 
+/* The cudaMemGetInfo fallback of the driver's view (this thread's
+ * device). */
+static int cuda_used(void *arg, int64_t *used)
+{
+	(void)arg;
+	*used = mg_cuda_used_bytes();
+	return *used < 0 ? -1 : 0;
+}
+
 int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 {
 	int count = 0;
@@ -41,6 +50,12 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 	dev->kind = MG_DEV_CUDA;
 	dev->ordinal = ordinal;
 	dev->impl = cd;
+	/* The driver's view, opened before this process's context exists
+	 * (NVML's whole-device fallback subtracts the use before it). */
+	char pci[32] = "";
+	if (cudaDeviceGetPCIBusId(pci, sizeof pci, ordinal) != cudaSuccess)
+		pci[0] = 0;
+	mg_devmem_open(&cd->devmem, pci[0] ? pci : NULL, cuda_used, NULL);
 	MG_CUDA_CHECK(cudaSetDevice(ordinal));
 	MG_CUDA_CHECK(cudaGetDeviceProperties(&cd->prop, ordinal));
 	MG_CUDA_CHECK(
@@ -63,11 +78,6 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 		return mg_error("cublasCreate failed on GPU %d", ordinal);
 	dev->cublas = blas;
 	cublasSetStream(blas, cd->compute);
-	/* A fixed cuBLAS workspace keeps GEMMs capturable in CUDA graphs. */
-	cd->blas_workspace_bytes = 32u << 20;
-	MG_CUDA_CHECK(
-		cudaMalloc(&cd->blas_workspace, cd->blas_workspace_bytes));
-	cublasSetWorkspace(blas, cd->blas_workspace, cd->blas_workspace_bytes);
 	cudnnHandle_t dnn;
 	cudnnStatus_t ds = cudnnCreate(&dnn);
 	if (ds != CUDNN_STATUS_SUCCESS)
@@ -75,6 +85,45 @@ int mg_cuda_device_init(struct mg_device *dev, int ordinal)
 				cudnnGetErrorString(ds));
 	dev->cudnn = dnn;
 	cudnnSetStream(dnn, cd->compute);
+	/* context and handles: the driver's "at start" */
+	mg_devmem_context_ready(&cd->devmem);
+	/* A fixed cuBLAS workspace keeps GEMMs capturable in CUDA graphs
+	 * (accounted once mg_cuda_device_bind makes it an mg_buf). */
+	cd->blas_workspace_bytes = 32u << 20;
+	MG_CUDA_CHECK(
+		cudaMalloc(&cd->blas_workspace, cd->blas_workspace_bytes));
+	cublasSetWorkspace(blas, cd->blas_workspace, cd->blas_workspace_bytes);
+	return 0;
+}
+
+int mg_cuda_device_bind(struct mg_ctx *ctx)
+{
+	struct mg_cuda_device *cd = ctx->dev->impl;
+	if (!cd || cd->ctx)
+		return 0;
+	MG_CUDA_CHECK(cudaDeviceSynchronize());
+	MG_CUDA_CHECK(cudaFree(cd->blas_workspace));
+	cd->blas_workspace = NULL;
+	if (mg_buf_alloc(ctx, &cd->blas_ws, cd->blas_workspace_bytes,
+			 MG_MEM_LIBRARY))
+		return mg_error_prefix("cuBLAS workspace");
+	cd->ctx = ctx;
+	cd->blas_workspace = cd->blas_ws.ptr;
+	if (cublasSetWorkspace(ctx->dev->cublas, cd->blas_workspace,
+			       cd->blas_workspace_bytes) !=
+	    CUBLAS_STATUS_SUCCESS)
+		return mg_error("cublasSetWorkspace failed");
+	if (ctx->stats) {
+		/* MG_DEVMEM_PERIOD_MS: the thread's period (10; 0: step
+		 * boundaries only), as bench/torch_measure.py reads it */
+		const char *ms = getenv("MG_DEVMEM_PERIOD_MS");
+		double period = ms && *ms ? atof(ms) / 1e3 : 0.01;
+		ctx->stats->devmem = &cd->devmem;
+		mg_devmem_sample(&cd->devmem);
+		if (period > 0 && mg_devmem_start(&cd->devmem, period))
+			mg_log(MG_LOG_WARN, "device memory: no sampling "
+					    "thread, step boundaries only");
+	}
 	return 0;
 }
 
@@ -90,7 +139,13 @@ void mg_cuda_device_free(struct mg_device *dev)
 		cudnnDestroy(dev->cudnn);
 	if (dev->cublas)
 		cublasDestroy(dev->cublas);
-	cudaFree(cd->blas_workspace);
+	mg_devmem_close(&cd->devmem);
+	if (cd->ctx) {
+		if (cd->ctx->stats)
+			cd->ctx->stats->devmem = NULL;
+		mg_buf_free(cd->ctx, &cd->blas_ws);
+	} else
+		cudaFree(cd->blas_workspace);
 	for (int i = 0; i < MG_T_COUNT; i++) {
 		cudaEventDestroy(cd->timer_start[i]);
 		cudaEventDestroy(cd->timer_stop[i]);

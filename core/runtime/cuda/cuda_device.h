@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "runtime/devmem.h"
 #include "runtime/runtime.h"
 
 /* Backend-private state behind struct mg_device.impl. */
@@ -19,8 +20,13 @@ struct mg_cuda_device {
 	cudaEvent_t timer_start[MG_T_COUNT], timer_stop[MG_T_COUNT];
 	int timer_pending[MG_T_COUNT];
 	int timer_in_graph[MG_T_COUNT]; /* recorded by the captured step */
+	/* cuBLAS workspace: raw until mg_cuda_device_bind, then an mg_buf
+	 * (category libraries) of the bound context. */
 	void *blas_workspace;
 	size_t blas_workspace_bytes;
+	struct mg_buf blas_ws;
+	struct mg_ctx *ctx;	 /* bound context (accounting), or NULL */
+	struct mg_devmem devmem; /* the driver's view of this process */
 	struct cudaDeviceProp prop;
 	void *ops_state; /* core/ops/cuda: algorithm cache, scratch */
 	/* Set by core/ops/cuda with ops_state; mg_cuda_device_free calls it
@@ -31,6 +37,11 @@ struct mg_cuda_device {
 /* Select GPU ordinal, create streams, cuBLAS and cuDNN handles. */
 int mg_cuda_device_init(struct mg_device *dev, int ordinal);
 void mg_cuda_device_free(struct mg_device *dev);
+/* Once ctx->stats exists: the cuBLAS workspace becomes an accounted
+ * mg_buf, and the driver's view of device memory is sampled for the
+ * report (ctx->stats->devmem, a thread every MG_DEVMEM_PERIOD_MS = 10 ms
+ * where NVML works). */
+int mg_cuda_device_bind(struct mg_ctx *ctx);
 const char *mg_cuda_device_name(const struct mg_device *dev);
 
 int mg_cuda_malloc(void **p, size_t bytes);

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""torch_lora_l4l.py - the transformers + peft LoRA baseline measured like
+mgrun (bench/like4like.py runs both): one cell per process, timed windows
+with CUDA events, the driver's peak for the process beside the caching
+allocator's.
+
+The model and step are ../shared/baselines/torch_lora.py's: HF
+LlamaForCausalLM with random weights in bf16, SDPA attention, peft LoRA
+(r = 8, alpha = 16, no dropout) with fp32 adapter weights, fused AdamW,
+bf16 autocast, labels = inputs (every token counted).
+
+usage: torch_lora_l4l.py SHAPE BATCH SEQ TARGETS [WINDOWS STEPS WARM]
+  SHAPE llama3.2-1b | llama3-8b; TARGETS qv | tt; prints one JSON line.
+"""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_measure as tm  # noqa: E402
+
+shape, batch, seq, targets = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+windows, steps, warm = (int(v) for v in (sys.argv[5:8] or (5, 4, 3)))
+mem = tm.DeviceMemory().open()  # before CUDA starts
+
+import torch  # noqa: E402
+from peft import LoraConfig, get_peft_model  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+SHAPES = {
+    "llama3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                        tie_word_embeddings=True, rope_theta=500000.0,
+                        max_position_embeddings=8192),
+    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                      tie_word_embeddings=False, rope_theta=500000.0,
+                      max_position_embeddings=8192),
+}
+TARGETS = {"qv": ["q_proj", "v_proj"],
+           "tt": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+torch.cuda.init()
+torch.zeros(1, device="cuda")  # the context
+mem.context_ready().start()
+cfg = LlamaConfig(**SHAPES[shape])
+cfg._attn_implementation = "sdpa"
+torch.set_default_dtype(torch.bfloat16)
+with torch.device("cuda"):
+    m = LlamaForCausalLM(cfg)
+torch.set_default_dtype(torch.float32)
+m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
+                                 target_modules=TARGETS[targets]))
+for n, p in m.named_parameters():
+    if p.requires_grad:
+        p.data = p.data.float()
+opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=3e-4,
+                        fused=True)
+x = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+
+
+def step():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = m(input_ids=x, labels=x).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+t0 = time.perf_counter()
+for _ in range(warm):
+    step()
+torch.cuda.synchronize()
+warm_s = time.perf_counter() - t0
+torch.cuda.reset_peak_memory_stats()
+t = tm.time_windows(step, windows, steps, mem)
+r = dict(shape=shape, batch=batch, seq=seq, targets=targets, tokens=batch * seq,
+         warmup_s=round(warm_s, 2), step_s=t, torch_memory=tm.torch_memory(),
+         device_memory=mem.stop().result(), torch=torch.__version__)
+print(json.dumps(r), flush=True)
