@@ -18,13 +18,24 @@ pipeline (uint8 uploaded, resized on the GPU); PyTorch trains on
 synthetic tensors already on the GPU. PyTorch's fp32 uses TF32
 convolutions (its default); mgrun's fp32 is exact FP32.
 
-usage: like4like.py MGRUN OUTDIR [mbv2] [lora]    (default: both)
+Full fine-tuning cells (`full`) set mgrun's llama against
+../shared/baselines/torch_full.py's step (bench/torch_full_l4l.py): fp32
+master weights and AdamW state, bf16 compute, no gradient clipping on
+either side; model TFLOP/s = 6 x parameters x tokens/s (attention's
+products not counted, as torch_full.py counts them).
+
+usage: like4like.py MGRUN OUTDIR [mbv2] [lora] [full]    (default: mbv2 lora)
 environment (defaults in brackets):
   MG_L4L_SIZES [28,100,224,500]  MG_L4L_PRECS [fp32,fp16,bf16]
   MG_L4L_COMPILE [224:fp32,224:bf16]  torch.compile cells, run last
   MG_L4L_LORA ["llama3.2-1b,2,512,qv llama3.2-1b,8,512,tt"]
       cells shape,batch,seq,targets[,nf4]: nf4 is QLoRA (model.quant =
       nf4), mgrun only (no bitsandbytes baseline on the GPU machines)
+  MG_L4L_FULL ["llama3.2-1b,8,512 llama3.2-1b,4,2048 llama3.2-3b,4,1024,ckpt"]
+      cells shape,batch,seq[,ckpt]: ckpt = activation checkpointing on
+      both sides
+  MG_L4L_FULL_KERNELS [none,fused]  mgrun's model.kernels, one mgrun run
+      per value beside one PyTorch run
   MG_L4L_WINDOWS [5]  MG_L4L_STEPS [20] (MobileNetV2), MG_L4L_LORA_STEPS [4]
   MG_L4L_BUDGET_S [360]  compile cells starting past this are skipped
   MG_L4L_DEADLINE_S [470]  a compile cell is stopped at this (its warm-up
@@ -264,8 +275,78 @@ def lora_table(cells):
                           "torch": [c["torch"] for c in cells]}))
 
 
+def full(mgrun, out, results):
+    cells = []
+    kernels = env("MG_L4L_FULL_KERNELS", "none,fused").split(",")
+    for cell in env("MG_L4L_FULL", "llama3.2-1b,8,512 llama3.2-1b,4,2048 "
+                    "llama3.2-3b,4,1024,ckpt").split():
+        shape, b, s, *rest = cell.split(",")
+        assert rest in ([], ["ckpt"]), f"cell {cell}"
+        ckpt = bool(rest)
+        b, s = int(b), int(s)
+        steps = LORA_WARM + WINDOWS * LORA_STEPS
+        runs = {}
+        for k in kernels:
+            name = f"l4l_full_{shape}_{b}x{s}" + ("_ckpt" if ckpt else "") + f"_{k}"
+            sets = ["-c", os.path.join(ROOT, "conf", "llama_tiny.ini"),
+                    "--set", f"model.preset={shape}", "--set", "dataset.vocab_size=128256",
+                    "--set", f"dataset.seq_len={s}", "--set", "dataset.lengths=fixed",
+                    "--set", "dataset.prompt_frac=0",
+                    "--set", f"dataset.train_samples={b * (steps + 4)}",
+                    "--set", f"dataset.test_samples={b}",
+                    "--set", f"model.kernels={k}",
+                    "--set", f"model.activation_checkpointing={'true' if ckpt else 'false'}",
+                    "--set", "optimizer.max_grad_norm=0",
+                    "--set", f"run.batch_size={b}", "--set", f"run.eval_batch_size={b}",
+                    "--set", "run.device=cuda", "--set", "run.precision=bf16",
+                    "--set", f"run.max_steps={steps}", "--set", "run.checkpoint=false",
+                    "--set", "run.eval=false", "--set", "run.log_every=10"]
+            runs[k] = mgrun_cell(mgrun, out, name, sets, LORA_WARM, b * s)
+        t = torch_cell(out, f"torch_l4l_full_{shape}_{b}x{s}", "torch_full_l4l.py",
+                       [shape, str(b), str(s), "1" if ckpt else "0", str(WINDOWS),
+                        str(LORA_STEPS), str(LORA_WARM)], b * s)
+        log(f"full {cell}: " + ", ".join(
+            f"mgrun {k} {r.get('rate', {}).get('median', 0):.0f}" for k, r in runs.items())
+            + f" tok/s, torch {t.get('rate', {}).get('median', 0):.0f} tok/s")
+        cells.append({"cell": cell, "mgrun": runs, "torch": t})
+    results["full"] = cells
+
+
+def full_table(cells):
+    print(f"\nFull fine-tuning (bf16 compute, fp32 master weights and AdamW, "
+          f"random weights), one GPU; tok/s = median window ({WINDOWS} windows "
+          f"of {LORA_STEPS} steps after {LORA_WARM} warm-up); model TFLOP/s = "
+          "6 x parameters x tok/s; memory = the process's peak as the driver "
+          "sees it (mgrun's accounted peak; PyTorch's max_memory_reserved / "
+          "max_memory_allocated)\n")
+    print("| cell | mgrun kernels | mgrun tok/s | HF transformers tok/s | vs median | "
+          "vs fastest | mgrun model TFLOP/s | mgrun driver GiB (accounted) | "
+          "PyTorch driver GiB (reserved / allocated) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for c in cells:
+        t = c["torch"]
+        params = t.get("params")
+        for k, m in c["mgrun"].items():
+            vm, vf = ratio_cells(m, t)
+            tf = ("-" if "error" in m or not params else
+                  f"{6 * params * m['rate']['median'] / 1e12:.0f}")
+            print(f"| {c['cell']} | {k} | "
+                  f"{'FAILED' if 'error' in m else bs.fmt_rate(m['rate'])} | "
+                  f"{'FAILED' if 'error' in t else bs.fmt_rate(t['rate'])} | {vm} | {vf} | "
+                  f"{tf} | {'-' if 'error' in m else mem_pair(m, 'GiB').replace(' GiB', '')} | "
+                  f"{'-' if 'error' in t else torch_mem(t, 'GiB').replace(' GiB', '')} |")
+    print("\n" + methods({"mgrun": [m for c in cells for m in c["mgrun"].values()],
+                          "torch": [c["torch"] for c in cells]}))
+
+
 def failures(results):
     bad = []
+    for c in results.get("full", []):
+        for k, m in c["mgrun"].items():
+            if "error" in m:
+                bad.append(f"full {c['cell']} mgrun {k}: {m['error']}")
+        if "error" in c["torch"]:
+            bad.append(f"full {c['cell']} torch: {c['torch']['error']}")
     for sect in ("mbv2", "lora"):
         for c in results.get(sect, []):
             for side in ("mgrun", "torch", "compile"):
@@ -281,13 +362,15 @@ def main(argv):
         sys.exit(__doc__)
     mgrun, out = argv[0], argv[1]
     what = argv[2:] or ["mbv2", "lora"]
-    assert all(w in ("mbv2", "lora") for w in what), what
+    assert all(w in ("mbv2", "lora", "full") for w in what), what
     os.makedirs(out, exist_ok=True)
     results = {}
     if "mbv2" in what:
         mbv2(mgrun, out, results)
     if "lora" in what:
         lora(mgrun, out, results)
+    if "full" in what:
+        full(mgrun, out, results)
     if "mbv2" in what:
         mbv2_compile(out, results)
     json.dump(results, open(os.path.join(out, "like4like.json"), "w"), indent=1)
@@ -296,6 +379,8 @@ def main(argv):
         mbv2_table(results["mbv2"])
     if "lora" in results:
         lora_table(results["lora"])
+    if "full" in results:
+        full_table(results["full"])
     bad = failures(results)
     for b in bad:
         print("FAILED:", b[:600])

@@ -11,8 +11,9 @@
 #     torch_check        mgrun's MobileNetV2 step (fp64, CPU) against
 #                        torchvision's (tests/mobilenetv2/torch_check.py)
 #     compare [sizes] [precs]  mgrun against PyTorch (bench/mbv2_vs_torch.py)
-#     like4like          bench/RESULTS.md's MobileNetV2 and LoRA tables,
-#                        both sides measured the same way
+#     like4like [mbv2] [lora] [full]  bench/RESULTS.md's MobileNetV2,
+#                        LoRA and full fine-tuning tables (default: the
+#                        first two), both sides measured the same way
 #                        (bench/like4like.py; about 7 minutes on one
 #                        H100), printed as markdown
 #     llama [steps]      LLM ops vs CPU twins, llama vs transformers
@@ -205,7 +206,7 @@ if [ "$what" = like4like ]; then
 	# bench/RESULTS.md's MobileNetV2 and LoRA tables, like for like
 	# (MG_L4L_* in bench/like4like.py narrow or widen it)
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-560} run bench_like4like like4like \
-		python3 bench/like4like.py "$mgrun" /tmp/mgl4l
+		python3 bench/like4like.py "$mgrun" /tmp/mgl4l "$@"
 	cp /tmp/mgl4l/like4like.json "$out/" 2>/dev/null
 	sed -n '/^== like4like tables/,$p' "$out/bench_like4like.log"
 fi

@@ -23,6 +23,18 @@ if grep -q "FAILED" "$tmp/ok.txt"; then exit 1; fi
 MG_L4L_LORA="llama3-8b,2,512,qv,nf4" python3 "$bench/like4like.py" \
 	"$here/fake_mgrun.sh" "$tmp/nf4" lora >"$tmp/nf4.txt"
 grep -qxF '| llama3-8b 2x512 qv nf4 | 102,400 (102,400-102,400) | n/a | n/a | n/a | not measured (0.00) | n/a |' "$tmp/nf4.txt"
+# full fine-tuning: one row per mgrun kernels value beside one PyTorch run
+MG_L4L_FULL="llama3.2-1b,8,512" MG_L4L_FULL_KERNELS=none,fused \
+	python3 "$bench/like4like.py" "$here/fake_mgrun.sh" "$tmp/full" full >"$tmp/full.txt"
+cat "$tmp/full.txt"
+for k in none fused; do
+	grep -qxF "| llama3.2-1b,8,512 | $k | 409,600 (409,600-409,600) | 204,800 (136,533-273,067) | **2.00x** | 1.50x | - | not measured (0.00) | 0.01 (0.00 / 0.00) |" "$tmp/full.txt"
+done
+if MG_L4L_FULL="fail,8,512" MG_L4L_FULL_KERNELS=none python3 "$bench/like4like.py" \
+	"$here/fake_mgrun.sh" "$tmp/fullbad" full >"$tmp/fullbad.txt" 2>&1; then
+	echo "a failed full cell exited 0"; exit 1
+fi
+grep -q '^FAILED: full fail,8,512 mgrun none: mgrun exit 3' "$tmp/fullbad.txt"
 # a failed mgrun cell: FAILED in the table, exit status 1
 if MG_L4L_LORA="fail,2,512,qv" python3 "$bench/like4like.py" \
 	"$here/fake_mgrun.sh" "$tmp/bad" lora >"$tmp/bad.txt" 2>&1; then

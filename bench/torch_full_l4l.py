@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""torch_full_l4l.py - the transformers full fine-tuning baseline measured
+like mgrun (bench/like4like.py runs both): one cell per process, timed
+windows with CUDA events, the driver's peak for the process beside the
+caching allocator's.
+
+The model and step are ../shared/baselines/torch_full.py's: HF
+LlamaForCausalLM with random weights, fp32 parameters and fused AdamW
+state, bf16 autocast, SDPA attention, labels = inputs (every token
+counted); CKPT 1 turns on HF gradient checkpointing.
+
+usage: torch_full_l4l.py SHAPE BATCH SEQ CKPT [WINDOWS STEPS WARM]
+  SHAPE llama3.2-1b | llama3.2-3b; prints one JSON line.
+"""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_measure as tm  # noqa: E402
+
+shape, batch, seq, ckpt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+windows, steps, warm = (int(v) for v in (sys.argv[5:8] or (5, 4, 3)))
+mem = tm.DeviceMemory().open()  # before CUDA starts
+
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+SHAPES = {
+    "llama3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                        tie_word_embeddings=True, rope_theta=500000.0,
+                        max_position_embeddings=8192),
+    "llama3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                        num_attention_heads=24, num_key_value_heads=8, vocab_size=128256,
+                        tie_word_embeddings=True, rope_theta=500000.0,
+                        max_position_embeddings=8192),
+}
+torch.cuda.init()
+torch.zeros(1, device="cuda")  # the context
+mem.context_ready().start()
+cfg = LlamaConfig(**SHAPES[shape])
+cfg._attn_implementation = "sdpa"
+with torch.device("cuda"):
+    m = LlamaForCausalLM(cfg)
+if ckpt:
+    m.gradient_checkpointing_enable()
+    m.config.use_cache = False
+opt = torch.optim.AdamW(m.parameters(), lr=2e-5, fused=True)
+x = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+
+
+def step():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = m(input_ids=x, labels=x).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+t0 = time.perf_counter()
+for _ in range(warm):
+    step()
+torch.cuda.synchronize()
+warm_s = time.perf_counter() - t0
+torch.cuda.reset_peak_memory_stats()
+t = tm.time_windows(step, windows, steps, mem)
+n = sum(p.numel() for p in m.parameters())
+r = dict(shape=shape, batch=batch, seq=seq, ckpt=ckpt, params=n, tokens=batch * seq,
+         warmup_s=round(warm_s, 2), step_s=t, torch_memory=tm.torch_memory(),
+         device_memory=mem.stop().result(), torch=torch.__version__)
+print(json.dumps(r), flush=True)
