@@ -67,12 +67,12 @@ int mg_op_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 		     mg_cuda_linear(ctx, x, w, b, y));
 }
 
-int mg_op_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
-			  const struct mg_tensor *w, const struct mg_tensor *dy,
-			  struct mg_tensor *dx, struct mg_tensor *dw,
-			  struct mg_tensor *db)
+/* Both backward ops: dx written, or added to when dx_add. */
+static int lin_backward(const char *op, struct mg_ctx *ctx,
+			const struct mg_tensor *x, const struct mg_tensor *w,
+			const struct mg_tensor *dy, struct mg_tensor *dx,
+			bool dx_add, struct mg_tensor *dw, struct mg_tensor *db)
 {
-	static const char op[] = "linear_backward";
 	int64_t rows, in, out;
 	if (lin_check(op, ctx, x, w, &rows, &in, &out) ||
 	    mgo_check(op, "dy", ctx, dy, x->dtype, -1) ||
@@ -84,6 +84,28 @@ int mg_op_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 	    mgo_check_opt(op, "db", ctx, db, x->dtype, 1) ||
 	    (db && mgo_check_vec(op, "db", db, out)))
 		return -1;
-	MGO_DISPATCH(op, ctx, mg_cpu_linear_backward(ctx, x, w, dy, dx, dw, db),
-		     mg_cuda_linear_backward(ctx, x, w, dy, dx, dw, db));
+	MGO_DISPATCH(
+		op, ctx,
+		mg_cpu_linear_backward(ctx, x, w, dy, dx, dx_add, dw, db),
+		mg_cuda_linear_backward(ctx, x, w, dy, dx, dx_add, dw, db));
+}
+
+int mg_op_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
+			  const struct mg_tensor *w, const struct mg_tensor *dy,
+			  struct mg_tensor *dx, struct mg_tensor *dw,
+			  struct mg_tensor *db)
+{
+	return lin_backward("linear_backward", ctx, x, w, dy, dx, false, dw,
+			    db);
+}
+
+int mg_op_linear_backward_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+			      const struct mg_tensor *w,
+			      const struct mg_tensor *dy, struct mg_tensor *dx,
+			      struct mg_tensor *dw, struct mg_tensor *db)
+{
+	if (!dx)
+		return mg_error("linear_backward_add: dx is required");
+	return lin_backward("linear_backward_add", ctx, x, w, dy, dx, true, dw,
+			    db);
 }

@@ -174,6 +174,14 @@ MG_EXPORT int mg_op_linear_backward(struct mg_ctx *ctx,
 				    const struct mg_tensor *dy,
 				    struct mg_tensor *dx, struct mg_tensor *dw,
 				    struct mg_tensor *db);
+/* mg_op_linear_backward with dx += dy w (dx required): a layer whose
+ * input feeds several projections (q, k, v; gate, up) sums their input
+ * gradients in the GEMMs' epilogue instead of a separate add. ABI 1.5. */
+MG_EXPORT int
+mg_op_linear_backward_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+			  const struct mg_tensor *w, const struct mg_tensor *dy,
+			  struct mg_tensor *dx, struct mg_tensor *dw,
+			  struct mg_tensor *db);
 
 /* ------------------------------------------------------------------ */
 /* Dropout with a counter-based mask.                                   */

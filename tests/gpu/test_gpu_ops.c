@@ -379,6 +379,22 @@ static void test_pool(void)
 
 /* ------------------------------------------------------------------ */
 
+/* The linear backward on the GPU: dx written, or added to when add. */
+static int gpu_linear_backward(enum mg_dtype dt, struct gt *x, struct gt *w,
+			       struct gt *dy, struct gt *dx, bool add,
+			       struct gt *dw, struct gt *db)
+{
+	if (wired && (dt == MG_F32 || dt == MG_F64))
+		return add ? mg_op_linear_backward_add(&gt_gpu, &x->g, &w->g,
+						       &dy->g, &dx->g, &dw->g,
+						       db ? &db->g : NULL)
+			   : mg_op_linear_backward(&gt_gpu, &x->g, &w->g,
+						   &dy->g, &dx->g, &dw->g,
+						   db ? &db->g : NULL);
+	return mg_cuda_linear_backward(&gt_gpu, &x->g, &w->g, &dy->g, &dx->g,
+				       add, &dw->g, db ? &db->g : NULL);
+}
+
 static void linear_check(enum mg_dtype dt, int ndim, int64_t d0, int64_t d1,
 			 int64_t in, int64_t out, bool bias)
 {
@@ -424,13 +440,24 @@ static void linear_check(enum mg_dtype dt, int ndim, int64_t d0, int64_t d1,
 	CPU(mg_op_linear_backward(&gt_cpu, &x.c, &w.c, &dy.c, &dx.c, &dw.c,
 				  bias ? &db.c : NULL),
 	    name);
-	if (!gt_ok(CALL(linear_backward, dt, &x.g, &w.g, &dy.g, &dx.g, &dw.g,
-			bias ? &db.g : NULL),
+	if (!gt_ok(gpu_linear_backward(dt, &x, &w, &dy, &dx, false, &dw,
+				       bias ? &db : NULL),
 		   name)) {
 		gt_check(LBL("%s dx", name), dt, &dx, tol);
 		gt_check_delta(LBL("%s dw", name), dt, &dw, tol);
 		if (bias)
 			gt_check_delta(LBL("%s db", name), dt, &db, tol);
+	}
+	/* dx += dy w (the GEMM's beta = 1) onto a random dx */
+	gt_rand(&dx, -1, 1);
+	gt_rand(&dw, -1, 1);
+	CPU(mg_op_linear_backward_add(&gt_cpu, &x.c, &w.c, &dy.c, &dx.c, &dw.c,
+				      NULL),
+	    name);
+	if (!gt_ok(gpu_linear_backward(dt, &x, &w, &dy, &dx, true, &dw, NULL),
+		   name)) {
+		gt_check_delta(LBL("%s dx added", name), dt, &dx, tol);
+		gt_check_delta(LBL("%s dw (add)", name), dt, &dw, tol);
 	}
 	struct gt *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
 	for (size_t i = 0; i < 8; i++)
@@ -775,6 +802,149 @@ static void optim_check(enum mg_dtype dt, enum mg_optim_kind kind,
 	gt_free(&s1);
 }
 
+/* Host BF16 of a float (round to nearest even; finite inputs). */
+static uint16_t bf16_of(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+/*
+ * Mixed-precision AdamW (F32 master and moments, BF16 gradient and
+ * compute copy): the 4-wide vector kernel, taken when every buffer is
+ * aligned, must give the scalar kernel's bits. The same update runs on
+ * buffers offset by one element (scalar path) and aligned (vector path
+ * plus a 3-element tail); master, moments and copy are compared bit for
+ * bit.
+ */
+static void optim_vec_check(void)
+{
+	const int64_t n = 1000003;
+	struct mg_optim_hparams h = {0};
+	h.kind = MG_OPTIM_ADAMW;
+	h.beta1 = 0.9;
+	h.beta2 = 0.95;
+	h.eps = 1e-8;
+	h.weight_decay = 0.01;
+	struct mg_optim_vals v = {0};
+	v.lr = 3e-4f;
+	v.grad_mul = 0.25f;
+	v.bias1 = (float)(1 - pow(0.9, 5));
+	v.bias2 = (float)(1 - pow(0.95, 5));
+	struct mg_optim_vals *vd = NULL;
+	cudaMalloc((void **)&vd, sizeof v);
+	cudaMemcpy(vd, &v, sizeof v, cudaMemcpyHostToDevice);
+	float *hf = malloc((size_t)3 * n * sizeof *hf);
+	uint16_t *hg = malloc((size_t)n * sizeof *hg);
+	for (int64_t i = 0; i < n; i++) {
+		hf[i] = (float)(2 * gt_urand() - 1);
+		hf[n + i] = (float)(0.1 * (2 * gt_urand() - 1));
+		hf[2 * n + i] = (float)(0.01 * gt_urand());
+		hg[i] = bf16_of((float)(2 * gt_urand() - 1));
+	}
+	/* [path][buffer]: p, s0, s1 (F32), g, lp (BF16); path 0 offset */
+	char *buf[2][5];
+	float *out[2][3];
+	uint16_t *lp[2];
+	for (int a = 0; a < 2; a++) {
+		const size_t off = a ? 0 : 1;
+		for (int b = 0; b < 5; b++) {
+			const size_t es = b < 3 ? 4 : 2;
+			cudaMalloc((void **)&buf[a][b], (size_t)(n + 1) * es);
+			buf[a][b] += off * es;
+			if (b < 3)
+				cudaMemcpy(buf[a][b], hf + b * n, (size_t)n * 4,
+					   cudaMemcpyHostToDevice);
+		}
+		cudaMemcpy(buf[a][3], hg, (size_t)n * 2,
+			   cudaMemcpyHostToDevice);
+		struct mg_optim_slice s = {.dtype = MG_F32,
+					   .param = buf[a][0],
+					   .grad = buf[a][3],
+					   .grad_dtype = MG_BF16,
+					   .param_lp = buf[a][4],
+					   .lp_dtype = MG_BF16,
+					   .state = {buf[a][1], buf[a][2]},
+					   .n = n,
+					   .decay = true};
+		gt_ok(mg_optim_update(&gt_gpu, &h, vd, &s),
+		      "optim adamw bf16 vector");
+		gt_sync("optim adamw bf16 vector");
+		for (int b = 0; b < 3; b++) {
+			out[a][b] = malloc((size_t)n * 4);
+			cudaMemcpy(out[a][b], buf[a][b], (size_t)n * 4,
+				   cudaMemcpyDeviceToHost);
+		}
+		lp[a] = malloc((size_t)n * 2);
+		cudaMemcpy(lp[a], buf[a][4], (size_t)n * 2,
+			   cudaMemcpyDeviceToHost);
+		for (int b = 0; b < 5; b++)
+			cudaFree(buf[a][b] - off * (b < 3 ? 4 : 2));
+	}
+	int64_t diff = 0, moved = 0;
+	for (int b = 0; b < 3; b++)
+		diff += memcmp(out[0][b], out[1][b], (size_t)n * 4) != 0;
+	diff += memcmp(lp[0], lp[1], (size_t)n * 2) != 0;
+	for (int64_t i = 0; i < n; i++)
+		moved += out[1][0][i] != hf[i];
+	gt_report("optim adamw F32 master, BF16 grad and copy: vector vs "
+		  "scalar kernel (buffers differing)",
+		  MG_BF16, (double)diff, 0, 0, "bitwise");
+	gt_report("optim adamw vector kernel: fraction of masters unchanged",
+		  MG_F32, 1.0 - (double)moved / (double)n, 1e-3, 0,
+		  "the update ran");
+	for (int a = 0; a < 2; a++) {
+		for (int b = 0; b < 3; b++)
+			free(out[a][b]);
+		free(lp[a]);
+	}
+	free(hf);
+	free(hg);
+	cudaFree(vd);
+}
+
+/* The gradient norm's sum of squares over BF16 values (vector path, and
+ * offset by one element: the scalar path) against a host double sum. */
+static void sumsq_check(void)
+{
+	const int64_t n = 3000017;
+	uint16_t *hg = malloc((size_t)n * sizeof *hg);
+	double ref = 0;
+	for (int64_t i = 0; i < n; i++) {
+		hg[i] = bf16_of((float)(4 * gt_urand() - 2));
+		uint32_t u = (uint32_t)hg[i] << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		ref += (double)f * f;
+	}
+	for (int off = 0; off < 2; off++) {
+		char *dg = NULL;
+		struct mg_optim_vals v = {0}, *vd = NULL;
+		cudaMalloc((void **)&dg, (size_t)(n + 1) * 2);
+		cudaMalloc((void **)&vd, sizeof v);
+		cudaMemcpy(vd, &v, sizeof v, cudaMemcpyHostToDevice);
+		cudaMemcpy(dg + 2 * off, hg, (size_t)n * 2,
+			   cudaMemcpyHostToDevice);
+		char name[64];
+		snprintf(name, sizeof name, "optim sumsq BF16 n=%lld %s",
+			 (long long)n, off ? "unaligned" : "aligned");
+		if (!gt_ok(mg_optim_sumsq(&gt_gpu, vd, MG_BF16, dg + 2 * off,
+					  n),
+			   name) &&
+		    !gt_sync(name)) {
+			cudaMemcpy(&v, vd, sizeof v, cudaMemcpyDeviceToHost);
+			gt_report(name, MG_F32, fabs(v.sumsq - ref) / ref, 1e-5,
+				  isfinite(v.sumsq) ? 0 : 1,
+				  "relative to a host double sum");
+		}
+		cudaFree(dg);
+		cudaFree(vd);
+	}
+	free(hg);
+}
+
 static void test_optim(void)
 {
 	for (size_t d = 0; d < 2; d++) {
@@ -783,6 +953,8 @@ static void test_optim(void)
 		optim_check(all_dt[d], MG_OPTIM_SGD, 0.0, false, 0);
 		optim_check(all_dt[d], MG_OPTIM_ADAMW, 0, false, 0);
 	}
+	optim_vec_check();
+	sumsq_check();
 }
 
 /*
@@ -1074,7 +1246,8 @@ static int step_run(struct step *s)
 	       mg_cuda_softmax_xent_backward(c, &s->lo.g, &s->lab.g, &s->sc.g,
 					     &s->dlo.g) ||
 	       mg_cuda_linear_backward(c, &s->pooled.g, &s->wl.g, &s->dlo.g,
-				       &s->dpool.g, &s->dwl.g, &s->dbl.g) ||
+				       &s->dpool.g, false, &s->dwl.g,
+				       &s->dbl.g) ||
 	       mg_cuda_global_avgpool_backward(c, &s->dpool.g, &s->dy3.g) ||
 	       mg_cuda_conv2d_backward(c, &dw, &s->y2.g, &s->wd.g, &s->dy3.g,
 				       &s->dy2.g, &s->dwd.g, NULL, NULL) ||

@@ -744,6 +744,26 @@ static void linear_case(int ndim, int64_t d0, int64_t d1, int64_t in,
 	fd_check(what, &w, D(&dw), lin_loss, &f, 0, 1e-6);
 	snprintf(what, sizeof what, "%s db", name);
 	fd_check(what, &b, D(&db), lin_loss, &f, 0, 1e-6);
+	/* linear_backward_add: dx += the same input gradient (dw too) */
+	{
+		struct mg_tensor dxa = clone(&x), dxa0, dwa = clone(&w);
+		fill_rand(&dxa, 1);
+		fill_const(&dwa, 0);
+		dxa0 = clone(&dxa);
+		CHECK_OK(mg_op_linear_backward_add(&ctx, &x, &w, &r, &dxa, &dwa,
+						   NULL));
+		for (int64_t i = 0; i < N_(&dxa); i++)
+			D(&dxa)[i] -= D(&dxa0)[i];
+		snprintf(what, sizeof what, "%s dx added", name);
+		expect_close(what, D(&dxa), D(&dx), N_(&dx), 1e-12);
+		snprintf(what, sizeof what, "%s dw (add)", name);
+		expect_close(what, D(&dwa), D(&dw), N_(&dw), 1e-12);
+		if (mg_op_linear_backward_add(&ctx, &x, &w, &r, NULL, &dwa,
+					      NULL) == 0)
+			fail("%s: linear_backward_add without dx accepted",
+			     name);
+		del(&dxa), del(&dxa0), del(&dwa);
+	}
 	struct mg_tensor x32 = to_f32(&x), w32 = to_f32(&w), b32 = to_f32(&b),
 			 y32 = to_f32(&y);
 	CHECK_OK(mg_op_linear(&ctx, &x32, &w32, &b32, &y32));

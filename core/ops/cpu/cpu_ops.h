@@ -175,7 +175,8 @@ int mg_cpu_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 int mg_cpu_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 			   const struct mg_tensor *w,
 			   const struct mg_tensor *dy, struct mg_tensor *dx,
-			   struct mg_tensor *dw, struct mg_tensor *db);
+			   bool dx_add, struct mg_tensor *dw,
+			   struct mg_tensor *db);
 /* The loss ops also check that every label is below the class count (the
  * CUDA twin cannot without a host sync). */
 int mg_cpu_softmax_xent(struct mg_ctx *ctx, const struct mg_tensor *logits,

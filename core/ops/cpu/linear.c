@@ -45,23 +45,24 @@ int mg_cpu_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 int mg_cpu_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 			   const struct mg_tensor *w,
 			   const struct mg_tensor *dy, struct mg_tensor *dx,
-			   struct mg_tensor *dw, struct mg_tensor *db)
+			   bool dx_add, struct mg_tensor *dw,
+			   struct mg_tensor *db)
 {
 	int64_t rows, in, out;
 	lin_sizes(x, w, &rows, &in, &out);
 	if (rows == 0 || out == 0 || in == 0) {
-		if (dx && mg_tensor_numel(dx) > 0)
+		if (dx && !dx_add && mg_tensor_numel(dx) > 0)
 			memset(dx->data, 0, mg_tensor_bytes(dx));
 		return 0;
 	}
 	const int nt = mgo_threads_for(ctx, rows * out), gt = mgo_threads(ctx);
 	if (x->dtype == MG_F32)
 		linear_bwd_f32(x->data, w->data, dy->data, dx ? dx->data : NULL,
-			       dw ? dw->data : NULL, db ? db->data : NULL, rows,
-			       in, out, nt, gt);
+			       dx_add, dw ? dw->data : NULL,
+			       db ? db->data : NULL, rows, in, out, nt, gt);
 	else
 		linear_bwd_f64(x->data, w->data, dy->data, dx ? dx->data : NULL,
-			       dw ? dw->data : NULL, db ? db->data : NULL, rows,
-			       in, out, nt, gt);
+			       dx_add, dw ? dw->data : NULL,
+			       db ? db->data : NULL, rows, in, out, nt, gt);
 	return 0;
 }

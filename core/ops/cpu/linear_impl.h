@@ -20,13 +20,13 @@ static void FN(linear_fwd)(const T *x, const T *w, const T *b, T *y,
 			y[r * out + o] += b[o];
 }
 
-static void FN(linear_bwd)(const T *x, const T *w, const T *dy, T *dx, T *dw,
-			   T *db, int64_t rows, int64_t in, int64_t out, int nt,
-			   int gt)
+static void FN(linear_bwd)(const T *x, const T *w, const T *dy, T *dx,
+			   bool dx_add, T *dw, T *db, int64_t rows, int64_t in,
+			   int64_t out, int nt, int gt)
 {
-	if (dx) /* dx [rows, in] = dy [rows, out] w [out, in] */
-		GEMM(gt, false, false, rows, in, out, 1, dy, out, w, in, 0, dx,
-		     in);
+	if (dx) /* dx [rows, in] = (or +=) dy [rows, out] w [out, in] */
+		GEMM(gt, false, false, rows, in, out, 1, dy, out, w, in,
+		     dx_add ? 1 : 0, dx, in);
 	if (dw) /* dw [out, in] += dy^T x */
 		GEMM(gt, true, false, out, in, rows, 1, dy, out, x, in, 1, dw,
 		     in);

@@ -134,7 +134,7 @@ int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 			dxc = rows_of(dx, c0, n, D);
 		if ((dx || dw) &&
 		    mg_cpu_linear_backward(ctx, &xc, w, &lc, dx ? &dxc : NULL,
-					   dw, NULL)) {
+					   false, dw, NULL)) {
 			free(acc);
 			return -1;
 		}
@@ -144,7 +144,7 @@ int mg_cpu_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 			if (lr->dx2)
 				d2c = rows_of(lr->dx2, c0, n, r);
 			if (mg_cpu_linear_backward(ctx, &x2c, lr->w2, &lc,
-						   lr->dx2 ? &d2c : NULL,
+						   lr->dx2 ? &d2c : NULL, false,
 						   lr->dw2, NULL)) {
 				free(acc);
 				return -1;

@@ -75,7 +75,7 @@ MG_EXPORT int mg_cuda_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 MG_EXPORT int
 mg_cuda_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 			const struct mg_tensor *w, const struct mg_tensor *dy,
-			struct mg_tensor *dx, struct mg_tensor *dw,
+			struct mg_tensor *dx, bool dx_add, struct mg_tensor *dw,
 			struct mg_tensor *db);
 MG_EXPORT int mg_cuda_dropout(struct mg_ctx *ctx, const struct mg_tensor *x,
 			      struct mg_tensor *y, double p, uint64_t key,

@@ -171,7 +171,7 @@ extern "C" int mg_cuda_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 extern "C" int
 mg_cuda_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 			const struct mg_tensor *w, const struct mg_tensor *dy,
-			struct mg_tensor *dx, struct mg_tensor *dw,
+			struct mg_tensor *dx, bool dx_add, struct mg_tensor *dw,
 			struct mg_tensor *db)
 {
 	static const char op[] = "linear_backward";
@@ -181,14 +181,14 @@ mg_cuda_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 	if (types_for(ctx, op, x->dtype, &t))
 		return -1;
 	if (rows == 0 || out == 0 || in == 0) {
-		if (dx &&
+		if (dx && !dx_add &&
 		    mgc_zero(ctx, dx->data, dx->dtype, mg_tensor_numel(dx)))
 			return -1;
 		return 0;
 	}
-	/* dx^T [in, rows] = w^T [in, out] . dy^T [out, rows] */
+	/* dx^T [in, rows] = (or +=) w^T [in, out] . dy^T [out, rows] */
 	if (dx && gemm(ctx, op, t, false, false, in, rows, out, w->data, in,
-		       dy->data, out, 0, dx->data, in))
+		       dy->data, out, dx_add ? 1 : 0, dx->data, in))
 		return -1;
 	/* dw^T [in, out] += x^T [in, rows] . dy [rows, out] */
 	if (dw && gemm(ctx, op, t, false, true, in, out, rows, x->data, in,

@@ -202,16 +202,40 @@ __global__ void rms_dw_part_k(const T *x, const float *rstd, const T *dy,
 	part[blockIdx.y * D + d] = s;
 }
 
+/* dw[d] += sum over k < S of part[k, d]: a block per 32 columns, its
+ * warps taking every nw-th row (coalesced 128-byte rows), the warps'
+ * sums added in order; a fixed order for a given shape. A thread per
+ * column alone left a 2048-wide norm to 8 blocks walking 1024 partial
+ * rows each. */
 template <typename W>
 __global__ void rms_dw_sum_k(const float *part, W *dw, int64_t S, int64_t D)
 {
-	GRID_LOOP(d, D)
-	{
-		float s = 0;
-		for (int64_t k = 0; k < S; k++)
+	__shared__ float sh[32][33];
+	const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5,
+		  nw = blockDim.x >> 5;
+	const int64_t d = (int64_t)blockIdx.x * 32 + lane;
+	float s = 0;
+	if (d < D)
+		for (int64_t k = wp; k < S; k += nw)
 			s += part[k * D + d];
-		dw[d] = mgc_t<W>::from(mgc_ld(dw, d) + s);
+	sh[wp][lane] = s;
+	__syncthreads();
+	if (wp == 0 && d < D) {
+		float t = 0;
+		for (int j = 0; j < nw; j++)
+			t += sh[j][lane];
+		dw[d] = mgc_t<W>::from(mgc_ld(dw, d) + t);
 	}
+}
+
+/* Blocks and threads of rms_dw_sum_k for D columns of S partial rows. */
+static unsigned rms_dw_sum_k_blocks(int64_t D)
+{
+	return (unsigned)((D + 31) / 32);
+}
+static int rms_dw_sum_k_threads(int64_t S)
+{
+	return S >= 256 ? 1024 : S >= 64 ? 256 : 64;
 }
 
 template <typename T>
@@ -248,30 +272,38 @@ void rms_bwd(cudaStream_t st, const void *x, const void *w, bool wf32,
 	rms_dw_part_k<T><<<grid, 128, 0, st>>>((const T *)x, rstd,
 					       (const T *)dy, part, R, D, seg);
 	if (wf32)
-		rms_dw_sum_k<float><<<mgc_blocks(D, TH), TH, 0, st>>>(
-			part, (float *)dw, S, D);
+		rms_dw_sum_k<float>
+			<<<rms_dw_sum_k_blocks(D), rms_dw_sum_k_threads(S), 0,
+			   st>>>(part, (float *)dw, S, D);
 	else
 		rms_dw_sum_k<T>
-			<<<mgc_blocks(D, TH), TH, 0, st>>>(part, (T *)dw, S, D);
+			<<<rms_dw_sum_k_blocks(D), rms_dw_sum_k_threads(S), 0,
+			   st>>>(part, (T *)dw, S, D);
 }
 
 /* ---- rope --------------------------------------------------------- */
 
 /* Pair j of each head: HF computes x * cos + rotate_half(x) * sin in x's
- * dtype with cos and sin cast to it; each product and the sum round. */
+ * dtype with cos and sin cast to it; each product and the sum round. A
+ * thread takes pair j of token r in every head: one angle, one cosine
+ * and sine and one index division for H rotations (the angle is the
+ * same for all heads of a token). */
 template <typename T>
 __global__ void rope_k(T *x, const int32_t *pos, const float *invf, float sign,
 		       int64_t NT, int64_t H, int64_t h2)
 {
-	GRID_LOOP(i, NT * H * h2)
+	GRID_LOOP(i, NT * h2)
 	{
-		const int64_t j = i % h2, rh = i / h2, r = rh / H;
+		const int64_t j = i % h2, r = i / h2;
 		const float a = (float)pos[r] * invf[j];
 		const float c = rnd<T>(cosf(a)), s = sign * rnd<T>(sinf(a));
-		T *p = x + rh * 2 * h2;
-		const float x1 = mgc_ld(p, j), x2 = mgc_ld(p, j + h2);
-		p[j] = mgc_t<T>::from(rnd<T>(x1 * c) - rnd<T>(x2 * s));
-		p[j + h2] = mgc_t<T>::from(rnd<T>(x2 * c) + rnd<T>(x1 * s));
+		T *p = x + r * H * 2 * h2;
+		for (int64_t h = 0; h < H; h++, p += 2 * h2) {
+			const float x1 = mgc_ld(p, j), x2 = mgc_ld(p, j + h2);
+			p[j] = mgc_t<T>::from(rnd<T>(x1 * c) - rnd<T>(x2 * s));
+			p[j + h2] =
+				mgc_t<T>::from(rnd<T>(x2 * c) + rnd<T>(x1 * s));
+		}
 	}
 }
 
@@ -279,54 +311,135 @@ template <typename T>
 void rope(cudaStream_t st, void *x, const void *pos, const void *invf,
 	  float sign, int64_t NT, int64_t H, int64_t h2)
 {
-	rope_k<T><<<mgc_blocks(NT * H * h2, TH), TH, 0, st>>>(
+	rope_k<T><<<mgc_blocks(NT * h2, TH), TH, 0, st>>>(
 		(T *)x, (const int32_t *)pos, (const float *)invf, sign, NT, H,
 		h2);
 }
 
 /* ---- swiglu ------------------------------------------------------- */
 
+/* One element of swiglu (the same arithmetic in the scalar and the
+ * vector kernels, so both give the same bits). */
 template <typename T>
-__global__ void swiglu_k(const T *g, const T *u, T *h, int64_t n)
+__device__ __forceinline__ float swiglu1(float gv, float uv)
 {
-	GRID_LOOP(i, n)
+	return rnd<T>(gv / (1.0f + expf(-gv))) * uv;
+}
+
+template <typename T>
+__device__ __forceinline__ void swiglu_bwd1(float gv, float uv, float d,
+					    float *dg, float *du)
+{
+	const float sg = 1.0f / (1.0f + expf(-gv));
+	*dg = d * uv * sg * (1.0f + gv * (1.0f - sg));
+	*du = d * rnd<T>(gv * sg);
+}
+
+/* Elements [first, n) one at a time: the whole op when the buffers are
+ * not 16-byte aligned, else the tail after the vectors. */
+template <typename T>
+__global__ void swiglu_k(const T *g, const T *u, T *h, int64_t first, int64_t n)
+{
+	GRID_LOOP(j, n - first)
 	{
-		const float gv = mgc_ld(g, i);
-		const float s = rnd<T>(gv / (1.0f + expf(-gv)));
-		h[i] = mgc_t<T>::from(s * mgc_ld(u, i));
+		const int64_t i = first + j;
+		h[i] = mgc_t<T>::from(swiglu1<T>(mgc_ld(g, i), mgc_ld(u, i)));
+	}
+}
+
+/* The first nv 16-byte vectors of every operand (memory-bound: one
+ * 128-bit load per operand a thread, so enough bytes are in flight). */
+template <typename T>
+__global__ void swiglu_v_k(const T *g, const T *u, T *h, int64_t nv)
+{
+	const int V = MGC_VEC(T);
+	GRID_LOOP(v, nv)
+	{
+		float gv[V], uv[V];
+		mgc_ldv(g, v, gv);
+		mgc_ldv(u, v, uv);
+#pragma unroll
+		for (int k = 0; k < V; k++)
+			gv[k] = swiglu1<T>(gv[k], uv[k]);
+		mgc_stv(h, v, gv);
 	}
 }
 
 template <typename T>
 __global__ void swiglu_bwd_k(const T *g, const T *u, const T *dh, T *dg, T *du,
-			     int64_t n)
+			     int64_t first, int64_t n)
 {
-	GRID_LOOP(i, n)
+	GRID_LOOP(j, n - first)
 	{
-		const float gv = mgc_ld(g, i), uv = mgc_ld(u, i),
-			    d = mgc_ld(dh, i);
-		const float sg = 1.0f / (1.0f + expf(-gv));
+		const int64_t i = first + j;
+		float a, b;
+		swiglu_bwd1<T>(mgc_ld(g, i), mgc_ld(u, i), mgc_ld(dh, i), &a,
+			       &b);
 		if (dg)
-			dg[i] = mgc_t<T>::from(d * uv * sg *
-					       (1.0f + gv * (1.0f - sg)));
+			dg[i] = mgc_t<T>::from(a);
 		if (du)
-			du[i] = mgc_t<T>::from(d * rnd<T>(gv * sg));
+			du[i] = mgc_t<T>::from(b);
 	}
+}
+
+/* dh may alias dg: each thread reads its vectors before writing them. */
+template <typename T>
+__global__ void swiglu_bwd_v_k(const T *g, const T *u, const T *dh, T *dg,
+			       T *du, int64_t nv)
+{
+	const int V = MGC_VEC(T);
+	GRID_LOOP(v, nv)
+	{
+		float gv[V], uv[V], d[V], a[V], b[V];
+		mgc_ldv(g, v, gv);
+		mgc_ldv(u, v, uv);
+		mgc_ldv(dh, v, d);
+#pragma unroll
+		for (int k = 0; k < V; k++)
+			swiglu_bwd1<T>(gv[k], uv[k], d[k], &a[k], &b[k]);
+		if (dg)
+			mgc_stv(dg, v, a);
+		if (du)
+			mgc_stv(du, v, b);
+	}
+}
+
+/* Vectors when every operand is 16-byte aligned (F32 keeps the scalar
+ * kernel's path too: its vectors are 4 wide). */
+static bool vec_ok(const void *a, const void *b, const void *c, const void *d,
+		   const void *e)
+{
+	return mgc_aligned16(a) && mgc_aligned16(b) && mgc_aligned16(c) &&
+	       (!d || mgc_aligned16(d)) && (!e || mgc_aligned16(e));
 }
 
 template <typename T>
 void swiglu(cudaStream_t st, const void *g, const void *u, void *h, int64_t n)
 {
-	swiglu_k<T><<<mgc_blocks(n, TH), TH, 0, st>>>((const T *)g,
-						      (const T *)u, (T *)h, n);
+	const int64_t nv = vec_ok(g, u, h, NULL, NULL) ? n / MGC_VEC(T) : 0;
+	if (nv)
+		swiglu_v_k<T><<<mgc_blocks(nv, TH), TH, 0, st>>>(
+			(const T *)g, (const T *)u, (T *)h, nv);
+	const int64_t first = nv * MGC_VEC(T);
+	if (first < n)
+		swiglu_k<T><<<mgc_blocks(n - first, TH), TH, 0, st>>>(
+			(const T *)g, (const T *)u, (T *)h, first, n);
 }
 
 template <typename T>
 void swiglu_bwd(cudaStream_t st, const void *g, const void *u, const void *dh,
 		void *dg, void *du, int64_t n)
 {
-	swiglu_bwd_k<T><<<mgc_blocks(n, TH), TH, 0, st>>>(
-		(const T *)g, (const T *)u, (const T *)dh, (T *)dg, (T *)du, n);
+	const int64_t nv = vec_ok(g, u, dh, dg, du) ? n / MGC_VEC(T) : 0;
+	if (nv)
+		swiglu_bwd_v_k<T><<<mgc_blocks(nv, TH), TH, 0, st>>>(
+			(const T *)g, (const T *)u, (const T *)dh, (T *)dg,
+			(T *)du, nv);
+	const int64_t first = nv * MGC_VEC(T);
+	if (first < n)
+		swiglu_bwd_k<T><<<mgc_blocks(n - first, TH), TH, 0, st>>>(
+			(const T *)g, (const T *)u, (const T *)dh, (T *)dg,
+			(T *)du, first, n);
 }
 
 /* ---- attention ---------------------------------------------------- */

@@ -166,16 +166,40 @@ __global__ void rms_bwd_add_k(const T *x, const W *w, const float *rstd,
 			part[(int64_t)blockIdx.x * D + d] = acc[d];
 }
 
+/* dw[d] += sum over k < S of part[k, d]: a block per 32 columns, its
+ * warps taking every nw-th row (coalesced 128-byte rows), the warps'
+ * sums added in order; a fixed order for a given shape. A thread per
+ * column alone left a 2048-wide norm to 8 blocks walking 1024 partial
+ * rows each. */
 template <typename W>
 __global__ void dw_sum_k(const float *part, W *dw, int64_t S, int64_t D)
 {
-	for (int64_t d = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; d < D;
-	     d += (int64_t)gridDim.x * blockDim.x) {
-		float s = 0;
-		for (int64_t k = 0; k < S; k++)
+	__shared__ float sh[32][33];
+	const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5,
+		  nw = blockDim.x >> 5;
+	const int64_t d = (int64_t)blockIdx.x * 32 + lane;
+	float s = 0;
+	if (d < D)
+		for (int64_t k = wp; k < S; k += nw)
 			s += part[k * D + d];
-		dw[d] = mgc_t<W>::from(mgc_ld(dw, d) + s);
+	sh[wp][lane] = s;
+	__syncthreads();
+	if (wp == 0 && d < D) {
+		float t = 0;
+		for (int j = 0; j < nw; j++)
+			t += sh[j][lane];
+		dw[d] = mgc_t<W>::from(mgc_ld(dw, d) + t);
 	}
+}
+
+/* Blocks and threads of dw_sum_k for D columns of S partial rows. */
+static unsigned dw_sum_k_blocks(int64_t D)
+{
+	return (unsigned)((D + 31) / 32);
+}
+static int dw_sum_k_threads(int64_t S)
+{
+	return S >= 256 ? 1024 : S >= 64 ? 256 : 64;
 }
 
 template <typename T>
@@ -197,11 +221,12 @@ void rms_bwd_add(cudaStream_t st, const void *x, const void *w, bool wf32,
 	if (!part)
 		return;
 	if (wf32)
-		dw_sum_k<float><<<mgc_blocks(D, TH), TH, 0, st>>>(
-			part, (float *)dw, S, D);
+		dw_sum_k<float>
+			<<<dw_sum_k_blocks(D), dw_sum_k_threads(S), 0, st>>>(
+				part, (float *)dw, S, D);
 	else
-		dw_sum_k<T>
-			<<<mgc_blocks(D, TH), TH, 0, st>>>(part, (T *)dw, S, D);
+		dw_sum_k<T><<<dw_sum_k_blocks(D), dw_sum_k_threads(S), 0, st>>>(
+			part, (T *)dw, S, D);
 }
 
 /* ---- linear + cross-entropy ---------------------------------------- */
@@ -483,7 +508,7 @@ mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 			dxc = rows_at(dx, c0, n, D);
 		if ((dx || dw) &&
 		    mg_cuda_linear_backward(ctx, &xc, w, &lc, dx ? &dxc : NULL,
-					    dw, NULL))
+					    false, dw, NULL))
 			return -1;
 		if (grad2) {
 			const int64_t r = lr->x2->shape[1];
@@ -492,7 +517,7 @@ mg_cuda_linear_xent(struct mg_ctx *ctx, const struct mg_tensor *x,
 				d2c = rows_at(lr->dx2, c0, n, r);
 			if (mg_cuda_linear_backward(ctx, &x2c, lr->w2, &lc,
 						    lr->dx2 ? &d2c : NULL,
-						    lr->dw2, NULL))
+						    false, lr->dw2, NULL))
 				return -1;
 		}
 	}

@@ -65,10 +65,85 @@ __device__ typename mgc_t<T>::acc row_lse(const T *row, int64_t K, int lane,
 	return mx + lg(s);
 }
 
+/* Fold one vector of logits e[], its first element at index k0, into a
+ * lane's running max mx (first arg-max am) and sum s of exp(x - mx). */
+template <typename A, int V>
+__device__ __forceinline__ void lse_fold(const A *e, int64_t k0, int64_t K,
+					 A *mx, A *s, int64_t *am)
+{
+	A m = e[0];
+	int a = 0;
+#pragma unroll
+	for (int k = 1; k < V; k++)
+		if (e[k] > m) {
+			m = e[k];
+			a = k;
+		}
+	if (*am == K || m > *mx) {
+		*s = *mx == -INFINITY ? (A)0 : *s * ex(*mx - m);
+		*mx = m;
+		*am = k0 + a;
+	}
+#pragma unroll
+	for (int k = 0; k < V; k++)
+		*s += ex(e[k] - *mx);
+}
+
+/*
+ * row_lse for a 16-byte aligned row of K = nv vectors: one pass (an
+ * online softmax per lane, lanes merged by a butterfly that gives every
+ * lane the same bits), 128-bit loads, two vectors in flight a lane. The
+ * head's rows are 128k logits: the two-pass scalar version read each row
+ * twice, 2 bytes a lane at a time.
+ */
+template <typename T>
+__device__ typename mgc_t<T>::acc row_lse_v(const T *row, int64_t nv, int lane,
+					    int64_t *argmax)
+{
+	typedef typename mgc_t<T>::acc A;
+	const int V = MGC_VEC(T);
+	const int64_t K = nv * V;
+	A mx = -INFINITY, s = 0;
+	int64_t am = K;
+	for (int64_t v = lane; v < nv; v += 64) {
+		A e0[V], e1[V];
+		mgc_ldv(row, v, e0);
+		const bool two = v + 32 < nv;
+		if (two)
+			mgc_ldv(row, v + 32, e1);
+		lse_fold<A, V>(e0, v * V, K, &mx, &s, &am);
+		if (two)
+			lse_fold<A, V>(e1, (v + 32) * V, K, &mx, &s, &am);
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		const A om = __shfl_xor_sync(0xffffffffu, mx, o);
+		const A os = __shfl_xor_sync(0xffffffffu, s, o);
+		const int64_t oa = __shfl_xor_sync(0xffffffffu, am, o);
+		const A nm = om > mx ? om : mx;
+		const A a = mx == -INFINITY ? (A)0 : s * ex(mx - nm);
+		const A b = om == -INFINITY ? (A)0 : os * ex(om - nm);
+		/* the lower lane's term first in both lanes: same bits */
+		s = (lane & o) ? b + a : a + b;
+		if (om > mx || (om == mx && oa < am) || am == K) {
+			if (oa != K)
+				am = oa;
+		}
+		mx = nm;
+	}
+	*argmax = am;
+	return mx + lg(s);
+}
+
+/* Rows of K logits can take 16-byte vectors. */
+template <typename T> static bool rows_vec(const void *p, int64_t K)
+{
+	return mgc_aligned16(p) && K % MGC_VEC(T) == 0;
+}
+
 /* Per row: loss (NaN for a label >= K), correct, counted. */
 template <typename T>
 __global__ void xent_rows_k(const T *logits, const int32_t *labels,
-			    int64_t rows, int64_t K, double3 *out)
+			    int64_t rows, int64_t K, bool vec, double3 *out)
 {
 	const int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
 	const int lane = threadIdx.x & 31;
@@ -82,7 +157,9 @@ __global__ void xent_rows_k(const T *logits, const int32_t *labels,
 	}
 	const T *row = logits + r * K;
 	int64_t am;
-	const double lse = (double)row_lse(row, K, lane, &am);
+	const double lse =
+		(double)(vec ? row_lse_v(row, K / MGC_VEC(T), lane, &am)
+			     : row_lse(row, K, lane, &am));
 	if (lane == 0)
 		out[r] = lab >= K ? make_double3(NAN, 0, 1)
 				  : make_double3(lse - (double)mgc_ld(row, lab),
@@ -112,7 +189,7 @@ __global__ void xent_sum_k(const double3 *rowv, int64_t rows, M *metrics)
 
 template <typename T>
 __global__ void xent_bwd_k(const T *logits, const int32_t *labels, int64_t rows,
-			   int64_t K, const float *scale, T *dl)
+			   int64_t K, bool vec, const float *scale, T *dl)
 {
 	typedef typename mgc_t<T>::acc A;
 	const int64_t r = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
@@ -122,15 +199,43 @@ __global__ void xent_bwd_k(const T *logits, const int32_t *labels, int64_t rows,
 	const int32_t lab = labels[r];
 	const T *row = logits + r * K;
 	T *d = dl + r * K;
+	const int V = MGC_VEC(T);
 	if (lab < 0) {
+		if (vec) {
+			A z[V];
+#pragma unroll
+			for (int k = 0; k < V; k++)
+				z[k] = 0;
+			for (int64_t v = lane; v < K / V; v += 32)
+				mgc_stv(d, v, z);
+			return;
+		}
 		for (int64_t k = lane; k < K; k += 32)
 			d[k] = mgc_t<T>::from((A)0);
 		return;
 	}
 	int64_t am;
-	const A lse = row_lse(row, K, lane, &am);
+	const A lse = vec ? row_lse_v(row, K / V, lane, &am)
+			  : row_lse(row, K, lane, &am);
 	const A s = scale ? (A)*scale : (A)1;
 	const A bad = lab >= K ? (A)NAN : (A)0;
+	if (vec) {
+		/* a lane writes only the vectors it reads */
+		for (int64_t v = lane; v < K / V; v += 32) {
+			A e[V];
+			mgc_ldv(row, v, e);
+#pragma unroll
+			for (int k = 0; k < V; k++) {
+				const int64_t i = v * V + k;
+				e[k] = (ex(e[k] - lse) -
+					(i == lab ? (A)1 : (A)0)) *
+					       s +
+				       bad;
+			}
+			mgc_stv(d, v, e);
+		}
+		return;
+	}
 	/* Every lane has read its part of the row before any lane writes
 	 * (dlogits may alias logits). */
 	__syncwarp();
@@ -145,16 +250,18 @@ void fwd(cudaStream_t st, const void *logits, const int32_t *labels,
 	 int64_t rows, int64_t K, double3 *rowv)
 {
 	xent_rows_k<T><<<mgc_blocks(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32,
-			 0, st>>>((const T *)logits, labels, rows, K, rowv);
+			 0, st>>>((const T *)logits, labels, rows, K,
+				  rows_vec<T>(logits, K), rowv);
 }
 
 template <typename T>
 void bwd(cudaStream_t st, const void *logits, const int32_t *labels,
 	 int64_t rows, int64_t K, const float *scale, void *dl)
 {
-	xent_bwd_k<T>
-		<<<mgc_blocks(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32, 0,
-		   st>>>((const T *)logits, labels, rows, K, scale, (T *)dl);
+	xent_bwd_k<T><<<mgc_blocks(rows, ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32,
+			0, st>>>((const T *)logits, labels, rows, K,
+				 rows_vec<T>(logits, K) && rows_vec<T>(dl, K),
+				 scale, (T *)dl);
 }
 } // namespace
 

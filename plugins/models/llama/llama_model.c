@@ -213,8 +213,8 @@ static struct mg_tensor lora_saved(const struct llama *m, const struct lay *L,
 				   int l, int tg)
 {
 	size_t blk = m->recompute ? 0 : (size_t)l;
-	size_t off = tg == LT_HEAD ? L->la[tg]
-				   : L->layer + L->per * blk + L->la[tg];
+	size_t off =
+		tg == LT_HEAD ? L->la[tg] : L->layer + L->per * blk + L->la[tg];
 	return at(m, m->arena.ptr, off, m->ctx->compute_dtype, 2, m->n * m->T,
 		  m->lora.rank, 0, 0);
 }
@@ -456,21 +456,27 @@ static struct mg_tensor *gw(struct mg_tensor *g)
 	return g->data ? g : NULL;
 }
 
+/* dx = dy W, or dx += dy W when add (the GEMM's epilogue sums them: no
+ * separate pass), and the weight's gradient if it trains. */
+static int lin_bwd(struct mg_ctx *ctx, const struct mg_tensor *x,
+		   const struct mg_tensor *W, const struct mg_tensor *dy,
+		   struct mg_tensor *dx, bool add, struct mg_tensor *dw)
+{
+	return add ? mg_op_linear_backward_add(ctx, x, W, dy, dx, dw, NULL)
+		   : mg_op_linear_backward(ctx, x, W, dy, dx, dw, NULL);
+}
+
 /* Backward of proj_fwd from dy: the input gradient written to dx, or
- * added to it through tmp (same shape) when tmp is given; the base
- * weight's gradient if it trains, the adapter's if there is one. */
+ * added to it when add; the base weight's gradient if it trains, the
+ * adapter's if there is one. */
 static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    int l, int tg, const struct mg_tensor *P,
 		    struct mg_tensor *G, int w, const struct mg_tensor *x,
-		    const struct mg_tensor *dy, struct mg_tensor *dx,
-		    struct mg_tensor *tmp)
+		    const struct mg_tensor *dy, struct mg_tensor *dx, bool add)
 {
 	const struct llama_lora *lo = &m->lora;
 	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
-	if (!W ||
-	    mg_op_linear_backward(ctx, x, W, dy, tmp ? tmp : dx, gw(&G[w]),
-				  NULL) ||
-	    (tmp && mg_op_add(ctx, dx, tmp, dx)))
+	if (!W || lin_bwd(ctx, x, W, dy, dx, add, gw(&G[w])))
 		return -1;
 	const int a = lo->ia[tg], b = lo->ib[tg];
 	if (a < 0)
@@ -484,12 +490,13 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 }
 
 /* Backward of group_fwd from dys[j]: the input gradient written to dx
- * (tmp: scratch of its shape), the gradients of what trains. */
+ * (the first projection's written, the others' added), the gradients of
+ * what trains. */
 static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		     int l, const int *ts, const int *ws, int n,
 		     const struct mg_tensor *P, struct mg_tensor *G,
 		     const struct mg_tensor *x, struct mg_tensor *const *dys,
-		     struct mg_tensor *dx, struct mg_tensor *tmp)
+		     struct mg_tensor *dx)
 {
 	int ft[3], nf = 0;
 	for (int j = 0; j < n; j++)
@@ -498,17 +505,14 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	if (!llama_lora_fusable(m, ctx, ft, nf, P, G)) {
 		for (int j = 0; j < n; j++)
 			if (proj_bwd(m, ctx, L, l, ts[j], P, G, ws[j], x,
-				     dys[j], dx, j ? tmp : NULL))
+				     dys[j], dx, j > 0))
 				return -1;
 		return 0;
 	}
 	struct mg_tensor as[3], *asp[3], *dyf[3];
 	for (int j = 0, k = 0; j < n; j++) {
 		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
-		if (!W ||
-		    mg_op_linear_backward(ctx, x, W, dys[j], j ? tmp : dx,
-					  gw(&G[ws[j]]), NULL) ||
-		    (j && mg_op_add(ctx, dx, tmp, dx)))
+		if (!W || lin_bwd(ctx, x, W, dys[j], dx, j > 0, gw(&G[ws[j]])))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
@@ -570,23 +574,22 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 	struct mg_tensor f = inv_freq(m);
 	/* MLP: xn = xm + down(swiglu(gate(h2), up(h2))) */
 	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, dx, &ds,
-			NULL) ||
+			false) ||
 	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
 	       group_bwd(m, ctx, L, l, GU_T, GU_W, 2, W, G, &t->h2,
-			 (struct mg_tensor *const[]){&ds, &du}, &dh, &dtmp) ||
+			 (struct mg_tensor *const[]){&ds, &du}, &dh) ||
 	       norm_bwd(m, ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2, &dh, dx,
 			&dxm, &dtmp, gw(&G[LP_POST_NORM])) ||
 	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
 	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, &dxm, &dout,
-			NULL) ||
+			false) ||
 	       mg_op_attention_backward(ctx, &t->q4, &t->k4, &t->v4,
 					&m->positions, attn_scale(m), &t->o4,
 					&t->lse, &do4, &dq4, &dk4, &dv4) ||
 	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
 	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
 	       group_bwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, G, &t->h1,
-			 (struct mg_tensor *const[]){&dq, &dk, &dv}, &dh,
-			 &dtmp) ||
+			 (struct mg_tensor *const[]){&dq, &dk, &dv}, &dh) ||
 	       norm_bwd(m, ctx, &t->x, &W[LP_IN_NORM], &t->rstd1, &dh, &dxm, dx,
 			&dtmp, gw(&G[LP_IN_NORM]));
 }
@@ -616,10 +619,10 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 	layer_tensors(m, &L, (int)c->layers - 1, &last);
 	/* d(loss)/d(logits), in place (flce: per chunk, below). */
 	if (!(m->kern & LK_FLCE) &&
-	    (m->dpo.on ? llama_dpo_head_backward(m, ctx, &logits)
-		       : mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
-						     &ctx->grad_scale,
-						     &logits)))
+	    (m->dpo.on
+		     ? llama_dpo_head_backward(m, ctx, &logits)
+		     : mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
+						   &ctx->grad_scale, &logits)))
 		return mg_error_prefix("llama loss backward");
 	struct mg_unit_view *v = mg_acquire(ctx, head, MG_PHASE_BACKWARD);
 	if (!v)
@@ -640,7 +643,7 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 			mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 	} else {
 		rc = proj_bwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params,
-			      v->grads, 1, &hn, &logits, &dhn, NULL);
+			      v->grads, 1, &hn, &logits, &dhn, false);
 	}
 	if (!rc)
 		rc = mg_op_rmsnorm_backward(ctx, &last.xn, &v->params[0],
@@ -664,8 +667,8 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 						  &m->positions, &L, l)
 				  : 0;
 		if (!rc)
-			rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, l,
-				    &dx);
+			rc = layer_backward(m, ctx, v->params, v->grads, &t, &L,
+					    l, &dx);
 		if (!rc)
 			rc = mg_grads_ready(ctx, LLAMA_UNIT_LAYER(l));
 		mg_release(ctx, LLAMA_UNIT_LAYER(l), MG_PHASE_BACKWARD);
