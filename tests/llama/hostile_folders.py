@@ -126,7 +126,6 @@ def sharded(name, move=None, index_edit=None, shard_edit=None, drop=None):
 
 work = sys.argv[1]
 os.makedirs(work, exist_ok=True)
-one = {"model.safetensors": None}
 # good folders: one file, two shards
 folder("good", files={"model.safetensors": weights()})
 sharded("good_sharded")
@@ -139,8 +138,7 @@ bad_configs = {
     "hidden_fraction": cfg(hidden_size=16.5),
     "heads_missing": cfg(num_attention_heads=None),
     "heads_zero": cfg(num_attention_heads=0),
-    "heads_null": cfg(num_attention_heads=None, vocab_size=V) | {
-        "num_attention_heads": None},
+    "heads_null": dict(CONFIG, num_attention_heads=None),
     "kv_not_dividing": cfg(num_key_value_heads=3),
     "kv_zero": cfg(num_key_value_heads=0),
     "kv_string": cfg(num_key_value_heads="2"),
