@@ -92,7 +92,7 @@ hostile dora 's/"bias":/"use_dora": true, "bias":/' 'use_dora'
 hostile regex 's/"target_modules":[^]]*]/"target_modules": ".*proj"/' \
 	'regular expression'
 hostile unknown 's/"q_proj"/"qq_proj"/' "unknown target 'qq_proj'"
-hostile rank 's/"r":[^,]*,/"r": 4,/' 'lora_A.weight is \[8, 64\]'
+hostile rank 's/"r":[^,]*,/"r": 4,/' 'lora_A.weight. has rank 8 (rows'
 hostile notjson 's/{/[/' 'not a JSON object'
 hostile peft 's/"LORA"/"IA3"/' 'peft_type is not LORA'
 gen nodir "$base" --set run.name=base --adapter "$work/absent"

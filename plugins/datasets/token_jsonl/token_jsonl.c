@@ -11,10 +11,15 @@
  * Why: the exact rows a user (or a reference script) tokenized, with no
  * tokenizer in the loop - what the transformers comparison tests feed
  * both sides. Files are read once into memory; a bad line is reported
- * with its file and line number.
+ * with its file and line number (and, for JSON that does not parse, the
+ * byte within the line). A file whose labels leave no token to learn
+ * (every label -100, or rows of one token) is refused rather than
+ * trained to a NaN loss.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +39,14 @@ struct split {
 struct tj {
 	struct split s[2];
 	int64_t seq_len, vocab;
+	int64_t limit; /* ids and labels below this (vocab_size or TJ_MAX) */
 	int64_t truncated;
+	int64_t counted; /* labels that count, in the file being loaded */
 };
+
+/* The largest vocabulary the option allows: an id past it is refused
+ * where it is read rather than grown into a table no model has. */
+#define TJ_MAX_VOCAB (1 << 24)
 
 static const struct mg_option tj_options[] = {
 	MG_OPT_P("train", "", "JSON Lines file of training rows"),
@@ -43,7 +54,7 @@ static const struct mg_option tj_options[] = {
 		 "JSON Lines file of held-out rows (empty: the train file)"),
 	MG_OPT_I("seq_len", "2048", 2, 1 << 20,
 		 "longest row; longer rows are cut (and counted)"),
-	MG_OPT_I("vocab_size", "0", 0, 1 << 24,
+	MG_OPT_I("vocab_size", "0", 0, TJ_MAX_VOCAB,
 		 "vocabulary (0: the largest id seen plus one)"),
 	MG_OPT_END,
 };
@@ -63,9 +74,11 @@ static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
 	return 0;
 }
 
-/* An array of integers (ids or labels) of length n, into out. */
+/* An array of integers (ids, labels or positions) of length n, into
+ * out: each whole, non-negative (labels: or -100) and below lim; checked
+ * as doubles, so no out-of-range value is ever converted. */
 static int int_array(const cJSON *a, const char *what, int64_t n, int32_t *out,
-		     bool labels, const char *path, int64_t line)
+		     bool labels, int64_t lim, const char *path, int64_t line)
 {
 	int64_t i = 0;
 	const cJSON *v;
@@ -73,22 +86,51 @@ static int int_array(const cJSON *a, const char *what, int64_t n, int32_t *out,
 	{
 		if (i == n)
 			break;
-		double x = cJSON_IsNumber(v) ? v->valuedouble : -1e30;
-		if (x != (int32_t)x || (!labels && x < 0) ||
-		    (labels && x < 0 && x != MG_IGNORE_INDEX))
-			return mg_error("%s:%lld: %s[%lld] is not a valid "
-					"token id",
+		double x = v->valuedouble;
+		if (!cJSON_IsNumber(v) || x != floor(x) ||
+		    (x < 0 && !(labels && x == MG_IGNORE_INDEX)))
+			return mg_error("%s:%lld: %s[%lld] is not a %s", path,
+					(long long)line, what, (long long)i,
+					labels ? "token id or -100"
+					       : "non-negative integer");
+		if (x >= (double)lim)
+			return mg_error("%s:%lld: %s[%lld] is %.17g, not below "
+					"%s %lld",
 					path, (long long)line, what,
-					(long long)i);
+					(long long)i, x,
+					lim == TJ_MAX_VOCAB ? "the largest "
+							      "vocab_size"
+							    : "vocab_size",
+					(long long)lim);
 		out[i++] = (int32_t)x;
 	}
 	return 0;
 }
 
 static int parse_line(struct tj *d, struct split *s, const char *text,
-		      const char *path, int64_t line)
+		      size_t len, const char *path, int64_t line)
 {
-	cJSON *j = cJSON_Parse(text);
+	/* The whole line must be one value: a second object after the
+	 * first, or a NUL byte, would otherwise be dropped unseen. */
+	if (strlen(text) != len)
+		return mg_error("%s:%lld: a NUL byte at byte %lld of the line",
+				path, (long long)line,
+				(long long)strlen(text) + 1);
+	const char *end = NULL;
+	cJSON *j = cJSON_ParseWithOpts(text, &end, true);
+	if (!j) {
+		const char *at = end ? end : cJSON_GetErrorPtr();
+		long long b = at && at >= text && at <= text + len
+				      ? (long long)(at - text) + 1
+				      : 1;
+		return mg_error("%s:%lld: not JSON (at byte %lld of the "
+				"line%s)",
+				path, (long long)line, b,
+				text[len - 1] == '\n' ? ""
+						      : ", the last, which has "
+							"no newline: cut "
+							"short?");
+	}
 	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(j, "input_ids");
 	const cJSON *lab = cJSON_GetObjectItemCaseSensitive(j, "labels");
 	const cJSON *pid = cJSON_GetObjectItemCaseSensitive(j, "position_ids");
@@ -127,11 +169,13 @@ static int parse_line(struct tj *d, struct split *s, const char *text,
 	}
 	if (!rc) {
 		int32_t *x = s->ids + s->ntok, *y = s->labels + s->ntok;
-		rc = int_array(ids, "input_ids", n, x, false, path, line);
+		rc = int_array(ids, "input_ids", n, x, false, d->limit, path,
+			       line);
 		/* HF labels are aligned with the ids; ours are the next
 		 * token's: y[t] = labels[t + 1]. */
 		if (!rc && lab) {
-			rc = int_array(lab, "labels", n, y, true, path, line);
+			rc = int_array(lab, "labels", n, y, true, d->limit,
+				       path, line);
 			memmove(y, y + 1, (size_t)(n - 1) * 4);
 		} else if (!rc) {
 			memcpy(y, x + 1, (size_t)(n - 1) * 4);
@@ -139,8 +183,8 @@ static int parse_line(struct tj *d, struct split *s, const char *text,
 		y[n - 1] = MG_IGNORE_INDEX;
 		int32_t *p = s->pos + s->ntok;
 		if (!rc && pid)
-			rc = int_array(pid, "position_ids", n, p, false, path,
-				       line);
+			rc = int_array(pid, "position_ids", n, p, false,
+				       INT32_MAX, path, line);
 		for (int64_t t = 0; !rc && t < n; t++) {
 			if (!pid)
 				p[t] = (int32_t)t;
@@ -152,10 +196,11 @@ static int parse_line(struct tj *d, struct split *s, const char *text,
 					      (long long)t, p[t]);
 		}
 		for (int64_t t = 0; !rc && t < n; t++) {
-			if (x[t] + 1 > d->vocab)
-				d->vocab = x[t] + 1;
-			if (y[t] + 1 > d->vocab)
-				d->vocab = y[t] + 1;
+			if ((int64_t)x[t] + 1 > d->vocab)
+				d->vocab = (int64_t)x[t] + 1;
+			if ((int64_t)y[t] + 1 > d->vocab)
+				d->vocab = (int64_t)y[t] + 1;
+			d->counted += y[t] != MG_IGNORE_INDEX;
 		}
 	}
 	if (!rc) {
@@ -183,11 +228,12 @@ static int load(struct tj *d, struct split *s, const char *path)
 	ssize_t len;
 	int64_t line = 0;
 	int rc = 0;
+	d->counted = 0;
 	while (!rc && (len = getline(&buf, &cap, f)) >= 0) {
 		line++;
 		if (strspn(buf, " \t\r\n") == (size_t)len)
 			continue; /* blank line */
-		rc = parse_line(d, s, buf, path, line);
+		rc = parse_line(d, s, buf, (size_t)len, path, line);
 	}
 	if (!rc && ferror(f))
 		rc = mg_error("token_jsonl: %s: read error", path);
@@ -195,6 +241,12 @@ static int load(struct tj *d, struct split *s, const char *path)
 	fclose(f);
 	if (!rc && s->rows == 0)
 		rc = mg_error("token_jsonl: %s has no rows", path);
+	if (!rc && d->counted == 0)
+		rc = mg_error("token_jsonl: %s: no label counts (%lld rows, "
+			      "every label -100 or every row one token): "
+			      "no token carries loss, nothing to learn or "
+			      "evaluate",
+			      path, (long long)s->rows);
 	return rc;
 }
 
@@ -221,6 +273,8 @@ static int tj_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 	d->seq_len = mg_opt_int(o, "seq_len");
 	const char *train = mg_opt_str(o, "train"),
 		   *test = mg_opt_str(o, "test");
+	int64_t v = mg_opt_int(o, "vocab_size");
+	d->limit = v > 0 ? v : TJ_MAX_VOCAB;
 	int rc = 0;
 	if (!train[0])
 		rc = mg_error("token_jsonl: dataset.train names no file");
@@ -228,11 +282,6 @@ static int tj_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 		rc = load(d, &d->s[MG_SPLIT_TRAIN], train);
 	if (!rc)
 		rc = load(d, &d->s[MG_SPLIT_TEST], test[0] ? test : train);
-	int64_t v = mg_opt_int(o, "vocab_size");
-	if (!rc && v > 0 && d->vocab > v)
-		rc = mg_error("token_jsonl: ids up to %lld, more than "
-			      "vocab_size %lld",
-			      (long long)d->vocab - 1, (long long)v);
 	if (rc) {
 		tj_destroy(d);
 		return -1;

@@ -37,15 +37,38 @@ static const struct {
 
 int llama_cfg_check(const struct llama_cfg *c)
 {
-	if (c->vocab < 2 || c->dim < 2 || c->ffn < 1 || c->layers < 1 ||
-	    c->heads < 1 || c->kv_heads < 1 || c->head_dim < 2)
-		return mg_error("llama: sizes must be positive (vocab %lld, "
-				"hidden %lld, intermediate %lld, layers %lld, "
-				"heads %lld, kv heads %lld, head_dim %lld)",
-				(long long)c->vocab, (long long)c->dim,
-				(long long)c->ffn, (long long)c->layers,
-				(long long)c->heads, (long long)c->kv_heads,
-				(long long)c->head_dim);
+	/* Each size by its config.json key, within the plugin options'
+	 * bounds, so that no product of them overflows; then the whole. */
+	const struct {
+		const char *key;
+		int64_t v, lo, hi;
+	} size[] = {
+		{"vocab_size", c->vocab, 2, 1 << 24},
+		{"hidden_size", c->dim, 2, 1 << 20},
+		{"intermediate_size", c->ffn, 1, 1 << 22},
+		{"num_hidden_layers", c->layers, 1, 4096},
+		{"num_attention_heads", c->heads, 1, 4096},
+		{"num_key_value_heads", c->kv_heads, 1, 4096},
+		{"head_dim", c->head_dim, 2, 4096},
+	};
+	for (size_t i = 0; i < sizeof size / sizeof *size; i++)
+		if (size[i].v < size[i].lo || size[i].v > size[i].hi)
+			return mg_error("llama: %s is %lld, not in [%lld, "
+					"%lld]",
+					size[i].key, (long long)size[i].v,
+					(long long)size[i].lo,
+					(long long)size[i].hi);
+	const double D = (double)c->dim, V = (double)c->vocab,
+		     q = (double)(c->heads * c->head_dim),
+		     kv = (double)(c->kv_heads * c->head_dim);
+	const double params =
+		V * D * (c->tie_embeddings ? 1 : 2) + D +
+		(double)c->layers * (D * (q + 2 * kv) + q * D +
+				     3 * D * (double)c->ffn + 2 * D);
+	if (params > 0x1p42)
+		return mg_error("llama: the sizes make %.4g parameters, more "
+				"than 2^42",
+				params);
 	if (c->heads % c->kv_heads)
 		return mg_error("llama: num_attention_heads %lld is not a "
 				"multiple of num_key_value_heads %lld",

@@ -113,8 +113,14 @@ static struct mg_tensor_file *shard_for(struct llama_hf *h, const char *name)
 	char path[4400];
 	snprintf(path, sizeof path, "%s/%s", h->dir, file);
 	struct mg_tensor_file *f = mg_tensor_file_open(path);
-	if (!f)
+	if (!f) {
+		if (h->index)
+			mg_error_prefix(
+				"llama: %s/model.safetensors.index.json "
+				"maps '%s' to %s",
+				h->dir, name, file);
 		return NULL;
+	}
 	h->shard[h->nshards] = f;
 	h->shard_name[h->nshards++] = strdup(file);
 	return f;
@@ -188,8 +194,11 @@ int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 		return -1;
 	struct mg_tensor src;
 	if (!mg_tensor_file_get(f, name, &src))
-		return mg_error("llama: %s has no tensor '%s'",
-				mg_tensor_file_path(f), name);
+		return mg_error("llama: %s has no tensor '%s'%s",
+				mg_tensor_file_path(f), name,
+				m->hf->index ? " (model.safetensors.index.json "
+					       "maps it there)"
+					     : "");
 	bool same = src.ndim == dst->ndim;
 	for (int i = 0; same && i < src.ndim; i++)
 		same = src.shape[i] == dst->shape[i];

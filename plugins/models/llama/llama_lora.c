@@ -12,6 +12,7 @@
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,11 +79,149 @@ static int parse_targets(const char *s, unsigned *bits)
 	return 0;
 }
 
-/* Open a PEFT adapter folder and check its config against the options
- * (r, lora_alpha, use_rslora): its tensors then replace the random
- * initialisation. */
-static int open_adapter(struct llama_lora *L, const char *dir)
+/* target_modules of adapter_config.json (a list of module names, or
+ * PEFT's "all-linear") as target bits; 0 after an error naming path. */
+static unsigned config_targets(const cJSON *tm, const char *path)
 {
+	if (cJSON_IsString(tm) && !strcmp(tm->valuestring, "all-linear"))
+		return (1u << LT_HEAD) - 1;
+	if (!cJSON_IsArray(tm) || !tm->child) {
+		mg_error("llama: %s: 'target_modules' is not a list of module "
+			 "names",
+			 path);
+		return 0;
+	}
+	unsigned bits = 0;
+	const cJSON *it;
+	cJSON_ArrayForEach(it, tm)
+	{
+		int found = -1;
+		for (int t = 0; t < LT_COUNT && found < 0; t++)
+			if (cJSON_IsString(it) &&
+			    !strcmp(it->valuestring, llama_lora_module[t]))
+				found = t;
+		if (found < 0) {
+			mg_error("llama: %s: 'target_modules' names %s%s%s, "
+				 "not a llama module (q_proj, k_proj, v_proj, "
+				 "o_proj, gate_proj, up_proj, down_proj, "
+				 "lm_head)",
+				 path, cJSON_IsString(it) ? "'" : "",
+				 cJSON_IsString(it) ? it->valuestring
+						    : "a non-string",
+				 cJSON_IsString(it) ? "'" : "");
+			return 0;
+		}
+		bits |= 1u << found;
+	}
+	return bits;
+}
+
+/* "q_proj, v_proj" of target bits. */
+static void modules_of(unsigned bits, char *out, size_t cap)
+{
+	out[0] = 0;
+	for (int t = 0; t < LT_COUNT; t++)
+		if (bits & (1u << t))
+			snprintf(out + strlen(out), cap - strlen(out), "%s%s",
+				 out[0] ? ", " : "", llama_lora_module[t]);
+}
+
+static void peft_name(const struct llama *m, int layer, int t, char ab,
+		      char *out, size_t cap);
+
+/* The tensor names in safetensors file path's header (the file already
+ * validated by mg_tensor_file_open), or NULL after an error. */
+static cJSON *tensor_names(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char n8[8];
+	uint64_t n = 0;
+	char *h = NULL;
+	if (f && fread(n8, 1, 8, f) == 8) {
+		for (int i = 7; i >= 0; i--)
+			n = n << 8 | n8[i];
+		h = n <= (100u << 20) ? malloc((size_t)n) : NULL;
+		if (h && fread(h, 1, (size_t)n, f) != n) {
+			free(h);
+			h = NULL;
+		}
+	}
+	if (f)
+		fclose(f);
+	cJSON *j = h ? cJSON_ParseWithLength(h, (size_t)n) : NULL;
+	free(h);
+	if (!cJSON_IsObject(j)) {
+		cJSON_Delete(j);
+		mg_error("llama: %s: cannot read its header", path);
+		return NULL;
+	}
+	return j;
+}
+
+/* Every tensor of the adapter file must be one the model reads (a
+ * target module of a layer it has), each of rank r: a tensor left out
+ * would be an adapter silently not applied. */
+static int check_tensors(const struct llama *m, const char *cfg_path)
+{
+	const struct llama_lora *L = &m->lora;
+	const char *path = mg_tensor_file_path(L->from);
+	cJSON *j = tensor_names(path);
+	if (!j)
+		return -1;
+	int rc = 0;
+	char name[256], mods[160];
+	const cJSON *e;
+	cJSON_ArrayForEach(e, j)
+	{
+		if (!strcmp(e->string, "__metadata__"))
+			continue;
+		bool known = false, is_a = false;
+		for (int t = 0; t < LT_COUNT && !known; t++) {
+			if (!(L->targets & (1u << t)))
+				continue;
+			int layers = t == LT_HEAD ? 1 : (int)m->c.layers;
+			for (int l = 0; l < layers && !known; l++)
+				for (int ab = 0; ab < 2 && !known; ab++) {
+					peft_name(m,
+						  t == LT_HEAD ? INT32_MAX : l,
+						  t, ab ? 'B' : 'A', name,
+						  sizeof name);
+					known = !strcmp(name, e->string);
+					is_a = !ab;
+				}
+		}
+		if (!known) {
+			modules_of(L->targets, mods, sizeof mods);
+			rc = mg_error("llama: %s: tensor '%s' is for no module "
+				      "the adapter targets (%s, in %lld "
+				      "layers): it would not be applied",
+				      path, e->string, mods,
+				      (long long)m->c.layers);
+			break;
+		}
+		struct mg_tensor v;
+		if (mg_tensor_file_get(L->from, e->string, &v) == 1 &&
+		    (v.ndim != 2 || v.shape[is_a ? 0 : 1] != L->rank)) {
+			rc = mg_error("llama: %s: tensor '%s' has rank %lld "
+				      "(%s of a %d-D tensor), %s says r %d",
+				      path, e->string,
+				      v.ndim == 2 ? (long long)v.shape[!is_a]
+						  : -1LL,
+				      is_a ? "rows" : "columns", v.ndim,
+				      cfg_path, L->rank);
+			break;
+		}
+	}
+	cJSON_Delete(j);
+	return rc;
+}
+
+/* Open a PEFT adapter folder and check its config against the options
+ * (r, lora_alpha, use_rslora, target_modules) and its tensors against
+ * the config: its tensors then replace the random initialisation. */
+static int open_adapter(struct llama *m, const char *dir)
+{
+	struct llama_lora *L = &m->lora;
 	char path[4200];
 	snprintf(path, sizeof path, "%s/adapter_config.json", dir);
 	char *text = llama_read_file(path, 1 << 20);
@@ -92,24 +231,49 @@ static int open_adapter(struct llama_lora *L, const char *dir)
 	free(text);
 	const cJSON *r = cJSON_GetObjectItem(c, "r"),
 		    *a = cJSON_GetObjectItem(c, "lora_alpha"),
-		    *rs = cJSON_GetObjectItem(c, "use_rslora");
+		    *rs = cJSON_GetObjectItem(c, "use_rslora"),
+		    *tm = cJSON_GetObjectItem(c, "target_modules");
+	/* PEFT's default lora_alpha is 8 */
+	double alpha = cJSON_IsNumber(a) ? a->valuedouble : 8;
 	int rc = 0;
-	if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a))
-		rc = mg_error("llama: %s: no numeric r and lora_alpha", path);
-	else if ((int)r->valuedouble != L->rank || a->valuedouble != L->alpha ||
+	unsigned bits = 0;
+	char want[160], have[160];
+	if (!cJSON_IsObject(c))
+		rc = mg_error("llama: %s: not a JSON object", path);
+	else if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1) ||
+		 r->valuedouble > 65536 ||
+		 r->valuedouble != floor(r->valuedouble))
+		rc = mg_error("llama: %s: 'r' is not a whole number in [1, "
+			      "65536]",
+			      path);
+	else if (a && !cJSON_IsNumber(a))
+		rc = mg_error("llama: %s: 'lora_alpha' is not a number", path);
+	else if ((int)r->valuedouble != L->rank || alpha != L->alpha ||
 		 cJSON_IsTrue(rs) != L->rslora)
 		rc = mg_error("llama: %s has r %g, lora_alpha %g, use_rslora "
 			      "%s; the options say lora_rank %d, lora_alpha "
 			      "%g, rslora %s",
-			      path, r->valuedouble, a->valuedouble,
+			      path, r->valuedouble, alpha,
 			      cJSON_IsTrue(rs) ? "true" : "false", L->rank,
 			      L->alpha, L->rslora ? "true" : "false");
+	else if (tm && !(bits = config_targets(tm, path)))
+		rc = -1;
+	else if (tm && bits != L->targets) {
+		modules_of(bits, have, sizeof have);
+		modules_of(L->targets, want, sizeof want);
+		rc = mg_error("llama: %s: 'target_modules' is %s; the options' "
+			      "lora_targets make %s",
+			      path, have, want);
+	}
 	cJSON_Delete(c);
 	if (rc)
 		return -1;
-	snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-	L->from = mg_tensor_file_open(path);
-	return L->from ? 0 : mg_error_prefix("llama: lora_adapter");
+	char tpath[4200];
+	snprintf(tpath, sizeof tpath, "%s/adapter_model.safetensors", dir);
+	L->from = mg_tensor_file_open(tpath);
+	if (!L->from)
+		return mg_error_prefix("llama: lora_adapter");
+	return check_tensors(m, path);
 }
 
 int llama_lora_setup(struct llama *m, const struct mg_opts *o)
@@ -156,7 +320,7 @@ int llama_lora_setup(struct llama *m, const struct mg_opts *o)
 		L->head_params = 4;
 	}
 	const char *from = mg_opt_str(o, "lora_adapter");
-	return from && from[0] ? open_adapter(L, from) : 0;
+	return from && from[0] ? open_adapter(m, from) : 0;
 }
 
 void llama_lora_free(struct llama *m)
