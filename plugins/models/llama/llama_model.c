@@ -29,6 +29,11 @@
  * With quant = nf4 every base GEMM reads its weight through
  * llama_weight (llama_quant.c): dequantized just before, forward and
  * again in backward, into one scratch; nothing dequantized is kept.
+ *
+ * With qat = 8da4w (llama_qat.c) each layer projection's base GEMM reads
+ * fq8(x) (rebuilt in the arena's qx slot, forward and again in backward)
+ * and fq4(W); backward masks the input and weight gradients by the
+ * straight-through estimator. quant = int4 fake-quantizes x only.
  */
 #include <math.h>
 #include <string.h>
@@ -45,6 +50,7 @@ struct lay {
 	size_t la[LT_COUNT];			/* LoRA s A x, per target */
 	size_t hn, rstdn, logits;		/* the head's */
 	size_t lxd, ltmp;			/* LoRA scratch */
+	size_t qx; /* QAT: a projection input fake-quantized */
 	size_t total;
 	/* the backward work buffer */
 	size_t dx, dxm, dh, dt, ds, du, dq, dk, dv, dout;
@@ -124,6 +130,12 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	o += al(R * max_in * es);
 	L->ltmp = o;
 	o += r ? al(R * max_out * es) : 0;
+	L->qx = o;
+	if (m->fq_act) {
+		size_t w = D > qd ? D : qd;
+		w = I > w ? I : w;
+		o += al(R * w * es);
+	}
 	L->total = o;
 	p = 0;
 	SLOT(dx, R * D * es);
@@ -213,21 +225,51 @@ static struct mg_tensor lora_saved(const struct llama *m, const struct lay *L,
 				   int l, int tg)
 {
 	size_t blk = m->recompute ? 0 : (size_t)l;
-	size_t off = tg == LT_HEAD ? L->la[tg]
-				   : L->layer + L->per * blk + L->la[tg];
+	size_t off =
+		tg == LT_HEAD ? L->la[tg] : L->layer + L->per * blk + L->la[tg];
 	return at(m, m->arena.ptr, off, m->ctx->compute_dtype, 2, m->n * m->T,
 		  m->lora.rank, 0, 0);
 }
 
+/* The input a base GEMM of target tg reads: x, or with QAT (not the
+ * head) x fake-quantized to int8 per token in the arena's qx slot. */
+static const struct mg_tensor *base_in(struct llama *m, struct mg_ctx *ctx,
+				       const struct lay *L, int tg,
+				       const struct mg_tensor *x,
+				       struct mg_tensor *buf)
+{
+	if (!m->fq_act || tg == LT_HEAD)
+		return x;
+	*buf = *x;
+	buf->data = (char *)m->arena.ptr + L->qx;
+	if (mg_op_fq_int8_token(ctx, x, buf)) {
+		mg_error_prefix("llama: qat");
+		return NULL;
+	}
+	return buf;
+}
+
+/* The weight a base GEMM reads: NF4 dequantized, or fake-quantized. */
+static const struct mg_tensor *base_w(struct llama *m, struct mg_ctx *ctx,
+				      int tg, const struct mg_tensor *P, int w)
+{
+	return llama_qat_weight(m, ctx, tg, llama_weight(m, ctx, &P[w]));
+}
+
 /* y = x W^T of a projection (parameter w of the unit), plus target tg's
- * adapter path when it has one. */
+ * adapter path when it has one. xb: the base GEMM's input when the
+ * caller made it (a group's shared fq8(x)), else NULL. */
 static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    int l, int tg, const struct mg_tensor *P, int w,
-		    const struct mg_tensor *x, struct mg_tensor *y)
+		    const struct mg_tensor *x, const struct mg_tensor *xb,
+		    struct mg_tensor *y)
 {
 	const struct llama_lora *lo = &m->lora;
-	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
-	if (!W || mg_op_linear(ctx, x, W, NULL, y))
+	struct mg_tensor qb;
+	if (!xb)
+		xb = base_in(m, ctx, L, tg, x, &qb);
+	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
+	if (!W || mg_op_linear(ctx, xb, W, NULL, y))
 		return -1;
 	if (lo->ia[tg] < 0)
 		return 0;
@@ -249,16 +291,21 @@ static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	for (int j = 0; j < n; j++)
 		if (m->lora.ia[ts[j]] >= 0)
 			ft[nf++] = ts[j];
+	struct mg_tensor qb;
+	const struct mg_tensor *xb = base_in(m, ctx, L, ts[0], x, &qb);
+	if (!xb)
+		return -1;
 	if (!llama_lora_fusable(m, ctx, ft, nf, P, NULL)) {
 		for (int j = 0; j < n; j++)
-			if (proj_fwd(m, ctx, L, l, ts[j], P, ws[j], x, ys[j]))
+			if (proj_fwd(m, ctx, L, l, ts[j], P, ws[j], x, xb,
+				     ys[j]))
 				return -1;
 		return 0;
 	}
 	struct mg_tensor as[3], *asp[3], *yf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
-		if (!W || mg_op_linear(ctx, x, W, NULL, ys[j]))
+		const struct mg_tensor *W = base_w(m, ctx, ts[j], P, ws[j]);
+		if (!W || mg_op_linear(ctx, xb, W, NULL, ys[j]))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
@@ -316,7 +363,7 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 	       mg_op_attention(ctx, &t->q4, &t->k4, &t->v4, pos, attn_scale(m),
 			       &t->o4, &t->lse) ||
 	       /* xm = x + o W_o^T, through xn as scratch */
-	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, &t->xn) ||
+	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, NULL, &t->xn) ||
 	       (fused ? mg_op_add_rmsnorm(ctx, &t->x, &t->xn, &W[LP_POST_NORM],
 					  eps, &t->xm, &t->h2, &t->rstd2)
 		      : mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
@@ -325,7 +372,8 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 	       group_fwd(m, ctx, L, l, GU_T, GU_W, 2, W, &t->h2,
 			 (struct mg_tensor *const[]){&t->g, &t->u}) ||
 	       mg_op_swiglu(ctx, &t->g, &t->u, &t->s) ||
-	       proj_fwd(m, ctx, L, l, LT_DOWN, W, LP_DOWN, &t->s, &t->xn) ||
+	       proj_fwd(m, ctx, L, l, LT_DOWN, W, LP_DOWN, &t->s, NULL,
+			&t->xn) ||
 	       /* fused: the next norm adds xm (pending()) */
 	       (!fused && mg_op_add(ctx, &t->xm, &t->xn, &t->xn));
 }
@@ -432,7 +480,7 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 			mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	} else if (!rc) {
 		rc = proj_fwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params, 1,
-			      &hn, &logits);
+			      &hn, NULL, &logits);
 	}
 	mg_release(ctx, head, ph);
 	if (!rc && !(m->kern & LK_FLCE))
@@ -462,14 +510,19 @@ static struct mg_tensor *gw(struct mg_tensor *g)
 static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    int l, int tg, const struct mg_tensor *P,
 		    struct mg_tensor *G, int w, const struct mg_tensor *x,
-		    const struct mg_tensor *dy, struct mg_tensor *dx,
-		    struct mg_tensor *tmp)
+		    const struct mg_tensor *xb, const struct mg_tensor *dy,
+		    struct mg_tensor *dx, struct mg_tensor *tmp)
 {
 	const struct llama_lora *lo = &m->lora;
-	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
-	if (!W ||
-	    mg_op_linear_backward(ctx, x, W, dy, tmp ? tmp : dx, gw(&G[w]),
-				  NULL) ||
+	struct mg_tensor qb, *d = tmp ? tmp : dx;
+	if (!xb)
+		xb = base_in(m, ctx, L, tg, x, &qb);
+	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
+	/* QAT: the straight-through masks on the base's input gradient
+	 * and (in place, llama_qat.c) its weight gradient */
+	if (!W || mg_op_linear_backward(ctx, xb, W, dy, d, gw(&G[w]), NULL) ||
+	    (xb != x && mg_op_fq_int8_token_backward(ctx, x, d, d)) ||
+	    llama_qat_weight_grad(m, ctx, tg, &P[w], gw(&G[w])) ||
 	    (tmp && mg_op_add(ctx, dx, tmp, dx)))
 		return -1;
 	const int a = lo->ia[tg], b = lo->ib[tg];
@@ -495,21 +548,32 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	for (int j = 0; j < n; j++)
 		if (m->lora.ia[ts[j]] >= 0)
 			ft[nf++] = ts[j];
+	struct mg_tensor qb;
+	const struct mg_tensor *xb = base_in(m, ctx, L, ts[0], x, &qb);
+	if (!xb)
+		return -1;
 	if (!llama_lora_fusable(m, ctx, ft, nf, P, G)) {
 		for (int j = 0; j < n; j++)
-			if (proj_bwd(m, ctx, L, l, ts[j], P, G, ws[j], x,
+			if (proj_bwd(m, ctx, L, l, ts[j], P, G, ws[j], x, xb,
 				     dys[j], dx, j ? tmp : NULL))
 				return -1;
 		return 0;
 	}
 	struct mg_tensor as[3], *asp[3], *dyf[3];
-	for (int j = 0, k = 0; j < n; j++) {
-		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
+	for (int j = 0; j < n; j++) {
+		const struct mg_tensor *W = base_w(m, ctx, ts[j], P, ws[j]);
 		if (!W ||
-		    mg_op_linear_backward(ctx, x, W, dys[j], j ? tmp : dx,
+		    mg_op_linear_backward(ctx, xb, W, dys[j], j ? tmp : dx,
 					  gw(&G[ws[j]]), NULL) ||
+		    llama_qat_weight_grad(m, ctx, ts[j], &P[ws[j]],
+					  gw(&G[ws[j]])) ||
 		    (j && mg_op_add(ctx, dx, tmp, dx)))
 			return -1;
+	}
+	/* QAT: one mask for the sum of the group's base gradients */
+	if (xb != x && mg_op_fq_int8_token_backward(ctx, x, dx, dx))
+		return -1;
+	for (int j = 0, k = 0; j < n; j++) {
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
 		as[k] = lora_saved(m, L, l, ts[j]);
@@ -569,16 +633,16 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 				  c->head_dim);
 	struct mg_tensor f = inv_freq(m);
 	/* MLP: xn = xm + down(swiglu(gate(h2), up(h2))) */
-	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, dx, &ds,
-			NULL) ||
+	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, NULL, dx,
+			&ds, NULL) ||
 	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
 	       group_bwd(m, ctx, L, l, GU_T, GU_W, 2, W, G, &t->h2,
 			 (struct mg_tensor *const[]){&ds, &du}, &dh, &dtmp) ||
 	       norm_bwd(m, ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2, &dh, dx,
 			&dxm, &dtmp, gw(&G[LP_POST_NORM])) ||
 	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
-	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, &dxm, &dout,
-			NULL) ||
+	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, NULL, &dxm,
+			&dout, NULL) ||
 	       mg_op_attention_backward(ctx, &t->q4, &t->k4, &t->v4,
 					&m->positions, attn_scale(m), &t->o4,
 					&t->lse, &do4, &dq4, &dk4, &dv4) ||
@@ -616,10 +680,10 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 	layer_tensors(m, &L, (int)c->layers - 1, &last);
 	/* d(loss)/d(logits), in place (flce: per chunk, below). */
 	if (!(m->kern & LK_FLCE) &&
-	    (m->dpo.on ? llama_dpo_head_backward(m, ctx, &logits)
-		       : mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
-						     &ctx->grad_scale,
-						     &logits)))
+	    (m->dpo.on
+		     ? llama_dpo_head_backward(m, ctx, &logits)
+		     : mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
+						   &ctx->grad_scale, &logits)))
 		return mg_error_prefix("llama loss backward");
 	struct mg_unit_view *v = mg_acquire(ctx, head, MG_PHASE_BACKWARD);
 	if (!v)
@@ -640,7 +704,7 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 			mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 	} else {
 		rc = proj_bwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params,
-			      v->grads, 1, &hn, &logits, &dhn, NULL);
+			      v->grads, 1, &hn, NULL, &logits, &dhn, NULL);
 	}
 	if (!rc)
 		rc = mg_op_rmsnorm_backward(ctx, &last.xn, &v->params[0],
@@ -664,8 +728,8 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 						  &m->positions, &L, l)
 				  : 0;
 		if (!rc)
-			rc = layer_backward(m, ctx, v->params, v->grads, &t, &L, l,
-				    &dx);
+			rc = layer_backward(m, ctx, v->params, v->grads, &t, &L,
+					    l, &dx);
 		if (!rc)
 			rc = mg_grads_ready(ctx, LLAMA_UNIT_LAYER(l));
 		mg_release(ctx, LLAMA_UNIT_LAYER(l), MG_PHASE_BACKWARD);
