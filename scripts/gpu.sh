@@ -140,7 +140,7 @@ run() {
 
 bin=$build/tests/gpu
 groups="conv depthwise batchnorm elementwise pool linear dropout loss pref
-resize optim convert determinism graph llm attention nf4 fused"
+resize optim convert determinism graph llm attention nf4 qat fused"
 [ $# -gt 0 ] && groups="$*"
 if [ "$what" = tests ] || [ "$what" = all ]; then
 	# One process per group: a crash in one still lets the others run.

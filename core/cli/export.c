@@ -26,7 +26,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mgrun export -c FILE --out DIR [--dtype "
-		"bf16|fp16|fp32|nf4] [--set S.K=V]...\n"
+		"bf16|fp16|fp32|nf4|int4] [--set S.K=V]...\n"
 		"\n"
 		"Writes the run's trained model (its checkpoint) as a Hugging "
 		"Face folder:\n"
@@ -43,7 +43,11 @@ static void usage(FILE *f)
 		"fp64); nf4: a\n"
 		"                      bitsandbytes 4-bit folder (NF4 "
 		"projections, the\n"
-		"                      rest bf16)\n"
+		"                      rest bf16); int4: the projections as "
+		"packed int4\n"
+		"                      with f32 scales per group (8da4w, "
+		"model.quant = int4\n"
+		"                      runs it), the rest bf16\n"
 		"  --set S.K=V         override a key (repeatable)\n"
 		"  --plugin-path DIRS  colon-separated plugin folders, "
 		"searched first\n");
@@ -91,10 +95,12 @@ static int parse_args(int argc, char **argv, struct exp_opts *o)
 				o->dtype = MG_F32;
 			else if (!strcmp(optarg, "nf4"))
 				o->dtype = MG_NF4;
+			else if (!strcmp(optarg, "int4"))
+				o->dtype = MG_INT4;
 			else {
 				fprintf(stderr,
 					"mgrun export: --dtype %s: one of "
-					"bf16, fp16, fp32, nf4\n",
+					"bf16, fp16, fp32, nf4, int4\n",
 					optarg);
 				return 2;
 			}

@@ -11,7 +11,7 @@ static const struct {
 } dtypes[MG_DTYPE_COUNT] = {
 	[MG_F32] = {"F32", 4},	 [MG_F64] = {"F64", 8}, [MG_F16] = {"F16", 2},
 	[MG_BF16] = {"BF16", 2}, [MG_U8] = {"U8", 1},	[MG_I32] = {"I32", 4},
-	[MG_I64] = {"I64", 8},	 [MG_NF4] = {"NF4", 0},
+	[MG_I64] = {"I64", 8},	 [MG_NF4] = {"NF4", 0}, [MG_INT4] = {"INT4", 0},
 };
 
 size_t mg_dtype_size(enum mg_dtype dt)

@@ -44,9 +44,17 @@ extern "C" {
  *        and the memory category MG_MEM_LIBRARY (the core's cuBLAS
  *        workspace and NCCL buffers; appended, the others keep their
  *        values), mg_comm_stats device_bytes (core-only)
+ *   1.6  quantization-aware training (torchao's 8da4w): mg/int4.h (the
+ *        int4 / int8 formulas, host pack / unpack of int4 weights) and
+ *        the fake-quantization ops of mg/ops_quant.h (mg_op_fq_int4_weight,
+ *        mg_op_fq_int8_token and their straight-through backward ops):
+ *        new functions only, no struct or callback changes, so plugins
+ *        built for 1.0-1.5 load unchanged; and MG_INT4 appended to
+ *        enum mg_dtype (before MG_DTYPE_COUNT, the others keep their
+ *        values) for `mgrun export --dtype int4` (save_hf's dt)
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 5
+#define MG_ABI_MINOR 6
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

@@ -27,9 +27,12 @@ enum mg_dtype {
 	MG_U8,
 	MG_I32,
 	MG_I64,
-	MG_NF4, /* 4-bit NormalFloat, two per byte, plus per-block scales:
+	MG_NF4,	 /* 4-bit NormalFloat, two per byte, plus per-block scales:
 		   one blob per tensor (mg/nf4.h); frozen parameters only
 		   (model.h) */
+	MG_INT4, /* ABI 1.6: packed int4 weights with per-group f32 scales
+		    (mg/int4.h); names `mgrun export --dtype int4` to a
+		    model's save_hf; no tensor is made of it */
 	MG_DTYPE_COUNT,
 	/* In a parameter declaration: "the run's float type" (master dtype
 	 * for storage, compute dtype in views). */

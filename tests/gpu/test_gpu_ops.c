@@ -2,7 +2,8 @@
  * test_gpu_ops.c - the CUDA ops against their CPU twins.
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
- *                 dropout|loss|pref|resize|optim|llm|attention|nf4|fused|
+ *                 dropout|loss|pref|resize|optim|llm|attention|nf4|qat|
+ *                 fused|
  *                 determinism|graph|all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
@@ -1159,6 +1160,120 @@ static void test_nf4(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Fake quantization (QAT, mg/int4.h): the GPU's bits against the CPU   */
+/* twin's, forward and straight-through backward.                       */
+
+/* Host values as dt (from f64 draws). */
+static void qat_fill(void *h, enum mg_dtype dt, int64_t n, double scale)
+{
+	for (int64_t i = 0; i < n; i++) {
+		const double v = scale * (gt_urand() + gt_urand() - 1.0);
+		if (dt == MG_F64)
+			((double *)h)[i] = v;
+		else if (dt == MG_F32)
+			((float *)h)[i] = (float)v;
+		else
+			((uint16_t *)h)[i] =
+				dt == MG_F16 ? mg_float_to_half((float)v)
+					     : mg_float_to_bf16((float)v);
+	}
+}
+
+/* op 0: fq_int4_weight (group g), 1: its backward, 2: fq_int8_token,
+ * 3: its backward; x [rows, cols] and dy fresh random; the fraction of
+ * output elements whose bits differ. */
+static void qat_check(int op, enum mg_dtype dt, int64_t rows, int64_t cols,
+		      int64_t g)
+{
+	static const char *const names[4] = {
+		"fq_int4_weight", "fq_int4_weight_backward", "fq_int8_token",
+		"fq_int8_token_backward"};
+	const int64_t n = rows * cols;
+	const size_t es = mg_dtype_size(dt), bytes = (size_t)n * es;
+	void *hx = malloc(bytes), *hd = malloc(bytes), *hc = malloc(bytes),
+	     *hg = malloc(bytes);
+	/* activations with an outlier row scale, weights small */
+	qat_fill(hx, dt, n, op < 2 ? 0.05 : 3.0);
+	qat_fill(hd, dt, n, 1.0);
+	void *dx = NULL, *dd = NULL, *dout = NULL;
+	cudaMalloc(&dx, bytes);
+	cudaMalloc(&dd, bytes);
+	cudaMalloc(&dout, bytes);
+	cudaMemcpy(dx, hx, bytes, cudaMemcpyHostToDevice);
+	cudaMemcpy(dd, hd, bytes, cudaMemcpyHostToDevice);
+	cudaMemset(dout, 0xff, bytes); /* poison: NaN */
+	const int64_t shape[2] = {rows, cols};
+	struct mg_tensor xc = mg_tensor_make(hx, dt, MG_DEV_CPU, 2, shape),
+			 dc = mg_tensor_make(hd, dt, MG_DEV_CPU, 2, shape),
+			 oc = mg_tensor_make(hc, dt, MG_DEV_CPU, 2, shape),
+			 xg = mg_tensor_make(dx, dt, MG_DEV_CUDA, 2, shape),
+			 dg = mg_tensor_make(dd, dt, MG_DEV_CUDA, 2, shape),
+			 og = mg_tensor_make(dout, dt, MG_DEV_CUDA, 2, shape);
+	snprintf(lbl, sizeof lbl, "%s [%lld, %lld]", names[op], (long long)rows,
+		 (long long)cols);
+	int rc;
+	switch (op) {
+	case 0:
+		CPU(mg_op_fq_int4_weight(&gt_cpu, &xc, g, &oc), lbl);
+		rc = mg_op_fq_int4_weight(&gt_gpu, &xg, g, &og);
+		break;
+	case 1:
+		CPU(mg_op_fq_int4_weight_backward(&gt_cpu, &xc, g, &dc, &oc),
+		    lbl);
+		rc = mg_op_fq_int4_weight_backward(&gt_gpu, &xg, g, &dg, &og);
+		break;
+	case 2:
+		CPU(mg_op_fq_int8_token(&gt_cpu, &xc, &oc), lbl);
+		rc = mg_op_fq_int8_token(&gt_gpu, &xg, &og);
+		break;
+	default:
+		CPU(mg_op_fq_int8_token_backward(&gt_cpu, &xc, &dc, &oc), lbl);
+		rc = mg_op_fq_int8_token_backward(&gt_gpu, &xg, &dg, &og);
+		break;
+	}
+	if (!gt_ok(rc, lbl) && !gt_sync(lbl)) {
+		cudaMemcpy(hg, dout, bytes, cudaMemcpyDeviceToHost);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < n; i++)
+			diff += memcmp((char *)hg + (size_t)i * es,
+				       (char *)hc + (size_t)i * es, es) != 0;
+		gt_report(lbl, dt, (double)diff / (double)n, 0, 0,
+			  "fraction of elements whose bits differ");
+	}
+	cudaFree(dx);
+	cudaFree(dd);
+	cudaFree(dout);
+	free(hx);
+	free(hd);
+	free(hc);
+	free(hg);
+}
+
+/*
+ * QAT's fake-quantization ops, every dtype (each computes in f32 on both
+ * devices, so the bits must agree): the tiny llama's shapes, odd ones
+ * (one group, one row, rows longer than a block), Llama 3 8B's MLP
+ * weight [14336, 4096] and a 4096-wide batch of tokens; groups of 32 and
+ * 128.
+ */
+static void test_qat(void)
+{
+	static const enum mg_dtype dts[] = {MG_F32, MG_F64, MG_F16, MG_BF16};
+	static const int64_t shapes[][3] = {
+		{64, 64, 32}, {1, 32, 32},   {7, 96, 32},
+		{3, 1000, 8}, {192, 64, 32}, {33, 4096, 128},
+	};
+	for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+		for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+			for (int op = 0; op < 4; op++)
+				qat_check(op, dts[d], shapes[s][0],
+					  shapes[s][1], shapes[s][2]);
+		qat_check(0, dts[d], 14336, 4096, 32);
+		qat_check(2, dts[d], 2048, 4096, 0);
+	}
+}
+
+/* ------------------------------------------------------------------ */
 /* Determinism and CUDA-graph capture: a mini training step of the ops  */
 /* with reductions, run eagerly twice and replayed as a captured graph; */
 /* every output must be bitwise identical.                              */
@@ -1985,6 +2100,7 @@ int main(int argc, char **argv)
 	RUN("llm", test_llm());
 	RUN("attention", test_attention());
 	RUN("nf4", test_nf4());
+	RUN("qat", test_qat());
 	RUN("fused", test_fused());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {

@@ -21,6 +21,14 @@ MG_EXPORT int mg_cuda_nf4_dequantize(struct mg_ctx *ctx,
 MG_EXPORT int mg_cuda_nf4_quantize(struct mg_ctx *ctx,
 				   const struct mg_tensor *x,
 				   struct mg_tensor *w);
+MG_EXPORT int mg_cuda_fq_int4_weight(struct mg_ctx *ctx,
+				     const struct mg_tensor *w, int64_t group,
+				     const struct mg_tensor *dy,
+				     struct mg_tensor *out);
+MG_EXPORT int mg_cuda_fq_int8_token(struct mg_ctx *ctx,
+				    const struct mg_tensor *x,
+				    const struct mg_tensor *dy,
+				    struct mg_tensor *out);
 
 #ifdef __cplusplus
 }

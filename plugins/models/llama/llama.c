@@ -73,11 +73,24 @@ static const struct mg_option llama_options[] = {
 	MG_OPT_I("flce_chunk", "0", 0, 1 << 24,
 		 "tokens per chunk of logits with kernels flce (0: as many as "
 		 "fit 256 MiB, at least 256)"),
-	MG_OPT_E("quant", "none", "none|nf4",
+	MG_OPT_E("quant", "none", "none|nf4|int4",
 		 "storage of the layers' frozen base projections: none (the "
 		 "compute dtype) or nf4 (QLoRA: 4-bit NormalFloat blocks of "
 		 "64 with double-quantized scales, dequantized before each "
-		 "GEMM; needs lora_rank > 0)"),
+		 "GEMM; needs lora_rank > 0); int4: run the int4 weights of "
+		 "an `mgrun export --dtype int4` folder (hf_dir) with int8 "
+		 "per-token fake-quantized activations, the 8da4w model QAT "
+		 "trains for"),
+	MG_OPT_E("qat", "none", "none|8da4w",
+		 "quantization-aware training of q, k, v, o, gate, up, down "
+		 "(not the embedding or head), torchao's "
+		 "Int8DynActInt4WeightQATQuantizer: int8 asymmetric per-token "
+		 "activations and int4 symmetric per-group weights "
+		 "fake-quantized in forward, straight-through gradients; with "
+		 "LoRA the frozen base is fake-quantized, the adapters not"),
+	MG_OPT_I("qat_group", "32", 2, 1 << 20,
+		 "qat: inputs per int4 weight scale (must divide every "
+		 "projection's input width)"),
 	MG_OPT_E("objective", "sft", "sft|dpo",
 		 "sft: next-token loss on the label tokens; dpo: Direct "
 		 "Preference Optimization on preference rows (dataset "
@@ -103,7 +116,8 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	m->recompute = mg_opt_bool(o, "activation_checkpointing");
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
 	    llama_lora_setup(m, o) || llama_kernels_setup(m, o) ||
-	    llama_quant_setup(m, o) || llama_dpo_setup(m, o)) {
+	    llama_quant_setup(m, o) || llama_qat_setup(m, o) ||
+	    llama_dpo_setup(m, o)) {
 		llama_lora_free(m);
 		free(m);
 		return -1;
@@ -148,6 +162,7 @@ static void llama_destroy(void *self)
 	llama_hf_close(m);
 	llama_lora_free(m);
 	llama_quant_free(m);
+	llama_qat_free(m);
 	llama_dpo_free(m);
 	mg_buf_free(m->ctx, &m->inv_freq);
 	mg_buf_free(m->ctx, &m->arena);
@@ -245,6 +260,7 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 	    add_adapters(s, m, LT_HEAD, LT_HEAD))
 		return -1;
 	llama_quant_describe(m);
+	llama_qat_describe(m);
 	return 0;
 }
 

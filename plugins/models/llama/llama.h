@@ -127,6 +127,12 @@ struct llama {
 	bool nf4;
 	struct mg_buf qbuf;
 	struct mg_tensor qw;
+	/* qat = 8da4w / quant = int4 (llama_qat.c): fake-quantized
+	 * projections; qatbuf holds the weight being used (qatw) */
+	bool qat, int4, fq_act;
+	int64_t qat_group;
+	struct mg_buf qatbuf;
+	struct mg_tensor qatw;
 	struct llama_dpo dpo;
 	int64_t goff; /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
@@ -290,6 +296,25 @@ const struct mg_tensor *llama_weight(struct llama *m, struct mg_ctx *ctx,
 				     const struct mg_tensor *w);
 void llama_quant_describe(const struct llama *m);
 void llama_quant_free(struct llama *m);
+
+/* llama_qat.c: QAT (qat = 8da4w) and int4 evaluation (quant = int4).
+ * setup parses qat, qat_group and quant's int4 (after llama_quant_setup);
+ * weight returns w fake-quantized to int4 for target tg (w itself
+ * without qat or for the head; valid until the next call; NULL after
+ * mg_error); weight_grad masks g in place by w's straight-through mask
+ * (nothing without qat, for the head or a frozen w). */
+int llama_qat_setup(struct llama *m, const struct mg_opts *o);
+const struct mg_tensor *llama_qat_weight(struct llama *m, struct mg_ctx *ctx,
+					 int tg, const struct mg_tensor *w);
+int llama_qat_weight_grad(struct llama *m, struct mg_ctx *ctx, int tg,
+			  const struct mg_tensor *w, struct mg_tensor *g);
+void llama_qat_describe(const struct llama *m);
+void llama_qat_free(struct llama *m);
+/* llama_hf.c: weight `name` from its packed int4 form (`name`_int4 and
+ * `name`_scales, mgrun export --dtype int4), dequantized into dst. 1
+ * done, 0 the folder has no int4 form, -1 error. */
+int llama_hf_load_int4(struct llama *m, const char *name,
+		       struct mg_tensor *dst);
 
 /* llama_model.c */
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,

@@ -16,6 +16,7 @@
 
 #include "llama.h"
 #include "llama_bnb.h"
+#include "mg/int4.h"
 
 #define MAX_SHARDS 1024
 
@@ -183,8 +184,53 @@ static int load_dequantized(const struct bnb_weight *w, struct mg_tensor *dst)
 	return rc ? -1 : 0;
 }
 
+int llama_hf_load_int4(struct llama *m, const char *name, struct mg_tensor *dst)
+{
+	char qn[256], sn[256];
+	snprintf(qn, sizeof qn, "%s_int4", name);
+	snprintf(sn, sizeof sn, "%s_scales", name);
+	struct mg_tensor q, s;
+	const char *path = m->hf->dir;
+	int rc = hf_get(m->hf, qn, &q, &path);
+	if (rc <= 0)
+		return rc;
+	if (hf_get(m->hf, sn, &s, &path) <= 0)
+		return mg_error("llama: %s has '%s' but no '%s'", path, qn, sn);
+	if (dst->ndim != 2)
+		return mg_error("llama: %s: '%s' is int4, the model has a "
+				"%d-D tensor there",
+				path, qn, dst->ndim);
+	const int64_t rows = dst->shape[0], cols = dst->shape[1];
+	if (q.dtype != MG_U8 || q.ndim != 2 || q.shape[0] != rows ||
+	    q.shape[1] * 2 != cols)
+		return mg_error("llama: %s: '%s' must be U8 [%lld, %lld] (two "
+				"int4 a byte) for the [%lld, %lld] weight",
+				path, qn, (long long)rows, (long long)cols / 2,
+				(long long)rows, (long long)cols);
+	if (s.dtype != MG_F32 || s.ndim != 2 || s.shape[0] != rows ||
+	    s.shape[1] < 1 || cols % s.shape[1])
+		return mg_error("llama: %s: '%s' must be F32 [%lld, groups] "
+				"with groups dividing %lld",
+				path, sn, (long long)rows, (long long)cols);
+	const int64_t ng = rows * s.shape[1], n = rows * cols;
+	float *f = malloc((size_t)(n + ng) * sizeof *f);
+	if (!f)
+		return mg_error("llama: out of memory for '%s'", qn);
+	memcpy(f + n, s.data, (size_t)ng * sizeof *f); /* f32 aligned */
+	struct mg_tensor src =
+		mg_tensor_make(f, MG_F32, MG_DEV_CPU, dst->ndim, dst->shape);
+	rc = mg_int4_dequantize_host(q.data, f + n, rows, cols,
+				     cols / s.shape[1], f) ||
+	     mg_tensor_convert_host(dst, &src);
+	free(f);
+	return rc ? mg_error_prefix("llama: %s: '%s'", path, qn) : 1;
+}
+
 int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 {
+	int q4 = llama_hf_load_int4(m, name, dst);
+	if (q4)
+		return q4 < 0 ? -1 : 0;
 	struct bnb_weight w;
 	int q = bnb_weight_of(m, name, dst, &w);
 	if (q)

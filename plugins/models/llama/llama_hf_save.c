@@ -21,14 +21,15 @@
 
 #include "llama.h"
 #include "llama_bnb.h"
+#include "mg/int4.h"
 #include "mg/nf4.h"
 #include "mg/tensor_file.h"
 
 static const char *torch_dtype(enum mg_dtype dt)
 {
-	return dt == MG_BF16 || dt == MG_NF4 ? "bfloat16"
-	       : dt == MG_F16		     ? "float16"
-					     : "float32";
+	return dt == MG_BF16 || dt == MG_NF4 || dt == MG_INT4 ? "bfloat16"
+	       : dt == MG_F16				      ? "float16"
+							      : "float32";
 }
 
 /* transformers' BitsAndBytesConfig.to_dict() for NF4 with double
@@ -184,6 +185,40 @@ static int put_quantized(struct mg_tensor_writer *w, const float *f,
 	return rc ? mg_error_prefix("llama export: %s", name) : 0;
 }
 
+/*
+ * f32 values f of weight W [out, in] as packed int4 (mg/int4.h: element
+ * 2j in the low nibble of byte j of its row, two's complement) under
+ * name + "_int4" (U8 [out, in / 2]) and f32 scales under name +
+ * "_scales" ([out, in / group]), group = qat_group: the fake-quantized
+ * weights of a QAT run exactly (an f32 run's; a bf16 run's compute copy
+ * is the master rounded, so its scales may differ in the last bits).
+ */
+static int put_int4(const struct llama *m, struct mg_tensor_writer *w,
+		    const float *f, const struct mg_tensor *W, const char *name)
+{
+	const int64_t rows = W->shape[0], cols = W->shape[1], g = m->qat_group;
+	uint8_t *p = malloc((size_t)(rows * cols / 2) + 1);
+	float *s = malloc((size_t)(rows * (cols / g)) * sizeof *s + 1);
+	int rc = !p || !s ? mg_error("llama export: out of memory")
+			  : mg_int4_quantize_host(f, rows, cols, g, p, s);
+	char qn[200], sn[200];
+	snprintf(qn, sizeof qn, "%s_int4", name);
+	snprintf(sn, sizeof sn, "%s_scales", name);
+	if (!rc) {
+		const int64_t qs[2] = {rows, cols / 2},
+			      ss[2] = {rows, cols / g};
+		struct mg_tensor qt = mg_tensor_make(p, MG_U8, MG_DEV_CPU, 2,
+						     qs),
+				 st = mg_tensor_make(s, MG_F32, MG_DEV_CPU, 2,
+						     ss);
+		rc = mg_tensor_writer_add(w, qn, &qt) ||
+		     mg_tensor_writer_add(w, sn, &st);
+	}
+	free(p);
+	free(s);
+	return rc ? mg_error_prefix("llama export: %s", name) : 0;
+}
+
 /* Parameter p of an acquired unit into the writer under name, in dt,
  * with target t's adapter merged in (t < 0: none). */
 static int put(struct mg_ctx *ctx, const struct llama *m,
@@ -219,8 +254,13 @@ static int put(struct mg_ctx *ctx, const struct llama *m,
 		free(f);
 		return rc;
 	}
-	if (dt == MG_NF4)
-		dt = MG_BF16; /* the rest of an NF4 export */
+	if (!rc && dt == MG_INT4 && nf4_here) {
+		rc = put_int4(m, w, f, W, name);
+		free(f);
+		return rc;
+	}
+	if (dt == MG_NF4 || dt == MG_INT4)
+		dt = MG_BF16; /* the rest of a 4-bit export */
 	void *out = NULL;
 	if (!rc && dt != MG_F32) {
 		out = malloc((size_t)mg_tensor_numel(W) * mg_dtype_size(dt));
@@ -281,10 +321,17 @@ static int put_unit(struct llama *m, struct mg_ctx *ctx,
 int llama_save_hf(struct llama *m, struct mg_ctx *ctx, const char *dir,
 		  enum mg_dtype dt)
 {
-	if (dt != MG_F32 && dt != MG_F16 && dt != MG_BF16 && dt != MG_NF4)
-		return mg_error("llama export: dtype %s (fp32, fp16, bf16 or "
-				"nf4)",
+	if (dt != MG_F32 && dt != MG_F16 && dt != MG_BF16 && dt != MG_NF4 &&
+	    dt != MG_INT4)
+		return mg_error("llama export: dtype %s (fp32, fp16, bf16, nf4 "
+				"or int4)",
 				mg_dtype_name(dt));
+	if (dt == MG_INT4 &&
+	    (m->c.dim % m->qat_group || m->c.ffn % m->qat_group ||
+	     (m->c.heads * m->c.head_dim) % m->qat_group))
+		return mg_error("llama export: int4 groups of qat_group = %lld "
+				"do not divide the projections' input widths",
+				(long long)m->qat_group);
 	struct mg_tensor_writer *w = mg_tensor_writer_new();
 	if (!w)
 		return -1;
@@ -293,8 +340,18 @@ int llama_save_hf(struct llama *m, struct mg_ctx *ctx, const char *dir,
 		rc = put_unit(m, ctx, w, u, dt);
 	char path[4200];
 	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	char gs[32];
+	snprintf(gs, sizeof gs, "%lld", (long long)m->qat_group);
 	if (!rc)
 		rc = mg_tensor_writer_meta(w, "format", "pt") ||
+		     (dt == MG_INT4 &&
+		      (mg_tensor_writer_meta(w, "quantization", "8da4w") ||
+		       mg_tensor_writer_meta(w, "int4_group_size", gs) ||
+		       mg_tensor_writer_meta(
+			       w, "int4_packing",
+			       "two's complement, element 2j in the low "
+			       "nibble of byte j, 2j+1 high; weight = q * "
+			       "scale, f32 scales per group"))) ||
 		     mg_tensor_writer_save(w, path);
 	mg_tensor_writer_free(w);
 	if (!rc)

@@ -95,6 +95,23 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 				snprintf(name, sizeof name,
 					 "model.layers.%d.%s", unit - 1,
 					 layer_names[i]);
+			/* quant = int4: each projection from its int4 form */
+			if (m->int4 && layer && i != LP_IN_NORM &&
+			    i != LP_POST_NORM) {
+				int rc =
+					llama_hf_load_int4(m, name, &params[i]);
+				if (rc < 0)
+					return -1;
+				if (rc == 0)
+					return mg_error(
+						"llama: quant = int4: %s holds "
+						"no '%s_int4' (write the "
+						"folder "
+						"with mgrun export --dtype "
+						"int4)",
+						m->hf_dir, name);
+				continue;
+			}
 			if (llama_hf_load(m, name, &params[i]))
 				return -1;
 			continue;

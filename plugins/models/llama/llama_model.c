@@ -29,6 +29,11 @@
  * With quant = nf4 every base GEMM reads its weight through
  * llama_weight (llama_quant.c): dequantized just before, forward and
  * again in backward, into one scratch; nothing dequantized is kept.
+ *
+ * With qat = 8da4w (llama_qat.c) each layer projection's base GEMM reads
+ * fq8(x) (rebuilt in the arena's qx slot, forward and again in backward)
+ * and fq4(W); backward masks the input and weight gradients by the
+ * straight-through estimator. quant = int4 fake-quantizes x only.
  */
 #include <math.h>
 #include <string.h>
@@ -45,6 +50,7 @@ struct lay {
 	size_t la[LT_COUNT];			/* LoRA s A x, per target */
 	size_t hn, rstdn, logits;		/* the head's */
 	size_t lxd, ltmp;			/* LoRA scratch */
+	size_t qx; /* QAT: a projection input fake-quantized */
 	size_t total;
 	/* the backward work buffer */
 	size_t dx, dxm, dh, dt, ds, du, dq, dk, dv, dout;
@@ -124,6 +130,12 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	o += al(R * max_in * es);
 	L->ltmp = o;
 	o += r ? al(R * max_out * es) : 0;
+	L->qx = o;
+	if (m->fq_act) {
+		size_t w = D > qd ? D : qd;
+		w = I > w ? I : w;
+		o += al(R * w * es);
+	}
 	L->total = o;
 	p = 0;
 	SLOT(dx, R * D * es);
@@ -219,15 +231,45 @@ static struct mg_tensor lora_saved(const struct llama *m, const struct lay *L,
 		  m->lora.rank, 0, 0);
 }
 
+/* The input a base GEMM of target tg reads: x, or with QAT (not the
+ * head) x fake-quantized to int8 per token in the arena's qx slot. */
+static const struct mg_tensor *base_in(struct llama *m, struct mg_ctx *ctx,
+				       const struct lay *L, int tg,
+				       const struct mg_tensor *x,
+				       struct mg_tensor *buf)
+{
+	if (!m->fq_act || tg == LT_HEAD)
+		return x;
+	*buf = *x;
+	buf->data = (char *)m->arena.ptr + L->qx;
+	if (mg_op_fq_int8_token(ctx, x, buf)) {
+		mg_error_prefix("llama: qat");
+		return NULL;
+	}
+	return buf;
+}
+
+/* The weight a base GEMM reads: NF4 dequantized, or fake-quantized. */
+static const struct mg_tensor *base_w(struct llama *m, struct mg_ctx *ctx,
+				      int tg, const struct mg_tensor *P, int w)
+{
+	return llama_qat_weight(m, ctx, tg, llama_weight(m, ctx, &P[w]));
+}
+
 /* y = x W^T of a projection (parameter w of the unit), plus target tg's
- * adapter path when it has one. */
+ * adapter path when it has one. xb: the base GEMM's input when the
+ * caller made it (a group's shared fq8(x)), else NULL. */
 static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    int l, int tg, const struct mg_tensor *P, int w,
-		    const struct mg_tensor *x, struct mg_tensor *y)
+		    const struct mg_tensor *x, const struct mg_tensor *xb,
+		    struct mg_tensor *y)
 {
 	const struct llama_lora *lo = &m->lora;
-	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
-	if (!W || mg_op_linear(ctx, x, W, NULL, y))
+	struct mg_tensor qb;
+	if (!xb)
+		xb = base_in(m, ctx, L, tg, x, &qb);
+	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
+	if (!W || mg_op_linear(ctx, xb, W, NULL, y))
 		return -1;
 	if (lo->ia[tg] < 0)
 		return 0;
@@ -249,16 +291,21 @@ static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	for (int j = 0; j < n; j++)
 		if (m->lora.ia[ts[j]] >= 0)
 			ft[nf++] = ts[j];
+	struct mg_tensor qb;
+	const struct mg_tensor *xb = base_in(m, ctx, L, ts[0], x, &qb);
+	if (!xb)
+		return -1;
 	if (!llama_lora_fusable(m, ctx, ft, nf, P, NULL)) {
 		for (int j = 0; j < n; j++)
-			if (proj_fwd(m, ctx, L, l, ts[j], P, ws[j], x, ys[j]))
+			if (proj_fwd(m, ctx, L, l, ts[j], P, ws[j], x, xb,
+				     ys[j]))
 				return -1;
 		return 0;
 	}
 	struct mg_tensor as[3], *asp[3], *yf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
-		if (!W || mg_op_linear(ctx, x, W, NULL, ys[j]))
+		const struct mg_tensor *W = base_w(m, ctx, ts[j], P, ws[j]);
+		if (!W || mg_op_linear(ctx, xb, W, NULL, ys[j]))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
@@ -316,7 +363,7 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 	       mg_op_attention(ctx, &t->q4, &t->k4, &t->v4, pos, attn_scale(m),
 			       &t->o4, &t->lse) ||
 	       /* xm = x + o W_o^T, through xn as scratch */
-	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, &t->xn) ||
+	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, NULL, &t->xn) ||
 	       (fused ? mg_op_add_rmsnorm(ctx, &t->x, &t->xn, &W[LP_POST_NORM],
 					  eps, &t->xm, &t->h2, &t->rstd2)
 		      : mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
@@ -325,7 +372,8 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 	       group_fwd(m, ctx, L, l, GU_T, GU_W, 2, W, &t->h2,
 			 (struct mg_tensor *const[]){&t->g, &t->u}) ||
 	       mg_op_swiglu(ctx, &t->g, &t->u, &t->s) ||
-	       proj_fwd(m, ctx, L, l, LT_DOWN, W, LP_DOWN, &t->s, &t->xn) ||
+	       proj_fwd(m, ctx, L, l, LT_DOWN, W, LP_DOWN, &t->s, NULL,
+			&t->xn) ||
 	       /* fused: the next norm adds xm (pending()) */
 	       (!fused && mg_op_add(ctx, &t->xm, &t->xn, &t->xn));
 }
@@ -432,7 +480,7 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 			mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	} else if (!rc) {
 		rc = proj_fwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params, 1,
-			      &hn, &logits);
+			      &hn, NULL, &logits);
 	}
 	mg_release(ctx, head, ph);
 	if (!rc && !(m->kern & LK_FLCE))
@@ -466,18 +514,15 @@ static int lin_bwd(struct mg_ctx *ctx, const struct mg_tensor *x,
 		   : mg_op_linear_backward(ctx, x, W, dy, dx, dw, NULL);
 }
 
-/* Backward of proj_fwd from dy: the input gradient written to dx, or
- * added to it when add; the base weight's gradient if it trains, the
- * adapter's if there is one. */
-static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
-		    int l, int tg, const struct mg_tensor *P,
-		    struct mg_tensor *G, int w, const struct mg_tensor *x,
-		    const struct mg_tensor *dy, struct mg_tensor *dx, bool add)
+/* The adapter's share of a projection's backward (nothing without an
+ * adapter on tg): its gradients, and its input gradient added to dx. */
+static int proj_lora_bwd(struct llama *m, struct mg_ctx *ctx,
+			 const struct lay *L, int l, int tg,
+			 const struct mg_tensor *P, struct mg_tensor *G,
+			 const struct mg_tensor *x, const struct mg_tensor *dy,
+			 struct mg_tensor *dx)
 {
 	const struct llama_lora *lo = &m->lora;
-	const struct mg_tensor *W = llama_weight(m, ctx, &P[w]);
-	if (!W || lin_bwd(ctx, x, W, dy, dx, add, gw(&G[w])))
-		return -1;
 	const int a = lo->ia[tg], b = lo->ib[tg];
 	if (a < 0)
 		return 0;
@@ -489,9 +534,31 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 				   B + L->ldxd);
 }
 
-/* Backward of group_fwd from dys[j]: the input gradient written to dx
- * (the first projection's written, the others' added), the gradients of
- * what trains. */
+/* Backward of proj_fwd from dy: the input gradient written to dx, the
+ * base weight's gradient if it trains, the adapter's if there is one.
+ * QAT: the straight-through masks on the base's input gradient (before
+ * the adapter, whose input is not quantized, adds its own) and, in
+ * place (llama_qat.c), on its weight gradient. */
+static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
+		    int l, int tg, const struct mg_tensor *P,
+		    struct mg_tensor *G, int w, const struct mg_tensor *x,
+		    const struct mg_tensor *dy, struct mg_tensor *dx)
+{
+	struct mg_tensor qb;
+	const struct mg_tensor *xb = base_in(m, ctx, L, tg, x, &qb);
+	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
+	if (!W || lin_bwd(ctx, xb, W, dy, dx, false, gw(&G[w])) ||
+	    (xb != x && mg_op_fq_int8_token_backward(ctx, x, dx, dx)) ||
+	    llama_qat_weight_grad(m, ctx, tg, &P[w], gw(&G[w])))
+		return -1;
+	return proj_lora_bwd(m, ctx, L, l, tg, P, G, x, dy, dx);
+}
+
+/* Backward of group_fwd from dys[j]: the base projections' input
+ * gradients summed into dx by the GEMMs (the first written, the others
+ * added), one QAT mask for that sum (they share the input), then the
+ * adapters' shares (their input is not quantized) one by one or as one
+ * fused group; the gradients of what trains. */
 static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		     int l, const int *ts, const int *ws, int n,
 		     const struct mg_tensor *P, struct mg_tensor *G,
@@ -502,18 +569,31 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	for (int j = 0; j < n; j++)
 		if (m->lora.ia[ts[j]] >= 0)
 			ft[nf++] = ts[j];
+	struct mg_tensor qb;
+	const struct mg_tensor *xb = base_in(m, ctx, L, ts[0], x, &qb);
+	if (!xb)
+		return -1;
+	for (int j = 0; j < n; j++) {
+		const struct mg_tensor *W = base_w(m, ctx, ts[j], P, ws[j]);
+		if (!W ||
+		    lin_bwd(ctx, xb, W, dys[j], dx, j > 0, gw(&G[ws[j]])) ||
+		    llama_qat_weight_grad(m, ctx, ts[j], &P[ws[j]],
+					  gw(&G[ws[j]])))
+			return -1;
+	}
+	if (xb != x && mg_op_fq_int8_token_backward(ctx, x, dx, dx))
+		return -1;
+	if (!nf)
+		return 0;
 	if (!llama_lora_fusable(m, ctx, ft, nf, P, G)) {
 		for (int j = 0; j < n; j++)
-			if (proj_bwd(m, ctx, L, l, ts[j], P, G, ws[j], x,
-				     dys[j], dx, j > 0))
+			if (proj_lora_bwd(m, ctx, L, l, ts[j], P, G, x, dys[j],
+					  dx))
 				return -1;
 		return 0;
 	}
 	struct mg_tensor as[3], *asp[3], *dyf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		const struct mg_tensor *W = llama_weight(m, ctx, &P[ws[j]]);
-		if (!W || lin_bwd(ctx, x, W, dys[j], dx, j > 0, gw(&G[ws[j]])))
-			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
 		as[k] = lora_saved(m, L, l, ts[j]);
@@ -573,16 +653,14 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 				  c->head_dim);
 	struct mg_tensor f = inv_freq(m);
 	/* MLP: xn = xm + down(swiglu(gate(h2), up(h2))) */
-	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, dx, &ds,
-			false) ||
+	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, dx, &ds) ||
 	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
 	       group_bwd(m, ctx, L, l, GU_T, GU_W, 2, W, G, &t->h2,
 			 (struct mg_tensor *const[]){&ds, &du}, &dh) ||
 	       norm_bwd(m, ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2, &dh, dx,
 			&dxm, &dtmp, gw(&G[LP_POST_NORM])) ||
 	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
-	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, &dxm, &dout,
-			false) ||
+	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, &dxm, &dout) ||
 	       mg_op_attention_backward(ctx, &t->q4, &t->k4, &t->v4,
 					&m->positions, attn_scale(m), &t->o4,
 					&t->lse, &do4, &dq4, &dk4, &dv4) ||
@@ -643,7 +721,7 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 			mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
 	} else {
 		rc = proj_bwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params,
-			      v->grads, 1, &hn, &logits, &dhn, false);
+			      v->grads, 1, &hn, &logits, &dhn);
 	}
 	if (!rc)
 		rc = mg_op_rmsnorm_backward(ctx, &last.xn, &v->params[0],
