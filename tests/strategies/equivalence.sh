@@ -36,6 +36,11 @@ same() { # same A B RTOL
 		"$work/$2/checkpoint.safetensors" "$3"
 }
 
+# The gradient norms a run logged (steps.csv, as printed: 6 digits).
+norms() {
+	cut -d, -f6 "$work/$1/steps.csv" | tail -n +2
+}
+
 # Sum of one per-rank counter in a run's report.json.
 counter() {
 	grep "\"$2\":" "$work/$1/report.json" |
@@ -109,6 +114,9 @@ grad_accum)
 		fsdp_hybrid:4:23 off2_accum2:2:11; do
 		name=${r%%:*} np=${r#*:} per=${np#*:} np=${np%%:*}
 		same single "$name" 1e-10
+		# The step's global norm (clipping acts on steps 7 to 11)
+		# is the whole batch's: taken over the summed gradient.
+		test "$(norms "$name")" = "$(norms single)"
 		calls=$(counter "$name" calls)
 		echo "collectives of $name with grad_accum 2: $calls"
 		test "$calls" -eq $((np * 12 * per))
