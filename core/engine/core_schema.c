@@ -37,8 +37,9 @@ const struct mg_option mg_run_schema[] = {
 		 "the ranks that compute different samples)"),
 	MG_OPT_I("grad_accum", "1", 1, 1 << 16,
 		 "micro-batches per optimizer step: gradients of grad_accum "
-		 "forward/backward passes of batch_size are summed and reduced "
-		 "once, equal to one grad_accum times larger batch"),
+		 "forward/backward passes of batch_size are summed before one "
+		 "optimizer step, equal to one grad_accum times larger batch "
+		 "(every shipped strategy)"),
 	MG_OPT_I("eval_batch_size", "256", 1, 1 << 20,
 		 "samples per evaluation batch"),
 	MG_OPT_B("eval", "true", "evaluate on the test split after each epoch"),

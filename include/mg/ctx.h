@@ -87,8 +87,9 @@ struct mg_ctx {
 	/* Added in ABI 1.3: gradient accumulation. A step runs micro_count
 	 * forward/backward passes (run.grad_accum) before one optimizer step;
 	 * micro is the current one. Gradients accumulate (+=) across them;
-	 * a strategy with MG_STRATEGY_GRAD_ACCUM reduces once, after the last
-	 * (micro == micro_count - 1), like PyTorch DDP's no_sync(). */
+	 * a strategy with MG_STRATEGY_GRAD_ACCUM sums them: it reduces once,
+	 * after the last (micro == micro_count - 1), like PyTorch DDP's
+	 * no_sync(), or reduces each and adds the results (fsdp full). */
 	int micro, micro_count;
 
 	/* Added in ABI 1.4: a folder shared by the runs under run.out_dir

@@ -99,10 +99,12 @@ struct mg_strategy_ops {
 
 /* Capabilities a strategy declares in mg_strategy_ops.caps. */
 enum {
-	/* Gradients lent in MG_PHASE_BACKWARD persist from begin_step to
-	 * step() across ctx->micro_count backward passes (the model adds to
-	 * them), and reductions happen once per step. Without it the core
-	 * refuses run.grad_accum > 1. */
+	/* step() optimizes the sum of the gradients of ctx->micro_count
+	 * backward passes (the model adds to the lent gradients in each):
+	 * either the lent gradients persist from begin_step to step() and
+	 * are reduced once (no_sync), or each micro-batch's are reduced and
+	 * the results summed (fsdp full). Without it the core refuses
+	 * run.grad_accum > 1. */
 	MG_STRATEGY_GRAD_ACCUM = 1u << 0,
 };
 

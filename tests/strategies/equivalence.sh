@@ -36,6 +36,11 @@ same() { # same A B RTOL
 		"$work/$2/checkpoint.safetensors" "$3"
 }
 
+# The gradient norms a run logged (steps.csv, as printed: 6 digits).
+norms() {
+	cut -d, -f6 "$work/$1/steps.csv" | tail -n +2
+}
+
 # Sum of one per-rank counter in a run's report.json.
 counter() {
 	grep "\"$2\":" "$work/$1/report.json" |
@@ -86,14 +91,44 @@ grad_accum)
 	calls=$(counter ds2_accum2 calls)
 	echo "collectives on 2 ranks with grad_accum 2: $calls"
 	test "$calls" -eq $((2 * (12 * 3 + 1)))
-	# A strategy that does not declare accumulation is refused, named.
-	if "$mgrun" -c "$mlp" --set strategy.name=fsdp --set run.grad_accum=2 \
-		--set run.out_dir="$work" >"$work/refused.log" 2>&1; then
-		echo "FAIL: fsdp with grad_accum 2 was not refused"
-		exit 1
-	fi
-	grep -q "strategy 'fsdp'.*does not declare gradient accumulation" \
-		"$work/refused.log"
+	# Sharded strategies with 2 micro-batches on 2 ranks (hybrid: 4
+	# ranks in 2 groups of 2) train the same model, and their reduction
+	# counts show where they reduce. mlp has 3 units, one flat each, so
+	# a step of fsdp or offload issues per rank: the metrics all-reduce,
+	# the gradient-norm all-reduce (not with shard = none: G = 1), and:
+	#   none    3 all-reduces once (reducing every micro-batch: 6)
+	#   grad_op 3 gathers a micro-batch, 3 reduce-scatters once (6)
+	#   full    6 gathers and 3 reduce-scatters a micro-batch (sums)
+	#   hybrid  as full, plus 3 replica all-reduces once (6)
+	#   offload 3 reduce-scatters a micro-batch, 3 all-gathers
+	run fsdp_none 2 "$mlp" --set strategy.name=fsdp --set strategy.shard=none \
+		--set run.grad_accum=2
+	run fsdp_grad_op 2 "$mlp" --set strategy.name=fsdp \
+		--set strategy.shard=grad_op --set run.grad_accum=2
+	run fsdp_full 2 "$mlp" --set strategy.name=fsdp --set run.grad_accum=2
+	run fsdp_hybrid 4 "$mlp" --set strategy.name=fsdp \
+		--set strategy.shard=hybrid --set strategy.shard_group_size=2 \
+		--set run.batch_size=8 --set run.grad_accum=2
+	run off2_accum2 2 "$mlp" --set strategy.name=offload --set run.grad_accum=2
+	for r in fsdp_none:2:4 fsdp_grad_op:2:11 fsdp_full:2:20 \
+		fsdp_hybrid:4:23 off2_accum2:2:11; do
+		name=${r%%:*} np=${r#*:} per=${np#*:} np=${np%%:*}
+		same single "$name" 1e-10
+		# The step's global norm (clipping acts on steps 7 to 11)
+		# is the whole batch's: taken over the summed gradient.
+		test "$(norms "$name")" = "$(norms single)"
+		calls=$(counter "$name" calls)
+		echo "collectives of $name with grad_accum 2: $calls"
+		test "$calls" -eq $((np * 12 * per))
+	done
+	# Offload copies each step's summed gradient shard to the host
+	# once: the bytes of a step without accumulation (12 steps of the
+	# 19616 fp64 elements of a rank's padded shards, on 2 ranks).
+	run off2 2 "$mlp" --set strategy.name=offload --set run.batch_size=32
+	d2h=$(counter off2_accum2 d2h_bytes)
+	echo "gradient bytes to the host with grad_accum 2: $d2h"
+	test "$d2h" -eq "$(counter off2 d2h_bytes)"
+	test "$d2h" -eq $((2 * 12 * 19616 * 8))
 	;;
 uneven)
 	# drop_last = false: the last global batch is padded to equal
@@ -236,6 +271,20 @@ examples)
 		echo "FAIL: local_avg averaging every 5 steps equals DDP"
 		exit 1
 	fi
+	# A strategy that does not declare gradient accumulation is
+	# refused, named (local_avg has no MG_STRATEGY_GRAD_ACCUM).
+	if "$mgrun" -c "$mlp" --set strategy.name=local_avg \
+		--set run.grad_accum=2 --set run.out_dir="$work" \
+		>"$work/refused.log" 2>&1; then
+		echo "FAIL: local_avg with grad_accum 2 was not refused"
+		exit 1
+	fi
+	grep -q "strategy 'local_avg'.*does not declare gradient accumulation" \
+		"$work/refused.log" || {
+		cat "$work/refused.log"
+		echo "FAIL: the refusal does not name local_avg"
+		exit 1
+	}
 	;;
 llama)
 	# A tiny llama with ragged, prompt-masked rows: every strategy on
@@ -267,6 +316,54 @@ llama)
 	same single fsdp_hybrid 1e-10
 	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8
 	same single off2 1e-10
+	# Gradient accumulation under sharding: each fsdp mode on 2 ranks
+	# with 2 micro-batches (hybrid: 2 groups of 2), 4 micro-batches on
+	# 1 and 2 ranks, and offload on 1 and 2 ranks, all the whole-batch
+	# model: full and hybrid sum reduce-scattered shards, grad_op and
+	# none reduce once (no_sync), offload sums its shard on the device.
+	for mode in full grad_op none; do
+		run "fsdp_${mode}_accum2" 2 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" --set run.grad_accum=2
+		same single "fsdp_${mode}_accum2" 1e-10
+	done
+	run fsdp_hybrid_accum2 4 "$llama" --set strategy.name=fsdp \
+		--set strategy.shard=hybrid --set strategy.shard_group_size=2 \
+		--set run.batch_size=2 --set run.grad_accum=2
+	same single fsdp_hybrid_accum2 1e-10
+	run fsdp1_accum4 1 "$llama" --set strategy.name=fsdp \
+		--set run.grad_accum=4
+	same single fsdp1_accum4 1e-10
+	for mode in full grad_op; do
+		run "fsdp_${mode}_accum4" 2 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" --set run.batch_size=2 \
+			--set run.grad_accum=4
+		same single "fsdp_${mode}_accum4" 1e-10
+	done
+	run off1_accum4 1 "$llama" --set strategy.name=offload \
+		--set run.grad_accum=4
+	same single off1_accum4 1e-10
+	run off2_accum2 2 "$llama" --set strategy.name=offload \
+		--set run.grad_accum=2
+	same single off2_accum2 1e-10
+	run off2_accum4 2 "$llama" --set strategy.name=offload \
+		--set run.batch_size=2 --set run.grad_accum=4
+	same single off2_accum4 1e-10
+	# Stopped with accumulation and resumed on another rank count (the
+	# same micro-batches of 8 rows, 2 a step: the data order): fsdp
+	# full on 2 ranks then hybrid on 4, offload on 2 then on 1.
+	run res_fsdp 2 "$llama" --set strategy.name=fsdp --set run.grad_accum=2 \
+		--set run.stop_after=3
+	run res_fsdp 4 "$llama" --set strategy.name=fsdp \
+		--set strategy.shard=hybrid --set strategy.shard_group_size=2 \
+		--set run.batch_size=2 --set run.grad_accum=2 --resume
+	grep -q "resumed from .* at step 3" "$work/res_fsdp.log"
+	same single res_fsdp 1e-10
+	run res_off 2 "$llama" --set strategy.name=offload --set run.grad_accum=2 \
+		--set run.stop_after=3
+	run res_off 1 "$llama" --set strategy.name=offload \
+		--set run.batch_size=8 --set run.grad_accum=2 --resume
+	grep -q "resumed from .* at step 3" "$work/res_off.log"
+	same single res_off 1e-10
 	# Packed rows (documents restarting mid-row) on 2 ranks.
 	run packed1 1 "$llama" --set run.batch_size=16 --set dataset.pack=true
 	run packed2 2 "$llama" --set strategy.name=ddp_ds \
@@ -294,6 +391,14 @@ kernels)
 		run "off2_$tie" 2 "$llama" --set strategy.name=offload \
 			--set run.batch_size=8 $t "$@"
 		same "single_$tie" "off2_$tie" 1e-10
+		# Accumulating: the tied head's gradient is summed into the
+		# embedding's shard micro-batch by micro-batch.
+		run "fsdp_full_accum2_$tie" 2 "$llama" --set strategy.name=fsdp \
+			--set run.grad_accum=2 $t "$@"
+		same "single_$tie" "fsdp_full_accum2_$tie" 1e-10
+		run "off2_accum2_$tie" 2 "$llama" --set strategy.name=offload \
+			--set run.grad_accum=2 $t "$@"
+		same "single_$tie" "off2_accum2_$tie" 1e-10
 	done
 	l="--set model.tie_embeddings=no --set model.lora_rank=4
 		--set model.lora_targets=q,v,head --set model.lora_dropout=0.2"
@@ -379,6 +484,16 @@ PY
 	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \
 		"$@"
 	same single off2 1e-10
+	# Accumulating with a frozen base (and dropout keyed on each row's
+	# place in the step): fsdp full and grad_op, offload, 2 ranks.
+	for mode in full grad_op; do
+		run "fsdp_${mode}_accum2" 2 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" --set run.grad_accum=2 "$@"
+		same single "fsdp_${mode}_accum2" 1e-10
+	done
+	run off2_accum2 2 "$llama" --set strategy.name=offload \
+		--set run.grad_accum=2 "$@"
+	same single off2_accum2 1e-10
 	;;
 qlora)
 	# QLoRA: the lora scenario's adapters over a base of NF4 blobs

@@ -180,15 +180,15 @@ static int keep_shard(void *arg, int k, const char *full)
 			return mg_error("out of memory");
 		/* libmg's host conversion runs on every core. */
 		const int64_t n = f->shard;
-		struct mg_tensor ts = mg_tensor_make((void *)src, MG_F32,
-						     MG_DEV_CPU, 1, &n);
-		struct mg_tensor td = mg_tensor_make(lo, f->lent, MG_DEV_CPU,
-						     1, &n);
+		struct mg_tensor ts =
+			mg_tensor_make((void *)src, MG_F32, MG_DEV_CPU, 1, &n);
+		struct mg_tensor td =
+			mg_tensor_make(lo, f->lent, MG_DEV_CPU, 1, &n);
 		int rc = mg_tensor_convert_host(&td, &ts);
 		if (!rc)
-			rc = mg_copy_h2d(d->ctx,
-					 fsdp_at(&d->lp_buf, f->lp_off, f->lent),
-					 lo, (size_t)f->shard * sizeof *lo);
+			rc = mg_copy_h2d(
+				d->ctx, fsdp_at(&d->lp_buf, f->lp_off, f->lent),
+				lo, (size_t)f->shard * sizeof *lo);
 		free(lo);
 		return rc;
 	}
@@ -211,6 +211,10 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 			  d->reduce_fp32) ||
 	    alloc_storage(d))
 		return mg_error_prefix("fsdp");
+	/* Accumulation: no_sync where the mode keeps full gradients
+	 * anyway (fsdp.h), reduce-scatter and sum elsewhere. */
+	d->accum = ctx->micro_count > 1 ? ctx->micro_count : 1;
+	d->nosync = d->accum > 1 && (d->group == 1 || d->mode == FSDP_GRAD_OP);
 	d->direct_grads = d->group == 1;
 	for (int k = 0; k < d->L.nflats; k++)
 		if (d->L.flats[k].train &&
@@ -333,6 +337,7 @@ static const struct mg_strategy_ops fsdp_ops = {
 	.step = fsdp_step,
 	.save = fsdp_save,
 	.load = fsdp_load,
+	.caps = MG_STRATEGY_GRAD_ACCUM,
 };
 
 static const struct mg_plugin fsdp_plugin = {

@@ -18,6 +18,24 @@
  * All four are one engine: shards over a group of G ranks (G = world,
  * world, 1, shard_group_size) and gradient shards all-reduced over the
  * world / G replicas.
+ *
+ * Gradient accumulation (run.grad_accum = K, ctx->micro of micro_count),
+ * two ways, chosen by what the mode already keeps unsharded:
+ *   scatter  full, hybrid (G > 1): every micro-batch's unit gradients are
+ *            reduce-scattered as in a step without accumulation and summed
+ *            into the gradient shard (the first contribution lands there,
+ *            later ones in a shard-sized scratch after the unit's gradient
+ *            slot, then added), so no full gradient outlives its unit's
+ *            backward: memory stays 1/G. Hybrid all-reduces the summed
+ *            shard across replica groups once, after the last micro-batch.
+ *   no_sync  grad_op, and any mode with G = 1 (none): the unit's full
+ *            gradient stays in its slot (or, G = 1 without a dtype change,
+ *            in the shard itself) across micro-batches and is reduced once,
+ *            after the last, as PyTorch's no_sync(): K times fewer
+ *            reductions, for one full gradient per unit, which is what
+ *            grad_op trades memory for anyway (and none holds regardless).
+ * Each micro-batch's reductions are finished when the next one starts (its
+ * first acquire), as PyTorch FSDP waits for them at the end of backward.
  */
 #ifndef MG_FSDP_H
 #define MG_FSDP_H
@@ -34,7 +52,8 @@ enum fsdp_gstate {
 	G_READY,    /* backward done: reduce-scatter not issued */
 	G_SCATTER,  /* reduce-scatter issued (epoch in gepoch) */
 	G_REPLICA,  /* hybrid: all-reduce across replicas issued */
-	G_DONE,	    /* gradient shard final */
+	G_DONE,	    /* gradient shard final (for this micro-batch) */
+	G_HELD,	    /* no_sync: reported in this micro-batch, not reduced */
 };
 
 struct fsdp_unit {
@@ -43,6 +62,10 @@ struct fsdp_unit {
 	int gslot;	     /* gradient slot while backward runs, -1 */
 	enum fsdp_gstate gs; /* this step */
 	int64_t gepoch;	     /* wait epoch its last collective was issued in */
+	bool acc;	     /* scatter path: the gradient shard holds part of
+				this step's sum (later micro-batches add) */
+	bool scratch;	     /* the reduce-scatter in flight lands in the
+				scratch: add it to the shard when done */
 };
 
 /* A transient buffer for one unit's full parameters or gradients. */
@@ -92,7 +115,16 @@ struct fsdp {
 	struct mg_flat_views V;	    /* what acquire() lends */
 	struct fsdp_order order[2]; /* forward (and eval), backward */
 	int64_t epoch;		    /* waits done this step */
-	bool in_backward;
+	/* Gradient accumulation (see the top of this file). */
+	int accum;	      /* micro-batches a step (ctx->micro_count) */
+	bool nosync;	      /* accum > 1, kept unreduced until the last */
+	int micro;	      /* the micro-batch the pipeline is in */
+	bool final;	      /* this micro-batch's reductions are the step's
+				  last (replicas reduce, no_sync units go) */
+	size_t gslot_bytes;   /* a pooled gradient slot (scatter path:
+				  with the scratch after scratch_base) */
+	size_t scratch_base;  /* the scratch's start in a gradient slot */
+	size_t *scratch_byte; /* per flat: its shard in the scratch */
 };
 
 /* fsdp_exec.c */

@@ -111,11 +111,14 @@ static int gather(struct fsdp *d, int u)
 	return 0;
 }
 
-/* Reduce-scatter unit u's full gradients into this rank's shards. */
+/* Reduce-scatter unit u's full gradients into this rank's shards: the
+ * step's first contribution straight into the gradient shard, a later
+ * micro-batch's into the slot's scratch (added when it completes). */
 static int scatter(struct fsdp *d, int u)
 {
 	const struct mg_flat_layout *L = &d->L;
-	char *base = d->gslots[d->units[u].gslot].buf.ptr;
+	struct fsdp_unit *un = &d->units[u];
+	char *base = d->gslots[un->gslot].buf.ptr;
 	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
 		const struct mg_flat *f = &L->flats[k];
 		if (!f->train)
@@ -125,13 +128,42 @@ static int scatter(struct fsdp *d, int u)
 			off += (f->shard * L->group * mg_dtype_size(f->lent) +
 				255) &
 			       ~(size_t)255;
-		if (d->sc->reduce_scatter(d->sc, base + off,
-					  (char *)d->gshard.ptr +
-						  f->gshard_byte,
-					  f->shard, f->grad, MG_REDUCE_SUM))
+		char *dst =
+			un->acc ? base + d->scratch_base + d->scratch_byte[k]
+				: (char *)d->gshard.ptr + f->gshard_byte;
+		if (d->sc->reduce_scatter(d->sc, base + off, dst, f->shard,
+					  f->grad, MG_REDUCE_SUM))
 			return mg_error_prefix("fsdp: reduce-scatter of %s",
 					       d->spec->units[u].name);
 	}
+	un->scratch = un->acc;
+	un->acc = true;
+	return 0;
+}
+
+/* Add a completed reduce-scatter's scratch into unit u's shards (on the
+ * compute stream, which waited for the collective). */
+static int accumulate(struct fsdp *d, int u)
+{
+	const struct mg_flat_layout *L = &d->L;
+	struct fsdp_unit *un = &d->units[u];
+	char *base = (char *)d->gslots[un->gslot].buf.ptr + d->scratch_base;
+	enum mg_device_kind dev = d->ctx->dev->kind;
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train)
+			continue;
+		const int64_t n = f->shard;
+		struct mg_tensor acc =
+			mg_tensor_make((char *)d->gshard.ptr + f->gshard_byte,
+				       f->grad, dev, 1, &n);
+		struct mg_tensor add = mg_tensor_make(base + d->scratch_byte[k],
+						      f->grad, dev, 1, &n);
+		if (mg_op_add(d->ctx, &acc, &add, &acc))
+			return mg_error_prefix("fsdp: accumulating %s",
+					       d->spec->units[u].name);
+	}
+	un->scratch = false;
 	return 0;
 }
 
@@ -174,10 +206,13 @@ static int progress(struct fsdp *d)
 			}
 			break;
 		case G_SCATTER:
+			if (un->scratch && accumulate(d, u))
+				return -1;
 			d->gslots[un->gslot].owner = -1;
 			un->gslot = -1;
 			un->gepoch = d->epoch;
-			if (d->replicas > 1) {
+			/* Replica groups sum the step's shard once. */
+			if (d->replicas > 1 && d->final) {
 				if (replicate(d, u))
 					return -1;
 				un->gs = G_REPLICA;
@@ -194,6 +229,8 @@ static int progress(struct fsdp *d)
 	}
 	return 0;
 }
+
+static int enter_micro(struct fsdp *d);
 
 static int next_in_order(struct fsdp *d, int oi, int u)
 {
@@ -264,6 +301,8 @@ struct mg_unit_view *fsdp_acquire(void *self, int u, enum mg_phase ph)
 	}
 	struct fsdp_unit *un = &d->units[u];
 	const int oi = ph == MG_PHASE_BACKWARD;
+	if (ph != MG_PHASE_EVAL && enter_micro(d))
+		return NULL;
 	if (ph != MG_PHASE_EVAL)
 		record(d, oi, u);
 	/* This unit's gather (normally prefetched, so already issued), then
@@ -283,8 +322,11 @@ struct mg_unit_view *fsdp_acquire(void *self, int u, enum mg_phase ph)
 				 d->spec->units[u].name);
 			return NULL;
 		}
+		/* no_sync keeps a slot per unit all step: its own size. */
 		un->gslot = take_slot(d, &d->gslots, &d->ngslots,
-				      d->L.max_grad_bytes, u);
+				      d->nosync ? d->L.unit_grad_bytes[u]
+						: d->gslot_bytes,
+				      u);
 		if (un->gslot < 0 ||
 		    mg_memset_dev(d->ctx, d->gslots[un->gslot].buf.ptr, 0,
 				  d->L.unit_grad_bytes[u]))
@@ -305,21 +347,28 @@ void fsdp_release(void *self, int u, enum mg_phase ph)
 	drop_pslot(d, u);
 }
 
-int fsdp_grads_ready(void *self, int u)
+/* Unit u's gradients are complete for this micro-batch; `final`: for the
+ * step (the last micro-batch, or the step's flush). */
+static int ready(struct fsdp *d, int u, bool final)
 {
-	struct fsdp *d = self;
 	struct fsdp_unit *un = &d->units[u];
 	const struct mg_flat_layout *L = &d->L;
 	if (!d->V.trains[u])
 		return 0;
 	if (un->gs != G_IDLE)
 		return mg_error("unit '%s' reported its gradients ready twice "
-				"in one step",
-				d->spec->units[u].name);
+				"in one %s",
+				d->spec->units[u].name,
+				d->accum > 1 ? "micro-batch" : "step");
 	if (!d->direct_grads && un->gslot < 0)
 		return mg_error("unit '%s' reported its gradients ready "
 				"without being acquired for backward",
 				d->spec->units[u].name);
+	/* no_sync: the gradients stay where the model summed them. */
+	if (d->nosync && !final) {
+		un->gs = G_HELD;
+		return 0;
+	}
 	/* Gradients reduced in another dtype: convert now, on the compute
 	 * stream, while the unit's gradients are fresh. */
 	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
@@ -347,7 +396,16 @@ int fsdp_grads_ready(void *self, int u)
 	return 0;
 }
 
-int fsdp_exec_finish(struct fsdp *d)
+int fsdp_grads_ready(void *self, int u)
+{
+	struct fsdp *d = self;
+	return ready(d, u, d->ctx->micro + 1 >= d->accum);
+}
+
+/* Finish this micro-batch's reductions; `final`: the step's, so every
+ * trained unit's shard is complete (else no_sync units stay held and the
+ * pipeline is made ready for the next micro-batch). */
+static int flush(struct fsdp *d, bool final)
 {
 	const struct mg_flat_layout *L = &d->L;
 	/* Units the model never reported: reduce what they accumulated, or
@@ -358,8 +416,22 @@ int fsdp_exec_finish(struct fsdp *d)
 		if (!d->V.trains[u] || un->gs != G_IDLE)
 			continue;
 		if (d->direct_grads || un->gslot >= 0) {
-			if (fsdp_grads_ready(d, u))
+			if (ready(d, u, final))
 				return -1;
+			continue;
+		}
+		if (!final) /* nothing this micro-batch */
+			continue;
+		un->gepoch = d->epoch;
+		if (un->acc) {
+			/* Summed from earlier micro-batches only. */
+			if (d->replicas > 1) {
+				if (replicate(d, u))
+					return -1;
+				un->gs = G_REPLICA;
+			} else {
+				un->gs = G_DONE;
+			}
 			continue;
 		}
 		for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
@@ -377,11 +449,47 @@ int fsdp_exec_finish(struct fsdp *d)
 	for (int round = 0; round < 4; round++)
 		if (fsdp_wait_all(d) || progress(d))
 			return -1;
-	for (int u = 0; u < d->spec->nunits; u++)
-		if (d->V.trains[u] && d->units[u].gs != G_DONE)
+	for (int u = 0; u < d->spec->nunits; u++) {
+		struct fsdp_unit *un = &d->units[u];
+		if (!d->V.trains[u])
+			continue;
+		bool ok = un->gs == G_DONE ||
+			  (!final && (un->gs == G_HELD || un->gs == G_IDLE));
+		if (!ok)
 			return mg_error("fsdp: internal: gradients of unit %d "
 					"not reduced",
 					u);
+		if (!final) {
+			un->gs = G_IDLE;
+			un->gepoch = -1;
+		}
+	}
+	return 0;
+}
+
+int fsdp_exec_finish(struct fsdp *d)
+{
+	d->final = true;
+	return flush(d, true);
+}
+
+/* At a training acquire: a new micro-batch finishes the last one's
+ * reductions first (the order learned in the first micro-batch is the
+ * next one's too). */
+static int enter_micro(struct fsdp *d)
+{
+	const int m = d->ctx->micro;
+	if (d->accum > 1 && m != d->micro) {
+		if (flush(d, false))
+			return -1;
+		for (int k = 0; k < 2; k++) {
+			if (d->order[k].n > 0)
+				d->order[k].final = true;
+			d->order[k].cur = 0;
+		}
+		d->micro = m;
+	}
+	d->final = m + 1 >= d->accum;
 	return 0;
 }
 
@@ -398,8 +506,11 @@ void fsdp_exec_reset(struct fsdp *d)
 			drop_pslot(d, u);
 		un->gs = G_IDLE;
 		un->gepoch = -1;
+		un->acc = un->scratch = false;
 	}
 	d->epoch = 0;
+	d->micro = 0;
+	d->final = d->accum <= 1;
 }
 
 int fsdp_exec_init(struct fsdp *d)
@@ -415,6 +526,37 @@ int fsdp_exec_init(struct fsdp *d)
 		return mg_error("out of memory");
 	if (mg_flat_views_init(&d->V, &d->L, d->ctx->dev->kind))
 		return -1;
+	/* Gradient slots: a unit's full gradients (and their converted
+	 * copy); accumulating by reduce-scatter adds a scratch for the
+	 * unit's shards after them. */
+	const struct mg_flat_layout *L = &d->L;
+	d->gslot_bytes = L->max_grad_bytes;
+	d->scratch_base = (L->max_grad_bytes + 255) & ~(size_t)255;
+	d->scratch_byte = calloc((size_t)L->nflats + 1, sizeof(size_t));
+	if (!d->scratch_byte)
+		return mg_error("out of memory");
+	if (d->accum > 1 && !d->nosync) {
+		size_t most = 0;
+		for (int u = 0; u < s->nunits; u++) {
+			size_t at = 0;
+			for (int k = L->unit_first[u]; k < L->unit_first[u + 1];
+			     k++) {
+				const struct mg_flat *f = &L->flats[k];
+				if (!f->train)
+					continue;
+				d->scratch_byte[k] = at;
+				at += ((size_t)f->shard *
+					       mg_dtype_size(f->grad) +
+				       255) &
+				      ~(size_t)255;
+			}
+			if (at > most)
+				most = at;
+		}
+		d->gslot_bytes = d->scratch_base + most;
+	}
+	d->micro = 0;
+	d->final = d->accum <= 1;
 	if (d->dedicated) {
 		d->pslots = calloc(nu, sizeof *d->pslots);
 		if (!d->pslots)
@@ -439,6 +581,7 @@ void fsdp_exec_free(struct fsdp *d)
 	free(d->pslots);
 	free(d->gslots);
 	free(d->units);
+	free(d->scratch_byte);
 	mg_flat_views_free(&d->V);
 	free(d->order[0].seq);
 	free(d->order[1].seq);

@@ -74,7 +74,7 @@ static int alloc_storage(struct offload *d)
 			 MG_MEM_PARAMS) ||
 	    mg_buf_alloc(ctx, &d->buffers, (size_t)L->n_buffers * ms + 1,
 			 MG_MEM_PARAMS) ||
-	    (d->world > 1 &&
+	    (off_uses_gshard(d) &&
 	     mg_buf_alloc(ctx, &d->gshard, L->gshard_bytes + 1, MG_MEM_GRADS)))
 		return -1;
 	if (mg_buf_alloc_host(ctx, &d->h_master, (size_t)L->n_master * ms + 1,
@@ -223,6 +223,7 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	d->compute = ctx->compute_dtype;
 	d->world = ctx->world;
 	d->srank = ctx->rank;
+	d->accum = ctx->micro_count > 1 ? ctx->micro_count : 1;
 	if (d->master != MG_F32 && d->master != MG_F64)
 		return mg_error("offload: master dtype %s (fp32 or fp64 only)",
 				mg_dtype_name(d->master));
@@ -298,8 +299,9 @@ static int off_step(void *self, const struct mg_optim_hparams *h,
 	d->hp = h;
 	if (off_pipe_finish(d))
 		return -1;
-	if (d->world > 1) {
-		/* The norm over all shards: each rank's, summed. */
+	if (off_uses_gshard(d)) {
+		/* The norm over all shards: each rank's, summed (one rank
+		 * without accumulation took it from its slots already). */
 		size_t lpb = L->gshard_lent_bytes, mb = L->gshard_bytes - lpb;
 		if ((lpb &&
 		     mg_optim_sumsq(
@@ -309,8 +311,9 @@ static int off_step(void *self, const struct mg_optim_hparams *h,
 		     mg_optim_sumsq(
 			     ctx, v, d->master, (char *)d->gshard.ptr + lpb,
 			     (int64_t)(mb / mg_dtype_size(d->master)))) ||
-		    c->all_reduce(c, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
-		    c->wait(c))
+		    (d->world > 1 &&
+		     (c->all_reduce(c, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
+		      c->wait(c))))
 			return mg_error_prefix("offload: gradient norm");
 	}
 	if (mg_optim_finalize(ctx, h, v) ||
@@ -369,6 +372,7 @@ static const struct mg_strategy_ops off_ops = {
 	.step = off_step,
 	.save = off_save,
 	.load = off_load,
+	.caps = MG_STRATEGY_GRAD_ACCUM,
 };
 
 static const struct mg_plugin off_plugin = {

@@ -15,6 +15,18 @@
  * computes, and the ranks all-gather the updated shards. Everything is
  * stream work (side-stream copies, a host call), so the step can still be
  * one CUDA graph.
+ *
+ * Gradient accumulation (run.grad_accum = K): each micro-batch's unit
+ * gradients go through the pipeline as above, but land in the device's
+ * gradient shard (this rank's 1/N, in the reduce dtype), summed: the
+ * step's first contribution written there, later ones reduce-scattered
+ * into a shard-sized scratch after the unit's slot and added (one rank:
+ * added from the slot). Only after the last micro-batch is the summed
+ * shard copied to the host, so the host optimizer runs once a step on the
+ * whole step's gradient, and the gradient norm is taken over the shard.
+ * Summing on the device keeps the host out of every micro-batch; the cost
+ * is the shard buffer (with one rank: one full gradient, which a step
+ * without accumulation does not keep).
  */
 #ifndef MG_OFFLOAD_H
 #define MG_OFFLOAD_H
@@ -38,6 +50,9 @@ struct off_unit {
 	int gslot; /* gradient slot while backward runs, -1 */
 	enum off_gstate gs;
 	int64_t gepoch; /* wait epoch its last operation was issued in */
+	bool acc;	/* accumulating: the shard holds part of the step */
+	bool scratch;	/* the reduce-scatter in flight lands in the
+			   scratch: add it to the shard when done */
 };
 
 /* Flats [first, last) updated by one host call, then uploaded. */
@@ -62,7 +77,8 @@ struct offload {
 	struct mg_buf params;  /* every flat, full, lent dtype */
 	size_t *unit_base;     /* per unit: its flats' start in params */
 	struct mg_buf buffers; /* MG_P_BUFFER tensors */
-	struct mg_buf gshard;  /* world > 1: reduce-scatter results */
+	struct mg_buf gshard;  /* world > 1 or accumulating: reduce-scatter
+				  results, summed over micro-batches */
 	struct mg_buf *gslots;
 	int *gslot_owner;
 	int ngslots;
@@ -78,7 +94,21 @@ struct offload {
 	struct off_unit *units;
 	struct mg_flat_views V; /* what acquire() lends */
 	int64_t epoch;
+	/* Gradient accumulation (see the top of this file). */
+	int accum;	      /* micro-batches a step (ctx->micro_count) */
+	int micro;	      /* the micro-batch the pipeline is in */
+	bool final;	      /* this micro-batch is the step's last */
+	size_t gslot_bytes;   /* a gradient slot, scratch included */
+	size_t scratch_base;  /* the scratch's start in a slot */
+	size_t *scratch_byte; /* per flat: its shard in the scratch */
 };
+
+/* The device gradient shard is the step's: several ranks reduce into it
+ * or micro-batches sum into it. */
+static inline bool off_uses_gshard(const struct offload *d)
+{
+	return d->world > 1 || d->accum > 1;
+}
 
 /* offload_pipe.c */
 int off_pipe_init(struct offload *d);
