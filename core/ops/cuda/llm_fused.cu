@@ -31,7 +31,6 @@
 
 namespace
 {
-const int TH = 256;
 const int XENT_TH = 512;
 
 #define FUSED_DISPATCH(op, dt, FN, ...)                                        \
