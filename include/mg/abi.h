@@ -44,9 +44,14 @@ extern "C" {
  *        and the memory category MG_MEM_LIBRARY (the core's cuBLAS
  *        workspace and NCCL buffers; appended, the others keep their
  *        values), mg_comm_stats device_bytes (core-only)
+ *   1.6  sharded Hugging Face export: model save_hf_sharded (save_hf
+ *        with a shard size, `mgrun export --max-shard-size`) and the
+ *        sharded safetensors writer of mg/tensor_file.h
+ *        (mg_shard_writer_*: model-0000k-of-0000N.safetensors and
+ *        model.safetensors.index.json)
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 5
+#define MG_ABI_MINOR 6
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)
