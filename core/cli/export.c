@@ -1,19 +1,24 @@
 /*
  * export.c - `mgrun export`: a finished run's model as a folder its
  * ecosystem loads directly (a Hugging Face folder for llama: config.json,
- * model.safetensors, LoRA adapters merged into the base). The run is set
+ * model.safetensors or, past --max-shard-size (5GB by default, as
+ * transformers), its shards and model.safetensors.index.json, LoRA
+ * adapters merged into the base). The run is set
  * up as `mgrun generate` sets it up (mg_inference_open, one process),
  * with its checkpoint loaded, and the model's save_hf op (ABI 1.4)
  * writes the files; the dataset's tokenizer files are copied beside them
  * so the folder is self-contained. Exit codes as mgrun's: 0 done, 1 the
  * run failed, 2 bad usage or configuration.
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "cli/cli_common.h"
@@ -26,14 +31,17 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mgrun export -c FILE --out DIR [--dtype "
-		"bf16|fp16|fp32|nf4|int4] [--set S.K=V]...\n"
+		"bf16|fp16|fp32|nf4|int4]\n"
+		"                    [--max-shard-size SIZE] [--set S.K=V]..."
+		"\n"
 		"\n"
 		"Writes the run's trained model (its checkpoint) as a Hugging "
 		"Face folder:\n"
-		"config.json and model.safetensors, LoRA adapters merged into "
-		"the base,\n"
-		"and the dataset's tokenizer.json / tokenizer_config.json when "
-		"it has a\n"
+		"config.json and model.safetensors (or its shards), LoRA "
+		"adapters merged\n"
+		"into the base, and the dataset's tokenizer.json / "
+		"tokenizer_config.json\n"
+		"when it has a "
 		"tokenizer option. Load it with transformers or model.hf_dir.\n"
 		"  -c, --config FILE   experiment INI file of the run\n"
 		"  --out DIR           the folder to write (created)\n"
@@ -48,6 +56,14 @@ static void usage(FILE *f)
 		"                      with f32 scales per group (8da4w, "
 		"model.quant = int4\n"
 		"                      runs it), the rest bf16\n"
+		"  --max-shard-size S  tensor bytes per file (default 5GB, as "
+		"transformers):\n"
+		"                      bytes, or with a unit: 500MB, 2GB "
+		"(powers of 1000),\n"
+		"                      512MiB, 2GiB (of 1024); larger models "
+		"are written as\n"
+		"                      model-00001-of-0000N.safetensors and\n"
+		"                      model.safetensors.index.json\n"
 		"  --set S.K=V         override a key (repeatable)\n"
 		"  --plugin-path DIRS  colon-separated plugin folders, "
 		"searched first\n");
@@ -58,21 +74,64 @@ struct exp_opts {
 	const char **sets;
 	int nsets;
 	enum mg_dtype dtype; /* MG_DTYPE_AUTO: the run's */
+	uint64_t max_shard;  /* bytes of tensor data per file */
+	bool shard_given;    /* --max-shard-size on the command line */
 };
+
+/* transformers' default max_shard_size, "5GB" */
+#define DEFAULT_SHARD 5000000000ULL
+
+/* A size as transformers' max_shard_size takes it: plain bytes, or an
+ * integer with a unit, B, KB, MB, GB, TB (powers of 1000) or KiB, MiB,
+ * GiB, TiB (of 1024), case-insensitive; 0 if not one (or 0 bytes or
+ * past 2^64). */
+static uint64_t parse_size(const char *s)
+{
+	static const struct {
+		const char *unit;
+		uint64_t mul;
+	} units[] = {
+		{"", 1},
+		{"b", 1},
+		{"kb", 1000ULL},
+		{"mb", 1000000ULL},
+		{"gb", 1000000000ULL},
+		{"tb", 1000000000000ULL},
+		{"kib", 1ULL << 10},
+		{"mib", 1ULL << 20},
+		{"gib", 1ULL << 30},
+		{"tib", 1ULL << 40},
+	};
+	if (!isdigit((unsigned char)s[0]))
+		return 0;
+	errno = 0;
+	char *end;
+	const unsigned long long v = strtoull(s, &end, 10);
+	if (errno || !v)
+		return 0;
+	for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+		if (!strcasecmp(end, units[i].unit))
+			return v > UINT64_MAX / units[i].mul
+				       ? 0
+				       : (uint64_t)v * units[i].mul;
+	return 0;
+}
 
 static int parse_args(int argc, char **argv, struct exp_opts *o)
 {
-	enum { O_SET = 256, O_OUT, O_DTYPE, O_PATH };
+	enum { O_SET = 256, O_OUT, O_DTYPE, O_PATH, O_SHARD };
 	static const struct option lo[] = {
 		{"config", required_argument, 0, 'c'},
 		{"set", required_argument, 0, O_SET},
 		{"out", required_argument, 0, O_OUT},
 		{"dtype", required_argument, 0, O_DTYPE},
 		{"plugin-path", required_argument, 0, O_PATH},
+		{"max-shard-size", required_argument, 0, O_SHARD},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	o->dtype = MG_DTYPE_AUTO;
+	o->max_shard = DEFAULT_SHARD;
 	optind = 1;
 	int c;
 	while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
@@ -107,6 +166,19 @@ static int parse_args(int argc, char **argv, struct exp_opts *o)
 			break;
 		case O_PATH:
 			o->plugin_path = optarg;
+			break;
+		case O_SHARD:
+			o->max_shard = parse_size(optarg);
+			o->shard_given = true;
+			if (!o->max_shard) {
+				fprintf(stderr,
+					"mgrun export: --max-shard-size '%s': "
+					"give a positive size in bytes, or "
+					"with a unit: 500MB, 2GB (powers of "
+					"1000), 512MiB, 2GiB (of 1024)\n",
+					optarg);
+				return 2;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -145,6 +217,37 @@ static void said(const char *dir, const char *name)
 	if (!stat(path, &st))
 		printf("export: %s (%lld bytes)\n", path,
 		       (long long)st.st_size);
+}
+
+/* The weights files written: model.safetensors, or the index and the
+ * shards in order (the writer removed those of an earlier export). */
+static void said_weights(const char *dir)
+{
+	char path[4400];
+	snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+	if (!is_file(path)) {
+		said(dir, "model.safetensors");
+		return;
+	}
+	said(dir, "model.safetensors.index.json");
+	int n = 0;
+	DIR *d = opendir(dir);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		int k, m;
+		char c;
+		if (sscanf(e->d_name, "model-%5d-of-%5d.safetenso%c", &k, &m,
+			   &c) == 3 &&
+		    m > n)
+			n = m;
+	}
+	if (d)
+		closedir(d);
+	for (int k = 1; k <= n; k++) {
+		char name[64];
+		snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k,
+			 n);
+		said(dir, name);
+	}
 }
 
 /* src copied to DIR/name (atomically). */
@@ -225,6 +328,17 @@ static int run_export(struct exp_opts *o, struct mg_session *s)
 {
 	const struct mg_loaded_plugin *lp = &s->plugin[MG_SEC_MODEL];
 	const struct mg_model_ops *ops = lp->desc->ops;
+	const bool sharded = lp->desc->abi_minor >= 6 && ops->save_hf_sharded;
+	if (o->shard_given && !sharded && lp->desc->abi_minor >= 4 &&
+	    ops->save_hf) {
+		fprintf(stderr,
+			"mgrun export: model plugin '%s' (%s, ABI %u.%u) has "
+			"no save_hf_sharded op (ABI 1.6): it writes one file; "
+			"leave out --max-shard-size\n",
+			lp->desc->name, lp->path, lp->desc->abi_major,
+			lp->desc->abi_minor);
+		return 2;
+	}
 	if (lp->desc->abi_minor < 4 || !ops->save_hf) {
 		fprintf(stderr,
 			"mgrun export: model plugin '%s' (%s, ABI %u.%u) has "
@@ -260,14 +374,17 @@ static int run_export(struct exp_opts *o, struct mg_session *s)
 	if (!rc) {
 		fprintf(stderr, "export: weights from %s, %s\n", ckpt,
 			mg_dtype_name(dt));
-		if (ops->save_hf(t->inst[MG_SEC_MODEL], &t->ctx, o->out, dt)) {
+		void *self = t->inst[MG_SEC_MODEL];
+		if (sharded ? ops->save_hf_sharded(self, &t->ctx, o->out, dt,
+						   o->max_shard)
+			    : ops->save_hf(self, &t->ctx, o->out, dt)) {
 			fprintf(stderr, "mgrun export: %s\n", mg_last_error());
 			rc = 1;
 		}
 	}
 	if (!rc) {
 		said(o->out, "config.json");
-		said(o->out, "model.safetensors");
+		said_weights(o->out);
 		rc = copy_tokenizer(s, o->out);
 	}
 	saved = mg_cli_stdout_to_stderr(); /* teardown's messages */

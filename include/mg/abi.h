@@ -52,6 +52,11 @@ extern "C" {
  *        built for 1.0-1.5 load unchanged; and MG_INT4 appended to
  *        enum mg_dtype (before MG_DTYPE_COUNT, the others keep their
  *        values) for `mgrun export --dtype int4` (save_hf's dt)
+ *        and sharded Hugging Face export: model save_hf_sharded (save_hf
+ *        with a shard size, `mgrun export --max-shard-size`) and the
+ *        sharded safetensors writer of mg/tensor_file.h
+ *        (mg_shard_writer_*: model-0000k-of-0000N.safetensors and
+ *        model.safetensors.index.json)
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 6

@@ -214,6 +214,20 @@ struct mg_model_ops {
 	 */
 	int (*save_hf)(void *self, struct mg_ctx *ctx, const char *dir,
 		       enum mg_dtype dtype);
+
+	/*
+	 * Added in ABI 1.6, optional: save_hf with the weights in files of
+	 * at most max_shard_bytes of tensor data, as transformers'
+	 * save_pretrained(max_shard_size) writes them: one
+	 * model.safetensors when everything fits, else
+	 * model-0000k-of-0000N.safetensors and model.safetensors.index.json
+	 * (mg_shard_writer_* in mg/tensor_file.h), tensors in save_hf's
+	 * order, none split, a tensor larger than the size alone in its
+	 * file. `mgrun export` calls it when present (default 5 GB, as
+	 * transformers), else save_hf.
+	 */
+	int (*save_hf_sharded)(void *self, struct mg_ctx *ctx, const char *dir,
+			       enum mg_dtype dtype, uint64_t max_shard_bytes);
 };
 
 /* The classifier default (loss, acc), for models and the core. */

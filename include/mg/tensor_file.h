@@ -9,6 +9,7 @@
 #define MG_TENSOR_FILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "abi.h"
 #include "tensor.h"
@@ -61,6 +62,43 @@ MG_EXPORT int mg_mkdir_p(const char *path);
  * reader never sees half a file; errors name the file. */
 MG_EXPORT int mg_file_write_atomic(const char *path, const void *data,
 				   size_t len);
+
+/*
+ * Added in ABI 1.6: a model's weights as transformers' save_pretrained
+ * writes them, in files of at most max_shard_bytes of tensor data.
+ * Tensors come in groups (an mg_tensor_writer filled as above, whose
+ * tensors are moved in, in order, leaving it empty for the next group);
+ * a group is never split across files (bitsandbytes' weight.absmax etc.
+ * beside their weight). Groups fill a file in order while its bytes stay
+ * within max_shard_bytes; a group larger than that gets a file of its
+ * own. One file: DIR/STEM.safetensors; more:
+ * DIR/STEM-00001-of-0000N.safetensors ... and
+ * DIR/STEM.safetensors.index.json ({"metadata": {"total_size": the
+ * tensors' bytes}, "weight_map": {name: file}}, keys sorted, as
+ * transformers writes it). Each file is complete on disk before it
+ * appears under its name (written as STEM-0000k.safetensors.part, fsync,
+ * renamed once N is known; the index last); then the files of an earlier
+ * export in DIR that this one does not name (STEM.safetensors,
+ * STEM-*-of-*.safetensors, the index) are removed. The host holds one
+ * file's tensors at most, plus the group being added.
+ */
+struct mg_shard_writer; /* opaque */
+/* NULL after mg_error(); max_shard_bytes >= 1 (UINT64_MAX: one file). */
+MG_EXPORT struct mg_shard_writer *mg_shard_writer_new(const char *dir,
+						      const char *stem,
+						      uint64_t max_shard_bytes);
+/* A __metadata__ entry of every file ("format": "pt"). */
+MG_EXPORT int mg_shard_writer_meta(struct mg_shard_writer *s, const char *key,
+				   const char *value);
+/* Move g's tensors in as one group (g is left empty, reusable); a file
+ * whose next group would overflow it is written out first. */
+MG_EXPORT int mg_shard_writer_take(struct mg_shard_writer *s,
+				   struct mg_tensor_writer *g);
+/* Write the last file, name them all, write the index, remove stale
+ * files; returns the number of files (>= 1) or -1 after mg_error(). */
+MG_EXPORT int mg_shard_writer_finish(struct mg_shard_writer *s);
+/* Frees; an unfinished writer's .part files are removed. */
+MG_EXPORT void mg_shard_writer_free(struct mg_shard_writer *s);
 
 #ifdef __cplusplus
 }

@@ -308,7 +308,13 @@ static int llama_dec(void *self, struct mg_ctx *ctx, const int32_t *ids,
 static int llama_save(void *self, struct mg_ctx *ctx, const char *dir,
 		      enum mg_dtype dt)
 {
-	return llama_save_hf(self, ctx, dir, dt);
+	return llama_save_hf(self, ctx, dir, dt, UINT64_MAX);
+}
+
+static int llama_save_sharded(void *self, struct mg_ctx *ctx, const char *dir,
+			      enum mg_dtype dt, uint64_t max_shard_bytes)
+{
+	return llama_save_hf(self, ctx, dir, dt, max_shard_bytes);
 }
 
 static const struct mg_model_ops llama_ops = {
@@ -319,6 +325,7 @@ static const struct mg_model_ops llama_ops = {
 	.metrics = llama_metrics,
 	.decode = llama_dec,
 	.save_hf = llama_save,
+	.save_hf_sharded = llama_save_sharded,
 };
 
 static const struct mg_plugin llama_plugin = {

@@ -345,9 +345,10 @@ int llama_decode(struct llama *m, struct mg_ctx *ctx, const int32_t *ids,
 		 int64_t n, int64_t pos, int64_t max_len, float *logits);
 void llama_decode_free(struct llama *m);
 
-/* llama_hf_save.c: the model op save_hf (model.h): config.json and
- * model.safetensors into dir, in dt, LoRA adapters merged. */
+/* llama_hf_save.c: the model ops save_hf and save_hf_sharded (model.h):
+ * config.json and model.safetensors (or its shards of at most
+ * max_shard_bytes and the index) into dir, in dt, LoRA adapters merged. */
 int llama_save_hf(struct llama *m, struct mg_ctx *ctx, const char *dir,
-		  enum mg_dtype dt);
+		  enum mg_dtype dt, uint64_t max_shard_bytes);
 
 #endif

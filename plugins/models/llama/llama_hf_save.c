@@ -2,7 +2,12 @@
  * llama_hf_save.c - the model op save_hf (`mgrun export`): the model as a
  * Hugging Face folder that transformers (and llama.hf_dir) load as is:
  * config.json with every LlamaConfig field and model.safetensors under
- * the HF names. LoRA adapters are merged into the weights they adapt
+ * the HF names, or past the shard size (save_hf_sharded, ABI 1.6;
+ * `export --max-shard-size`) model-0000k-of-0000N.safetensors and
+ * model.safetensors.index.json as save_pretrained shards them (the core's
+ * mg_shard_writer: each tensor, or a bitsandbytes weight with its
+ * companion tensors, one group that is never split; the host holds one
+ * shard at most). LoRA adapters are merged into the weights they adapt
  * (W + s B A, in fp32 on the host), so the folder is a plain full model
  * (an NF4 base, quant = nf4, is dequantized first);
  * a tied output head is the embedding, written once as HF writes it.
@@ -285,9 +290,25 @@ static int put(struct mg_ctx *ctx, const struct llama *m,
 static const int lp_of[LT_HEAD] = {LP_Q,    LP_K,  LP_V,   LP_O,
 				   LP_GATE, LP_UP, LP_DOWN};
 
-/* Unit u's tensors into the writer (acquired for forward, released). */
+/* put() of one tensor (with an NF4 weight's companions) into group g,
+ * then g moved into the shard writer as one group. */
+static int put_group(struct mg_ctx *ctx, const struct llama *m,
+		     struct mg_shard_writer *sw, struct mg_tensor_writer *g,
+		     const struct mg_unit_view *v, int p, int t,
+		     const char *name, enum mg_dtype dt)
+{
+	if (put(ctx, m, g, v, p, t, name, dt))
+		return -1;
+	return mg_shard_writer_take(sw, g)
+		       ? mg_error_prefix("llama export: %s", name)
+		       : 0;
+}
+
+/* Unit u's tensors into the shard writer (acquired for forward,
+ * released). */
 static int put_unit(struct llama *m, struct mg_ctx *ctx,
-		    struct mg_tensor_writer *w, int u, enum mg_dtype dt)
+		    struct mg_shard_writer *sw, struct mg_tensor_writer *w,
+		    int u, enum mg_dtype dt)
 {
 	const struct llama_cfg *c = &m->c;
 	const enum mg_phase ph = MG_PHASE_FORWARD;
@@ -297,12 +318,14 @@ static int put_unit(struct llama *m, struct mg_ctx *ctx,
 	char name[160];
 	int rc = 0;
 	if (u == LLAMA_UNIT_EMBED) {
-		rc = put(ctx, m, w, v, 0, -1, "model.embed_tokens.weight", dt);
+		rc = put_group(ctx, m, sw, w, v, 0, -1,
+			       "model.embed_tokens.weight", dt);
 	} else if (u == LLAMA_UNIT_HEAD(c)) {
-		rc = put(ctx, m, w, v, 0, -1, "model.norm.weight", dt);
+		rc = put_group(ctx, m, sw, w, v, 0, -1, "model.norm.weight",
+			       dt);
 		if (!rc && !c->tie_embeddings)
-			rc = put(ctx, m, w, v, 1, LT_HEAD, "lm_head.weight",
-				 dt);
+			rc = put_group(ctx, m, sw, w, v, 1, LT_HEAD,
+				       "lm_head.weight", dt);
 	} else {
 		for (int p = 0; p < LP_COUNT && !rc; p++) {
 			int t = -1;
@@ -311,7 +334,7 @@ static int put_unit(struct llama *m, struct mg_ctx *ctx,
 					t = k;
 			snprintf(name, sizeof name, "model.layers.%d.%s",
 				 u - LLAMA_UNIT_LAYER(0), llama_layer_param[p]);
-			rc = put(ctx, m, w, v, p, t, name, dt);
+			rc = put_group(ctx, m, sw, w, v, p, t, name, dt);
 		}
 	}
 	mg_release(ctx, u, ph);
@@ -319,7 +342,7 @@ static int put_unit(struct llama *m, struct mg_ctx *ctx,
 }
 
 int llama_save_hf(struct llama *m, struct mg_ctx *ctx, const char *dir,
-		  enum mg_dtype dt)
+		  enum mg_dtype dt, uint64_t max_shard_bytes)
 {
 	if (dt != MG_F32 && dt != MG_F16 && dt != MG_BF16 && dt != MG_NF4 &&
 	    dt != MG_INT4)
@@ -332,28 +355,32 @@ int llama_save_hf(struct llama *m, struct mg_ctx *ctx, const char *dir,
 		return mg_error("llama export: int4 groups of qat_group = %lld "
 				"do not divide the projections' input widths",
 				(long long)m->qat_group);
-	struct mg_tensor_writer *w = mg_tensor_writer_new();
-	if (!w)
-		return -1;
-	int rc = 0;
-	for (int u = 0; u <= LLAMA_UNIT_HEAD(&m->c) && !rc; u++)
-		rc = put_unit(m, ctx, w, u, dt);
-	char path[4200];
-	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	struct mg_shard_writer *sw =
+		mg_shard_writer_new(dir, "model", max_shard_bytes);
+	struct mg_tensor_writer *w = sw ? mg_tensor_writer_new() : NULL;
 	char gs[32];
 	snprintf(gs, sizeof gs, "%lld", (long long)m->qat_group);
-	if (!rc)
-		rc = mg_tensor_writer_meta(w, "format", "pt") ||
-		     (dt == MG_INT4 &&
-		      (mg_tensor_writer_meta(w, "quantization", "8da4w") ||
-		       mg_tensor_writer_meta(w, "int4_group_size", gs) ||
-		       mg_tensor_writer_meta(
-			       w, "int4_packing",
-			       "two's complement, element 2j in the low "
-			       "nibble of byte j, 2j+1 high; weight = q * "
-			       "scale, f32 scales per group"))) ||
-		     mg_tensor_writer_save(w, path);
+	int rc = !w || mg_shard_writer_meta(sw, "format", "pt") ||
+				 (dt == MG_INT4 &&
+				  (mg_shard_writer_meta(sw, "quantization",
+							"8da4w") ||
+				   mg_shard_writer_meta(sw, "int4_group_size",
+							gs) ||
+				   mg_shard_writer_meta(
+					   sw, "int4_packing",
+					   "two's complement, element 2j in "
+					   "the low "
+					   "nibble of byte j, 2j+1 high; "
+					   "weight = q * "
+					   "scale, f32 scales per group")))
+			 ? -1
+			 : 0;
+	for (int u = 0; u <= LLAMA_UNIT_HEAD(&m->c) && !rc; u++)
+		rc = put_unit(m, ctx, sw, w, u, dt);
+	if (!rc && mg_shard_writer_finish(sw) < 0)
+		rc = -1;
 	mg_tensor_writer_free(w);
+	mg_shard_writer_free(sw);
 	if (!rc)
 		rc = write_config(&m->c, dir, dt);
 	return rc;
