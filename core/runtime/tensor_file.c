@@ -66,18 +66,34 @@ const char *mg_tensor_file_meta(const struct mg_tensor_file *f, const char *key)
 	return mg_st_meta(&f->st, key);
 }
 
-/* Element i of a float tensor as double. */
+/* Element i of a float tensor as double. Loads through memcpy: a
+ * tensor memory-mapped from a safetensors file need not be aligned to
+ * its element size (the format packs tensors back to back, and a
+ * bitsandbytes folder puts U8 blobs before BF16 tensors). */
 static double get(const struct mg_tensor *t, int64_t i)
 {
+	const char *p = (const char *)t->data;
 	switch (t->dtype) {
-	case MG_F64:
-		return ((const double *)t->data)[i];
-	case MG_F32:
-		return ((const float *)t->data)[i];
-	case MG_F16:
-		return mg_half_to_float(((const uint16_t *)t->data)[i]);
-	default:
-		return mg_bf16_to_float(((const uint16_t *)t->data)[i]);
+	case MG_F64: {
+		double v;
+		memcpy(&v, p + i * 8, 8);
+		return v;
+	}
+	case MG_F32: {
+		float v;
+		memcpy(&v, p + i * 4, 4);
+		return v;
+	}
+	case MG_F16: {
+		uint16_t v;
+		memcpy(&v, p + i * 2, 2);
+		return mg_half_to_float(v);
+	}
+	default: {
+		uint16_t v;
+		memcpy(&v, p + i * 2, 2);
+		return mg_bf16_to_float(v);
+	}
 	}
 }
 
