@@ -942,7 +942,15 @@ static void recompute_case(const char *lines)
 static void test_recompute(void)
 {
 	char lines[512];
+	/* the default kernels (rmsnorm: the residual add fused into the
+	 * next norm, which the recomputation must not add twice) and the
+	 * unfused reference */
 	recompute_case(untied);
+	snprintf(lines, sizeof lines, "%skernels = none\n", untied);
+	recompute_case(lines);
+	snprintf(lines, sizeof lines, "%skernels = fused\nflce_chunk = 7\n",
+		 untied);
+	recompute_case(lines);
 	snprintf(lines, sizeof lines,
 		 "%slora_rank = 2\nlora_alpha = 4\nlora_dropout = 0.3\n"
 		 "lora_targets = all\n",

@@ -346,16 +346,21 @@ static const struct mg_tensor *pending(const struct llama *m,
 	return buf;
 }
 
+/* Layer l forward. again: the recomputation before its backward
+ * (activation checkpointing), whose kept input x already holds the sum
+ * the fused path added in the first pass: the residual pending then is
+ * not layer l - 1's (the shared block holds another layer's by now) and
+ * must not be added twice. */
 static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 			 const struct mg_tensor *W, struct lt *t,
 			 const struct mg_tensor *pos, const struct lay *L,
-			 int l)
+			 int l, bool again)
 {
 	struct mg_tensor f = inv_freq(m), pb;
 	double eps = m->c.norm_eps;
 	const bool fused = m->kern & LK_RMSNORM;
-	return norm_fwd(m, ctx, pending(m, L, l, &pb), &t->x, &W[LP_IN_NORM],
-			&t->h1, &t->rstd1) ||
+	return norm_fwd(m, ctx, again ? NULL : pending(m, L, l, &pb), &t->x,
+			&W[LP_IN_NORM], &t->h1, &t->rstd1) ||
 	       group_fwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, &t->h1,
 			 (struct mg_tensor *const[]){&t->q, &t->k, &t->v}) ||
 	       mg_op_rope(ctx, &t->q4, pos, &f) ||
@@ -446,7 +451,8 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), ph);
 		if (!v)
 			return -1;
-		rc = layer_forward(m, ctx, v->params, &t, &b->positions, &L, l);
+		rc = layer_forward(m, ctx, v->params, &t, &b->positions, &L, l,
+				   false);
 		mg_release(ctx, LLAMA_UNIT_LAYER(l), ph);
 		if (rc)
 			return mg_error_prefix("llama layer %d", l);
@@ -742,7 +748,7 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		 * kept input. Dropout masks are keyed on (layer, target,
 		 * sample), so the recomputation draws the forward's. */
 		rc = m->recompute ? layer_forward(m, ctx, v->params, &t,
-						  &m->positions, &L, l)
+						  &m->positions, &L, l, true)
 				  : 0;
 		if (!rc)
 			rc = layer_backward(m, ctx, v->params, v->grads, &t, &L,
