@@ -6,7 +6,10 @@
 # prompts (so ranks hold different label-token counts), full fine-tuning
 # and LoRA (frozen base, adapters on every projection and the head), and
 # QLoRA (that base's projections in NF4: blobs gathered as bytes).
-# DPO with LoRA on preference pairs (model.objective = dpo).
+# DPO with LoRA on preference pairs (model.objective = dpo). accum: the
+# N GPUs take micro-batches of 2 with run.grad_accum = 2 (fsdp in every
+# mode and offload reduce per micro-batch or once a step, as
+# docs/ARCHITECTURE.md says) against the same single GPU with batch 4N.
 # CUDA has no fp64 llama ops, so fp32, within 2e-4 relative (AdamW over 6
 # steps; reduction order differs). Run by scripts/gpu.sh dist.
 set -u
@@ -46,21 +49,30 @@ lora="--set model.lora_rank=4 --set model.lora_alpha=8
 # DPO: rows of preference pairs, the reference pass in every forward.
 dpo="$lora --set model.objective=dpo --set model.dpo_beta=0.5
 --set dataset.pairs=true --set dataset.prompt_frac=0.3"
-for mode in full lora qlora dpo; do
-	extra=""
+# MG_EQ_MODES / MG_EQ_STRATEGIES narrow a run (accum needs full's single).
+for mode in ${MG_EQ_MODES:-full lora qlora dpo accum}; do
+	extra="" ref=single_$mode
 	[ $mode = lora ] && extra=$lora
 	[ $mode = qlora ] && extra="$lora --set model.quant=nf4"
 	[ $mode = dpo ] && extra=$dpo
-	# shellcheck disable=SC2086
-	run single_$mode 1 --set run.batch_size=$((4 * n)) $extra || continue
-	for s in ddp_ds ddp_rr fsdp:full fsdp:grad_op fsdp:none offload; do
+	if [ $mode = accum ]; then
+		extra="--set run.batch_size=2 --set run.grad_accum=2"
+		ref=single_full
+		[ -e "$work/$ref/checkpoint.safetensors" ] || continue
+	else
+		# shellcheck disable=SC2086
+		run single_$mode 1 --set run.batch_size=$((4 * n)) $extra ||
+			continue
+	fi
+	for s in ${MG_EQ_STRATEGIES:-ddp_ds ddp_rr fsdp:full fsdp:grad_op \
+		fsdp:none offload}; do
 		name=${s%%:*} shard=${s#*:}
 		set -- --set strategy.name="$name"
 		[ "$name" = fsdp ] && set -- "$@" --set strategy.shard="$shard"
 		tag=$(echo "$s" | tr : _)_$mode
 		# shellcheck disable=SC2086
 		run "$tag" "$n" "$@" $extra &&
-			same single_$mode "$tag" \
+			same "$ref" "$tag" \
 				"$s on $n GPUs == 1 GPU with ${n}x the batch, llama $mode"
 	done
 done
