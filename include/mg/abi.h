@@ -40,7 +40,9 @@ extern "C" {
  *        mg_op_nf4_quantize)
  *        and fused kernels (ops_llm.h): mg_op_add_rmsnorm,
  *        mg_op_rmsnorm_backward_add, mg_op_linear_xent and
- *        mg_op_linear_lora_xent (chunked linear + cross-entropy)
+ *        mg_op_linear_lora_xent (chunked linear + cross-entropy),
+ *        mg_op_linear_backward_add (ops_nn.h: dx += dy w, the input
+ *        gradients of projections sharing an input summed by the GEMM)
  *        and the memory category MG_MEM_LIBRARY (the core's cuBLAS
  *        workspace and NCCL buffers; appended, the others keep their
  *        values), mg_comm_stats device_bytes (core-only)
