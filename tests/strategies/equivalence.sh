@@ -314,6 +314,32 @@ llama)
 	run fsdp_hybrid 4 "$llama" --set strategy.name=fsdp \
 		--set strategy.shard=hybrid --set strategy.shard_group_size=2
 	same single fsdp_hybrid 1e-10
+	# Prefetch depth: gathering 3 units ahead, or none, trains the same
+	# model; 3 ahead holds more gather buffers at its peak than 1 (so
+	# the option really gathers ahead), on demand no more than 1.
+	run fsdp_pf3 4 "$llama" --set strategy.name=fsdp \
+		--set strategy.prefetch_depth=3
+	same single fsdp_pf3 1e-10
+	run fsdp_pf0 4 "$llama" --set strategy.name=fsdp \
+		--set strategy.prefetch=false
+	same single fsdp_pf0 1e-10
+	run fsdp_hybrid_pf2 4 "$llama" --set strategy.name=fsdp \
+		--set strategy.shard=hybrid --set strategy.shard_group_size=2 \
+		--set strategy.prefetch_depth=2
+	same single fsdp_hybrid_pf2 1e-10
+	g0=$(counter fsdp_pf0 gather) g1=$(counter fsdp_full gather)
+	g3=$(counter fsdp_pf3 gather)
+	echo "gather peaks (4 ranks summed): on demand $g0, depth 1 $g1, depth 3 $g3"
+	test "$g3" -gt "$g1"
+	test "$g1" -ge "$g0"
+	if "$mpiexec" -np 2 "$mgrun" -c "$llama" --set strategy.name=fsdp \
+		--set strategy.prefetch=false --set strategy.prefetch_depth=2 \
+		--set run.out_dir="$work" --set run.name=pf_bad \
+		>"$work/pf_bad.log" 2>&1; then
+		echo "FAIL: prefetch_depth without prefetch accepted"
+		exit 1
+	fi
+	grep -q "prefetch_depth applies to prefetch = true only" "$work/pf_bad.log"
 	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8
 	same single off2 1e-10
 	# Gradient accumulation under sharding: each fsdp mode on 2 ranks

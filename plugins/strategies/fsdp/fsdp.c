@@ -23,8 +23,14 @@ static const struct mg_option fsdp_options[] = {
 		 "made in (param), or fp32 (PyTorch MixedPrecision's "
 		 "reduce_dtype)"),
 	MG_OPT_B("prefetch", "true",
-		 "start the next unit's all-gather while this unit computes "
-		 "(forward and backward prefetch)"),
+		 "start the next units' all-gathers while this unit computes "
+		 "(forward and backward prefetch; false: gather on demand)"),
+	MG_OPT_I("prefetch_depth", "1", 1, 16,
+		 "units gathered ahead with prefetch: 1 overlaps the next "
+		 "unit's all-gather with this one's compute; more keeps the "
+		 "links busy past a unit of short compute (an embedding, a "
+		 "small layer) at a gather buffer each (each as large as the "
+		 "largest unit; shard = grad_op holds every unit anyway)"),
 	MG_OPT_B("shuffle", "true", "shuffle the training set every epoch"),
 	MG_OPT_B("drop_last", "true",
 		 "skip the last incomplete global batch of an epoch (false: "
@@ -40,13 +46,18 @@ static int fsdp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 	d->ctx = ctx;
 	d->mode = (enum fsdp_mode)mg_opt_enum(o, "shard");
 	d->reduce_fp32 = mg_opt_enum(o, "reduce_dtype") == 1;
-	d->prefetch = mg_opt_bool(o, "prefetch");
+	d->prefetch = mg_opt_bool(o, "prefetch")
+			      ? (int)mg_opt_int(o, "prefetch_depth")
+			      : 0;
 	d->drop_last = mg_opt_bool(o, "drop_last");
 	d->group_opt = (int)mg_opt_int(o, "shard_group_size");
 	mg_sampler_init(&d->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
 	*self = d;
 	if (mg_opt_given(o, "shard_group_size") && d->mode != FSDP_HYBRID)
 		return mg_error("shard_group_size applies to shard = hybrid "
+				"only");
+	if (!mg_opt_bool(o, "prefetch") && mg_opt_given(o, "prefetch_depth"))
+		return mg_error("prefetch_depth applies to prefetch = true "
 				"only");
 	return 0;
 }

@@ -85,7 +85,8 @@ struct fsdp_order {
 struct fsdp {
 	struct mg_ctx *ctx;
 	struct mg_sampler sampler;
-	bool drop_last, prefetch, reduce_fp32;
+	bool drop_last, reduce_fp32;
+	int prefetch; /* units gathered ahead (0: on demand) */
 	enum fsdp_mode mode;
 	int group;		 /* G: ranks a flat is sharded over */
 	int group_opt;		 /* shard_group_size as given (0: a node) */

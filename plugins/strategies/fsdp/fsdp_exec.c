@@ -309,10 +309,17 @@ struct mg_unit_view *fsdp_acquire(void *self, int u, enum mg_phase ph)
 	 * one wait for everything issued so far. */
 	if (gather(d, u) || fsdp_wait_all(d) || progress(d))
 		return NULL;
-	if (d->prefetch && d->group > 1) {
+	/* Prefetch: the next `prefetch` units of the recorded order (the
+	 * same on every rank, so the all-gathers still match). */
+	if (d->prefetch > 0 && d->group > 1) {
+		const struct fsdp_order *o = &d->order[oi];
 		int nx = next_in_order(d, oi, u);
-		if (nx >= 0 && nx != u && gather(d, nx))
-			return NULL;
+		for (int k = 0; nx >= 0 && k < d->prefetch; k++) {
+			if (nx != u && gather(d, nx))
+				return NULL;
+			const int pos = o->cur + k + 1;
+			nx = pos < o->n ? o->seq[pos] : -1;
+		}
 	}
 	const bool grads = ph == MG_PHASE_BACKWARD && d->V.trains[u];
 	if (grads && !d->direct_grads && un->gslot < 0) {
