@@ -178,6 +178,11 @@ static const char tiny[] = "vocab_size = 32\nhidden_size = 16\nnum_heads = "
 			   "4\nnum_kv_heads = 2\nintermediate_size = 24\n"
 			   "num_layers = 2\n";
 
+static const char qat_tiny[] =
+	"vocab_size = 32\nhidden_size = 16\nnum_heads = 4\nnum_kv_heads = "
+	"2\nintermediate_size = 24\nnum_layers = 2\ntie_embeddings = no\n"
+	"qat = 8da4w\nqat_group = 8\n";
+
 static void test_gradcheck(void)
 {
 	/* GQA 4/2 untied; multi-query (4/1) tied with another rope base. */
@@ -431,6 +436,17 @@ static void test_decode(void)
 		     "num_kv_heads = 2\nintermediate_size = 24\nnum_layers = "
 		     "2\ntie_embeddings = no\nlora_rank = 3\nlora_alpha = 6\n"
 		     "lora_targets = all,head\n");
+	/* qat = 8da4w: decode fake-quantizes as the training forward does
+	 * (int8 per token, int4 weights), with and without LoRA */
+	decode_check(qat_tiny);
+	decode_check("vocab_size = 32\nhidden_size = 16\nnum_heads = 4\n"
+		     "num_kv_heads = 1\nintermediate_size = 24\nnum_layers = "
+		     "2\ntie_embeddings = yes\nqat = 8da4w\nqat_group = 4\n");
+	char lines[640];
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 3\nlora_alpha = 6\nlora_targets = all,head\n",
+		 qat_tiny);
+	decode_check(lines);
 }
 
 static const char untied[] = "vocab_size = 32\nhidden_size = 16\n"
@@ -1271,11 +1287,6 @@ static void qat_ste_case(const char *what, const char *lines, bool drop)
 	env_close(&e);
 	ste_reset();
 }
-
-static const char qat_tiny[] =
-	"vocab_size = 32\nhidden_size = 16\nnum_heads = 4\nnum_kv_heads = "
-	"2\nintermediate_size = 24\nnum_layers = 2\ntie_embeddings = no\n"
-	"qat = 8da4w\nqat_group = 8\n";
 
 static void test_qat_ste(void)
 {
