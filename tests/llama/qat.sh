@@ -6,7 +6,8 @@
 # the projections as packed int4 with f32 group scales (names, dtypes,
 # shapes, metadata checked); `--eval-only` with quant = int4 on that
 # folder gives the QAT run's held-out loss within 0.01 (embedding, norms
-# and head are exported in bf16); the option errors.
+# and head are exported in bf16); `mgrun generate` decodes both; the
+# option errors.
 set -eu
 mgrun=$1 ini=$2 work=$3
 rm -rf "$work"
@@ -74,6 +75,26 @@ l4=$(loss_of "$work/eval_i4.log")
 echo "int4 folder with quant = int4: held-out loss $l4 (QAT run: $lq)"
 awk -v a="$l4" -v b="$lq" 'BEGIN { d = a - b; exit !(d < 0.01 && d > -0.01) }' ||
 	fail "int4 eval loss $l4 is not the QAT loss $lq"
+# mgrun generate decodes with the training forward's fake quantization
+# (tests/llama decode checks the numbers): greedy ids of the QAT run, and
+# of the int4 folder with quant = int4
+P="5 17 42 99 3"
+"$mgrun" generate -c "$ini" "$@" --set run.name=q --ids --prompt "$P" \
+	--greedy --max-new-tokens 16 >"$work/gen_q.out" 2>"$work/gen_q.err" || {
+	cat "$work/gen_q.err"
+	fail "generate on the QAT run"
+}
+"$mgrun" generate -c "$ini" "$@" --set run.name=i4 --set model.qat=none \
+	--set model.quant=int4 --set model.hf_dir="$work/q4" --ids \
+	--prompt "$P" --greedy --max-new-tokens 16 >"$work/gen_i4.out" \
+	2>"$work/gen_i4.err" || {
+	cat "$work/gen_i4.err"
+	fail "generate on the int4 folder"
+}
+for g in gen_q gen_i4; do
+	[ "$(wc -w <"$work/$g.out")" -eq 16 ] || fail "$g: $(cat "$work/$g.out")"
+done
+echo "greedy ids: QAT run $(cat "$work/gen_q.out"); int4 folder $(cat "$work/gen_i4.out")"
 # refusals, each naming the conflict
 expect_err() {
 	msg=$1

@@ -28,8 +28,15 @@
  * a LoRA adapter on the head), kernels (training with kernels = none,
  * rmsnorm, flce and fused gives the same losses and parameters: rmsnorm
  * to the last bit, flce within fp64 rounding, LoRA on the head with
- * dropout included; the option's errors).
+ * dropout included; the option's errors). QAT (qat = 8da4w): qat_ste
+ * (the whole model's straight-through gradient against central
+ * differences of the masked linearization, through interposed
+ * fake-quantization ops; full fine-tuning and LoRA, real and synthetic
+ * activation clamps), qat_mask (the weight mask bit for bit against a
+ * model holding fq4(W); clamped codes get exactly 0).
  */
+/* _GNU_SOURCE (the build defines it): RTLD_NEXT, for the QAT tests'
+ * fake-quantization interposers */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,7 +45,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "llama.h"
 #include "llama_env.h"
+#include "mg/int4.h"
 
 static bool is_lora_b(const char *name)
 {
@@ -168,6 +177,11 @@ static void gradcheck(const char *lines)
 static const char tiny[] = "vocab_size = 32\nhidden_size = 16\nnum_heads = "
 			   "4\nnum_kv_heads = 2\nintermediate_size = 24\n"
 			   "num_layers = 2\n";
+
+static const char qat_tiny[] =
+	"vocab_size = 32\nhidden_size = 16\nnum_heads = 4\nnum_kv_heads = "
+	"2\nintermediate_size = 24\nnum_layers = 2\ntie_embeddings = no\n"
+	"qat = 8da4w\nqat_group = 8\n";
 
 static void test_gradcheck(void)
 {
@@ -422,6 +436,17 @@ static void test_decode(void)
 		     "num_kv_heads = 2\nintermediate_size = 24\nnum_layers = "
 		     "2\ntie_embeddings = no\nlora_rank = 3\nlora_alpha = 6\n"
 		     "lora_targets = all,head\n");
+	/* qat = 8da4w: decode fake-quantizes as the training forward does
+	 * (int8 per token, int4 weights), with and without LoRA */
+	decode_check(qat_tiny);
+	decode_check("vocab_size = 32\nhidden_size = 16\nnum_heads = 4\n"
+		     "num_kv_heads = 1\nintermediate_size = 24\nnum_layers = "
+		     "2\ntie_embeddings = yes\nqat = 8da4w\nqat_group = 4\n");
+	char lines[640];
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 3\nlora_alpha = 6\nlora_targets = all,head\n",
+		 qat_tiny);
+	decode_check(lines);
 }
 
 static const char untied[] = "vocab_size = 32\nhidden_size = 16\n"
@@ -958,6 +983,458 @@ static void test_recompute(void)
 	recompute_case(lines);
 }
 
+/* ------------------------------------------------------------------ */
+/* Quantization-aware training (qat = 8da4w): the straight-through      */
+/* estimator of the whole model, in fp64.                               */
+
+/*
+ * Finite differences of the QAT model itself say nothing: fq4 and fq8
+ * are step functions, so the loss is piecewise constant along most
+ * directions. The STE gradient is, by definition, the exact gradient of
+ * a surrogate model in which every fake quantizer y = fq(v), at the
+ * current point v0, is replaced by its masked linearization
+ *     y(v) = fq(v0) + M (v - v0),   M = 1 where v0's code is unclamped,
+ * which equals the QAT model at v0 and is smooth. These tests interpose
+ * the two fake-quantization ops the plugin calls: this executable exports
+ * its own mg_op_fq_int4_weight, mg_op_fq_int8_token and
+ * mg_op_fq_int8_token_backward (ENABLE_EXPORTS), which the dlopened
+ * plugin binds ahead of libmg's; the real ones are reached through
+ * RTLD_NEXT. In STE_PASS they are the real ops; in STE_RECORD they run
+ * the real op and keep v0, fq(v0) and M (the real backward op of ones)
+ * under the input's address (each projection input has its own arena
+ * slot, each lent weight its own storage); in STE_SURROGATE they compute
+ * the linearization from what was kept. The QAT gradient is taken with
+ * the real ops only, and compared with central differences of the
+ * surrogate: an ordinary gradcheck of the STE (qat_ste).
+ *
+ * Real per-token activation ranges cover their row, so the int8 code
+ * clamps only at f32 near-ties and the recorded activation masks are
+ * all-pass in practice. With ste_drop the recorded activation masks
+ * lose elements (every third one, and all of the first recorded input:
+ * layer 0's q/k/v input) and the interposed backward op applies them
+ * instead of the real one; the surrogate uses the same masks. That
+ * checks the model's wiring of the activation STE with clamps present:
+ * the summed q/k/v input gradient masked once, the adapters' share
+ * (their input is not quantized) added after the mask, and layer 0's
+ * input norm getting exactly no gradient through a fully masked input.
+ *
+ * qat_mask is exact, no differences: the weight STE bit for bit (see
+ * qat_mask_case).
+ */
+enum ste_mode { STE_PASS, STE_RECORD, STE_SURROGATE };
+static enum ste_mode ste_mode;
+static bool ste_drop;	   /* synthetic clamps in activation masks */
+static bool ste_bwd_masks; /* backward: the recorded activation masks */
+struct ste_rec {
+	const void *key;
+	bool act;
+	int order; /* among activation records */
+	int64_t n;
+	double *v0, *y0, *m;
+};
+static struct ste_rec ste_recs[256];
+static int ste_nrec, ste_nact;
+static int64_t ste_clamped[2]; /* zeros of the real masks: weights, acts */
+
+static void ste_reset(void)
+{
+	for (int i = 0; i < ste_nrec; i++) {
+		free(ste_recs[i].v0);
+		free(ste_recs[i].y0);
+		free(ste_recs[i].m);
+	}
+	memset(ste_recs, 0, sizeof ste_recs);
+	ste_nrec = ste_nact = 0;
+	ste_clamped[0] = ste_clamped[1] = 0;
+	ste_mode = STE_PASS;
+	ste_drop = ste_bwd_masks = false;
+}
+
+static struct ste_rec *ste_find(const void *key)
+{
+	for (int i = 0; i < ste_nrec; i++)
+		if (ste_recs[i].key == key)
+			return &ste_recs[i];
+	return NULL;
+}
+
+typedef int (*fq4_fn)(struct mg_ctx *, const struct mg_tensor *, int64_t,
+		      struct mg_tensor *);
+typedef int (*fq4b_fn)(struct mg_ctx *, const struct mg_tensor *, int64_t,
+		       const struct mg_tensor *, struct mg_tensor *);
+typedef int (*fq8_fn)(struct mg_ctx *, const struct mg_tensor *,
+		      struct mg_tensor *);
+typedef int (*fq8b_fn)(struct mg_ctx *, const struct mg_tensor *,
+		       const struct mg_tensor *, struct mg_tensor *);
+
+static void *real_op(const char *name)
+{
+	void *f = dlsym(RTLD_NEXT, name);
+	if (!f) {
+		fprintf(stderr, "no %s after this executable: %s\n", name,
+			dlerror());
+		abort();
+	}
+	return f;
+}
+
+/* Keep v0 = v, y0 = y and M (the real backward of ones) for v's
+ * address; with ste_drop an activation mask loses elements. */
+static int ste_record(struct mg_ctx *ctx, const struct mg_tensor *v,
+		      const struct mg_tensor *y, bool act, int64_t group)
+{
+	if (v->dtype != MG_F64)
+		return mg_error("qat_ste: F64 tensors only");
+	struct ste_rec *r = ste_find(v->data);
+	if (!r) {
+		if (ste_nrec == (int)(sizeof ste_recs / sizeof *ste_recs))
+			return mg_error("qat_ste: too many records");
+		r = &ste_recs[ste_nrec++];
+		r->key = v->data;
+		r->act = act;
+		r->order = act ? ste_nact++ : -1;
+	} else {
+		free(r->v0);
+		free(r->y0);
+		free(r->m);
+	}
+	const int64_t n = mg_tensor_numel(v);
+	const size_t bytes = (size_t)n * sizeof(double);
+	r->n = n;
+	r->v0 = malloc(bytes);
+	r->y0 = malloc(bytes);
+	r->m = malloc(bytes);
+	double *ones = malloc(bytes);
+	for (int64_t j = 0; j < n; j++)
+		ones[j] = 1;
+	memcpy(r->v0, v->data, bytes);
+	memcpy(r->y0, y->data, bytes);
+	struct mg_tensor dy = *v, dm = *v;
+	dy.data = ones;
+	dm.data = r->m;
+	int rc = act ? ((fq8b_fn)real_op("mg_op_fq_int8_token_backward"))(
+			       ctx, v, &dy, &dm)
+		     : ((fq4b_fn)real_op("mg_op_fq_int4_weight_backward"))(
+			       ctx, v, group, &dy, &dm);
+	free(ones);
+	for (int64_t j = 0; j < n; j++) {
+		ste_clamped[act] += r->m[j] == 0;
+		if (act && ste_drop && (j % 3 == 0 || r->order == 0))
+			r->m[j] = 0;
+	}
+	return rc;
+}
+
+/* y = y0 + M (v - v0) of v's record. */
+static int ste_surrogate(const struct mg_tensor *v, struct mg_tensor *y)
+{
+	const struct ste_rec *r = ste_find(v->data);
+	if (v->dtype != MG_F64 || !r || r->n != mg_tensor_numel(v))
+		return mg_error("qat_ste: no record of a %lld-element input",
+				(long long)mg_tensor_numel(v));
+	const double *x = v->data;
+	double *o = y->data;
+	for (int64_t j = 0; j < r->n; j++)
+		o[j] = r->y0[j] + r->m[j] * (x[j] - r->v0[j]);
+	return 0;
+}
+
+int mg_op_fq_int4_weight(struct mg_ctx *ctx, const struct mg_tensor *w,
+			 int64_t group, struct mg_tensor *out)
+{
+	if (ste_mode == STE_SURROGATE)
+		return ste_surrogate(w, out);
+	if (((fq4_fn)real_op("mg_op_fq_int4_weight"))(ctx, w, group, out))
+		return -1;
+	return ste_mode == STE_RECORD ? ste_record(ctx, w, out, false, group)
+				      : 0;
+}
+
+int mg_op_fq_int8_token(struct mg_ctx *ctx, const struct mg_tensor *x,
+			struct mg_tensor *out)
+{
+	if (ste_mode == STE_SURROGATE)
+		return ste_surrogate(x, out);
+	if (((fq8_fn)real_op("mg_op_fq_int8_token"))(ctx, x, out))
+		return -1;
+	return ste_mode == STE_RECORD ? ste_record(ctx, x, out, true, 0) : 0;
+}
+
+int mg_op_fq_int8_token_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
+				 const struct mg_tensor *dy,
+				 struct mg_tensor *dx)
+{
+	if (!ste_bwd_masks)
+		return ((fq8b_fn)real_op("mg_op_fq_int8_token_backward"))(
+			ctx, x, dy, dx);
+	const struct ste_rec *r = ste_find(x->data);
+	if (x->dtype != MG_F64 || !r || r->n != mg_tensor_numel(x))
+		return mg_error("qat_ste: backward of an unrecorded input");
+	for (int64_t j = 0; j < r->n; j++)
+		((double *)dx->data)[j] =
+			r->m[j] != 0 ? ((const double *)dy->data)[j] : 0.0;
+	return 0;
+}
+
+/* The QAT gradient (real ops; with drop the recorded activation masks
+ * in backward) against central differences of the surrogate on 6
+ * samples of every trainable tensor. */
+static void qat_ste_case(const char *what, const char *lines, bool drop)
+{
+	struct env e;
+	ste_reset();
+	if (env_open(&e, lines)) {
+		fail("qat_ste %s: %s", what, mg_last_error());
+		env_close(&e);
+		return;
+	}
+	const bool lora = strstr(lines, "lora_rank") != NULL;
+	if (lora)
+		randomize_b(&e);
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	double count;
+	const double lqat = loss_of(&e, &tb.b, &count);
+	e.grad_scale = (float)(1.0 / count);
+	double m[MG_METRIC_N];
+	int64_t nm = MG_METRIC_N;
+	struct mg_tensor mt = mg_tensor_make(m, MG_F64, MG_DEV_CPU, 1, &nm);
+	ts_zero_grads(&e.st);
+	e.ctx.training = true;
+	ste_drop = drop;
+	ste_mode = STE_RECORD;
+	int rc = M->forward(e.model, &e.ctx, &tb.b, &mt);
+	ste_mode = STE_PASS;
+	ste_bwd_masks = drop;
+	rc = rc || M->backward(e.model, &e.ctx);
+	ste_bwd_masks = false;
+	if (rc) {
+		fail("qat_ste %s: train step: %s", what, mg_last_error());
+		env_close(&e);
+		ste_reset();
+		return;
+	}
+	ts_check_step(&e.st, true);
+	const int L = (int)((struct llama *)e.model)->c.layers;
+	/* every projection's input and weight of every layer recorded */
+	CHECK(ste_nact == 4 * L && ste_nrec == 11 * L);
+	/* the surrogate at the point is the QAT model; the plain model is
+	 * not (so the fake quantizers are in the path) */
+	ste_mode = STE_SURROGATE;
+	const double lsur = loss_of(&e, &tb.b, NULL);
+	ste_mode = STE_PASS;
+	struct llama *lm = e.model;
+	lm->qat = lm->fq_act = false;
+	const double lplain = loss_of(&e, &tb.b, NULL);
+	lm->qat = lm->fq_act = true;
+	CHECK(fabs(lsur - lqat) <= 1e-13 * fabs(lqat));
+	CHECK(fabs(lplain - lqat) > 1e-6);
+	const double gfix = (1.0 / count) / (double)e.grad_scale;
+	double worst = 0;
+	int checked = 0, bad = 0;
+	ste_mode = STE_SURROGATE;
+	for (int i = 0; i < e.st.spec.nparams; i++) {
+		struct mg_tensor *p = &e.st.p[i], *g = &e.st.g[i];
+		const int64_t n = mg_tensor_numel(p);
+		if (!g->data)
+			continue;
+		for (int k = 0; k < 6; k++) {
+			int64_t j =
+				(int64_t)(mg_rng_u64(31 + i, k) % (uint64_t)n);
+			double *w = (double *)p->data + j, w0 = *w, h = 1e-5;
+			*w = w0 + h;
+			double lp = loss_of(&e, &tb.b, NULL);
+			*w = w0 - h;
+			double lm2 = loss_of(&e, &tb.b, NULL);
+			*w = w0;
+			double fd = (lp - lm2) / (2 * h);
+			double an = ((double *)g->data)[j] * gfix;
+			double err = fabs(fd - an) / (fabs(fd) + 1e-6);
+			worst = fmax(worst, err);
+			if (err > 1e-4 && bad++ < 5)
+				fail("qat_ste %s%s: %s[%lld]: backward "
+				     "%.10g, surrogate difference %.10g",
+				     what, drop ? " (masks dropped)" : "",
+				     e.st.spec.params[i].name, (long long)j, an,
+				     fd);
+			checked++;
+		}
+	}
+	ste_mode = STE_PASS;
+	/* Every group's code of +absmax is 8, clamped: the real weight
+	 * masks are never all-pass (with LoRA the frozen base's). */
+	CHECK(ste_clamped[0] > 0);
+	if (drop && !lora) {
+		/* layer 0's q/k/v input fully masked: its input norm gets
+		 * nothing, the embedding still gets the residual's share */
+		const struct mg_unit_decl *u = &e.st.spec.units[1];
+		const struct mg_tensor *gn =
+			&e.st.g[u->first_param + LP_IN_NORM];
+		double gmax = 0, emax = 0;
+		for (int64_t j = 0; j < mg_tensor_numel(gn); j++)
+			gmax = fmax(gmax, fabs(((double *)gn->data)[j]));
+		for (int64_t j = 0; j < mg_tensor_numel(&e.st.g[0]); j++)
+			emax = fmax(emax, fabs(((double *)e.st.g[0].data)[j]));
+		CHECK(gmax == 0 && emax > 0);
+	}
+	CHECK(bad == 0);
+	printf("qat_ste %s%s: %d values, worst relative error %.2e; loss "
+	       "qat %.12f plain %.12f; clamped codes: %lld weight, %lld "
+	       "activation\n",
+	       what, drop ? " (activation masks dropped)" : "", checked, worst,
+	       lqat, lplain, (long long)ste_clamped[0],
+	       (long long)ste_clamped[1]);
+	env_close(&e);
+	ste_reset();
+}
+
+static void test_qat_ste(void)
+{
+	char lines[640];
+	qat_ste_case("full", qat_tiny, false);
+	qat_ste_case("full", qat_tiny, true);
+	/* LoRA on some projections and the head: the frozen base
+	 * fake-quantized, the adapters reading the unquantized input */
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 3\nlora_alpha = 5\nlora_targets = "
+		 "q,v,down,head\n",
+		 qat_tiny);
+	qat_ste_case("lora q,v,down,head", lines, false);
+	qat_ste_case("lora q,v,down,head", lines, true);
+	/* every projection adapted: the fused q/k/v and gate/up paths */
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 2\nlora_alpha = 4\nlora_targets = all\n",
+		 qat_tiny);
+	qat_ste_case("lora all (fused)", lines, true);
+}
+
+static bool is_proj_weight(const char *name)
+{
+	return strstr(name, "_proj.weight") && !strstr(name, ".lora_");
+}
+
+/*
+ * The weight STE exactly. Model A trains with qat (lines + a_extra);
+ * model B has the same parameters except that its projection weights are
+ * fq4(W) (the op; tests/qat checks its numbers) and fake-quantizes
+ * activations only (m->qat off, fq_act on: what quant = int4 runs). Their
+ * forwards compute the same numbers (A quantizes W into a scratch, B
+ * reads the same values), so by the STE every gradient is equal bit for
+ * bit, except a projection weight's: A's is B's where W's int4 code
+ * (computed here from mg/int4.h) is unclamped and exactly 0 where it is
+ * clamped - in every group whose absmax is positive at least (round(7.5)
+ * = 8 > 7), and B's gradient there is not 0.
+ */
+static void qat_mask_case(const char *lines, const char *a_extra)
+{
+	char la[768];
+	snprintf(la, sizeof la, "%s%s", lines, a_extra);
+	struct env a, b;
+	memset(&b, 0, sizeof b);
+	if (env_open(&a, la) || env_open(&b, lines)) {
+		fail("qat_mask '%s': %s", la, mg_last_error());
+		env_close(&a);
+		env_close(&b);
+		return;
+	}
+	struct llama *mb = b.model;
+	const int64_t group = mb->qat_group;
+	mb->qat = false;
+	CHECK(mb->fq_act);
+	if (strstr(lines, "lora_rank")) {
+		randomize_b(&a);
+		randomize_b(&b);
+	}
+	int nproj = 0;
+	for (int i = 0; i < b.st.spec.nparams; i++) {
+		if (!is_proj_weight(b.st.spec.params[i].name))
+			continue;
+		CHECK(mg_op_fq_int4_weight(&b.ctx, &b.st.p[i], group,
+					   &b.st.p[i]) == 0);
+		nproj++;
+	}
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	a.grad_scale = b.grad_scale = 0.01f;
+	const double lossa = train_step(&a, &tb), lossb = train_step(&b, &tb);
+	CHECK(lossa == lossb);
+	int64_t nclamp = 0, nclamp_b = 0, nkept = 0, bad = 0;
+	int nmasked = 0;
+	for (int i = 0; i < a.st.spec.nparams; i++) {
+		const struct mg_tensor *g1 = &a.st.g[i], *g2 = &b.st.g[i];
+		if (!g1->data) {
+			CHECK(!g2->data);
+			continue;
+		}
+		const int64_t n = mg_tensor_numel(g1);
+		const double *ga = g1->data, *gb = g2->data,
+			     *w = a.st.p[i].data;
+		if (!is_proj_weight(a.st.spec.params[i].name)) {
+			if (memcmp(ga, gb, (size_t)n * sizeof *ga)) {
+				fail("qat_mask '%s': %s differs", la,
+				     a.st.spec.params[i].name);
+			}
+			continue;
+		}
+		nmasked++;
+		for (int64_t g0 = 0; g0 < n; g0 += group) {
+			float amax = 0;
+			for (int64_t j = g0; j < g0 + group; j++)
+				amax = fmaxf(amax, fabsf((float)w[j]));
+			const float s = mg_int4_scale(amax), inv = 1.0f / s;
+			for (int64_t j = g0; j < g0 + group; j++) {
+				const float q = mg_fq_code((float)w[j], inv, 0);
+				const bool clamped =
+					q < MG_INT4_QMIN || q > MG_INT4_QMAX;
+				const double want = clamped ? 0.0 : gb[j];
+				nclamp += clamped;
+				nclamp_b += clamped && gb[j] != 0;
+				nkept += !clamped && gb[j] != 0;
+				if (!(ga[j] == want) && bad++ < 5)
+					fail("qat_mask '%s': %s[%lld] "
+					     "(code %s): %.17g, want %.17g",
+					     la, a.st.spec.params[i].name,
+					     (long long)j,
+					     clamped ? "clamped" : "kept",
+					     ga[j], want);
+			}
+		}
+	}
+	printf("qat_mask '%s': loss %.15g; %d projections, %d masked: %lld "
+	       "clamped codes (%lld with a nonzero gradient unmasked), %lld "
+	       "nonzero kept\n",
+	       la, lossa, nproj, nmasked, (long long)nclamp,
+	       (long long)nclamp_b, (long long)nkept);
+	CHECK(nproj == 7 * 2);
+	if (strstr(lines, "lora_rank")) {
+		CHECK(nmasked == 0);
+	} else {
+		CHECK(nmasked == nproj && nclamp_b > 0 && nkept > 0);
+	}
+	CHECK(bad == 0);
+	env_close(&a);
+	env_close(&b);
+}
+
+static void test_qat_mask(void)
+{
+	char lines[640];
+	qat_mask_case(qat_tiny, "");
+	/* activation checkpointing: the recomputed layers quantize again */
+	qat_mask_case(qat_tiny, "activation_checkpointing = true\n");
+	/* group 4, GQA 4/1, tied: other groups, another shape */
+	qat_mask_case("vocab_size = 32\nhidden_size = 16\nnum_heads = 4\n"
+		      "num_kv_heads = 1\nintermediate_size = 24\nnum_layers = "
+		      "2\ntie_embeddings = yes\nqat = 8da4w\nqat_group = 4\n",
+		      "");
+	/* LoRA: the frozen base is read fake-quantized, the adapters'
+	 * gradients bit for bit those of B's base fq4(W) */
+	snprintf(lines, sizeof lines,
+		 "%slora_rank = 3\nlora_alpha = 5\nlora_targets = all,head\n",
+		 qat_tiny);
+	qat_mask_case(lines, "");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -995,6 +1472,10 @@ int main(int argc, char **argv)
 		test_kernels();
 	else if (!strcmp(argv[2], "recompute"))
 		test_recompute();
+	else if (!strcmp(argv[2], "qat_ste"))
+		test_qat_ste();
+	else if (!strcmp(argv[2], "qat_mask"))
+		test_qat_mask();
 	else {
 		fprintf(stderr, "unknown test %s\n", argv[2]);
 		return 2;

@@ -521,6 +521,53 @@ PY
 		--set run.grad_accum=2 "$@"
 	same single off2_accum2 1e-10
 	;;
+qat)
+	# Quantization-aware training (qat = 8da4w) on the tiny llama,
+	# qat_group 16 (it divides hidden_size 32, heads x head_dim 32 and
+	# intermediate_size 48): fake quantization adds no parameter,
+	# gradient or unit, and its scales are per token (activations) and
+	# per weight group of one rank's lent weight, so ddp_ds, fsdp (full,
+	# grad_op), offload on 2 ranks and 2 micro-batches train what one
+	# rank trains with the whole batch: full fine-tuning (the weight
+	# masks applied in place to the lent gradients, also across
+	# micro-batches) and LoRA (the frozen base fake-quantized).
+	q="--set model.qat=8da4w --set model.qat_group=16"
+	for kind in full lora; do
+		set -- $q
+		[ $kind = lora ] && set -- "$@" --set model.lora_rank=4 \
+			--set model.lora_alpha=8 \
+			--set model.lora_targets=all,head \
+			--set model.lora_dropout=0.2 --set model.tie_embeddings=no
+		run "single_$kind" 1 "$llama" --set run.batch_size=16 "$@"
+		grep -q "qat = 8da4w" "$work/single_$kind.log" || {
+			cat "$work/single_$kind.log"
+			echo "FAIL: the $kind run does not say it trains with qat"
+			exit 1
+		}
+		# Control: without qat another model (the quantizers are in
+		# the path, so the equalities below are not the plain ones).
+		run "float_$kind" 1 "$llama" --set run.batch_size=16 "$@" \
+			--set model.qat=none
+		if same "single_$kind" "float_$kind" 1e-6; then
+			echo "FAIL: $kind: qat trained the float model"
+			exit 1
+		fi
+		run "ds2_$kind" 2 "$llama" --set strategy.name=ddp_ds \
+			--set run.batch_size=8 "$@"
+		same "single_$kind" "ds2_$kind" 1e-10
+		for mode in full grad_op; do
+			run "fsdp_${mode}_$kind" 2 "$llama" --set strategy.name=fsdp \
+				--set strategy.shard="$mode" --set run.batch_size=8 "$@"
+			same "single_$kind" "fsdp_${mode}_$kind" 1e-10
+		done
+		run "fsdp_full_accum2_$kind" 2 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard=full --set run.grad_accum=2 "$@"
+		same "single_$kind" "fsdp_full_accum2_$kind" 1e-10
+		run "off2_$kind" 2 "$llama" --set strategy.name=offload \
+			--set run.batch_size=8 "$@"
+		same "single_$kind" "off2_$kind" 1e-10
+	done
+	;;
 qlora)
 	# QLoRA: the lora scenario's adapters over a base of NF4 blobs
 	# (quant = nf4): replicated strategies keep the blobs in their

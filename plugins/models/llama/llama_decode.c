@@ -12,6 +12,14 @@
  * mg_op_attention_decode then lets the new queries attend rows
  * 0..pos+t. The computation is the training forward's, op for op, so its
  * log-probabilities equal the forward's loss (tests/llama: decode).
+ *
+ * With qat = 8da4w (or quant = int4) each layer projection reads its
+ * input fake-quantized to int8 per token (into the qx slot) and, under
+ * qat, its weight fake-quantized to int4 (llama_qat_weight's scratch),
+ * as the training forward does; per-token scales make a token's codes
+ * independent of the other tokens of the call, so the cache, a prefill
+ * and token-by-token decoding agree with the forward. The LoRA path reads
+ * the unquantized input, the head is never quantized.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +31,7 @@
 struct dlay {
 	size_t x, h, q, o, t, g, u, hn, logits, lf32, total;
 	size_t la, ltmp; /* LoRA: s A x [n, r] and the adapter's scratch */
+	size_t qx;	 /* qat / int4: a projection input fake-quantized */
 };
 
 static size_t dal(size_t b)
@@ -65,6 +74,10 @@ static void dlayout(const struct llama *m, int64_t n, struct dlay *L)
 		size_t tmp = N * w > V ? N * w : V;
 		DSLOT(la, N * r * es);
 		DSLOT(ltmp, tmp * es);
+	}
+	if (m->fq_act) {
+		size_t w = D > qd ? D : qd;
+		DSLOT(qx, N * (w > I ? w : I) * es);
 	}
 #undef DSLOT
 	L->total = o;
@@ -143,9 +156,19 @@ static int dproj(struct llama *m, struct mg_ctx *ctx, const struct dlay *L,
 		 int layer, const struct mg_tensor *W, int w, int tg,
 		 const struct mg_tensor *x, struct mg_tensor *y)
 {
-	/* quant = nf4: dequantized into llama_quant.c's scratch first */
-	const struct mg_tensor *Wd = llama_weight(m, ctx, &W[w]);
-	if (!Wd || mg_op_linear(ctx, x, Wd, NULL, y))
+	/* quant = nf4: dequantized into llama_quant.c's scratch first;
+	 * qat: fake-quantized to int4 (the head never) */
+	const struct mg_tensor *Wd =
+		llama_qat_weight(m, ctx, tg, llama_weight(m, ctx, &W[w]));
+	/* qat, quant = int4: the base GEMM's input fake-quantized to int8
+	 * per token, as base_in does in training */
+	struct mg_tensor xq = *x;
+	if (m->fq_act && tg != LT_HEAD) {
+		xq.data = (char *)m->dec_work.ptr + L->qx;
+		if (mg_op_fq_int8_token(ctx, x, &xq))
+			return mg_error_prefix("llama decode: qat");
+	}
+	if (!Wd || mg_op_linear(ctx, &xq, Wd, NULL, y))
 		return -1;
 	if (m->lora.rank == 0 || m->lora.ia[tg] < 0)
 		return 0;
