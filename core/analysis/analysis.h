@@ -30,14 +30,26 @@
 
 #define MG_SWEEP_MAX_AXES 16
 
+/* What one value of a group axis sets: the entries of its section
+ * [sweep.AXIS.VALUE], as --set takes them. */
+struct mg_sweep_group {
+	char **sets;  /* "model.quant=nf4" */
+	char **where; /* "conf.ini:40", each entry's line */
+	int n;
+};
+
 struct mg_sweep_axis {
-	char *key;   /* section.key, as --set takes it: "run.gpus" */
+	/* section.key, as --set takes it: "run.gpus"; a group axis's name
+	 * ("technique"): each value then sets the keys of its section
+	 * [sweep.technique.VALUE] (groups[value]). */
+	char *key;
 	char *label; /* short name for ids, tables, charts: "gpus" */
 	char **values;
 	int nvalues;
 	char *where;  /* "conf.ini:12", "--sweep run.gpus=1,2" or
 			 "--set sweep.run.gpus=1,2": for messages */
 	bool numeric; /* every value is a number (a numeric chart axis) */
+	struct mg_sweep_group *groups; /* a group axis: per value; or NULL */
 };
 
 /* relative_to = key=value: an efficiency column against that value. */
@@ -59,7 +71,17 @@ struct mg_sweep_plan {
 	char **profile_metrics;
 	int nprofile;
 	char *title; /* "" when not given */
+	/* test_metrics: the models' declared test metrics to tabulate and
+	 * chart ("loss", "rewards/accuracies"); none by default */
+	char **test_metrics;
+	int ntest;
 };
+
+/* The --set arguments of value v of axis a: one for a plain axis
+ * ("run.gpus=2"), the group's entries for a group axis. */
+int mg_sweep_axis_nsets(const struct mg_sweep_axis *a, int v);
+char *mg_sweep_axis_set(const struct mg_sweep_axis *a, int v,
+			int i); /* malloc'd */
 
 /*
  * Build the plan from cfg's [sweep] section (keys with a dot are axes,
@@ -159,8 +181,11 @@ struct mg_run {
 	/* rank 0's collectives: totals over the run */
 	double comm_bytes, comm_calls, comm_busy_s, comm_exposed_s,
 		comm_overlapped_s;
-	double h2d_bytes; /* rank 0 */
-	double mem_peak;  /* device memory: the largest rank's total */
+	double h2d_bytes, d2h_bytes; /* rank 0 */
+	/* token rows: tokens computed (all ranks, counters.tokens_computed)
+	 * per train_s second; NAN without token data */
+	double tokens_per_s;
+	double mem_peak; /* device memory: the largest rank's total */
 	struct mg_kv *mem;
 	int nmem; /* rank 0's peak by category, as the report lists them */
 	struct mg_prof_metric *prof;
@@ -226,6 +251,10 @@ struct mg_sweep_point {
 	double t_med, t_min, t_max; /* the time metric */
 	double sps, acc;	    /* medians; acc NAN when not evaluated */
 	double mem_peak;	    /* largest over repeats */
+	double step_med, tps;	    /* medians: steady step s, tokens/s */
+	double h2d, d2h;	    /* medians: rank 0's bytes */
+	double *mem_cat;	    /* per sweep mem category: largest */
+	double *tmet;		    /* per plan test_metrics: medians */
 	double phase[MG_PH_COUNT], step_mean; /* medians of the per-step
 						  means */
 	double *eff;  /* per relative_to: percent, NAN without reference */
@@ -239,6 +268,10 @@ struct mg_sweep {
 	char dir[4096];		   /* the sweep directory */
 	struct mg_sweep_run *runs; /* npoints x repeats, point-major */
 	struct mg_sweep_point *pts;
+	/* rank 0's memory categories over every run, in first-seen order
+	 * ("total" and "host_pinned" left out) */
+	char **mem_cats;
+	int nmem_cats;
 };
 
 #define MG_SWEEP_RUN(sw, point, rep)                                           \

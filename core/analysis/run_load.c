@@ -419,6 +419,7 @@ static double col_sum(const struct mg_csv *c, const char *name)
 static void load_ranks(struct mg_run *r, const cJSON *ranks)
 {
 	const cJSON *rk;
+	double tokens = 0;
 	cJSON_ArrayForEach(rk, ranks)
 	{
 		const cJSON *mem = cJSON_GetObjectItemCaseSensitive(
@@ -426,6 +427,9 @@ static void load_ranks(struct mg_run *r, const cJSON *ranks)
 		double total = num(mem, "total", 0);
 		if (total > r->mem_peak)
 			r->mem_peak = total;
+		const cJSON *cnt =
+			cJSON_GetObjectItemCaseSensitive(rk, "counters");
+		tokens += num(cnt, "tokens_computed", 0);
 		if (num(rk, "rank", -1) != 0)
 			continue;
 		const cJSON *tm =
@@ -441,6 +445,7 @@ static void load_ranks(struct mg_run *r, const cJSON *ranks)
 		const cJSON *ct =
 			cJSON_GetObjectItemCaseSensitive(rk, "counters");
 		r->h2d_bytes = num(ct, "h2d_bytes", 0);
+		r->d2h_bytes = num(ct, "d2h_bytes", 0);
 		const cJSON *m;
 		/* a second rank 0 (a malformed report) replaces the first */
 		for (int i = 0; i < r->nmem; i++)
@@ -457,6 +462,8 @@ static void load_ranks(struct mg_run *r, const cJSON *ranks)
 			r->mem[r->nmem++].v = m->valuedouble;
 		}
 	}
+	r->tokens_per_s =
+		tokens > 0 && r->train_s > 0 ? tokens / r->train_s : NAN;
 }
 
 /* An epoch's declared test metrics, replacing an earlier epoch's. */
@@ -551,7 +558,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	memset(r, 0, sizeof *r);
 	r->dir = strdup(dir);
 	r->test_acc = r->train_s = r->samples_per_s = r->step_median = NAN;
-	r->step_mean = r->window_s = NAN;
+	r->step_mean = r->window_s = r->tokens_per_s = NAN;
 	snprintf(path, sizeof path, "%s/report.json", dir);
 	char *text;
 	int got = slurp(path, MG_REPORT_MAX_BYTES, &text, &len);

@@ -66,8 +66,13 @@ void mg_sweep_plan_print(const struct mg_sweep_plan *p, FILE *f)
 		mg_sweep_point_values(p, pt, vi);
 		fprintf(f, ";   %-28s", id);
 		for (int a = 0; a < p->naxes; a++)
-			fprintf(f, " %s=%s", p->axes[a].key,
-				p->axes[a].values[vi[a]]);
+			for (int j = 0;
+			     j < mg_sweep_axis_nsets(&p->axes[a], vi[a]); j++) {
+				char *set = mg_sweep_axis_set(&p->axes[a],
+							      vi[a], j);
+				fprintf(f, " %s", set);
+				free(set);
+			}
 		fputc('\n', f);
 	}
 }
@@ -102,8 +107,13 @@ static void sweep_free(struct mg_sweep *sw)
 	for (int pt = 0; sw->pts && pt < p->npoints; pt++) {
 		free(sw->pts[pt].eff);
 		free(sw->pts[pt].prof);
+		free(sw->pts[pt].mem_cat);
+		free(sw->pts[pt].tmet);
 	}
 	free(sw->pts);
+	for (int k = 0; k < sw->nmem_cats; k++)
+		free(sw->mem_cats[k]);
+	free(sw->mem_cats);
 	free(sw->runs);
 }
 

@@ -8,6 +8,7 @@
  * the ZeRO-Offload I/O study's "PCIe activity between host and GPU
  * memory over time".
  */
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -398,7 +399,7 @@ static int bar_chart(const char *path, const char *title, const char *sub,
 			}
 			x += w;
 		}
-		if (!percent && sum > 0) {
+		if (!percent && (sum > 0 || nseg == 1)) {
 			char b[32];
 			snprintf(b, sizeof b, "%.3g", sum);
 			mg_svg_text(&s, x + 4, y + 12, 10, "start", 0, false,
@@ -881,6 +882,135 @@ static int traffic_chart(const struct mg_sweep *sw, FILE *log)
 #undef BINS
 }
 
+/* One horizontal bar per point (first repeat's label), nseg segments
+ * from get(sw, pt, k); a point whose segments are all NAN is left out.
+ * Nothing is written when no point has a value. */
+static int point_bars(const struct mg_sweep *sw, FILE *log, const char *file,
+		      const char *title, const char *sub, const char *xtitle,
+		      const char *const *names, int nseg,
+		      double (*get)(const struct mg_sweep *, int, int, void *),
+		      void *arg)
+{
+	const struct mg_sweep_plan *p = sw->plan;
+	char **rows = mgc_calloc((size_t)p->npoints + 1, sizeof *rows);
+	double *seg = mgc_calloc((size_t)(p->npoints * nseg) + 1, sizeof *seg);
+	const char **colors = mgc_calloc((size_t)nseg + 1, sizeof *colors);
+	int n = 0, rc = 0;
+	for (int k = 0; k < nseg; k++)
+		colors[k] = mg_svg_color(k);
+	for (int pt = 0; pt < p->npoints; pt++) {
+		bool any = false;
+		for (int k = 0; k < nseg; k++) {
+			double v = sw->pts[pt].nok ? get(sw, pt, k, arg) : NAN;
+			any = any || !isnan(v);
+			seg[n * nseg + k] = isnan(v) ? 0 : v;
+		}
+		if (!any)
+			continue;
+		char label[512];
+		mg_sweep_point_label(p, pt, -1, label, sizeof label);
+		rows[n++] = mgc_strdup(label);
+	}
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s", sw->dir, file);
+	if (n) {
+		rc = bar_chart(path, title, sub, xtitle, rows, n, seg,
+			       nseg == 1 ? &xtitle : names, colors, nseg,
+			       false);
+		if (!rc)
+			fprintf(log, "  %s\n", path);
+	}
+	for (int r = 0; r < n; r++)
+		free(rows[r]);
+	free(rows);
+	free(seg);
+	free(colors);
+	return rc;
+}
+
+static double get_step(const struct mg_sweep *sw, int pt, int k, void *a)
+{
+	(void)k, (void)a;
+	return sw->pts[pt].step_med;
+}
+
+static double get_tps(const struct mg_sweep *sw, int pt, int k, void *a)
+{
+	(void)k, (void)a;
+	return sw->pts[pt].tps;
+}
+
+static double get_mem(const struct mg_sweep *sw, int pt, int k, void *a)
+{
+	(void)a;
+	return sw->pts[pt].mem_cat[k] / (1024.0 * 1024.0);
+}
+
+static double get_xfer(const struct mg_sweep *sw, int pt, int k, void *a)
+{
+	(void)a;
+	double v = k ? sw->pts[pt].d2h : sw->pts[pt].h2d;
+	return v / 1e6;
+}
+
+static double get_tmet(const struct mg_sweep *sw, int pt, int k, void *a)
+{
+	(void)k;
+	return sw->pts[pt].tmet[*(int *)a];
+}
+
+/*
+ * The per-point charts of the report's numbers: step.svg (steady step
+ * median), tokens_per_s.svg, memory_peak.svg (rank 0's peak per memory
+ * category, stacked), transfers.svg (h2d and d2h bytes) and one
+ * test_<metric>.svg per [sweep] test_metrics entry.
+ */
+static int point_charts(const struct mg_sweep *sw, FILE *log)
+{
+	const struct mg_sweep_plan *p = sw->plan;
+	static const char *const one[] = {""};
+	static const char *const xfer[] = {"host to device", "device to host"};
+	int rc = 0;
+	rc |= point_bars(sw, log, "step.svg", "Step time",
+			 "median seconds of the steady steps (median over "
+			 "repeats)",
+			 "seconds per step", one, 1, get_step, NULL);
+	rc |= point_bars(sw, log, "tokens_per_s.svg", "Tokens per second",
+			 "tokens of the rows trained on (padding left out, "
+			 "all ranks) per second of training steps",
+			 "tokens/s", one, 1, get_tps, NULL);
+	if (sw->nmem_cats)
+		rc |= point_bars(sw, log, "memory_peak.svg",
+				 "Peak device memory by category",
+				 "rank 0's peak of each category in MiB "
+				 "(largest over repeats); the peaks may fall "
+				 "at different times, so the bar can exceed "
+				 "the total's peak",
+				 "MiB", (const char *const *)sw->mem_cats,
+				 sw->nmem_cats, get_mem, NULL);
+	rc |= point_bars(sw, log, "transfers.svg", "Host-device traffic",
+			 "rank 0's bytes copied over the run, in MB (median "
+			 "over repeats)",
+			 "MB", xfer, 2, get_xfer, NULL);
+	for (int i = 0; i < p->ntest; i++) {
+		char file[300], title[300];
+		snprintf(file, sizeof file, "test_");
+		size_t len = strlen(file);
+		for (const char *c = p->test_metrics[i];
+		     *c && len + 5 < sizeof file; c++)
+			file[len++] = isalnum((unsigned char)*c) ? *c : '_';
+		snprintf(file + len, sizeof file - len, ".svg");
+		snprintf(title, sizeof title, "Held-out %s",
+			 p->test_metrics[i]);
+		rc |= point_bars(sw, log, file, title,
+				 "the model's declared test metric after the "
+				 "last evaluation (median over repeats); "
+				 "points without it are left out",
+				 p->test_metrics[i], one, 1, get_tmet, &i);
+	}
+	return rc;
+}
+
 int mg_sweep_charts(const struct mg_sweep *sw, FILE *log)
 {
 	int rc = 0;
@@ -889,5 +1019,6 @@ int mg_sweep_charts(const struct mg_sweep *sw, FILE *log)
 	rc |= profile_chart(sw, log);
 	rc |= memory_chart(sw, log);
 	rc |= traffic_chart(sw, log);
+	rc |= point_charts(sw, log);
 	return rc ? -1 : 0;
 }

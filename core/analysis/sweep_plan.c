@@ -16,8 +16,8 @@
 #define MAX_RUNS 10000 /* points x repeats */
 
 static const char *const option_names[] = {
-	"repeats",	   "x",	    "series", "relative_to", "metric",
-	"profile_metrics", "title",
+	"repeats",	   "x",	    "series",	    "relative_to", "metric",
+	"profile_metrics", "title", "test_metrics",
 };
 #define NOPTIONS (sizeof option_names / sizeof *option_names)
 
@@ -98,15 +98,169 @@ static char *axis_label(const char *key)
 	return mgc_strdup(dot + 1);
 }
 
+/* ---- group axes: NAME = V1, V2 with a section [sweep.NAME.V] each -- */
+
+#define GROUP_PREFIX "sweep."
+
+/* Does cfg have a section [sweep.name.VALUE]? */
+static bool has_group(const struct mg_config *cfg, const char *name)
+{
+	size_t pl = strlen(GROUP_PREFIX), nl = strlen(name);
+	for (size_t i = 0; cfg && i < cfg->nsections; i++) {
+		const char *s = cfg->sections[i]->name;
+		if (!strncmp(s, GROUP_PREFIX, pl) &&
+		    !strncmp(s + pl, name, nl) && s[pl + nl] == '.' &&
+		    s[pl + nl + 1])
+			return true;
+	}
+	return false;
+}
+
+static void free_groups(struct mg_sweep_group *g, int n)
+{
+	for (int i = 0; g && i < n; i++) {
+		free_list(g[i].sets, g[i].n);
+		free_list(g[i].where, g[i].n);
+	}
+	free(g);
+}
+
+static bool reserved(const char *key)
+{
+	for (size_t i = 0; i < sizeof reserved_axes / sizeof *reserved_axes;
+	     i++)
+		if (!strcmp(key, reserved_axes[i]))
+			return true;
+	return false;
+}
+
+/* The entries of [sweep.name.value] into g; -1 when there is no such
+ * section (problems of its entries are added to d, at their lines). */
+static int read_group(const struct mg_config *cfg, const char *name,
+		      const char *value, struct mg_sweep_group *g,
+		      struct mg_diag *d)
+{
+	char *sname = mgc_asprintf(GROUP_PREFIX "%s.%s", name, value);
+	const struct mg_config_section *s = mg_config_section(cfg, sname);
+	memset(g, 0, sizeof *g);
+	if (!s) {
+		free(sname);
+		return -1;
+	}
+	if (!s->nentries)
+		mg_diag_add(d, &s->loc, sname, NULL,
+			    "sets nothing: give SECTION.KEY = VALUE lines "
+			    "(what the sweep value '%s' sets, as --set)",
+			    value);
+	g->sets = mgc_calloc(s->nentries + 1, sizeof *g->sets);
+	g->where = mgc_calloc(s->nentries + 1, sizeof *g->where);
+	for (size_t i = 0; i < s->nentries; i++) {
+		const struct mg_config_entry *e = s->entries[i];
+		const char *dot = strchr(e->key, '.');
+		if (!dot || dot == e->key || !dot[1] || strchr(dot + 1, '.')) {
+			mg_diag_add(
+				d, &e->loc, sname, e->key,
+				"expected SECTION.KEY = VALUE (like --set)");
+			continue;
+		}
+		if (reserved(e->key)) {
+			mg_diag_add(d, &e->loc, sname, e->key,
+				    "cannot be set per point: the sweep sets "
+				    "it for every point");
+			continue;
+		}
+		g->sets[g->n] = mgc_asprintf("%s=%s", e->key, e->value);
+		g->where[g->n++] = loc_text(&e->loc);
+	}
+	free(sname);
+	return 0;
+}
+
+int mg_sweep_axis_nsets(const struct mg_sweep_axis *a, int v)
+{
+	return a->groups ? a->groups[v].n : 1;
+}
+
+char *mg_sweep_axis_set(const struct mg_sweep_axis *a, int v, int i)
+{
+	if (a->groups)
+		return mgc_strdup(a->groups[v].sets[i]);
+	return mgc_asprintf("%s=%s", a->key, a->values[v]);
+}
+
+/* Every [sweep.X.Y] section must belong to a group axis X; a key a group
+ * sets must not be an axis of its own (which would win is the order of
+ * the axes: say so instead). */
+static void check_groups(const struct mg_sweep_plan *p,
+			 const struct mg_config *cfg, struct mg_diag *d)
+{
+	size_t pl = strlen(GROUP_PREFIX);
+	for (size_t i = 0; cfg && i < cfg->nsections; i++) {
+		const struct mg_config_section *s = cfg->sections[i];
+		if (strncmp(s->name, GROUP_PREFIX, pl))
+			continue;
+		const char *nm = s->name + pl, *dot = strchr(nm, '.');
+		if (!dot || dot == nm || !dot[1]) {
+			mg_diag_add(d, &s->loc, s->name, NULL,
+				    "a group section is [sweep.AXIS.VALUE]");
+			continue;
+		}
+		/* an axis of [sweep] (rejected or not: its own message
+		 * says why), or of --sweep */
+		const struct mg_config_section *sw =
+			mg_config_section(cfg, "sweep");
+		bool found = false;
+		for (size_t e = 0; sw && e < sw->nentries && !found; e++)
+			found = strlen(sw->entries[e]->key) ==
+					(size_t)(dot - nm) &&
+				!strncmp(sw->entries[e]->key, nm,
+					 (size_t)(dot - nm));
+		for (int a = 0; a < p->naxes && !found; a++)
+			found = p->axes[a].groups &&
+				strlen(p->axes[a].key) == (size_t)(dot - nm) &&
+				!strncmp(p->axes[a].key, nm,
+					 (size_t)(dot - nm));
+		if (!found)
+			mg_diag_add(d, &s->loc, s->name, NULL,
+				    "no group axis '%.*s' in [sweep] (give "
+				    "%.*s = %s, ... there)",
+				    (int)(dot - nm), nm, (int)(dot - nm), nm,
+				    dot + 1);
+	}
+	for (int a = 0; a < p->naxes; a++) {
+		const struct mg_sweep_axis *ax = &p->axes[a];
+		for (int v = 0; ax->groups && v < ax->nvalues; v++)
+			for (int j = 0; j < ax->groups[v].n; j++)
+				for (int b = 0; b < p->naxes; b++) {
+					size_t kl = strlen(p->axes[b].key);
+					const char *set = ax->groups[v].sets[j];
+					if (b == a || p->axes[b].groups ||
+					    strncmp(set, p->axes[b].key, kl) ||
+					    set[kl] != '=')
+						continue;
+					mg_diag_add(
+						d, NULL, NULL, NULL,
+						"%s: [sweep.%s.%s] %.*s: also "
+						"the axis %s (%s): set it "
+						"in one place",
+						ax->groups[v].where[j], ax->key,
+						ax->values[v], (int)kl, set,
+						p->axes[b].key,
+						p->axes[b].where);
+				}
+	}
+}
+
 /* Add (or replace, by key) an axis from "V1, V2, ..." text. Values are
  * separated by commas, or by '|' when there is one (values that are
  * lists themselves: model.hidden = 128,64 | 256,128). */
-static void add_axis(struct mg_sweep_plan *p, const char *key,
-		     const char *values, const char *where,
+static void add_axis(struct mg_sweep_plan *p, const struct mg_config *cfg,
+		     const char *key, const char *values, const char *where,
 		     const struct mg_loc *loc, const char *arg,
 		     struct mg_diag *d)
 {
 	const char *dot = strchr(key, '.');
+	bool group = !dot && has_group(cfg, key);
 #define AXIS_ERR(...)                                                          \
 	do {                                                                   \
 		char *m_ = mgc_asprintf(__VA_ARGS__);                          \
@@ -117,8 +271,10 @@ static void add_axis(struct mg_sweep_plan *p, const char *key,
 				    arg, m_);                                  \
 		free(m_);                                                      \
 	} while (0)
-	if (!dot || dot == key || !dot[1] || strchr(dot + 1, '.')) {
-		AXIS_ERR("an axis is SECTION.KEY = V1, V2, ... (like --set)");
+	if (!group && (!dot || dot == key || !dot[1] || strchr(dot + 1, '.'))) {
+		AXIS_ERR("an axis is SECTION.KEY = V1, V2, ... (like --set), "
+			 "or NAME = V1, V2, ... with a section "
+			 "[sweep.NAME.V] per value (a group axis)");
 		return;
 	}
 	for (size_t i = 0; i < sizeof reserved_axes / sizeof *reserved_axes;
@@ -147,15 +303,35 @@ static void add_axis(struct mg_sweep_plan *p, const char *key,
 				free_list(v, n);
 				return;
 			}
+	struct mg_sweep_group *groups = NULL;
+	if (group) {
+		groups = mgc_calloc((size_t)n, sizeof *groups);
+		int bad_groups = 0;
+		for (int i = 0; i < n; i++)
+			if (read_group(cfg, key, v[i], &groups[i], d) < 0) {
+				AXIS_ERR("value '%s': no section [sweep.%s.%s] "
+					 "saying what it sets",
+					 v[i], key, v[i]);
+				bad_groups++;
+			}
+		if (bad_groups) {
+			free_groups(groups, n);
+			free_list(v, n);
+			return;
+		}
+	}
 	struct mg_sweep_axis *a = NULL;
 	for (int i = 0; i < p->naxes; i++)
 		if (!strcmp(p->axes[i].key, key))
 			a = &p->axes[i];
 	if (a) { /* --sweep replaces the file's axis, in its place */
+		free_groups(a->groups, a->nvalues);
+		a->groups = NULL;
 		free_list(a->values, a->nvalues);
 		free(a->where);
 	} else if (p->naxes == MG_SWEEP_MAX_AXES) {
 		AXIS_ERR("more than %d axes", MG_SWEEP_MAX_AXES);
+		free_groups(groups, n);
 		free_list(v, n);
 		return;
 	} else {
@@ -164,13 +340,14 @@ static void add_axis(struct mg_sweep_plan *p, const char *key,
 		a = &p->axes[p->naxes++];
 		memset(a, 0, sizeof *a);
 		a->key = mgc_strdup(key);
-		a->label = axis_label(key);
+		a->label = group ? mgc_strdup(key) : axis_label(key);
 	}
 #undef AXIS_ERR
 	a->values = v;
 	a->nvalues = n;
 	a->where = mgc_strdup(where);
-	a->numeric = true;
+	a->groups = groups;
+	a->numeric = !group;
 	for (int i = 0; i < n; i++)
 		a->numeric = a->numeric && is_number(v[i]);
 }
@@ -306,6 +483,17 @@ static void parse_option(struct mg_sweep_plan *p,
 			free(p->metric);
 			p->metric = mgc_strdup(v);
 		}
+	} else if (!strcmp(k, "test_metrics")) {
+		char **m;
+		int bad = 0, n = split(v, ',', &m, &bad);
+		if (n < 0) {
+			mg_diag_add(d, &e->loc, "sweep", k, "empty item %d",
+				    bad);
+			return;
+		}
+		free_list(p->test_metrics, p->ntest);
+		p->test_metrics = m;
+		p->ntest = n;
 	} else if (!strcmp(k, "profile_metrics")) {
 		char **m;
 		int bad = 0, n = split(v, ',', &m, &bad);
@@ -342,10 +530,10 @@ int mg_sweep_plan_build(struct mg_sweep_plan *p, const struct mg_config *cfg,
 	/* Axes: the file's in order, then --sweep. */
 	for (size_t i = 0; s && i < s->nentries; i++) {
 		const struct mg_config_entry *e = s->entries[i];
-		if (!strchr(e->key, '.'))
+		if (!strchr(e->key, '.') && !has_group(cfg, e->key))
 			continue;
 		char *where = loc_text(&e->loc);
-		add_axis(p, e->key, e->value, where, &e->loc, NULL, d);
+		add_axis(p, cfg, e->key, e->value, where, &e->loc, NULL, d);
 		free(where);
 	}
 	for (int i = 0; i < nsweeps; i++) {
@@ -360,7 +548,7 @@ int mg_sweep_plan_build(struct mg_sweep_plan *p, const struct mg_config *cfg,
 			char *key =
 				trim_dup(sweeps[i], (size_t)(eq - sweeps[i]));
 			char *vals = trim_dup(eq + 1, strlen(eq + 1));
-			add_axis(p, key, vals, where, NULL, sweeps[i], d);
+			add_axis(p, cfg, key, vals, where, NULL, sweeps[i], d);
 			free(key);
 			free(vals);
 		}
@@ -369,7 +557,7 @@ int mg_sweep_plan_build(struct mg_sweep_plan *p, const struct mg_config *cfg,
 	/* Options. */
 	for (size_t i = 0; s && i < s->nentries; i++) {
 		const struct mg_config_entry *e = s->entries[i];
-		if (strchr(e->key, '.'))
+		if (strchr(e->key, '.') || has_group(cfg, e->key))
 			continue;
 		bool known = false;
 		for (size_t j = 0; j < NOPTIONS; j++)
@@ -388,9 +576,11 @@ int mg_sweep_plan_build(struct mg_sweep_plan *p, const struct mg_config *cfg,
 				    "unknown key '%s' (axes are SECTION.KEY; "
 				    "options: repeats, x, series, "
 				    "relative_to, metric, profile_metrics, "
-				    "title)",
-				    e->key);
+				    "title, test_metrics; a group axis needs "
+				    "[sweep.%s.VALUE] sections)",
+				    e->key, e->key);
 	}
+	check_groups(p, cfg, d);
 	if (p->series == -1 && p->naxes > 1)
 		p->series = p->x == 0 ? 1 : 0;
 	if (p->series == -2 || p->series == p->x)
@@ -414,6 +604,7 @@ void mg_sweep_plan_free(struct mg_sweep_plan *p)
 		free(p->axes[i].key);
 		free(p->axes[i].label);
 		free(p->axes[i].where);
+		free_groups(p->axes[i].groups, p->axes[i].nvalues);
 		free_list(p->axes[i].values, p->axes[i].nvalues);
 	}
 	free(p->axes);
@@ -421,6 +612,7 @@ void mg_sweep_plan_free(struct mg_sweep_plan *p)
 		free(p->rel[i].text);
 	free(p->rel);
 	free_list(p->profile_metrics, p->nprofile);
+	free_list(p->test_metrics, p->ntest);
 	free(p->metric);
 	free(p->title);
 	memset(p, 0, sizeof *p);

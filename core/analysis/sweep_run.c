@@ -45,18 +45,21 @@ static void sets_make(struct point_sets *ps, const struct mg_sweep_plan *p,
 		      int point, const char *const *sets, int nsets,
 		      const char *out_dir, const char *name)
 {
-	int vi[MG_SWEEP_MAX_AXES];
+	int vi[MG_SWEEP_MAX_AXES], total = 0;
 	mg_sweep_point_values(p, point, vi);
-	ps->v = mgc_calloc((size_t)(nsets + p->naxes + 2), sizeof *ps->v);
-	ps->own = mgc_calloc((size_t)(p->naxes + 2), sizeof *ps->own);
+	for (int a = 0; a < p->naxes; a++)
+		total += mg_sweep_axis_nsets(&p->axes[a], vi[a]);
+	ps->v = mgc_calloc((size_t)(nsets + total + 2), sizeof *ps->v);
+	ps->own = mgc_calloc((size_t)(total + 2), sizeof *ps->own);
 	ps->n = ps->nown = 0;
 	for (int i = 0; i < nsets; i++)
 		ps->v[ps->n++] = sets[i];
-	for (int a = 0; a < p->naxes; a++) {
-		char *s = mgc_asprintf("%s=%s", p->axes[a].key,
-				       p->axes[a].values[vi[a]]);
-		ps->v[ps->n++] = ps->own[ps->nown++] = s;
-	}
+	for (int a = 0; a < p->naxes; a++)
+		for (int j = 0; j < mg_sweep_axis_nsets(&p->axes[a], vi[a]);
+		     j++) {
+			char *s = mg_sweep_axis_set(&p->axes[a], vi[a], j);
+			ps->v[ps->n++] = ps->own[ps->nown++] = s;
+		}
 	if (out_dir) {
 		char *s = mgc_asprintf("run.out_dir=%s", out_dir);
 		ps->v[ps->n++] = ps->own[ps->nown++] = s;
@@ -173,15 +176,28 @@ static void add_line(struct problems *l, const struct mg_sweep_plan *p,
 {
 	for (int a = 0; a < p->naxes; a++) {
 		const struct mg_sweep_axis *ax = &p->axes[a];
-		const char *v = ax->values[vi[a]];
-		size_t kl = strlen(ax->key), vl = strlen(v);
-		if (strncmp(line, "--set ", 6) ||
-		    strncmp(line + 6, ax->key, kl) || line[6 + kl] != '=' ||
-		    strncmp(line + 7 + kl, v, vl) ||
-		    strncmp(line + 7 + kl + vl, ": ", 2))
-			continue;
-		add_problem(l, p, a, vi[a], line + 9 + kl + vl);
-		return;
+		for (int j = 0; j < mg_sweep_axis_nsets(ax, vi[a]); j++) {
+			/* "--set KEY=VALUE: message" */
+			char *set = mg_sweep_axis_set(ax, vi[a], j);
+			size_t sl = strlen(set);
+			bool mine = !strncmp(line, "--set ", 6) &&
+				    !strncmp(line + 6, set, sl) &&
+				    !strncmp(line + 6 + sl, ": ", 2);
+			free(set);
+			if (!mine)
+				continue;
+			if (ax->groups) { /* at the group entry's line */
+				char *m = mgc_asprintf(
+					"%s: [sweep.%s.%s] %s",
+					ax->groups[vi[a]].where[j], ax->key,
+					ax->values[vi[a]], line + 6);
+				add_problem(l, p, -1, 0, m);
+				free(m);
+			} else {
+				add_problem(l, p, a, vi[a], line + 8 + sl);
+			}
+			return;
+		}
 	}
 	add_problem(l, p, -1, 0, line);
 }

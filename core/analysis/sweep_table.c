@@ -51,10 +51,49 @@ static double prof_seconds(const struct mg_run *r, const char *name)
 	return NAN;
 }
 
+static double mem_of(const struct mg_run *r, const char *name)
+{
+	for (int i = 0; i < r->nmem; i++)
+		if (!strcmp(r->mem[i].name, name))
+			return r->mem[i].v;
+	return NAN;
+}
+
+static double tmet_of(const struct mg_run *r, const char *name)
+{
+	for (int i = 0; i < r->ntmet; i++)
+		if (!strcmp(r->tmet[i].name, name))
+			return r->tmet[i].v;
+	return NAN;
+}
+
+/* The memory categories of every loaded run, in first-seen order. */
+static void collect_mem_cats(struct mg_sweep *sw)
+{
+	const struct mg_sweep_plan *p = sw->plan;
+	for (int i = 0; i < p->npoints * p->repeats; i++) {
+		const struct mg_sweep_run *sr = &sw->runs[i];
+		for (int k = 0; has_run(sr) && k < sr->run.nmem; k++) {
+			const char *n = sr->run.mem[k].name;
+			bool seen = !strcmp(n, "total") ||
+				    !strcmp(n, "host_pinned");
+			for (int j = 0; j < sw->nmem_cats && !seen; j++)
+				seen = !strcmp(sw->mem_cats[j], n);
+			if (seen)
+				continue;
+			sw->mem_cats = mgc_realloc(
+				sw->mem_cats, (size_t)(sw->nmem_cats + 1) *
+						      sizeof *sw->mem_cats);
+			sw->mem_cats[sw->nmem_cats++] = mgc_strdup(n);
+		}
+	}
+}
+
 void mg_sweep_summarise(struct mg_sweep *sw)
 {
 	const struct mg_sweep_plan *p = sw->plan;
 	sw->pts = mgc_calloc((size_t)p->npoints, sizeof *sw->pts);
+	collect_mem_cats(sw);
 	for (int pt = 0; pt < p->npoints; pt++) {
 		struct mg_sweep_point *s = &sw->pts[pt];
 		double t[1024];
@@ -79,6 +118,28 @@ void mg_sweep_summarise(struct mg_sweep *sw)
 		OVER_REPEATS(sw, pt, run->step_mean, s->step_mean);
 		for (int i = 0; i < MG_PH_COUNT; i++)
 			OVER_REPEATS(sw, pt, run->phase_step[i], s->phase[i]);
+		OVER_REPEATS(sw, pt, run->step_median, s->step_med);
+		OVER_REPEATS(sw, pt, run->tokens_per_s, s->tps);
+		OVER_REPEATS(sw, pt, run->h2d_bytes, s->h2d);
+		OVER_REPEATS(sw, pt, run->d2h_bytes, s->d2h);
+		s->mem_cat = mgc_calloc((size_t)sw->nmem_cats + 1,
+					sizeof *s->mem_cat);
+		for (int k = 0; k < sw->nmem_cats; k++) {
+			s->mem_cat[k] = NAN;
+			for (int r = 0; r < p->repeats; r++) {
+				const struct mg_sweep_run *sr =
+					MG_SWEEP_RUN(sw, pt, r);
+				double v = has_run(sr) ? mem_of(&sr->run,
+								sw->mem_cats[k])
+						       : NAN;
+				if (!(v <= s->mem_cat[k]))
+					s->mem_cat[k] = v;
+			}
+		}
+		s->tmet = mgc_calloc((size_t)p->ntest + 1, sizeof *s->tmet);
+		for (int i = 0; i < p->ntest; i++)
+			OVER_REPEATS(sw, pt, tmet_of(run, p->test_metrics[i]),
+				     s->tmet[i]);
 		s->prof = mgc_calloc((size_t)p->nprofile + 1, sizeof *s->prof);
 		for (int i = 0; i < p->nprofile; i++)
 			OVER_REPEATS(sw, pt,
@@ -191,8 +252,12 @@ static void build(const struct mg_sweep *sw, bool machine, struct table *t)
 {
 	const struct mg_sweep_plan *p = sw->plan;
 	bool prof = any_profile(sw), spread = p->repeats > 1 || machine;
+	bool tok = false;
+	for (int pt = 0; pt < p->npoints; pt++)
+		tok = tok || !isnan(sw->pts[pt].tps);
 	int nc = p->naxes + 6 + (spread ? 1 + machine : 0) + p->nrel +
-		 (machine ? MG_PH_COUNT : 0) + (prof ? p->nprofile : 0);
+		 (machine ? MG_PH_COUNT : 0) + (prof ? p->nprofile : 0) + 1 +
+		 tok + 2 + (machine ? sw->nmem_cats : 0) + p->ntest;
 	t->ncols = nc;
 	t->nrows = p->npoints;
 	t->head = mgc_calloc((size_t)nc, sizeof *t->head);
@@ -218,10 +283,20 @@ static void build(const struct mg_sweep *sw, bool machine, struct table *t)
 			t->head[c_max] = mgc_strdup("time_max_s");
 		}
 	}
-	int c_sps = c++, c_acc = c++, c_eff = c, c_mem, c_ph, c_prof, c_st;
+	int c_step = c++, c_sps = c++, c_tok = tok ? c++ : -1;
+	int c_acc = c++, c_tm = c, c_eff, c_mem, c_cat, c_xfer, c_ph, c_prof,
+	    c_st;
+	t->head[c_step] = mgc_strdup(machine ? "step_median_s" : "step [s]");
 	t->head[c_sps] = mgc_strdup(machine ? "samples_per_s" : "samples/s");
+	if (tok)
+		t->head[c_tok] =
+			mgc_strdup(machine ? "tokens_per_s" : "tokens/s");
 	t->head[c_acc] =
 		mgc_strdup(machine ? "test_accuracy_pct" : "test acc [%]");
+	for (int i = 0; i < p->ntest; i++)
+		t->head[c++] = mgc_asprintf(machine ? "test_%s" : "test %s",
+					    p->test_metrics[i]);
+	c_eff = c;
 	for (int k = 0; k < p->nrel; k++)
 		t->head[c++] = mgc_asprintf(machine ? "efficiency_vs_%s_pct"
 						    : "eff. vs %s [%%]",
@@ -229,6 +304,13 @@ static void build(const struct mg_sweep *sw, bool machine, struct table *t)
 	c_mem = c++;
 	t->head[c_mem] = mgc_strdup(machine ? "peak_device_memory_bytes"
 					    : "peak mem [MiB]");
+	c_cat = c;
+	for (int k = 0; machine && k < sw->nmem_cats; k++)
+		t->head[c++] = mgc_asprintf("peak_%s_bytes", sw->mem_cats[k]);
+	c_xfer = c;
+	c += 2;
+	t->head[c_xfer] = mgc_strdup(machine ? "h2d_bytes" : "h2d [MB]");
+	t->head[c_xfer + 1] = mgc_strdup(machine ? "d2h_bytes" : "d2h [MB]");
 	c_ph = c;
 	for (int i = 0; machine && i < MG_PH_COUNT; i++)
 		t->head[c++] = mgc_asprintf("%s_s_per_step", mg_phase_names[i]);
@@ -264,9 +346,21 @@ static void build(const struct mg_sweep *sw, bool machine, struct table *t)
 		} else if (spread) {
 			cell(t, pt, c_min, "-");
 		}
+		sec_cell(t, pt, c_step, machine, s->step_med);
 		num_cell(t, pt, c_sps, machine, s->sps,
 			 s->sps >= 100 ? "%.0f" : "%.3g");
+		if (tok)
+			num_cell(t, pt, c_tok, machine, s->tps,
+				 s->tps >= 100 ? "%.0f" : "%.3g");
 		num_cell(t, pt, c_acc, machine, 100 * s->acc, "%.2f");
+		for (int i = 0; i < p->ntest; i++)
+			num_cell(t, pt, c_tm + i, machine, s->tmet[i], "%.4g");
+		for (int k = 0; machine && k < sw->nmem_cats; k++)
+			num_cell(t, pt, c_cat + k, true, s->mem_cat[k], "");
+		num_cell(t, pt, c_xfer, machine,
+			 machine ? s->h2d : s->h2d / 1e6, "%.3g");
+		num_cell(t, pt, c_xfer + 1, machine,
+			 machine ? s->d2h : s->d2h / 1e6, "%.3g");
 		for (int k = 0; k < p->nrel; k++)
 			num_cell(t, pt, c_eff + k, machine, s->eff[k], "%.0f");
 		num_cell(t, pt, c_mem, machine,
@@ -465,6 +559,15 @@ static cJSON *run_json(const struct mg_sweep_run *sr, int rep)
 	add_num(o, "step_median_s", r->step_median);
 	add_num(o, "test_accuracy", r->test_acc);
 	add_num(o, "peak_device_memory_bytes", r->mem_peak);
+	add_num(o, "tokens_per_s", r->tokens_per_s);
+	add_num(o, "h2d_bytes", r->h2d_bytes);
+	add_num(o, "d2h_bytes", r->d2h_bytes);
+	cJSON *mem = cJSON_AddObjectToObject(o, "memory_peak_bytes");
+	for (int i = 0; i < r->nmem; i++)
+		add_num(mem, r->mem[i].name, r->mem[i].v);
+	cJSON *tm = cJSON_AddObjectToObject(o, "test_metrics");
+	for (int i = 0; i < r->ntmet; i++)
+		add_num(tm, r->tmet[i].name, r->tmet[i].v);
 	cJSON_AddNumberToObject(o, "world", r->world);
 	return o;
 }
@@ -481,6 +584,16 @@ static cJSON *summary_json(const struct mg_sweep *sw, int pt)
 	add_num(o, "samples_per_s", s->sps);
 	add_num(o, "test_accuracy", s->acc);
 	add_num(o, "peak_device_memory_bytes", s->mem_peak);
+	add_num(o, "step_median_s", s->step_med);
+	add_num(o, "tokens_per_s", s->tps);
+	add_num(o, "h2d_bytes", s->h2d);
+	add_num(o, "d2h_bytes", s->d2h);
+	cJSON *mem = cJSON_AddObjectToObject(o, "memory_peak_bytes");
+	for (int k = 0; k < sw->nmem_cats; k++)
+		add_num(mem, sw->mem_cats[k], s->mem_cat[k]);
+	cJSON *tm = cJSON_AddObjectToObject(o, "test_metrics");
+	for (int i = 0; i < p->ntest; i++)
+		add_num(tm, p->test_metrics[i], s->tmet[i]);
 	cJSON *e = cJSON_AddObjectToObject(o, "efficiency_pct");
 	for (int k = 0; k < p->nrel; k++)
 		add_num(e, p->rel[k].text, s->eff[k]);
@@ -522,11 +635,28 @@ int mg_sweep_write_json(const struct mg_sweep *sw, const char *path)
 			cJSON_CreateStringArray(
 				(const char *const *)p->axes[a].values,
 				p->axes[a].nvalues));
+		if (p->axes[a].groups) { /* what each value sets */
+			cJSON *g = cJSON_AddObjectToObject(o, "sets");
+			for (int v = 0; v < p->axes[a].nvalues; v++)
+				cJSON_AddItemToObject(
+					g, p->axes[a].values[v],
+					cJSON_CreateStringArray(
+						(const char *const *)p->axes[a]
+							.groups[v]
+							.sets,
+						p->axes[a].groups[v].n));
+		}
 		cJSON_AddItemToArray(axes, o);
 	}
 	cJSON *rel = cJSON_AddArrayToObject(root, "relative_to");
 	for (int k = 0; k < p->nrel; k++)
 		cJSON_AddItemToArray(rel, cJSON_CreateString(p->rel[k].text));
+	cJSON_AddItemToObject(
+		root, "test_metrics",
+		p->ntest ? cJSON_CreateStringArray(
+				   (const char *const *)p->test_metrics,
+				   p->ntest)
+			 : cJSON_CreateArray());
 	cJSON_AddItemToObject(
 		root, "profile_metrics",
 		cJSON_CreateStringArray((const char *const *)p->profile_metrics,

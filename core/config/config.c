@@ -690,13 +690,22 @@ size_t mg_config_check_sections(const struct mg_config *cfg,
 		const struct mg_config_section *s = cfg->sections[i];
 		const char *hint;
 
-		for (j = 0; j < n; j++)
-			if (strcmp(s->name, known[j]) == 0)
+		for (j = 0; j < n; j++) {
+			size_t kl = strlen(known[j]);
+			/* "sweep.*": any section whose name starts "sweep." */
+			if (kl >= 2 && !strcmp(known[j] + kl - 2, ".*")
+				    ? !strncmp(s->name, known[j], kl - 1)
+				    : !strcmp(s->name, known[j]))
 				break;
+		}
 		if (j < n)
 			continue;
 		unknown++;
-		hint = mg_suggest(s->name, known, n);
+		/* patterns are not names to suggest */
+		size_t nn = 0;
+		while (nn < n && !strstr(known[nn], ".*"))
+			nn++;
+		hint = mg_suggest(s->name, known, nn);
 		if (hint)
 			mg_diag_add(diag, &s->loc, s->name, NULL,
 				    "unknown section (did you mean [%s]?)",

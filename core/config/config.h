@@ -154,7 +154,9 @@ char *mg_config_resolve_path(const struct mg_config *cfg,
 			     const struct mg_config_entry *e);
 /*
  * Add "unknown section [x] (did you mean [y]?)" for every section whose
- * name is not in known[0..n). Returns how many were unknown.
+ * name is not in known[0..n). Known names may end with patterns, after
+ * the plain names: "sweep.*" admits every section named "sweep.<...>"
+ * (a sweep's group sections). Returns how many were unknown.
  */
 size_t mg_config_check_sections(const struct mg_config *cfg,
 				const char *const *known, size_t n,

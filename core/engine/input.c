@@ -154,7 +154,7 @@ static size_t read_tokens(struct mg_trainer *t, enum mg_split split, int slot,
 		mg_error_prefix("dataset '%s' read", dname);
 		return 0;
 	}
-	int64_t longest = 1, counted = 0;
+	int64_t longest = 1, counted = 0, row_tokens = 0;
 	for (int64_t i = 0; i < n; i++) {
 		if (lens[i] < 1 || lens[i] > L) {
 			mg_error("dataset '%s': sample %lld has %d tokens "
@@ -165,6 +165,8 @@ static size_t read_tokens(struct mg_trainer *t, enum mg_split split, int slot,
 		}
 		if (lens[i] > longest)
 			longest = lens[i];
+		if (i >= cbegin && i < cbegin + ccount)
+			row_tokens += lens[i];
 		const int32_t *r = ids + i * L, *y = lab + i * L;
 		for (int64_t j = 0; j < lens[i]; j++) {
 			bool bad_y = y[j] != MG_IGNORE_INDEX &&
@@ -202,6 +204,7 @@ static size_t read_tokens(struct mg_trainer *t, enum mg_split split, int slot,
 	}
 	in->slot[slot].seq = T;
 	in->slot[slot].label_tokens = counted;
+	in->slot[slot].row_tokens = row_tokens;
 	return (size_t)(n * T) * sizeof(int32_t);
 }
 

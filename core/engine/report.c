@@ -21,8 +21,8 @@
 static const char *const timer_names[MG_T_COUNT] = {
 	"data", "h2d", "forward", "backward", "comm", "optimizer"};
 static const char *const counter_names[MG_C_COUNT] = {
-	"samples_read", "samples_computed", "h2d_bytes",
-	"d2h_bytes",	"comm_bytes",	    "comm_calls"};
+	"samples_read", "samples_computed", "h2d_bytes",      "d2h_bytes",
+	"comm_bytes",	"comm_calls",	    "tokens_computed"};
 
 static const char csv_header[] =
 	"step,epoch,loss,accuracy,lr,grad_norm,skipped,step_s,data_s,h2d_s,"

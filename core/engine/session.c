@@ -98,9 +98,10 @@ int mg_session_open(struct mg_session *s, const char *ini,
 	}
 	for (int i = 0; i < nsets; i++)
 		mg_config_set(s->cfg, sets[i], &d);
+	/* [sweep.AXIS.VALUE]: a sweep's group sections (sweep_plan.c) */
 	static const char *const known[] = {"run",     "optimizer", "model",
 					    "dataset", "strategy",  "profile",
-					    "sweep"};
+					    "sweep",   "sweep.*"};
 	mg_config_check_sections(s->cfg, known, sizeof known / sizeof *known,
 				 &d);
 	for (int i = 0; i < MG_SEC_PLUGIN_COUNT; i++)

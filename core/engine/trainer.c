@@ -1011,6 +1011,9 @@ static int run_loop(struct mg_trainer *t)
 		for (int mi = 0; mi < t->accum; mi++) {
 			mg_count(ctx, MG_C_SAMPLES_COMPUTED,
 				 t->plans[mi].compute_count);
+			if (t->in.tokens)
+				mg_count(ctx, MG_C_TOKENS_COMPUTED,
+					 t->in.slot[mi].row_tokens);
 			step_samples += t->plans[mi].global_count;
 		}
 		if (upload_step_values(t, step, t->plans) ||

@@ -23,6 +23,8 @@ struct mg_input_slot {
 	/* token data: label tokens (labels != MG_IGNORE_INDEX) in the rows
 	 * this rank computes, counted on the host at fetch */
 	int64_t label_tokens;
+	/* tokens (not padding) of the rows this rank computes */
+	int64_t row_tokens;
 };
 
 /*

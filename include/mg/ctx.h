@@ -49,6 +49,7 @@ enum mg_counter {
 	MG_C_D2H_BYTES,
 	MG_C_COMM_BYTES,
 	MG_C_COMM_CALLS,
+	MG_C_TOKENS_COMPUTED, /* token rows' tokens, padding left out */
 	MG_C_COUNT,
 };
 

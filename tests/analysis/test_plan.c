@@ -155,11 +155,13 @@ static void t_empty_value(void)
 		  "sweep.ini:4: [sweep] run.seed: value '1' given twice\n"
 		  "sweep.ini:5: [sweep] gpus: unknown key 'gpus' (axes are "
 		  "SECTION.KEY; options: repeats, x, series, relative_to, "
-		  "metric, profile_metrics, title)\n"
+		  "metric, profile_metrics, title, test_metrics; a group axis "
+		  "needs [sweep.gpus.VALUE] sections)\n"
 		  "--sweep run.batch_size=: empty value: give one or more "
 		  "values separated by commas\n"
 		  "--sweep nodot=1: an axis is SECTION.KEY = V1, V2, ... (like "
-		  "--set)\n");
+		  "--set), or NAME = V1, V2, ... with a section "
+		  "[sweep.NAME.V] per value (a group axis)\n");
 	CHECK(p.naxes == 0 && p.npoints == 0);
 	free(diag);
 	mg_sweep_plan_free(&p);
@@ -260,6 +262,94 @@ static void t_bootstrap(void)
 	CHECK(mg_quantile(q, 4, 0) == 1 && mg_quantile(q, 4, 1) == 4);
 }
 
+/* A group axis: each value sets the keys of its [sweep.AXIS.VALUE]. */
+static const char group_ini[] = "[sweep]\n"
+				"technique = lora, dpo\n"
+				"run.seed = 1, 2\n"
+				"test_metrics = loss, rewards/accuracies\n"
+				"[sweep.technique.lora]\n"
+				"model.lora_rank = 8\n"
+				"[sweep.technique.dpo]\n"
+				"model.objective = dpo\n"
+				"dataset.pairs = true\n";
+
+static void t_group_axis(void)
+{
+	struct mg_sweep_plan p;
+	char *diag, id[256], *set;
+	CHECK(plan_from(&p, group_ini, NULL, 0, 0, &diag) == 0);
+	CHECK_STR(diag, "");
+	CHECK(p.naxes == 2 && p.npoints == 4);
+	CHECK_STR(p.axes[0].key, "technique");
+	CHECK_STR(p.axes[0].label, "technique");
+	CHECK(!p.axes[0].numeric && p.axes[0].groups && !p.axes[1].groups);
+	CHECK(mg_sweep_axis_nsets(&p.axes[0], 0) == 1);
+	CHECK(mg_sweep_axis_nsets(&p.axes[0], 1) == 2);
+	set = mg_sweep_axis_set(&p.axes[0], 1, 1);
+	CHECK_STR(set, "dataset.pairs=true");
+	free(set);
+	CHECK_STR(p.axes[0].groups[1].where[0], "sweep.ini:8");
+	CHECK(mg_sweep_axis_nsets(&p.axes[1], 1) == 1);
+	set = mg_sweep_axis_set(&p.axes[1], 1, 0);
+	CHECK_STR(set, "run.seed=2");
+	free(set);
+	mg_sweep_point_id(&p, 2, 0, id, sizeof id);
+	CHECK_STR(id, "p03-dpo-seed1-r1");
+	CHECK(p.ntest == 2);
+	CHECK_STR(p.test_metrics[1], "rewards/accuracies");
+	free(diag);
+	mg_sweep_plan_free(&p);
+	/* --sweep narrows a group axis to some of its values */
+	const char *sw[] = {"technique=dpo"};
+	CHECK(plan_from(&p, group_ini, sw, 1, 0, &diag) == 0);
+	CHECK(p.naxes == 2 && p.npoints == 2 && p.axes[0].nvalues == 1);
+	CHECK(mg_sweep_axis_nsets(&p.axes[0], 0) == 2);
+	free(diag);
+	mg_sweep_plan_free(&p);
+}
+
+static void t_group_errors(void)
+{
+	struct mg_sweep_plan p;
+	char *diag;
+	static const char ini[] = "[sweep]\n"
+				  "technique = lora, qat\n"
+				  "model.lora_rank = 4, 8\n"
+				  "[sweep.technique.lora]\n"
+				  "model.lora_rank = 8\n"
+				  "nodot = 1\n"
+				  "run.name = x\n"
+				  "[sweep.other.v]\n"
+				  "run.seed = 1\n"
+				  "[sweep.technique]\n";
+	CHECK(plan_from(&p, ini, NULL, 0, 0, &diag) == 5);
+	CHECK_STR(diag,
+		  "sweep.ini:2: [sweep] technique: value 'qat': no section "
+		  "[sweep.technique.qat] saying what it sets\n"
+		  "sweep.ini:6: [sweep.technique.lora] nodot: expected "
+		  "SECTION.KEY = VALUE (like --set)\n"
+		  "sweep.ini:7: [sweep.technique.lora] run.name: cannot be "
+		  "set per point: the sweep sets it for every point\n"
+		  "sweep.ini:8: [sweep.other.v] no group axis 'other' in "
+		  "[sweep] (give other = v, ... there)\n"
+		  "sweep.ini:10: [sweep.technique] a group section is "
+		  "[sweep.AXIS.VALUE]\n");
+	free(diag);
+	mg_sweep_plan_free(&p);
+	/* a key set by a group and by an axis of its own */
+	static const char both[] = "[sweep]\n"
+				   "technique = lora\n"
+				   "model.lora_rank = 4, 8\n"
+				   "[sweep.technique.lora]\n"
+				   "model.lora_rank = 8\n";
+	CHECK(plan_from(&p, both, NULL, 0, 0, &diag) == 1);
+	CHECK_STR(diag, "sweep.ini:5: [sweep.technique.lora] "
+			"model.lora_rank: also the axis model.lora_rank "
+			"(sweep.ini:3): set it in one place\n");
+	free(diag);
+	mg_sweep_plan_free(&p);
+}
+
 static const struct {
 	const char *name;
 	void (*fn)(void);
@@ -272,6 +362,8 @@ static const struct {
 	{"options", t_options},
 	{"ids_and_lists", t_ids_and_lists},
 	{"bootstrap", t_bootstrap},
+	{"group_axis", t_group_axis},
+	{"group_errors", t_group_errors},
 };
 
 int main(int argc, char **argv)
