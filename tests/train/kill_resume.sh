@@ -23,14 +23,17 @@ run() { # NAME [ARGS...]
 	name=$1
 	shift
 	exec "$mgrun" -c "$ini" --set run.out_dir="$work" --set run.name="$name" \
-		--set run.max_steps=0 --set run.epochs=6 \
+		--set run.max_steps=0 --set run.epochs=12 \
 		--set dataset.limit_train=256 --set run.checkpoint_every=1 \
 		--set run.eval=false "$@"
 }
 t0=$(date +%s%N)
 (run full) >"$work/full.log" 2>&1 || { cat "$work/full.log"; fail "uninterrupted run"; }
 n=$(($(wc -l <"$work/full/steps.csv") - 1))
-[ "$n" -eq 96 ] || fail "uninterrupted run: $n steps, expected 96"
+# 192 steps: on a loaded machine the poller below sees rows late (a CI
+# run saw a kill aimed 19 rows ahead land 39 ahead), and 96 steps ran out
+# before 3 kills had landed.
+[ "$n" -eq 192 ] || fail "uninterrupted run: $n steps, expected 192"
 
 # Kill points from the seed: after R more steps reached steps.csv (rows
 # are flushed with each checkpoint; R in 0..20, 0: during start-up),
