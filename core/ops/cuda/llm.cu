@@ -17,6 +17,7 @@
  */
 #include <cub/cub.cuh>
 
+#include "ops/cuda/cuda_colsum.cuh"
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
 
@@ -202,42 +203,6 @@ __global__ void rms_dw_part_k(const T *x, const float *rstd, const T *dy,
 	part[blockIdx.y * D + d] = s;
 }
 
-/* dw[d] += sum over k < S of part[k, d]: a block per 32 columns, its
- * warps taking every nw-th row (coalesced 128-byte rows), the warps'
- * sums added in order; a fixed order for a given shape. A thread per
- * column alone left a 2048-wide norm to 8 blocks walking 1024 partial
- * rows each. */
-template <typename W>
-__global__ void rms_dw_sum_k(const float *part, W *dw, int64_t S, int64_t D)
-{
-	__shared__ float sh[32][33];
-	const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5,
-		  nw = blockDim.x >> 5;
-	const int64_t d = (int64_t)blockIdx.x * 32 + lane;
-	float s = 0;
-	if (d < D)
-		for (int64_t k = wp; k < S; k += nw)
-			s += part[k * D + d];
-	sh[wp][lane] = s;
-	__syncthreads();
-	if (wp == 0 && d < D) {
-		float t = 0;
-		for (int j = 0; j < nw; j++)
-			t += sh[j][lane];
-		dw[d] = mgc_t<W>::from(mgc_ld(dw, d) + t);
-	}
-}
-
-/* Blocks and threads of rms_dw_sum_k for D columns of S partial rows. */
-static unsigned rms_dw_sum_k_blocks(int64_t D)
-{
-	return (unsigned)((D + 31) / 32);
-}
-static int rms_dw_sum_k_threads(int64_t S)
-{
-	return S >= 256 ? 1024 : S >= 64 ? 256 : 64;
-}
-
 template <typename T>
 void rms_fwd(cudaStream_t st, const void *x, const void *w, bool wf32,
 	     float eps, void *y, float *rstd, int64_t R, int64_t D)
@@ -272,13 +237,9 @@ void rms_bwd(cudaStream_t st, const void *x, const void *w, bool wf32,
 	rms_dw_part_k<T><<<grid, 128, 0, st>>>((const T *)x, rstd,
 					       (const T *)dy, part, R, D, seg);
 	if (wf32)
-		rms_dw_sum_k<float>
-			<<<rms_dw_sum_k_blocks(D), rms_dw_sum_k_threads(S), 0,
-			   st>>>(part, (float *)dw, S, D);
+		mgc_colsum_add(st, part, (float *)dw, S, D);
 	else
-		rms_dw_sum_k<T>
-			<<<rms_dw_sum_k_blocks(D), rms_dw_sum_k_threads(S), 0,
-			   st>>>(part, (T *)dw, S, D);
+		mgc_colsum_add(st, part, (T *)dw, S, D);
 }
 
 /* ---- rope --------------------------------------------------------- */

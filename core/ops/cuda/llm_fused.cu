@@ -26,6 +26,7 @@
 #include <cublas_v2.h>
 #include <math.h>
 
+#include "ops/cuda/cuda_colsum.cuh"
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
 
@@ -165,42 +166,6 @@ __global__ void rms_bwd_add_k(const T *x, const W *w, const float *rstd,
 			part[(int64_t)blockIdx.x * D + d] = acc[d];
 }
 
-/* dw[d] += sum over k < S of part[k, d]: a block per 32 columns, its
- * warps taking every nw-th row (coalesced 128-byte rows), the warps'
- * sums added in order; a fixed order for a given shape. A thread per
- * column alone left a 2048-wide norm to 8 blocks walking 1024 partial
- * rows each. */
-template <typename W>
-__global__ void dw_sum_k(const float *part, W *dw, int64_t S, int64_t D)
-{
-	__shared__ float sh[32][33];
-	const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5,
-		  nw = blockDim.x >> 5;
-	const int64_t d = (int64_t)blockIdx.x * 32 + lane;
-	float s = 0;
-	if (d < D)
-		for (int64_t k = wp; k < S; k += nw)
-			s += part[k * D + d];
-	sh[wp][lane] = s;
-	__syncthreads();
-	if (wp == 0 && d < D) {
-		float t = 0;
-		for (int j = 0; j < nw; j++)
-			t += sh[j][lane];
-		dw[d] = mgc_t<W>::from(mgc_ld(dw, d) + t);
-	}
-}
-
-/* Blocks and threads of dw_sum_k for D columns of S partial rows. */
-static unsigned dw_sum_k_blocks(int64_t D)
-{
-	return (unsigned)((D + 31) / 32);
-}
-static int dw_sum_k_threads(int64_t S)
-{
-	return S >= 256 ? 1024 : S >= 64 ? 256 : 64;
-}
-
 template <typename T>
 void rms_bwd_add(cudaStream_t st, const void *x, const void *w, bool wf32,
 		 const float *rstd, const void *dy, const void *dres, void *dx,
@@ -220,12 +185,9 @@ void rms_bwd_add(cudaStream_t st, const void *x, const void *w, bool wf32,
 	if (!part)
 		return;
 	if (wf32)
-		dw_sum_k<float>
-			<<<dw_sum_k_blocks(D), dw_sum_k_threads(S), 0, st>>>(
-				part, (float *)dw, S, D);
+		mgc_colsum_add(st, part, (float *)dw, S, D);
 	else
-		dw_sum_k<T><<<dw_sum_k_blocks(D), dw_sum_k_threads(S), 0, st>>>(
-			part, (T *)dw, S, D);
+		mgc_colsum_add(st, part, (T *)dw, S, D);
 }
 
 /* ---- linear + cross-entropy ---------------------------------------- */
