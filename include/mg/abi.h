@@ -58,7 +58,10 @@ extern "C" {
  *        with a shard size, `mgrun export --max-shard-size`) and the
  *        sharded safetensors writer of mg/tensor_file.h
  *        (mg_shard_writer_*: model-0000k-of-0000N.safetensors and
- *        model.safetensors.index.json)
+ *        model.safetensors.index.json), and the counter
+ *        MG_C_TOKENS_COMPUTED appended to enum mg_counter (the core
+ *        counts it; struct mg_stats stays the core's own, so plugins
+ *        are unaffected)
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 6
