@@ -15,7 +15,6 @@ usage: torch_lora_l4l.py SHAPE BATCH SEQ TARGETS [WINDOWS STEPS WARM]
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_measure as tm  # noqa: E402
@@ -67,14 +66,6 @@ def step():
     opt.zero_grad(set_to_none=True)
 
 
-t0 = time.perf_counter()
-for _ in range(warm):
-    step()
-torch.cuda.synchronize()
-warm_s = time.perf_counter() - t0
-torch.cuda.reset_peak_memory_stats()
-t = tm.time_windows(step, windows, steps, mem)
 r = dict(shape=shape, batch=batch, seq=seq, targets=targets, tokens=batch * seq,
-         warmup_s=round(warm_s, 2), step_s=t, torch_memory=tm.torch_memory(),
-         device_memory=mem.stop().result(), torch=torch.__version__)
+         **tm.measure(step, windows, steps, warm, mem), torch=torch.__version__)
 print(json.dumps(r), flush=True)

@@ -17,7 +17,6 @@ usage: torch_mbv2_l4l.py SIZE PREC MODE [WINDOWS STEPS WARM]
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_measure as tm  # noqa: E402
@@ -69,15 +68,7 @@ def step():
     scaler.update()
 
 
-t0 = time.perf_counter()
-for _ in range(warm):
-    step()
-torch.cuda.synchronize()
-warm_s = time.perf_counter() - t0
-torch.cuda.reset_peak_memory_stats()  # the steady steps' allocator peak
-t = tm.time_windows(step, windows, steps, mem)
-r = dict(size=size, prec=prec, mode=mode, batch=64, warmup_s=round(warm_s, 2),
-         tf32=torch.backends.cudnn.allow_tf32, step_s=t,
-         torch_memory=tm.torch_memory(), device_memory=mem.stop().result(),
-         torch=torch.__version__)
+r = dict(size=size, prec=prec, mode=mode, batch=64,
+         tf32=torch.backends.cudnn.allow_tf32,
+         **tm.measure(step, windows, steps, warm, mem), torch=torch.__version__)
 print(json.dumps(r), flush=True)

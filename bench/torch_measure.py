@@ -284,6 +284,24 @@ def time_windows(step, windows=5, steps=20, mem=None):
     return bench_stats.summarize(out)
 
 
+def measure(step, windows, steps, warm, mem):
+    """The baselines' one method: `warm` steps (timed, synchronized),
+    the allocator's peak reset, then time_windows; the fields every
+    *_l4l.py script prints (warmup_s, step_s, torch_memory,
+    device_memory: mem stopped)."""
+    import torch
+    t0 = time.perf_counter()
+    for _ in range(warm):
+        step()
+    torch.cuda.synchronize()
+    warm_s = time.perf_counter() - t0
+    torch.cuda.reset_peak_memory_stats()  # the steady steps' peak
+    t = time_windows(step, windows, steps, mem)
+    return dict(warmup_s=round(warm_s, 2), step_s=t,
+                torch_memory=torch_memory(),
+                device_memory=mem.stop().result())
+
+
 def torch_memory():
     """The caching allocator's peaks since the last reset (bytes)."""
     import torch
