@@ -432,6 +432,22 @@ static void parse_relative_to(struct mg_sweep_plan *p,
 	free_list(items, n);
 }
 
+/* A comma list option (metric names) into *list / *n, replacing an
+ * earlier value; an empty item is a diagnostic at the entry. */
+static void set_list(struct mg_diag *d, const struct mg_config_entry *e,
+		     const char *k, const char *v, char ***list, int *n)
+{
+	char **m;
+	int bad = 0, c = split(v, ',', &m, &bad);
+	if (c < 0) {
+		mg_diag_add(d, &e->loc, "sweep", k, "empty item %d", bad);
+		return;
+	}
+	free_list(*list, *n);
+	*list = m;
+	*n = c;
+}
+
 /* Options are read after every axis is known (x, series and relative_to
  * name axes, which --sweep may add). */
 static void parse_option(struct mg_sweep_plan *p,
@@ -484,27 +500,9 @@ static void parse_option(struct mg_sweep_plan *p,
 			p->metric = mgc_strdup(v);
 		}
 	} else if (!strcmp(k, "test_metrics")) {
-		char **m;
-		int bad = 0, n = split(v, ',', &m, &bad);
-		if (n < 0) {
-			mg_diag_add(d, &e->loc, "sweep", k, "empty item %d",
-				    bad);
-			return;
-		}
-		free_list(p->test_metrics, p->ntest);
-		p->test_metrics = m;
-		p->ntest = n;
+		set_list(d, e, k, v, &p->test_metrics, &p->ntest);
 	} else if (!strcmp(k, "profile_metrics")) {
-		char **m;
-		int bad = 0, n = split(v, ',', &m, &bad);
-		if (n < 0) {
-			mg_diag_add(d, &e->loc, "sweep", k, "empty item %d",
-				    bad);
-			return;
-		}
-		free_list(p->profile_metrics, p->nprofile);
-		p->profile_metrics = m;
-		p->nprofile = n;
+		set_list(d, e, k, v, &p->profile_metrics, &p->nprofile);
 	}
 }
 
