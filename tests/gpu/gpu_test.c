@@ -262,6 +262,17 @@ void gt_report(const char *what, enum mg_dtype dt, double err, double tol,
 		       (long long)nans);
 }
 
+void gt_report_bits(const char *what, enum mg_dtype dt, const void *got,
+		    const void *want, int64_t n, size_t es)
+{
+	int64_t diff = 0;
+	for (int64_t i = 0; i < n; i++)
+		diff += memcmp((const char *)got + (size_t)i * es,
+			       (const char *)want + (size_t)i * es, es) != 0;
+	gt_report(what, dt, n ? (double)diff / (double)n : 0, 0, 0,
+		  "fraction of elements whose bits differ");
+}
+
 static double compare(const char *what, enum mg_dtype dt, struct gt *t,
 		      double tol, bool delta)
 {

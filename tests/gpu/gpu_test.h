@@ -67,6 +67,11 @@ double gt_check_delta(const char *what, enum mg_dtype dt, struct gt *t,
 void gt_report(const char *what, enum mg_dtype dt, double err, double tol,
 	       int64_t nans, const char *note);
 
+/* Report the fraction of the n elements of es bytes whose bits differ
+ * between got and want (limit 0): the checks that must be bitwise. */
+void gt_report_bits(const char *what, enum mg_dtype dt, const void *got,
+		    const void *want, int64_t n, size_t es);
+
 /* Default limit for dtype: F64 1e-12, F32 1e-5, F16/BF16 1e-2. */
 double gt_tol(enum mg_dtype dt);
 

@@ -1003,13 +1003,7 @@ static void test_convert(void)
 				continue;
 			cudaMemcpy(hg, dd, (size_t)n * ds_,
 				   cudaMemcpyDeviceToHost);
-			int64_t diff = 0;
-			for (int64_t i = 0; i < n; i++)
-				diff += memcmp((char *)hg + (size_t)i * ds_,
-					       (char *)hc + (size_t)i * ds_,
-					       ds_) != 0;
-			gt_report(name, dt, (double)diff / (double)n, 0, 0,
-				  "fraction of elements whose bits differ");
+			gt_report_bits(name, dt, hg, hc, n, ds_);
 		}
 	}
 	cudaFree(ds);
@@ -1052,12 +1046,7 @@ static void nf4_check(const char *what, const unsigned char *hb, int64_t n,
 	    !gt_sync(lbl)) {
 		cudaMemcpy(hg, dout + ooff * es, (size_t)n * es,
 			   cudaMemcpyDeviceToHost);
-		int64_t diff = 0;
-		for (int64_t i = 0; i < n; i++)
-			diff += memcmp((char *)hg + (size_t)i * es,
-				       (char *)hc + (size_t)i * es, es) != 0;
-		gt_report(lbl, dt, (double)diff / (double)n, 0, 0,
-			  "fraction of elements whose bits differ");
+		gt_report_bits(lbl, dt, hg, hc, n, es);
 	}
 	cudaFree(db);
 	cudaFree(dout);
@@ -1236,12 +1225,7 @@ static void qat_check(int op, enum mg_dtype dt, int64_t rows, int64_t cols,
 	}
 	if (!gt_ok(rc, lbl) && !gt_sync(lbl)) {
 		cudaMemcpy(hg, dout, bytes, cudaMemcpyDeviceToHost);
-		int64_t diff = 0;
-		for (int64_t i = 0; i < n; i++)
-			diff += memcmp((char *)hg + (size_t)i * es,
-				       (char *)hc + (size_t)i * es, es) != 0;
-		gt_report(lbl, dt, (double)diff / (double)n, 0, 0,
-			  "fraction of elements whose bits differ");
+		gt_report_bits(lbl, dt, hg, hc, n, es);
 	}
 	cudaFree(dx);
 	cudaFree(dd);
