@@ -58,7 +58,11 @@ for mode in ${MG_EQ_MODES:-full lora qlora dpo accum}; do
 	if [ $mode = accum ]; then
 		extra="--set run.batch_size=2 --set run.grad_accum=2"
 		ref=single_full
-		[ -e "$work/$ref/checkpoint.safetensors" ] || continue
+		if [ ! -e "$work/$ref/checkpoint.safetensors" ]; then
+			echo "FAIL: accum needs the full mode's single run"
+			fails=$((fails + 1))
+			continue
+		fi
 	else
 		# shellcheck disable=SC2086
 		run single_$mode 1 --set run.batch_size=$((4 * n)) $extra ||
