@@ -47,6 +47,10 @@
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
 #                        optimizer micro-benchmark
+#     fsdp_llm [n]       Llama-2-7B-shape full fine-tuning on n GPUs
+#                        (default: all visible), every fsdp shard mode and
+#                        offload beside PyTorch FSDP2 (bench/fsdp_llm.sh),
+#                        with the bf16 GEMM ceiling measured first
 #     kernels [sizes] [precs]  one profiled MobileNetV2 step window per
 #                        cell (batch 64): the top 40 kernels by device time
 #     profile            the [profile] window (CUPTI) against mgrun's own
@@ -350,6 +354,13 @@ if [ "$what" = sharding ]; then
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-3000} run bench_sharding sharding \
 		bench/sharding.sh "$mgrun" "$fashion" "$out/sharding" ${1:-4}
 	sed -n '/^| precision/,$p' "$out/bench_sharding.log"
+fi
+if [ "$what" = fsdp_llm ]; then
+	n=${1:-$(nvidia-smi -L | wc -l)}
+	BENCH_GPU_OPS=$bin/bench_gpu_ops MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-3000} \
+		run bench_fsdp_llm fsdp_llm bench/fsdp_llm.sh "$mgrun" \
+		"$out/fsdp_llm" "$n"
+	sed -n '/^| mode (PyTorch)/,$p' "$out/bench_fsdp_llm.log"
 fi
 if [ "$what" = sweeps ]; then
 	# The seed paper's figures and tables as conf/sweep_NAME.ini (a path

@@ -21,7 +21,8 @@ mkdir -p "$out/$name"
 	done
 } >"$out/$name/steps.csv"
 cat >"$out/$name/report.json" <<JSON
-{"ranks": [{"memory_peak_bytes": {"total": 2097152, "params": 1048576,
+{"run": {"trainable_parameters": 1000000000},
+ "ranks": [{"memory_peak_bytes": {"total": 2097152, "params": 1048576,
  "grads": 1, "optimizer": 1, "gather": 0, "activations": 5,
  "input": 0, "other": 0, "libraries": 33554432, "host_pinned": 7},
  "counters": {

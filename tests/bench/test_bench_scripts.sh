@@ -11,9 +11,13 @@ rm -rf "$tmp" && mkdir -p "$tmp/bin"
 py=$(command -v python3)
 cat >"$tmp/bin/python3" <<PY
 #!/bin/sh
-# torchrun: one JSON line as bench/torch_fsdp_mbv2.py prints
+# torchrun: one JSON line as bench/torch_fsdp_mbv2.py and
+# bench/torch_fsdp_llm.py print (the keys of both); out of memory when
+# MG_FAKE_TORCH_OOM names the mode
 if [ "\$1" = "-m" ]; then
-	echo '{"img_s_total": {"median": 1000, "min": 900, "max": 1250, "p10": 910, "p90": 1200}, "policy": "MixedPrecisionPolicy(bf16, reduce bf16)", "driver_peak_rank": 8388608, "max_reserved_rank": 4194304, "max_allocated_rank": 3145728}'
+	for a; do case \$a in "\${MG_FAKE_TORCH_OOM:-none}")
+		echo "torch.OutOfMemoryError: CUDA out of memory." >&2; exit 1 ;; esac; done
+	echo '{"img_s_total": {"median": 1000, "min": 900, "max": 1250, "p10": 910, "p90": 1200}, "tok_s_gpu": {"median": 1000, "min": 900, "max": 1250, "p10": 910, "p90": 1200}, "params": 2000000000, "policy": "MixedPrecisionPolicy(bf16, reduce bf16)", "driver_peak_rank": 8388608, "max_reserved_rank": 4194304, "max_allocated_rank": 3145728}'
 	exit 0
 fi
 exec "$py" "\$@"
@@ -41,4 +45,24 @@ if MG_FAKE_FAIL=scale_ddp_rr_2_224 bash "$bench/ddp_scaling.sh" "$fake" \
 	echo "ddp_scaling.sh: a failed mgrun run exited 0"; exit 1
 fi
 grep -q "^224 2 ddp_rr FAILED (exit 3)" "$tmp/scale2.txt"
+# fsdp_llm.sh: 13 steps of 0.02 s, 8 x 512 tokens a GPU = 204,800
+# tok/s per GPU; 6 x 1e9 parameters (mgrun's report) x that = 1,229
+# TFLOP/s, 154% of the stand-in's 800 TFLOP/s ceiling
+cat >"$tmp/bin/gemm" <<'G'
+#!/bin/sh
+echo "GEMM ceiling bf16: 800 TFLOP/s"
+G
+chmod +x "$tmp/bin/gemm"
+BENCH_GPU_OPS=$tmp/bin/gemm MG_FAKE_TORCH_OOM=ddp \
+	bash "$bench/fsdp_llm.sh" "$fake" "$tmp/llm" 4 >"$tmp/llm.txt"
+line "$tmp/llm.txt" '| full (full) | 8 | 204,800 (204,800-204,800) | 1229 | 154% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | 1,000 (900-1,250) (MixedPrecisionPolicy(bf16, reduce bf16)) | 0.0 (0.0 / 0.0) | 204.80x | 163.84x |'
+line "$tmp/llm.txt" '| none (ddp) | 2 | 51,200 (51,200-51,200) | 307 | 38% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | out of memory | - | - | - |'
+grep -q '^| hybrid (hybrid) | 8 | 204,800' "$tmp/llm.txt"
+line "$tmp/llm.txt" 'GEMM ceiling (bf16, mg_op_linear, same call): 800 TFLOP/s'
+if MG_FAKE_FAIL=fsdp_llm_offload bash "$bench/fsdp_llm.sh" "$fake" \
+	"$tmp/llm2" 2 >"$tmp/llm2.txt" 2>&1; then
+	echo "fsdp_llm.sh: a failed mgrun run exited 0"; exit 1
+fi
+line "$tmp/llm2.txt" 'hybrid: needs 4 GPUs, skipped'
+grep -q '^| offload (offload) | 8 | FAILED |' "$tmp/llm2.txt"
 echo "bench scripts: ok"

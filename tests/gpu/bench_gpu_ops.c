@@ -18,6 +18,7 @@
  *   bench_gpu_ops [N] [f32|f16|bf16]     (default 64 f32)
  *   bench_gpu_ops attention [bf16|f16]   (default bf16)
  *   bench_gpu_ops fused                  (4. only)
+ *   bench_gpu_ops gemm                   (the bf16 GEMM ceiling only)
  *
  * The attention mode times causal attention forward, backward and both at
  * the LLaMA shapes (3-8B: n 2, T 512 and 2048, 32:8 heads, hd 128; 3.2-1B:
@@ -692,6 +693,53 @@ static void bench_flce(int64_t R, int64_t V, int64_t D, enum mg_dtype dt)
 		cudaFree(all[i]->data);
 }
 
+struct gb {
+	struct mg_tensor x, w, y;
+};
+
+static int gb_linear(void *p)
+{
+	struct gb *g = p;
+	return mg_op_linear(&gt_gpu, &g->x, &g->w, NULL, &g->y);
+}
+
+/* The yardstick of model FLOP utilisation: mgrun's own GEMM path
+ * (mg_op_linear, cuBLASLt) on bf16 products of the shapes a 7-8B layer
+ * runs, the best of them printed as "GEMM ceiling" for the benchmark
+ * scripts (bench/fsdp_llm.sh reads it). Inputs are constant bytes: the
+ * tensor cores' time does not depend on the values. */
+static double bench_gemm_ceiling(void)
+{
+	static const int64_t shapes[][3] = {/* tokens, out, in */
+					    {8192, 8192, 8192},
+					    {4096, 11008, 4096},
+					    {4096, 4096, 11008},
+					    {4096, 14336, 4096}};
+	double best = 0;
+	printf("\nbf16 GEMM (mg_op_linear: y[M, N] = x[M, K] w[N, K]^T)\n");
+	printf("%-24s %9s %9s\n", "M x N x K", "ms", "TFLOP/s");
+	for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+		const int64_t M = shapes[i][0], N = shapes[i][1],
+			      K = shapes[i][2];
+		struct gb g = {hb_dev(MG_BF16, M, K), hb_dev(MG_BF16, N, K),
+			       hb_dev(MG_BF16, M, N)};
+		cudaMemset(g.x.data, 0x3b, mg_tensor_bytes(&g.x));
+		cudaMemset(g.w.data, 0x3a, mg_tensor_bytes(&g.w));
+		const double t = time_fn(gb_linear, &g);
+		const double tf = 2.0 * (double)M * (double)N * (double)K /
+				  (t * 1e-3) / 1e12;
+		char name[48];
+		snprintf(name, sizeof name, "%lld x %lld x %lld", (long long)M,
+			 (long long)N, (long long)K);
+		printf("%-24s %9.3f %9.0f\n", name, t, tf);
+		if (t > 0 && tf > best)
+			best = tf;
+		cudaFree(g.x.data), cudaFree(g.w.data), cudaFree(g.y.data);
+	}
+	printf("GEMM ceiling bf16: %.0f TFLOP/s\n", best);
+	return best;
+}
+
 /* add + RMSNorm, forward and backward, fused against unfused, on a
  * [R, D] residual stream. */
 struct rb {
@@ -750,6 +798,12 @@ int main(int argc, char **argv)
 		return rc ? 1 : frc;
 	}
 
+	if (argc > 1 && !strcmp(argv[1], "gemm")) {
+		gt_init(argc, argv);
+		const double c = bench_gemm_ceiling();
+		const int frc = gt_finish();
+		return c > 0 ? frc : 1;
+	}
 	if (argc > 1 && !strcmp(argv[1], "fused")) {
 		/* bench_gpu_ops fused: the kernel-swap lines only */
 		gt_init(argc, argv);

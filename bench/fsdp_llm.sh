@@ -1,0 +1,109 @@
+#!/bin/bash
+# fsdp_llm.sh MGRUN OUT [GPUS] - seed 002's question at the issue's
+# scale: full fine-tuning of a Llama-2-7B-shaped model on GPUS GPUs
+# (default 4) with every fsdp shard mode and offload, beside PyTorch
+# FSDP2 in its best working configuration (bench/torch_fsdp_llm.py, the
+# model and policy of ../shared/baselines/torch_fsdp.py) in the same call.
+# Tokens/s per GPU, model TFLOP/s per GPU (6 x parameters x tokens/s) and
+# its share of the bf16 GEMM ceiling measured in the same call
+# (bench_gpu_ops gemm, when BENCH_GPU_OPS names it), and each side's
+# largest rank's process peak as the driver sees it.
+#
+# Both sides as bench/bench_stats.py says: WARM steps, then 5 windows of
+# STEPS steps; mgrun's windows are cut from its steps.csv, PyTorch's are
+# CUDA-event windows with the slowest rank's window counting. Pairs
+# (mgrun mode | PyTorch mode): fsdp full | full, grad_op | grad_op,
+# hybrid (2 replicas, GPUS/2 each; 4+ GPUs) | hybrid, none | DDP,
+# offload | FSDP2 CPUOffloadPolicy. A run that cannot fit says so (both
+# sides report out of memory rather than fail the table).
+#
+# Environment: MG_FSDP_LLM_MODES ("full grad_op hybrid offload none"),
+# MG_FSDP_LLM_MB (8, micro-batch per GPU), MG_FSDP_LLM_DDP_MB (2: the
+# no-shard pair, as the baseline's table), MG_FSDP_LLM_LAYERS (32),
+# MG_FSDP_LLM_STEPS (2 per window), MG_FSDP_LLM_WARM (3),
+# MG_FSDP_LLM_SETS (more --set for mgrun), MG_FSDP_LLM_TORCH (1; 0 skips
+# PyTorch), BENCH_GPU_OPS (path of bench_gpu_ops for the ceiling).
+# Exit status 1 when a run failed for a reason other than memory.
+set -u
+mgrun=$1 out=$2 g=${3:-4}
+modes=${MG_FSDP_LLM_MODES:-full grad_op hybrid offload none}
+mb=${MG_FSDP_LLM_MB:-8}
+ddp_mb=${MG_FSDP_LLM_DDP_MB:-2}
+layers=${MG_FSDP_LLM_LAYERS:-32}
+per=${MG_FSDP_LLM_STEPS:-2}
+warm=${MG_FSDP_LLM_WARM:-3}
+extra=${MG_FSDP_LLM_SETS:-}
+torch_too=${MG_FSDP_LLM_TORCH:-1}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+jsonl=$out/fsdp_llm.jsonl
+: >"$jsonl"
+export NCCL_NVLS_ENABLE=0
+status=0
+steps=$((warm + 5 * per))
+
+ceiling=null
+if [ -n "${BENCH_GPU_OPS:-}" ]; then
+	"$BENCH_GPU_OPS" gemm >"$out/gemm.log" 2>&1
+	c=$(sed -n 's/^GEMM ceiling bf16: \([0-9.]*\) TFLOP.*/\1/p' "$out/gemm.log")
+	[ -n "$c" ] && ceiling=$c
+fi
+
+# out of memory, in either side's words
+oom() { grep -qiE "out of memory|cudaErrorMemoryAllocation|OutOfMemoryError" "$1"; }
+
+for mode in $modes; do
+	b=$mb tmode=$mode
+	case $mode in
+	full | grad_op) sets="--set strategy.shard=$mode" ;;
+	hybrid)
+		[ "$g" -ge 4 ] || { echo "hybrid: needs 4 GPUs, skipped"; continue; }
+		sets="--set strategy.shard=hybrid --set strategy.shard_group_size=$((g / 2))" ;;
+	none) sets="--set strategy.shard=none" b=$ddp_mb tmode=ddp ;;
+	offload) sets="--set strategy.name=offload" ;;
+	*) echo "unknown mode $mode"; status=1; continue ;;
+	esac
+	run=fsdp_llm_$mode
+	rm -rf "/tmp/mgfsdpllm/$run"
+	# shellcheck disable=SC2086
+	timeout 900 "$mgrun" -c "$here/fsdp_llm.ini" --set run.gpus="$g" \
+		--set run.batch_size="$b" --set model.num_layers="$layers" \
+		--set dataset.train_samples=$((b * g * (steps + 2))) \
+		--set run.max_steps="$steps" $sets $extra \
+		--set run.out_dir=/tmp/mgfsdpllm --set run.name="$run" \
+		>"$out/$run.log" 2>&1
+	rc=$?
+	mg='{"error": "mgrun failed"}'
+	if [ -f "/tmp/mgfsdpllm/$run/report.json" ] && [ $rc -eq 0 ]; then
+		cp "/tmp/mgfsdpllm/$run/report.json" "$out/$run.json"
+		mg=$(python3 "$here/bench_stats.py" run "/tmp/mgfsdpllm/$run" \
+			--warm "$warm" --windows 5) || { mg='{"error": "no steps"}'; status=1; }
+	elif oom "$out/$run.log"; then
+		mg='{"oom": true}'
+	else
+		status=1
+		tail -3 "$out/$run.log"
+	fi
+	tr='{"error": "not run"}'
+	if [ "$torch_too" = 1 ]; then
+		tr=$(LAYERS=$layers timeout 900 python3 -m torch.distributed.run \
+			--standalone --nproc_per_node="$g" "$here/torch_fsdp_llm.py" \
+			"$tmode" "$b" 5 "$per" "$warm" \
+			2>"$out/torch_$run.err" | grep '^{' | tail -1)
+		if [ -z "$tr" ]; then
+			if oom "$out/torch_$run.err"; then
+				tr='{"oom": true}'
+			else
+				tr='{"error": "PyTorch failed"}'
+				status=1
+				tail -2 "$out/torch_$run.err"
+			fi
+		fi
+	fi
+	printf '{"mode": "%s", "tmode": "%s", "world": %s, "mb": %s, "seq": 512, "ceiling": %s, "mgrun": %s, "torch": %s}\n' \
+		"$mode" "$tmode" "$g" "$b" "$ceiling" "$mg" "$tr" >>"$jsonl"
+	echo "$mode: done"
+done
+
+python3 "$here/fsdp_llm_table.py" "$jsonl" | tee "$out/fsdp_llm.md"
+exit $status
