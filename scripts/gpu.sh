@@ -42,7 +42,10 @@
 #                        (bench/ddp_scaling.sh)
 #     sweeps [names...]  conf/sweep_NAME.ini (default: figure1 figure2 table2
 #                        table3 figure3 offload_io; `kernels` is seed 002's
-#                        kernel swap on Llama 3.2 1B), results in sweeps.tgz;
+#                        kernel swap on Llama 3.2 1B, `seed002` its shard
+#                        mode table at 7B on 4 GPUs, `seed000_llm` seed
+#                        000's Llama-3-8B LoRA iteration times, needs
+#                        .deps/tokenizers), results in sweeps.tgz;
 #                        MG_SWEEP_ARGS go to every sweep (--repeats 3)
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
@@ -371,8 +374,13 @@ if [ "$what" = sweeps ]; then
 	for n in ${*:-figure1 figure2 table2 table3 figure3 offload_io}; do
 		ini=conf/sweep_$n.ini
 		case $n in *.ini) ini=$n n=$(basename "$n" .ini) ;; *) n=sweep_$n ;; esac
+		# the Fashion-MNIST folder for the image sweeps only (the
+		# llama ones read tokens and would refuse the key)
+		data=""
+		grep -q "^name = mnist" "$ini" && data="--set dataset.dir=$fashion"
+		# shellcheck disable=SC2086
 		MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-550} run "$n" "sweep $n" \
-			"$mgrun" -c "$ini" --set dataset.dir="$fashion" \
+			"$mgrun" -c "$ini" $data \
 			--set run.out_dir=/tmp/mgsweeps ${MG_SWEEP_ARGS:-}
 		mkdir -p "$out/$n"
 		dir=/tmp/mgsweeps/$n
