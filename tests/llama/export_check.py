@@ -11,6 +11,9 @@ LlamaForCausalLM.from_pretrained, and checks that greedy decoding of the
 same prompt gives the same 24 ids as `mgrun generate --greedy` on the run
 (on the CPU and on CUDA): 24 argmaxes over the whole forward, so a
 misnamed, transposed or unmerged tensor or a wrong config field shows.
+The `sharded` case exports the full fine-tune with --max-shard-size
+100KB (several shards and model.safetensors.index.json, as an 8B export
+is written) and checks the same.
 (tests/export checks the loss round trip through model.hf_dir in CI.)
 Every check asserts; the exit status is the verdict.
 """
@@ -45,13 +48,19 @@ for name, extra in [("full", []),
                     ("lora", ["--set", "model.lora_rank=4", "--set",
                               "model.lora_alpha=8", "--set",
                               "model.lora_targets=all,head", "--set",
-                              "model.tie_embeddings=no"])]:
+                              "model.tie_embeddings=no"]),
+                    ("sharded", [])]:
     common = ["-c", "conf/llama_tiny.ini", "--set", "run.device=cpu",
               "--set", "run.precision=fp32", "--set",
               f"run.out_dir={work}", "--set", f"run.name={name}"] + extra
     sh(mgrun, *common, "--set", "run.max_steps=30")
     out = f"{work}/{name}_hf"
-    sh(mgrun, "export", *common, "--out", out, "--dtype", "fp32")
+    shard = ["--max-shard-size", "100KB"] if name == "sharded" else []
+    sh(mgrun, "export", *common, "--out", out, "--dtype", "fp32", *shard)
+    if shard:
+        n = len([f for f in os.listdir(out) if f.endswith(".safetensors")])
+        check(n > 1 and os.path.exists(f"{out}/model.safetensors.index.json"),
+              f"sharded: {n} shards and an index written")
     ids = {}
     for dev in ["cpu", "cuda"]:
         g = sh(mgrun, "generate", *common, "--set", f"run.device={dev}",
