@@ -10,6 +10,11 @@
 # N GPUs take micro-batches of 2 with run.grad_accum = 2 (fsdp in every
 # mode and offload reduce per micro-batch or once a step, as
 # docs/ARCHITECTURE.md says) against the same single GPU with batch 4N.
+# fsdp hybrid joins on 4+ GPUs (2 replicas of N/2), and `nodes` runs it as
+# a multi-node job would: N/2 "nodes" of 2 GPUs on this host, each rank a
+# process started with torchrun's environment (RANK, LOCAL_RANK,
+# LOCAL_WORLD_SIZE 2, MASTER_ADDR/PORT; CUDA_VISIBLE_DEVICES the node's
+# two GPUs), hybrid's shard group the node (shard_group_size 0).
 # CUDA has no fp64 llama ops, so fp32, within 2e-4 relative (AdamW over 6
 # steps; reduction order differs). Run by scripts/gpu.sh dist.
 set -u
@@ -68,11 +73,15 @@ for mode in ${MG_EQ_MODES:-full lora qlora dpo accum}; do
 		run single_$mode 1 --set run.batch_size=$((4 * n)) $extra ||
 			continue
 	fi
+	hyb=""
+	[ "$n" -ge 4 ] && [ $((n % 2)) -eq 0 ] && hyb=fsdp:hybrid
 	for s in ${MG_EQ_STRATEGIES:-ddp_ds ddp_rr fsdp:full fsdp:grad_op \
-		fsdp:none offload}; do
+		fsdp:none $hyb offload}; do
 		name=${s%%:*} shard=${s#*:}
 		set -- --set strategy.name="$name"
 		[ "$name" = fsdp ] && set -- "$@" --set strategy.shard="$shard"
+		[ "$shard" = hybrid ] &&
+			set -- "$@" --set strategy.shard_group_size=$((n / 2))
 		tag=$(echo "$s" | tr : _)_$mode
 		# shellcheck disable=SC2086
 		run "$tag" "$n" "$@" $extra &&
@@ -80,5 +89,35 @@ for mode in ${MG_EQ_MODES:-full lora qlora dpo accum}; do
 				"$s on $n GPUs == 1 GPU with ${n}x the batch, llama $mode"
 	done
 done
+# Two or more "nodes" of 2 GPUs: one process a rank, as srun or torchrun
+# start them; the job must equal the single GPU's full fine-tuning.
+if [ "$n" -ge 4 ] && [ $((n % 2)) -eq 0 ] &&
+	[ -e "$work/single_full/checkpoint.safetensors" ]; then
+	port=$((20000 + $$ % 20000))
+	pids=""
+	r=0
+	while [ $r -lt "$n" ]; do
+		node=$((r / 2))
+		CUDA_VISIBLE_DEVICES=$((2 * node)),$((2 * node + 1)) RANK=$r \
+			WORLD_SIZE=$n LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
+			MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+			timeout 300 "$mgrun" -c "$llama" $gpu \
+			--set strategy.name=fsdp --set strategy.shard=hybrid \
+			--set run.out_dir="$work" --set run.name=nodes_hybrid \
+			>"$work/nodes_rank$r.log" 2>&1 &
+		pids="$pids $!"
+		r=$((r + 1))
+	done
+	ok=1
+	for p in $pids; do wait "$p" || ok=0; done
+	if [ $ok -eq 1 ]; then
+		same single_full nodes_hybrid \
+			"fsdp hybrid on $((n / 2)) nodes of 2 GPUs (torchrun environment) == 1 GPU with ${n}x the batch"
+	else
+		tail -5 "$work"/nodes_rank*.log
+		echo "FAIL: fsdp hybrid on $((n / 2)) nodes of 2 GPUs did not finish"
+		fails=$((fails + 1))
+	fi
+fi
 echo "gpu_equivalence_llm: $fails failure(s)"
 [ $fails -eq 0 ]
