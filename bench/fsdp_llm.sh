@@ -22,7 +22,9 @@
 # no-shard pair, as the baseline's table), MG_FSDP_LLM_LAYERS (32),
 # MG_FSDP_LLM_STEPS (2 per window), MG_FSDP_LLM_WARM (3),
 # MG_FSDP_LLM_SETS (more --set for mgrun), MG_FSDP_LLM_TORCH (1; 0 skips
-# PyTorch), BENCH_GPU_OPS (path of bench_gpu_ops for the ceiling).
+# PyTorch), MG_FSDP_LLM_TIMEOUT (420 s a run: a rank out of memory can
+# leave the others waiting in a collective), BENCH_GPU_OPS (path of
+# bench_gpu_ops for the ceiling).
 # Exit status 1 when a run failed for a reason other than memory.
 set -u
 mgrun=$1 out=$2 g=${3:-4}
@@ -34,6 +36,7 @@ per=${MG_FSDP_LLM_STEPS:-2}
 warm=${MG_FSDP_LLM_WARM:-3}
 extra=${MG_FSDP_LLM_SETS:-}
 torch_too=${MG_FSDP_LLM_TORCH:-1}
+limit=${MG_FSDP_LLM_TIMEOUT:-420}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 jsonl=$out/fsdp_llm.jsonl
@@ -66,7 +69,7 @@ for mode in $modes; do
 	run=fsdp_llm_$mode
 	rm -rf "/tmp/mgfsdpllm/$run"
 	# shellcheck disable=SC2086
-	timeout 900 "$mgrun" -c "$here/fsdp_llm.ini" --set run.gpus="$g" \
+	timeout "$limit" "$mgrun" -c "$here/fsdp_llm.ini" --set run.gpus="$g" \
 		--set run.batch_size="$b" --set model.num_layers="$layers" \
 		--set dataset.train_samples=$((b * g * (steps + 2))) \
 		--set run.max_steps="$steps" $sets $extra \
@@ -86,7 +89,7 @@ for mode in $modes; do
 	fi
 	tr='{"error": "not run"}'
 	if [ "$torch_too" = 1 ]; then
-		tr=$(LAYERS=$layers timeout 900 python3 -m torch.distributed.run \
+		tr=$(LAYERS=$layers timeout "$limit" python3 -m torch.distributed.run \
 			--standalone --nproc_per_node="$g" "$here/torch_fsdp_llm.py" \
 			"$tmode" "$b" 5 "$per" "$warm" \
 			2>"$out/torch_$run.err" | grep '^{' | tail -1)
