@@ -65,4 +65,14 @@ if MG_FAKE_FAIL=fsdp_llm_offload bash "$bench/fsdp_llm.sh" "$fake" \
 fi
 line "$tmp/llm2.txt" 'hybrid: needs 4 GPUs, skipped'
 grep -q '^| offload (offload) | 8 | FAILED |' "$tmp/llm2.txt"
+# lora_scaling.sh: 8 x 512 tokens a GPU; 1 GPU 0.02 s a step (204,800
+# tok/s), 4 GPUs 0.0275 s (595,782 tok/s: 72.7% of 4 x 204,800)
+MG_FAKE_SLOWER=1 bash "$bench/lora_scaling.sh" "$fake" "$tmp/ls" 1 4 >"$tmp/ls.txt"
+line "$tmp/ls.txt" '| fsdp | 4 | 8 | all | 595,782 (595,782-595,782) | 148,945 | 72.7% | 0.01 (0.00) |'
+line "$tmp/ls.txt" '| ddp_ds | 1 | 8 | all | 204,800 (204,800-204,800) | 204,800 | 100.0% | 0.01 (0.00) |'
+if MG_FAKE_FAIL=lora_scaling_ddp_ds_1 bash "$bench/lora_scaling.sh" "$fake" \
+	"$tmp/ls2" 1 2 >"$tmp/ls2.txt" 2>&1; then
+	echo "lora_scaling.sh: a failed mgrun run exited 0"; exit 1
+fi
+line "$tmp/ls2.txt" '| ddp_ds | 2 | 8 | all | 409,600 (409,600-409,600) | 204,800 | - (no 1-GPU run) | 0.01 (0.00) |'
 echo "bench scripts: ok"
