@@ -54,6 +54,8 @@
 #                        (default: all visible), every fsdp shard mode and
 #                        offload beside PyTorch FSDP2 (bench/fsdp_llm.sh),
 #                        with the bf16 GEMM ceiling measured first
+#     lora_scaling [gpus...]  LoRA of the Llama-3-8B shape under ddp_ds
+#                        and fsdp on 1 2 4 GPUs (bench/lora_scaling.sh)
 #     kernels [sizes] [precs]  one profiled MobileNetV2 step window per
 #                        cell (batch 64): the top 40 kernels by device time
 #     profile            the [profile] window (CUPTI) against mgrun's own
@@ -364,6 +366,16 @@ if [ "$what" = fsdp_llm ]; then
 		run bench_fsdp_llm fsdp_llm bench/fsdp_llm.sh "$mgrun" \
 		"$out/fsdp_llm" "$n"
 	sed -n '/^| mode (PyTorch)/,$p' "$out/bench_fsdp_llm.log"
+fi
+if [ "$what" = lora_scaling ]; then
+	n=$(nvidia-smi -L | wc -l)
+	g="1 2 4"
+	[ "$n" -lt 4 ] && g="1 2"
+	# shellcheck disable=SC2086
+	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-3000} run bench_lora_scaling \
+		lora_scaling bench/lora_scaling.sh "$mgrun" "$out/lora_scaling" \
+		${*:-$g}
+	sed -n '/^| strategy | GPUs/,$p' "$out/bench_lora_scaling.log"
 fi
 if [ "$what" = sweeps ]; then
 	# The seed paper's figures and tables as conf/sweep_NAME.ini (a path
