@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mg/log.h"
+#include "mg/rng.h"
 #include "mg/tokenizer.h"
 #include "tok_internal.h"
 
@@ -105,15 +106,6 @@ void tok_strmap_free(struct tok_strmap *m)
 	memset(m, 0, sizeof *m);
 }
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
-}
-
 int tok_merges_init(struct tok_merges *m, size_t n)
 {
 	size_t nslots = 1024;
@@ -132,7 +124,7 @@ void tok_merges_put(struct tok_merges *m, int32_t l, int32_t r, int32_t rank,
 		    int32_t id)
 {
 	uint64_t key = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
-	size_t k = mix64(key) & m->mask;
+	size_t k = mg_fmix64(key) & m->mask;
 	while (m->slot[k].key) {
 		if (m->slot[k].key == key)
 			return;
@@ -148,7 +140,7 @@ const struct tok_merge_ent *tok_merges_get(const struct tok_merges *m,
 					   int32_t l, int32_t r)
 {
 	uint64_t key = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
-	size_t k = mix64(key) & m->mask;
+	size_t k = mg_fmix64(key) & m->mask;
 	while (m->slot[k].key) {
 		if (m->slot[k].key == key)
 			return &m->slot[k];

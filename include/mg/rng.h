@@ -25,6 +25,17 @@ static inline uint64_t mg_rng_u64(uint64_t key, uint64_t counter)
 	return z ^ (z >> 31);
 }
 
+/* MurmurHash3's 64-bit finaliser: a bijective mix of one word, for hash
+ * tables and content hashes (not a random stream: use mg_rng_u64). */
+static inline uint64_t mg_fmix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
 /* Uniform in [0, 1) with 53 bits. */
 static inline double mg_rng_uniform(uint64_t key, uint64_t counter)
 {

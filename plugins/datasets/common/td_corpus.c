@@ -253,19 +253,10 @@ void td_hash_str(struct td_hash *h, const char *s)
 		td_hash_add(h, s, (size_t)n);
 }
 
-static uint64_t fmix(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
-}
-
 void td_hash_hex(const struct td_hash *h, char out[33])
 {
-	snprintf(out, 33, "%016llx%016llx", (unsigned long long)fmix(h->a),
-		 (unsigned long long)fmix(h->b ^ h->a));
+	snprintf(out, 33, "%016llx%016llx", (unsigned long long)mg_fmix64(h->a),
+		 (unsigned long long)mg_fmix64(h->b ^ h->a));
 }
 
 /* ---- cache file ------------------------------------------------------ */
@@ -511,21 +502,14 @@ int td_rows_read(const struct td_rows *r, const int64_t *idx, int64_t n,
 	return 0;
 }
 
-static uint64_t splitmix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 void td_split(int64_t n, double fraction, uint64_t seed, uint8_t *is_val)
 {
 	int64_t nval = 0, lo = -1, hi = -1;
 	uint64_t ulo = UINT64_MAX, uhi = 0;
 	for (int64_t i = 0; i < n; i++) {
-		uint64_t u = splitmix(seed * 0x632be59bd9b4e019ull ^
-				      splitmix((uint64_t)i));
+		uint64_t u = mg_rng_u64(seed * 0x632be59bd9b4e019ull ^
+						mg_rng_u64((uint64_t)i, 0),
+					0);
 		is_val[i] = fraction > 0 && (double)u < fraction * 0x1p64;
 		nval += is_val[i];
 		if (u <= ulo)
