@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/cli_common.h"
+#include "cli/generate.h"
 #include "dist/dist.h"
 #include "engine/trainer.h"
 #include "mg/rng.h"
@@ -35,7 +35,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mgrun generate -c FILE [--prompt TEXT | --prompt-file "
-		"F] [options]\n"
+		"F | --prompts FILE]\n"
+		"                      [options]\n"
 		"\n"
 		"Continues a prompt with the run's trained model (its "
 		"checkpoint in the run\n"
@@ -48,6 +49,14 @@ static void usage(FILE *f)
 		"  --prompt TEXT           the prompt\n"
 		"  --prompt-file F         read the prompt from a file ('-': "
 		"stdin)\n"
+		"  --prompts FILE          JSON Lines, one prompt a line "
+		"({\"prompt\": TEXT} or\n"
+		"                          {\"ids\": [ID, ...]}; '-': stdin): "
+		"the model loaded once,\n"
+		"                          one JSON line printed per prompt "
+		"(index, completion,\n"
+		"                          completion_ids, prompt_tokens, "
+		"new_tokens, stop)\n"
 		"  --ids                   the prompt is token ids (spaces or "
 		"commas); print ids\n"
 		"  --max-new-tokens N      tokens to generate at most "
@@ -73,18 +82,6 @@ static void usage(FILE *f)
 		"  --plugin-path DIRS      colon-separated plugin folders, "
 		"searched first\n");
 }
-
-struct gen_opts {
-	const char *ini, *prompt, *prompt_file, *tokenizer, *plugin_path;
-	const char *adapter; /* --adapter DIR, or NULL */
-	const char **sets;
-	int nsets;
-	bool ids_mode, greedy, have_seed;
-	long long max_new;
-	double temperature, top_p;
-	long long top_k;
-	uint64_t seed;
-};
 
 /* A whole number in [lo, hi] (all of the text), else a usage error. */
 static int parse_ll(const char *opt, const char *s, long long lo, long long hi,
@@ -138,6 +135,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		O_TOK,
 		O_PATH,
 		O_ADAPTER,
+		O_PROMPTS,
 	};
 	static const struct option lo[] = {
 		{"config", required_argument, 0, 'c'},
@@ -154,6 +152,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		{"tokenizer", required_argument, 0, O_TOK},
 		{"plugin-path", required_argument, 0, O_PATH},
 		{"adapter", required_argument, 0, O_ADAPTER},
+		{"prompts", required_argument, 0, O_PROMPTS},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -217,6 +216,9 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		case O_ADAPTER:
 			g->adapter = optarg;
 			break;
+		case O_PROMPTS:
+			g->prompts = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 1;
@@ -236,9 +238,10 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		usage(stderr);
 		return 2;
 	}
-	if (!!g->prompt + !!g->prompt_file != 1) {
+	if (!!g->prompt + !!g->prompt_file + !!g->prompts != 1) {
 		fprintf(stderr, "mgrun generate: give the prompt with one of "
-				"--prompt TEXT or --prompt-file F\n");
+				"--prompt TEXT, --prompt-file F or --prompts "
+				"FILE\n");
 		return 2;
 	}
 	if (g->temperature == 0)
@@ -285,8 +288,7 @@ char *mg_cli_read_all(const char *cmd, const char *path, size_t *len)
 	return b;
 }
 
-/* "1 2, 3" -> ids; -1 after an error on stderr. */
-static int parse_ids(const char *s, struct mg_ids *out)
+int gen_parse_ids(const char *what, const char *s, struct mg_ids *out)
 {
 	while (*s) {
 		if (isspace((unsigned char)*s) || *s == ',') {
@@ -298,9 +300,9 @@ static int parse_ids(const char *s, struct mg_ids *out)
 		long long v = strtoll(s, &end, 10);
 		if (end == s || errno || v < 0 || v > INT32_MAX) {
 			fprintf(stderr,
-				"mgrun generate --ids: '%.20s' is not a token "
+				"mgrun generate: %s: '%.20s' is not a token "
 				"id\n",
-				s);
+				what, s);
 			return -1;
 		}
 		if (out->n == out->cap) {
@@ -350,14 +352,10 @@ static bool is_file(const char *path)
  * renormalised; one uniform draw mg_rng_uniform(key, step) picks, so
  * (seed, step) fixes the token.
  */
-struct cand {
-	double p;
-	int32_t id;
-};
 
 static int cand_cmp(const void *a, const void *b)
 {
-	const struct cand *x = a, *y = b;
+	const struct gen_cand *x = a, *y = b;
 	if (x->p != y->p)
 		return x->p > y->p ? -1 : 1;
 	return x->id < y->id ? -1 : x->id > y->id;
@@ -365,7 +363,7 @@ static int cand_cmp(const void *a, const void *b)
 
 /* Keep the k best of c[0..V) in c[0..k) (unordered): a min-heap of the
  * k best seen so far, O(V log k), instead of sorting the vocabulary. */
-static void heap_down(struct cand *h, int64_t k, int64_t i)
+static void heap_down(struct gen_cand *h, int64_t k, int64_t i)
 {
 	for (;;) {
 		int64_t l = 2 * i + 1, r = l + 1, m = i;
@@ -375,14 +373,14 @@ static void heap_down(struct cand *h, int64_t k, int64_t i)
 			m = r;
 		if (m == i)
 			return;
-		struct cand tmp = h[i];
+		struct gen_cand tmp = h[i];
 		h[i] = h[m];
 		h[m] = tmp;
 		i = m;
 	}
 }
 
-static void keep_best(struct cand *c, int64_t V, int64_t k)
+static void keep_best(struct gen_cand *c, int64_t V, int64_t k)
 {
 	/* heap order: the worst kept candidate at the root */
 	for (int64_t i = k / 2 - 1; i >= 0; i--)
@@ -395,7 +393,7 @@ static void keep_best(struct cand *c, int64_t V, int64_t k)
 }
 
 static int32_t sample(const float *z, int64_t V, const struct gen_opts *g,
-		      uint64_t key, uint64_t step, struct cand *c)
+		      uint64_t key, uint64_t step, struct gen_cand *c)
 {
 	int64_t best = 0;
 	for (int64_t i = 1; i < V; i++)
@@ -504,16 +502,6 @@ void mg_cli_stdout_restore(int saved)
 }
 
 /* The run and its model, loaded; tokenizer and prompt ready. */
-struct gen {
-	struct gen_opts o;
-	struct mg_session s;
-	struct mg_trainer *t;
-	struct mg_tokenizer *tok;
-	struct mg_ids ids; /* prompt, then generated tokens appended */
-	struct mg_cli_adapter adapter; /* --adapter's overrides */
-	int32_t stop[2];
-	int nstop;
-};
 
 /* One process only: a launcher's rank variables or run.gpus > 1 are
  * refused (exit 2, the reason on stderr under cmd's name). */
@@ -588,7 +576,7 @@ static int load_prompt(struct gen *g)
 	}
 	int rc = 0;
 	if (g->o.ids_mode) {
-		rc = parse_ids(text, &g->ids) ? 2 : 0;
+		rc = gen_parse_ids("--ids", text, &g->ids) ? 2 : 0;
 	} else if (mg_tokenizer_encode(g->tok, text, len, MG_TOK_ADD_SPECIAL,
 				       &g->ids)) {
 		fprintf(stderr, "mgrun generate: the prompt: %s\n",
@@ -604,14 +592,17 @@ static int load_prompt(struct gen *g)
 }
 
 /* Text mode: the tokenizer is needed. --ids: only when --tokenizer is
- * given, for its end-of-text tokens. */
+ * given, for its end-of-text tokens. --prompts: the one text mode would
+ * find, when there is one. */
 static int load_tokenizer(struct gen *g)
 {
 	char buf[4200];
 	const char *path = g->o.ids_mode ? g->o.tokenizer
 					 : tokenizer_path(g, buf, sizeof buf);
 	if (!path) {
-		if (g->o.ids_mode)
+		/* --prompts: needed only by text prompts (said at their
+		 * line) and for the completions' text */
+		if (g->o.ids_mode || g->o.prompts)
 			return 0;
 		fprintf(stderr,
 			"mgrun generate: no tokenizer: give --tokenizer PATH "
@@ -694,7 +685,7 @@ static bool is_stop(const struct gen *g, int32_t id)
 	return false;
 }
 
-static int append(struct mg_ids *ids, int32_t id)
+int gen_append(struct mg_ids *ids, int32_t id)
 {
 	if (ids->n == ids->cap) {
 		int64_t cap = ids->cap ? ids->cap * 2 : 64;
@@ -708,47 +699,53 @@ static int append(struct mg_ids *ids, int32_t id)
 	return 0;
 }
 
-/* Prefill, then sample and feed back until a stop token or max_new. */
-static int run_generation(struct gen *g)
+int gen_setup(struct gen *g)
 {
 	struct mg_trainer *t = g->t;
-	const struct mg_model_ops *ops = t->model;
-	void *model = t->inst[MG_SEC_MODEL];
-	/* The model's vocabulary: the logits' length. */
-	int64_t V = t->spec.nunits > 0 ? t->spec.params[0].shape[0] : 0;
-	const int64_t n0 = g->ids.n, max_len = n0 + g->o.max_new;
-	const uint64_t seed = g->o.have_seed ? g->o.seed : g->t->ctx.seed;
-	const uint64_t key = mg_rng_key(seed, 0x67656e65726174ull);
+	const uint64_t seed = g->o.have_seed ? g->o.seed : t->ctx.seed;
+	g->key = mg_rng_key(seed, 0x67656e65726174ull);
 	if (!g->o.greedy)
 		fprintf(stderr, "generate: seed %llu\n",
 			(unsigned long long)seed);
 	/* The embedding's rows bound the ids; the logits are as many. */
-	if (V <= 0 || t->spec.params[0].ndim != 2) {
+	g->vocab = t->spec.nunits > 0 ? t->spec.params[0].shape[0] : 0;
+	if (g->vocab <= 0 || t->spec.params[0].ndim != 2) {
 		fprintf(stderr,
 			"mgrun generate: cannot tell the vocabulary of model "
 			"'%s' from its first parameter\n",
 			g->s.plugin[MG_SEC_MODEL].desc->name);
 		return 1;
 	}
-	if (g->tok && mg_tokenizer_vocab_size(g->tok) != V)
+	if (g->tok && mg_tokenizer_vocab_size(g->tok) != g->vocab)
 		fprintf(stderr,
 			"generate: warning: the tokenizer has %lld tokens, the "
 			"model %lld (is it the model's tokenizer?)\n",
 			(long long)mg_tokenizer_vocab_size(g->tok),
-			(long long)V);
-	float *z = malloc((size_t)V * sizeof *z);
-	struct cand *c = malloc((size_t)V * sizeof *c);
-	if (!z || !c) {
-		free(z);
-		free(c);
+			(long long)g->vocab);
+	g->z = malloc((size_t)g->vocab * sizeof *g->z);
+	g->cand = malloc((size_t)g->vocab * sizeof *g->cand);
+	if (!g->z || !g->cand) {
 		fprintf(stderr, "mgrun generate: out of memory\n");
 		return 1;
 	}
-	const bool text_out = !g->o.ids_mode;
+	return 0;
+}
+
+int gen_continue(struct gen *g, struct mg_ids *ids, uint64_t key, bool stream,
+		 struct gen_done *d)
+{
+	struct mg_trainer *t = g->t;
+	const struct mg_model_ops *ops = t->model;
+	void *model = t->inst[MG_SEC_MODEL];
+	const int64_t n0 = ids->n, max_len = n0 + g->o.max_new, V = g->vocab;
+	const bool text_out = stream && !g->o.ids_mode;
 	struct streamer st = {g->tok, 0};
 	int rc = 0;
+	memset(d, 0, sizeof *d);
+	d->why = "max-new-tokens";
 	const double t0 = mg_now();
-	if (ops->decode(model, &t->ctx, g->ids.v, n0, 0, max_len, z)) {
+	/* position 0: a new sequence (the model restarts its cache) */
+	if (ops->decode(model, &t->ctx, ids->v, n0, 0, max_len, g->z)) {
 		fprintf(stderr,
 			"mgrun generate: prefill of the %lld-token "
 			"prompt: %s\n",
@@ -759,8 +756,8 @@ static int run_generation(struct gen *g)
 		/* what the prompt decodes to is not printed */
 		char *text = NULL;
 		size_t len = 0;
-		if (mg_tokenizer_decode(g->tok, g->ids.v, n0,
-					MG_TOK_SKIP_SPECIAL, &text, &len)) {
+		if (mg_tokenizer_decode(g->tok, ids->v, n0, MG_TOK_SKIP_SPECIAL,
+					&text, &len)) {
 			fprintf(stderr, "mgrun generate: the prompt: %s\n",
 				mg_last_error());
 			rc = 1;
@@ -769,47 +766,81 @@ static int run_generation(struct gen *g)
 		free(text);
 	}
 	const double t1 = mg_now();
-	int64_t made = 0;
-	const char *why = "max-new-tokens";
-	while (!rc && made < g->o.max_new) {
-		const int32_t id = sample(z, V, &g->o, key, (uint64_t)made, c);
+	while (!rc && d->made < g->o.max_new) {
+		const int32_t id =
+			sample(g->z, V, &g->o, key, (uint64_t)d->made, g->cand);
 		if (is_stop(g, id)) {
-			why = "end of text token";
+			d->why = "end of text token";
 			break;
 		}
-		if (append(&g->ids, id)) {
+		if (gen_append(ids, id)) {
 			fprintf(stderr, "mgrun generate: out of memory\n");
 			rc = 1;
 			break;
 		}
-		made++;
-		if (text_out)
-			rc = stream_text(&st, &g->ids, false) ? 1 : 0;
-		else {
-			printf("%s%d", made > 1 ? " " : "", (int)id);
+		d->made++;
+		if (text_out) {
+			rc = stream_text(&st, ids, false) ? 1 : 0;
+		} else if (stream) {
+			printf("%s%d", d->made > 1 ? " " : "", (int)id);
 			fflush(stdout);
 		}
-		if (!rc && made < g->o.max_new &&
-		    ops->decode(model, &t->ctx, &g->ids.v[g->ids.n - 1], 1,
-				g->ids.n - 1, max_len, z)) {
+		if (!rc && d->made < g->o.max_new &&
+		    ops->decode(model, &t->ctx, &ids->v[ids->n - 1], 1,
+				ids->n - 1, max_len, g->z)) {
 			fprintf(stderr, "mgrun generate: token %lld: %s\n",
-				(long long)made, mg_last_error());
+				(long long)d->made, mg_last_error());
 			rc = 1;
 		}
 	}
-	if (text_out && !rc && stream_text(&st, &g->ids, true))
+	if (text_out && !rc && stream_text(&st, ids, true))
 		rc = 1;
+	d->prefill_s = t1 - t0;
+	d->decode_s = mg_now() - t1;
+	return rc;
+}
+
+char *gen_new_text(const struct gen *g, const struct mg_ids *ids, int64_t n0)
+{
+	char *p = NULL, *all = NULL, *r = NULL;
+	size_t plen = 0, alen = 0;
+	if (mg_tokenizer_decode(g->tok, ids->v, n0, MG_TOK_SKIP_SPECIAL, &p,
+				&plen) ||
+	    mg_tokenizer_decode(g->tok, ids->v, ids->n, MG_TOK_SKIP_SPECIAL,
+				&all, &alen)) {
+		fprintf(stderr, "mgrun generate: decoding the text: %s\n",
+			mg_last_error());
+	} else {
+		size_t from = complete_prefix(p ? p : "", plen);
+		if (from > alen)
+			from = alen;
+		r = malloc(alen - from + 1);
+		if (r) {
+			memcpy(r, all + from, alen - from);
+			r[alen - from] = 0;
+		}
+	}
+	free(p);
+	free(all);
+	return r;
+}
+
+/* One prompt (--prompt / --prompt-file), streamed to stdout. */
+static int run_generation(struct gen *g)
+{
+	struct gen_done d;
+	const int64_t n0 = g->ids.n;
+	int rc = gen_continue(g, &g->ids, g->key, true, &d);
 	printf("\n");
 	fflush(stdout);
-	const double t2 = mg_now();
 	if (!rc)
 		fprintf(stderr,
 			"generate: %lld prompt tokens in %.3f s, %lld new "
 			"tokens in %.3f s (%.1f tokens/s), stopped at %s\n",
-			(long long)n0, t1 - t0, (long long)made, t2 - t1,
-			t2 > t1 ? (double)made / (t2 - t1) : 0.0, why);
-	free(z);
-	free(c);
+			(long long)n0, d.prefill_s, (long long)d.made,
+			d.decode_s,
+			d.decode_s > 0 ? (double)d.made / d.decode_s : 0.0,
+			d.why);
 	return rc;
 }
 
@@ -849,16 +880,21 @@ int mg_generate_main(int argc, char **argv)
 	if (!rc)
 		rc = load_tokenizer(&g);
 	if (!rc)
-		rc = load_prompt(&g);
+		rc = g.o.prompts ? gen_read_prompts(&g) : load_prompt(&g);
 	if (!rc)
 		rc = open_model(&g);
 	if (!rc)
-		rc = run_generation(&g);
+		rc = gen_setup(&g);
+	if (!rc)
+		rc = g.o.prompts ? gen_run_prompts(&g) : run_generation(&g);
 	const int saved = mg_cli_stdout_to_stderr(); /* teardown's messages */
 	mg_inference_close(g.t);
 	mg_cli_stdout_restore(saved);
 	mg_tokenizer_free(g.tok);
 	free(g.ids.v);
+	free(g.z);
+	free(g.cand);
+	gen_free_prompts(&g);
 	mg_session_close(&g.s);
 	mg_cli_adapter_free(&g.adapter);
 	free(g.o.sets);

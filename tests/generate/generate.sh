@@ -180,6 +180,57 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "has no decode op" "$work/m.err" ||
 	fail "model without decode: exit $rc: $(cat "$work/m.err")"
 cat "$work/m.err"
+# --prompts: JSON Lines answered one line each, the model loaded once;
+# each prompt's ids are what generate gives it alone (greedy and seeded)
+gen q1.out q1.err --ids --prompt "1 2 3" --greedy --max-new-tokens 12
+printf '%s\n\n%s\n%s\n' '{"ids": [5, 17, 42, 99, 3], "id": "row-a"}' \
+	'  {"ids": [1, 2, 3]}' '{"ids": [5, 17, 42, 99, 3], "id": {"n": 2}}' \
+	>"$work/prompts.jsonl"
+gen pr.out pr.err --prompts "$work/prompts.jsonl" --greedy --max-new-tokens 12
+[ $rc -eq 0 ] || fail "--prompts: exit $rc: $(cat "$work/pr.err")"
+ids_of() { # ids_of FILE K: line K's completion_ids, space-separated
+	python3 -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(" ".join(map(str, rows[int(sys.argv[2])]["completion_ids"])))' "$1" "$2"
+}
+[ "$(wc -l <"$work/pr.out")" -eq 3 ] || fail "--prompts: not 3 answers: $(cat "$work/pr.out")"
+[ "$(ids_of "$work/pr.out" 0)" = "$(cat "$work/g1.out")" ] ||
+	fail "--prompts line 1 differs from generate --prompt: $(ids_of "$work/pr.out" 0)"
+[ "$(ids_of "$work/pr.out" 1)" = "$(cat "$work/q1.out")" ] ||
+	fail "--prompts line 3 (after a prompt and a blank line) differs from generate alone"
+[ "$(ids_of "$work/pr.out" 2)" = "$(cat "$work/g1.out")" ] ||
+	fail "--prompts: the first prompt again gives other ids (a cache not restarted)"
+python3 -c 'import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert [x["line"] for x in r] == [1, 3, 4], r
+assert r[0]["id"] == "row-a" and "id" not in r[1] and r[2]["id"] == {"n": 2}, r
+assert all(x["prompt_tokens"] in (5, 3) and x["new_tokens"] == 12 and
+           x["stop"] == "max-new-tokens" and "completion" not in x for x in r), r' \
+	"$work/pr.out" || fail "--prompts: fields: $(cat "$work/pr.out")"
+grep -q "3 prompts" "$work/pr.err" || fail "--prompts: no summary"
+gen ps.out ps.err --prompts "$work/prompts.jsonl" --seed 11 --temperature 1.5 \
+	--top-k 0 --top-p 1 --max-new-tokens 16
+[ "$(ids_of "$work/ps.out" 0)" = "$(cat "$work/s1.out")" ] ||
+	fail "--prompts seed 11 differs from generate --seed 11"
+# bad files: refused at FILE:LINE (exit 2) before any answer
+printf '{"ids": [1]}\n[1, 2]\n' >"$work/b1.jsonl"
+printf '{"ids": [1]}\n{"ids": [1, 300]}\n' >"$work/b2.jsonl"
+printf '{"ids": [1]}\n{"prompt": "hello"}\n' >"$work/b3.jsonl"
+printf '{"ids": [1, -2]}\n' >"$work/b4.jsonl"
+printf '{"ids": [1], "prompt": "x"}\n' >"$work/b5.jsonl"
+printf '{"ids": []}\n' >"$work/b6.jsonl"
+printf '\n  \n' >"$work/b7.jsonl"
+for c in "b1:2: not a JSON object" \
+	"b2:2: token 1 of the prompt, id 300, is outside the model's vocabulary of 256" \
+	"b3:2: a text prompt needs a tokenizer" "b4:1: ids.1. is not a token id" \
+	"b5:1: give one of" "b6:1: the prompt has no tokens" "b7.jsonl: no prompts"; do
+	f=${c%%:*} f=${f%%.jsonl*} want=${c#*:}
+	gen $f.out $f.err --prompts "$work/$f.jsonl" --greedy --max-new-tokens 2
+	[ $rc -eq 2 ] && [ ! -s "$work/$f.out" ] && grep -q "$want" "$work/$f.err" ||
+		fail "--prompts $f: exit $rc, stdout '$(cat "$work/$f.out")': $(cat "$work/$f.err")"
+done
+gen pp.out pp.err --prompts "$work/prompts.jsonl" --prompt "1 2"
+[ $rc -eq 2 ] || fail "--prompts with --prompt: exit $rc"
 # no prompt, two prompts
 gen p.out p.err --ids
 [ $rc -eq 2 ] || fail "no prompt: exit $rc"

@@ -5,7 +5,8 @@
 # streamed continuation must be exactly what the tokenizer decodes from
 # the same (greedy) ids that --ids mode prints, minus the prompt's text
 # (streaming holds incomplete UTF-8 back and loses nothing); greedy and
-# seeded text reproduce; without a tokenizer the refusal names --ids.
+# seeded text reproduce; without a tokenizer the refusal names --ids;
+# --prompts answers a text prompt with the same text and ids.
 set -u
 mgrun=$1 repo=$2 work=$3
 deps=$repo/.deps/tokenizers
@@ -88,6 +89,27 @@ PY
 	else
 		echo "(no python3: the streamed text is not compared)"
 	fi
+	# --prompts with a text prompt: the completion is the streamed text
+	# (without its final newline), its ids the --ids run's, stop and
+	# counts named; the same prompt as ids on the next line agrees
+	python3 -c 'import json, sys
+print(json.dumps({"prompt": sys.argv[1], "id": 7}))
+print(json.dumps({"ids": [int(x) for x in sys.argv[2].split()]}))' \
+		"$prompt" "$pids" >"$work/$tk.prompts.jsonl"
+	gen $tk.pr --tokenizer "$tok" --prompts "$work/$tk.prompts.jsonl" \
+		--greedy --max-new-tokens 24
+	[ $rc -eq 0 ] || fail "$tk --prompts: exit $rc: $(cat "$work/$tk.pr.err")"
+	python3 - "$work/$tk.pr" "$work/$tk.g1" "$work/$tk.ids" <<'PY' || fail "$tk: --prompts answers differ from generate's"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+streamed = open(sys.argv[2], encoding="utf-8").read()
+ids = [int(x) for x in open(sys.argv[3]).read().split()]
+assert len(r) == 2, r
+for x in r:
+    assert x["completion"] + "\n" == streamed, (x["completion"], streamed)
+    assert x["completion_ids"] == ids, (x["completion_ids"], ids)
+assert r[0]["id"] == 7 and r[0]["prompt_tokens"] == r[1]["prompt_tokens"]
+PY
 	# no tokenizer anywhere: refused, pointing at --ids
 	gen $tk.none --prompt "$prompt"
 	[ $rc -eq 2 ] && grep -q -- "--ids" "$work/$tk.none.err" ||
