@@ -45,7 +45,9 @@
 #                        kernel swap on Llama 3.2 1B, `seed002` its shard
 #                        mode table at 7B on 4 GPUs, `seed000_llm` seed
 #                        000's Llama-3-8B LoRA iteration times, needs
-#                        .deps/tokenizers), results in sweeps.tgz;
+#                        .deps/tokenizers; `seed003_llm` seed 003's
+#                        memory and traffic charts at 3B), results in
+#                        sweeps.tgz;
 #                        MG_SWEEP_ARGS go to every sweep (--repeats 3)
 #     sharding [n]       ddp_ds, fsdp modes and offload on n GPUs beside
 #                        PyTorch FSDP2 (bench/sharding.sh), and the host
