@@ -6,6 +6,7 @@
 #define MG_LLAMA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "mg/mg.h"
@@ -28,6 +29,22 @@ struct llama_cfg {
 	int64_t rs_orig_max;
 	int64_t max_positions; /* max_position_embeddings */
 };
+
+/* The work buffers' slots (the training arena, llama_model.c; the decode
+ * buffer, llama_decode.c): sizes rounded to 256 bytes so every slot starts
+ * where cuBLAS and the 16-byte vector kernels want it, and a slot of
+ * `bytes` taken at *at, which moves past it. */
+static inline size_t llama_al(size_t bytes)
+{
+	return (bytes + 255) & ~(size_t)255;
+}
+
+static inline size_t llama_slot(size_t *at, size_t bytes)
+{
+	const size_t o = *at;
+	*at += llama_al(bytes);
+	return o;
+}
 
 /* Fill cfg from the plugin's options: a preset's shape, overridden by
  * explicit options, or an HF folder's config.json (hf_dir). */

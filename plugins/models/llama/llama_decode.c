@@ -34,11 +34,6 @@ struct dlay {
 	size_t qx;	 /* qat / int4: a projection input fake-quantized */
 };
 
-static size_t dal(size_t b)
-{
-	return (b + 255) & ~(size_t)255;
-}
-
 static void dlayout(const struct llama *m, int64_t n, struct dlay *L)
 {
 	const struct llama_cfg *c = &m->c;
@@ -47,21 +42,16 @@ static void dlayout(const struct llama *m, int64_t n, struct dlay *L)
 		     qd = (size_t)(c->heads * c->head_dim), I = (size_t)c->ffn,
 		     V = (size_t)c->vocab;
 	size_t o = 0;
-#define DSLOT(f, bytes)                                                        \
-	do {                                                                   \
-		L->f = o;                                                      \
-		o += dal(bytes);                                               \
-	} while (0)
-	DSLOT(x, N * D * es);
-	DSLOT(h, N * D * es);
-	DSLOT(q, N * qd * es);
-	DSLOT(o, N * qd * es);
-	DSLOT(t, N * D * es);
-	DSLOT(g, N * I * es);
-	DSLOT(u, N * I * es);
-	DSLOT(hn, D * es);
-	DSLOT(logits, V * es);
-	DSLOT(lf32, V * sizeof(float));
+	L->x = llama_slot(&o, N * D * es);
+	L->h = llama_slot(&o, N * D * es);
+	L->q = llama_slot(&o, N * qd * es);
+	L->o = llama_slot(&o, N * qd * es);
+	L->t = llama_slot(&o, N * D * es);
+	L->g = llama_slot(&o, N * I * es);
+	L->u = llama_slot(&o, N * I * es);
+	L->hn = llama_slot(&o, D * es);
+	L->logits = llama_slot(&o, V * es);
+	L->lf32 = llama_slot(&o, V * sizeof(float));
 	if (m->lora.rank > 0) {
 		/* llama_lora_forward's scratch holds A x, then B (s A x):
 		 * n rows of the widest projection (the head: one row). */
@@ -72,14 +62,13 @@ static void dlayout(const struct llama *m, int64_t n, struct dlay *L)
 		w = w > kvd ? w : kvd;
 		w = w > r ? w : r;
 		size_t tmp = N * w > V ? N * w : V;
-		DSLOT(la, N * r * es);
-		DSLOT(ltmp, tmp * es);
+		L->la = llama_slot(&o, N * r * es);
+		L->ltmp = llama_slot(&o, tmp * es);
 	}
 	if (m->fq_act) {
 		size_t w = D > qd ? D : qd;
-		DSLOT(qx, N * (w > I ? w : I) * es);
+		L->qx = llama_slot(&o, N * (w > I ? w : I) * es);
 	}
-#undef DSLOT
 	L->total = o;
 }
 
@@ -97,8 +86,8 @@ static struct mg_tensor tat(const struct llama *m, void *base, size_t off,
 /* Bytes of one layer's key (or value) cache. */
 static size_t cache_layer_bytes(const struct llama *m, int64_t max_len)
 {
-	return dal((size_t)(max_len * m->c.kv_heads * m->c.head_dim) *
-		   mg_dtype_size(m->ctx->compute_dtype));
+	return llama_al((size_t)(max_len * m->c.kv_heads * m->c.head_dim) *
+			mg_dtype_size(m->ctx->compute_dtype));
 }
 
 /* Start a sequence: the caches for max_len positions. */

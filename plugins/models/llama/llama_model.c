@@ -58,11 +58,6 @@ struct lay {
 	size_t wtotal;
 };
 
-static size_t al(size_t b)
-{
-	return (b + 255) & ~(size_t)255;
-}
-
 static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 {
 	const struct llama_cfg *c = &m->c;
@@ -74,28 +69,25 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 		     I = (size_t)c->ffn, H = (size_t)c->heads;
 	size_t o = 0;
 	memset(L, 0, sizeof *L);
+	/* every layer's input and the final norm's, each a slot (the stride
+	 * layer_tensors uses) */
 	L->x = o;
-	o += al(R * D * es) * (size_t)(c->layers + 1);
+	o += llama_al(R * D * es) * (size_t)(c->layers + 1);
 	L->layer = o;
 	size_t p = 0;
-#define SLOT(f, bytes)                                                         \
-	do {                                                                   \
-		L->f = p;                                                      \
-		p += al(bytes);                                                \
-	} while (0)
-	SLOT(h1, R * D * es);
-	SLOT(q, R * qd * es);
-	SLOT(k, R * kvd * es);
-	SLOT(v, R * kvd * es);
-	SLOT(o, R * qd * es);
-	SLOT(xm, R * D * es);
-	SLOT(h2, R * D * es);
-	SLOT(g, R * I * es);
-	SLOT(u, R * I * es);
-	SLOT(s, R * I * es);
-	SLOT(rstd1, R * ss);
-	SLOT(rstd2, R * ss);
-	SLOT(lse, R * H * ss);
+	L->h1 = llama_slot(&p, R * D * es);
+	L->q = llama_slot(&p, R * qd * es);
+	L->k = llama_slot(&p, R * kvd * es);
+	L->v = llama_slot(&p, R * kvd * es);
+	L->o = llama_slot(&p, R * qd * es);
+	L->xm = llama_slot(&p, R * D * es);
+	L->h2 = llama_slot(&p, R * D * es);
+	L->g = llama_slot(&p, R * I * es);
+	L->u = llama_slot(&p, R * I * es);
+	L->s = llama_slot(&p, R * I * es);
+	L->rstd1 = llama_slot(&p, R * ss);
+	L->rstd2 = llama_slot(&p, R * ss);
+	L->lse = llama_slot(&p, R * H * ss);
 	const struct llama_lora *lo = &m->lora;
 	const size_t r = (size_t)lo->rank;
 	/* ltmp also holds a fused group's [R, 3 r] (llama_lora.c) */
@@ -110,49 +102,44 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 		max_in = (size_t)in > max_in ? (size_t)in : max_in;
 		max_out = (size_t)out > max_out ? (size_t)out : max_out;
 		if (t != LT_HEAD)
-			SLOT(la[t], R * r * es);
+			L->la[t] = llama_slot(&p, R * r * es);
 	}
 	L->per = p;
 	/* With activation checkpointing one block serves every layer. */
 	o += p * (size_t)(m->recompute ? 1 : c->layers);
-	L->hn = o;
-	o += al(R * D * es);
-	L->rstdn = o;
-	o += al(R * ss);
-	L->logits = o;
-	o += al((m->kern & LK_FLCE ? (size_t)llama_flce_chunk(m, n * T) : R) *
-		(size_t)c->vocab * es);
-	if (lo->ia[LT_HEAD] >= 0) {
-		L->la[LT_HEAD] = o;
-		o += al(R * r * es);
-	}
-	L->lxd = o;
-	o += al(R * max_in * es);
+	L->hn = llama_slot(&o, R * D * es);
+	L->rstdn = llama_slot(&o, R * ss);
+	L->logits = llama_slot(
+		&o,
+		(m->kern & LK_FLCE ? (size_t)llama_flce_chunk(m, n * T) : R) *
+			(size_t)c->vocab * es);
+	if (lo->ia[LT_HEAD] >= 0)
+		L->la[LT_HEAD] = llama_slot(&o, R * r * es);
+	L->lxd = llama_slot(&o, R * max_in * es);
 	L->ltmp = o;
-	o += r ? al(R * max_out * es) : 0;
+	o += r ? llama_al(R * max_out * es) : 0;
 	L->qx = o;
 	if (m->fq_act) {
 		size_t w = D > qd ? D : qd;
 		w = I > w ? I : w;
-		o += al(R * w * es);
+		o += llama_al(R * w * es);
 	}
 	L->total = o;
 	p = 0;
-	SLOT(dx, R * D * es);
-	SLOT(dxm, R * D * es);
-	SLOT(dh, R * D * es);
-	SLOT(dt, R * D * es);
-	SLOT(ds, R * I * es);
-	SLOT(du, R * I * es);
-	SLOT(dq, R * qd * es);
-	SLOT(dk, R * kvd * es);
-	SLOT(dv, R * kvd * es);
-	SLOT(dout, R * qd * es);
-	SLOT(ldas, R * r * es);
-	SLOT(lda, R * 3 * r * es);
-	SLOT(ldt3, R * 3 * r * es);
-	SLOT(ldxd, R * max_in * es);
-#undef SLOT
+	L->dx = llama_slot(&p, R * D * es);
+	L->dxm = llama_slot(&p, R * D * es);
+	L->dh = llama_slot(&p, R * D * es);
+	L->dt = llama_slot(&p, R * D * es);
+	L->ds = llama_slot(&p, R * I * es);
+	L->du = llama_slot(&p, R * I * es);
+	L->dq = llama_slot(&p, R * qd * es);
+	L->dk = llama_slot(&p, R * kvd * es);
+	L->dv = llama_slot(&p, R * kvd * es);
+	L->dout = llama_slot(&p, R * qd * es);
+	L->ldas = llama_slot(&p, R * r * es);
+	L->lda = llama_slot(&p, R * 3 * r * es);
+	L->ldt3 = llama_slot(&p, R * 3 * r * es);
+	L->ldxd = llama_slot(&p, R * max_in * es);
 	L->wtotal = p;
 }
 
@@ -184,7 +171,7 @@ static void layer_tensors(const struct llama *m, const struct lay *L, int l,
 		      qd = c->heads * c->head_dim,
 		      kvd = c->kv_heads * c->head_dim, I = c->ffn;
 	void *A = m->arena.ptr;
-	const size_t xs = al((size_t)(R * D) * mg_dtype_size(dt));
+	const size_t xs = llama_al((size_t)(R * D) * mg_dtype_size(dt));
 	const size_t b = L->layer + L->per * (size_t)(m->recompute ? 0 : l);
 	t->x = at(m, A, L->x + xs * (size_t)l, dt, 2, R, D, 0, 0);
 	t->xn = at(m, A, L->x + xs * (size_t)(l + 1), dt, 2, R, D, 0, 0);
