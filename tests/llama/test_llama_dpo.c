@@ -541,11 +541,11 @@ static void test_ops(void)
 static void test_refuse(void)
 {
 	struct env e;
-	CHECK(env_open(&e, "vocab_size = 32\nhidden_size = 16\nnum_heads = "
-			   "4\nnum_kv_heads = 2\nintermediate_size = 24\n"
-			   "num_layers = 2\nobjective = dpo\n") != 0);
-	CHECK_HAS(mg_last_error(), "objective = dpo needs LoRA");
 	char lines[1024];
+	snprintf(lines, sizeof lines, "%sobjective = dpo\nkernels = flce\n",
+		 base);
+	CHECK(env_open(&e, lines) != 0);
+	CHECK_HAS(mg_last_error(), "kernels flce does not keep them");
 	snprintf(lines, sizeof lines, "%sobjective = dpo\n", base);
 	if (env_open(&e, lines)) {
 		fail("refuse: %s", mg_last_error());
@@ -683,6 +683,116 @@ out:
 	env_close(&e);
 }
 
+/* ---- full fine-tuning: the frozen reference copy -------------------- */
+
+static const char full_base[] =
+	"vocab_size = 32\nhidden_size = 16\nnum_heads = 4\n"
+	"num_kv_heads = 2\nintermediate_size = 24\nnum_layers = 2\n"
+	"tie_embeddings = no\nobjective = dpo\n";
+
+/* Full fine-tuning under DPO: every unit declares "ref." copies of its
+ * parameters, frozen and equal to the start; step 0 is log 2 with zero
+ * rewards; once the policy moves (its weights perturbed) the rewards
+ * move and the copies do not, and the loss gradient of every trained
+ * tensor matches finite differences in fp64. */
+static void test_full(void)
+{
+	char lines[1024];
+	struct env e;
+	snprintf(lines, sizeof lines,
+		 "%sdpo_beta = 0.5\n"
+		 "dpo_label_smoothing = 0.1\n",
+		 full_base);
+	if (env_open(&e, lines)) {
+		fail("full: %s", mg_last_error());
+		return;
+	}
+	int own = 0, refs = 0;
+	for (int i = 0; i < e.st.spec.nparams; i++) {
+		const struct mg_param_decl *d = &e.st.spec.params[i];
+		const bool ref = strstr(d->name, "ref.") != NULL;
+		if (!ref) {
+			own++;
+			CHECK(d->flags & MG_P_TRAIN);
+			continue;
+		}
+		refs++;
+		CHECK(!(d->flags & MG_P_TRAIN) && !e.st.g[i].data);
+		/* the unit's second half: parameter i - half, same values */
+		int j = -1;
+		for (int u = 0; u < e.st.spec.nunits; u++) {
+			const struct mg_unit_decl *ud = &e.st.spec.units[u];
+			if (i >= ud->first_param &&
+			    i < ud->first_param + ud->nparams)
+				j = i - ud->nparams / 2;
+		}
+		CHECK(j >= 0 && !strcmp(e.st.spec.params[j].name, d->name + 4));
+		CHECK(j >= 0 && !memcmp(e.st.p[i].data, e.st.p[j].data,
+					mg_tensor_bytes(&e.st.p[i])));
+	}
+	/* embedding, 2 layers of 9, final norm and untied head */
+	CHECK(own == 21 && refs == 21);
+	struct pbatch t;
+	pbatch_make(&t);
+	double m[MG_METRIC_MAX];
+	if (forward(&e, &t.b, false, m))
+		fail("forward: %s", mg_last_error());
+	CHECK(fabs(m[MG_METRIC_LOSS_SUM] / PN - log(2.0)) < 1e-15);
+	CHECK(m[MG_DPO_REWARD_CHOSEN] == 0 && m[MG_DPO_MARGIN] == 0);
+	/* the policy moves: every trained value perturbed */
+	for (int i = 0; i < e.st.spec.nparams; i++)
+		if (e.st.g[i].data)
+			for (int64_t j = 0; j < mg_tensor_numel(&e.st.p[i]);
+			     j++)
+				((double *)e.st.p[i].data)[j] +=
+					0.05 * mg_rng_normal(77 + (uint64_t)i,
+							     (uint64_t)j);
+	e.grad_scale = 1.0f / PN;
+	ts_zero_grads(&e.st);
+	if (forward(&e, &t.b, true, m) || M->backward(e.model, &e.ctx)) {
+		fail("train step: %s", mg_last_error());
+		env_close(&e);
+		return;
+	}
+	ts_check_step(&e.st, true);
+	CHECK(m[MG_DPO_REWARD_CHOSEN] != 0 && m[MG_DPO_MARGIN] != 0);
+	CHECK(fabs(m[MG_METRIC_LOSS_SUM] / PN - log(2.0)) > 1e-6);
+	const double gfix = (1.0 / PN) / (double)e.grad_scale;
+	double worst = 0;
+	int checked = 0;
+	for (int i = 0; i < e.st.spec.nparams; i++) {
+		struct mg_tensor *p = &e.st.p[i], *g = &e.st.g[i];
+		if (!g->data)
+			continue;
+		const int64_t n = mg_tensor_numel(p);
+		for (int k = 0; k < 3; k++) {
+			int64_t j =
+				(int64_t)(mg_rng_u64(9 + i, k) % (uint64_t)n);
+			double *w = (double *)p->data + j, w0 = *w, h = 1e-5;
+			*w = w0 + h;
+			double lp = mean_loss(&e, &t.b);
+			*w = w0 - h;
+			double lm = mean_loss(&e, &t.b);
+			*w = w0;
+			double fd = (lp - lm) / (2 * h);
+			double an = ((double *)g->data)[j] * gfix;
+			double err = fabs(fd - an) / (fabs(fd) + 1e-7);
+			worst = err > worst ? err : worst;
+			if (err > 1e-5)
+				fail("full gradcheck: %s[%lld]: backward "
+				     "%.10g, finite difference %.10g",
+				     e.st.spec.params[i].name, (long long)j, an,
+				     fd);
+			checked++;
+		}
+	}
+	CHECK(checked == 3 * 21);
+	printf("full: %d trained tensors with %d frozen reference copies; "
+	       "%d gradient values, worst relative error %.2e\n",
+	       own, refs, checked, worst);
+	env_close(&e);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -710,6 +820,8 @@ int main(int argc, char **argv)
 		test_refuse();
 	else if (!strcmp(argv[2], "buffers"))
 		test_buffers();
+	else if (!strcmp(argv[2], "full"))
+		test_full();
 	else {
 		fprintf(stderr, "unknown test %s\n", argv[2]);
 		return 2;

@@ -640,7 +640,7 @@ dpo)
 	# every forward. A pair is one row, so ranks and micro-batches split
 	# pairs like samples: N ranks, micro-batches, fsdp (full, grad_op),
 	# ddp_rr and offload train the adapters one rank trains with the
-	# whole batch.
+	# whole batch; then full fine-tuning, whose reference is a frozen copy.
 	set -- --set model.lora_rank=4 --set model.lora_alpha=8 \
 		--set model.lora_targets=all,head --set model.tie_embeddings=no \
 		--set model.objective=dpo --set model.dpo_beta=0.5 \
@@ -676,6 +676,33 @@ dpo)
 	run off2 2 "$llama" --set strategy.name=offload --set run.batch_size=8 \
 		"$@"
 	same single off2 1e-10
+	# Full fine-tuning: the reference is a frozen copy of the starting
+	# weights (sharded or replicated as the strategy keeps frozen
+	# parameters, never checkpointed: a resume remakes it from the start).
+	# No clipping here: the gradient norm is summed in F32 (mg_optim_vals),
+	# so a clipped step's scale differs by F32 rounding between shardings,
+	# which AdamW's moments carry into the later unclipped steps (1e-8).
+	set -- --set optimizer.max_grad_norm=0 \
+		--set model.tie_embeddings=no --set model.objective=dpo \
+		--set model.dpo_beta=0.5 --set dataset.pairs=true \
+		--set dataset.prompt_frac=0.3
+	run full1 1 "$llama" --set run.batch_size=16 "$@"
+	run full_ds2 2 "$llama" --set strategy.name=ddp_ds \
+		--set run.batch_size=8 "$@"
+	same full1 full_ds2 1e-10
+	for mode in full grad_op; do
+		run "full_fsdp_$mode" 4 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" "$@"
+		same full1 "full_fsdp_$mode" 1e-10
+	done
+	run full_off2 2 "$llama" --set strategy.name=offload \
+		--set run.batch_size=8 "$@"
+	same full1 full_off2 1e-10
+	run full_res 4 "$llama" --set strategy.name=fsdp --set run.stop_after=3 \
+		"$@"
+	run full_res 2 "$llama" --set strategy.name=fsdp --set run.batch_size=8 \
+		--resume "$@"
+	same full1 full_res 1e-10
 	;;
 *)
 	echo "unknown scenario $scenario"

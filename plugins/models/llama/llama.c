@@ -96,8 +96,9 @@ static const struct mg_option llama_options[] = {
 	MG_OPT_E("objective", "sft", "sft|dpo",
 		 "sft: next-token loss on the label tokens; dpo: Direct "
 		 "Preference Optimization on preference rows (dataset "
-		 "format = preference), the reference being the model with "
-		 "its LoRA adapters off (needs lora_rank > 0)"),
+		 "format = preference); the reference is the model with its "
+		 "LoRA adapters off, or with full fine-tuning (lora_rank = 0) "
+		 "a frozen copy of the starting weights"),
 	MG_OPT_F("dpo_beta", "0.1", 1e-6, 1e6,
 		 "DPO beta: the strength of the implicit KL penalty towards "
 		 "the reference"),
@@ -223,6 +224,31 @@ static int add_adapters(struct mg_model_spec *s, const struct llama *m,
 	return 0;
 }
 
+/* DPO with full fine-tuning: the last unit's parameters again, frozen,
+ * as "ref." + name (llama_dpo.c: the reference model). Norm weights
+ * stay F32 as the policy's; the rest is kept in the compute dtype. */
+static int add_ref_copy(struct mg_model_spec *s, const struct llama *m)
+{
+	if (!m->dpo.copy)
+		return 0;
+	const struct mg_unit_decl *u = &s->units[s->nunits - 1];
+	const int first = u->first_param, n = u->nparams;
+	for (int i = 0; i < n; i++) {
+		const struct mg_param_decl p = s->params[first + i];
+		char name[MG_NAME_MAX];
+		if (snprintf(name, sizeof name, "ref.%s", p.name) >=
+		    (int)sizeof name) {
+			mg_error("llama: parameter name ref.%s is too long",
+				 p.name);
+			return -1;
+		}
+		if (mg_spec_add_param(s, name, p.dtype, p.flags & MG_P_FP32,
+				      p.ndim, p.shape) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static int llama_declare(void *self, struct mg_model_spec *s)
 {
 	const struct llama *m = self;
@@ -235,7 +261,7 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 	const int tr = m->lora.rank ? 0 : MG_P_TRAIN;
 	const int W = tr, N = tr | MG_P_NO_DECAY | MG_P_FP32;
 	if (mg_spec_add_unit(s, "model.embed_tokens") < 0 ||
-	    add(s, "weight", W, c->vocab, D))
+	    add(s, "weight", W, c->vocab, D) || add_ref_copy(s, m))
 		return -1;
 	for (int64_t l = 0; l < c->layers; l++) {
 		char name[64];
@@ -253,13 +279,13 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 		    add_dt(s, P[LP_GATE], q, W, c->ffn, D) ||
 		    add_dt(s, P[LP_UP], q, W, c->ffn, D) ||
 		    add_dt(s, P[LP_DOWN], q, W, D, c->ffn) ||
-		    add_adapters(s, m, LT_Q, LT_DOWN))
+		    add_adapters(s, m, LT_Q, LT_DOWN) || add_ref_copy(s, m))
 			return -1;
 	}
 	if (mg_spec_add_unit(s, "head") < 0 ||
 	    add(s, "model.norm.weight", N, D, 0) ||
 	    (!c->tie_embeddings && add(s, "lm_head.weight", W, c->vocab, D)) ||
-	    add_adapters(s, m, LT_HEAD, LT_HEAD))
+	    add_adapters(s, m, LT_HEAD, LT_HEAD) || add_ref_copy(s, m))
 		return -1;
 	llama_quant_describe(m);
 	llama_qat_describe(m);

@@ -13,12 +13,19 @@
  * (mg_op_dpo_loss), whose gradient per document seeds the same
  * (onehot - softmax) backward through the logits.
  *
- * The reference model is the same weights with the LoRA adapters off:
- * a forward without adapters and without saved activations (acquired
- * for evaluation, its arena overwritten by the policy pass that follows)
- * runs first in every forward, so no second copy of the weights exists
- * and nothing is cached across steps. Full fine-tuning has no frozen
- * base to refer to and is refused.
+ * The reference pass runs first in every forward, without saved
+ * activations (acquired for evaluation, its arena overwritten by the
+ * policy pass that follows), so nothing is cached across steps. With
+ * LoRA the reference is the same weights with the adapters off: no
+ * second copy exists. With full fine-tuning the policy's weights move,
+ * so the reference is a frozen copy of the starting weights (TRL's
+ * ref_model): declared after each unit's own parameters under "ref."
+ * names, frozen (no gradient, no optimizer state, kept in the compute
+ * dtype, never checkpointed: a resume remakes it from the same start),
+ * and sharded or replicated by the strategy like any frozen parameter.
+ * Its cost is one copy of the weights in the compute dtype; precomputed
+ * reference log-probs would need a pass over the data before training
+ * and a table keyed by row, which the batch contract does not carry.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +38,18 @@ int llama_dpo_setup(struct llama *m, const struct mg_opts *o)
 	d->on = mg_opt_enum(o, "objective") == 1;
 	d->beta = mg_opt_float(o, "dpo_beta");
 	d->eps = mg_opt_float(o, "dpo_label_smoothing");
-	if (d->on && m->lora.rank == 0)
-		return mg_error(
-			"llama: objective = dpo needs LoRA (lora_rank > 0): "
-			"the reference model is the base with the adapters "
-			"off; full fine-tuning would need a frozen copy of "
-			"the weights or precomputed reference log-probs, "
-			"which mgrun does not provide yet");
+	/* Full fine-tuning: the policy moves away from its start, so the
+	 * reference is a frozen copy of the start (llama_declare adds it
+	 * after each unit's parameters, llama_init_unit fills it). */
+	d->copy = d->on && m->lora.rank == 0;
+	if (d->copy) {
+		struct llama_lora *L = &m->lora;
+		d->ref_off[0] = 1; /* embed_tokens */
+		d->ref_off[1] = L->layer_params;
+		d->ref_off[2] = L->head_params;
+		L->layer_params *= 2;
+		L->head_params *= 2;
+	}
 	/* The pair log-probabilities read the whole [tokens, vocab]
 	 * logits, which kernels flce never materialises (called after
 	 * llama_kernels_setup). */
@@ -137,6 +149,18 @@ static int check_pairs(struct llama *m, struct mg_ctx *ctx,
 	if (!rc)
 		*done = true;
 	return rc;
+}
+
+const struct mg_tensor *llama_dpo_params(const struct llama *m, int unit,
+					 const struct mg_tensor *params)
+{
+	const struct llama_dpo *d = &m->dpo;
+	if (!d->copy || !d->ref_pass)
+		return params;
+	const int k = unit == LLAMA_UNIT_EMBED	       ? 0
+		      : unit == LLAMA_UNIT_HEAD(&m->c) ? 2
+						       : 1;
+	return params + d->ref_off[k];
 }
 
 int llama_dpo_forward(struct llama *m, struct mg_ctx *ctx,

@@ -428,7 +428,10 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		return -1;
 	struct mg_tensor ids =
 		mg_tensor_make(b->input.data, MG_I32, ctx->dev->kind, 1, &R);
-	int rc = mg_op_embedding(ctx, &ids, &v->params[0], &x0);
+	/* (a full fine-tune's DPO reference pass reads its frozen copy) */
+	int rc = mg_op_embedding(
+		ctx, &ids, llama_dpo_params(m, LLAMA_UNIT_EMBED, v->params),
+		&x0);
 	mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	if (rc)
 		return mg_error_prefix("llama embedding");
@@ -438,8 +441,10 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), ph);
 		if (!v)
 			return -1;
-		rc = layer_forward(m, ctx, v->params, &t, &b->positions, &L, l,
-				   false);
+		rc = layer_forward(
+			m, ctx,
+			llama_dpo_params(m, LLAMA_UNIT_LAYER(l), v->params), &t,
+			&b->positions, &L, l, false);
 		mg_release(ctx, LLAMA_UNIT_LAYER(l), ph);
 		if (rc)
 			return mg_error_prefix("llama layer %d", l);
@@ -458,9 +463,10 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	v = mg_acquire(ctx, head, ph);
 	if (!v)
 		return -1;
+	const struct mg_tensor *hp = llama_dpo_params(m, head, v->params);
 	struct mg_tensor pb;
 	rc = norm_fwd(m, ctx, pending(m, &L, (int)c->layers, &pb), &last.xn,
-		      &v->params[0], &hn, &rstdn);
+		      &hp[0], &hn, &rstdn);
 	if (!rc && (m->kern & LK_FLCE)) {
 		struct llama_head_lora hl;
 		rc = llama_head_flce_forward(m, ctx, ph, v, &hn, &b->labels,
@@ -468,12 +474,15 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 					     head_lora(m, &L, &hl), metrics);
 	} else if (!rc && c->tie_embeddings) {
 		struct mg_unit_view *e = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
-		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, &logits);
+		rc = !e || mg_op_linear(ctx, &hn,
+					llama_dpo_params(m, LLAMA_UNIT_EMBED,
+							 e->params),
+					NULL, &logits);
 		if (e)
 			mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	} else if (!rc) {
-		rc = proj_fwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params, 1,
-			      &hn, NULL, &logits);
+		rc = proj_fwd(m, ctx, &L, (int)c->layers, LT_HEAD, hp, 1, &hn,
+			      NULL, &logits);
 	}
 	mg_release(ctx, head, ph);
 	if (!rc && !(m->kern & LK_FLCE))
