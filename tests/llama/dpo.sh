@@ -67,8 +67,7 @@ for m in loss rewards/chosen rewards/rejected rewards/accuracies \
 		exit 1
 	}
 done
-# Refusals, each naming what to change: full fine-tuning, SFT data under
-# objective = dpo, and a hostile preference file (file:line, sample,
+# Refusals, each naming what to change: SFT data under objective = dpo, and a hostile preference file (file:line, sample,
 # field).
 refused() { # refused NAME PATTERN --set ...
 	name=$1 pat=$2
@@ -85,8 +84,29 @@ refused() { # refused NAME PATTERN --set ...
 		exit 1
 	}
 }
-refused full_ft "objective = dpo needs LoRA (lora_rank > 0)" \
-	--set model.lora_rank=0
+# Full fine-tuning: the reference is a frozen copy of the start, so the
+# first step is log 2 with zero rewards, and the copy is in no checkpoint.
+if ! "$mgrun" -c "$ini" --set run.out_dir="$work" --set run.name=full_ft \
+	--set run.max_steps=3 --set run.log_every=1 --set model.lora_rank=0 \
+	>"$work/full_ft.log" 2>&1; then
+	cat "$work/full_ft.log"
+	echo "FAIL: full fine-tuning under dpo did not run"
+	exit 1
+fi
+grep -q "step 1/.* loss 0.6931 rewards/chosen 0.0000 rewards/rejected 0.0000" \
+	"$work/full_ft.log" || {
+	cat "$work/full_ft.log"
+	echo "FAIL: full fine-tuning's first DPO step is not log 2 with zero rewards"
+	exit 1
+}
+grep -q "step 3/.* rewards/margins 0.0000" "$work/full_ft.log" && {
+	echo "FAIL: full fine-tuning's rewards did not move"
+	exit 1
+}
+head -c 65536 "$work/full_ft/checkpoint.safetensors" | grep -q 'ref\.' && {
+	echo "FAIL: the frozen reference copy was checkpointed"
+	exit 1
+}
 refused sft_data "is not a preference pair.*format = preference" \
 	--set dataset.train="$(dirname "$ini")/data/alpaca_sample.json" \
 	--set dataset.format=auto
