@@ -6,7 +6,8 @@
 # prompts (so ranks hold different label-token counts), full fine-tuning
 # and LoRA (frozen base, adapters on every projection and the head), and
 # QLoRA (that base's projections in NF4: blobs gathered as bytes).
-# DPO with LoRA on preference pairs (model.objective = dpo). accum: the
+# DPO with LoRA on preference pairs (model.objective = dpo), and with full
+# fine-tuning (the reference a frozen copy). accum: the
 # N GPUs take micro-batches of 2 with run.grad_accum = 2 (fsdp in every
 # mode and offload reduce per micro-batch or once a step, as
 # docs/ARCHITECTURE.md says) against the same single GPU with batch 4N.
@@ -55,11 +56,17 @@ lora="--set model.lora_rank=4 --set model.lora_alpha=8
 dpo="$lora --set model.objective=dpo --set model.dpo_beta=0.5
 --set dataset.pairs=true --set dataset.prompt_frac=0.3"
 # MG_EQ_MODES / MG_EQ_STRATEGIES narrow a run (accum needs full's single).
-for mode in ${MG_EQ_MODES:-full lora qlora dpo accum}; do
+# DPO with full fine-tuning: the reference a frozen copy of the start
+# (no clipping: the F32 gradient norm's rounding, equivalence.sh says why).
+dpo_full="--set model.objective=dpo --set model.dpo_beta=0.5
+--set dataset.pairs=true --set dataset.prompt_frac=0.3
+--set model.tie_embeddings=no --set optimizer.max_grad_norm=0"
+for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum}; do
 	extra="" ref=single_$mode
 	[ $mode = lora ] && extra=$lora
 	[ $mode = qlora ] && extra="$lora --set model.quant=nf4"
 	[ $mode = dpo ] && extra=$dpo
+	[ $mode = dpo_full ] && extra=$dpo_full
 	if [ $mode = accum ]; then
 		extra="--set run.batch_size=2 --set run.grad_accum=2"
 		ref=single_full
