@@ -58,6 +58,11 @@
 #                        with the bf16 GEMM ceiling measured first
 #     lora_scaling [gpus...]  LoRA of the Llama-3-8B shape under ddp_ds
 #                        and fsdp on 1 2 4 GPUs (bench/lora_scaling.sh)
+#     techniques         seed 001's LoRA / QLoRA / DPO / QAT sweep at Llama
+#                        3.2 1B (scripts/techniques.sh: QAT against PTQ
+#                        in int4), the DPO and QAT cost ratios
+#                        (bench/techniques_ratios.py); results in
+#                        techniques.tgz
 #     kernels [sizes] [precs]  one profiled MobileNetV2 step window per
 #                        cell (batch 64): the top 40 kernels by device time
 #     profile            the [profile] window (CUPTI) against mgrun's own
@@ -378,6 +383,27 @@ if [ "$what" = lora_scaling ]; then
 		lora_scaling bench/lora_scaling.sh "$mgrun" "$out/lora_scaling" \
 		${*:-$g}
 	sed -n '/^| strategy | GPUs/,$p' "$out/bench_lora_scaling.log"
+fi
+if [ "$what" = techniques ]; then
+	# conf/sweep_techniques.ini's GPU arguments (its header), 1B shape
+	rm -rf /tmp/mgtech
+	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-1500} run techniques techniques \
+		scripts/techniques.sh "$mgrun" --set run.device=cuda \
+		--set run.precision=bf16 --set model.preset=llama3.2-1b \
+		--set model.intermediate_size=8192 \
+		--set dataset.vocab_size=128256 --set dataset.seq_len=1024 \
+		--set dataset.min_len=128 --set dataset.train_samples=4096 \
+		--set dataset.test_samples=128 --set run.batch_size=8 \
+		--set run.eval_batch_size=8 --set run.max_steps=200 \
+		--set run.cuda_graph=true --set run.out_dir=/tmp/mgtech \
+		${MG_TECH_ARGS:-}
+	run techniques ratios python3 bench/techniques_ratios.py \
+		/tmp/mgtech/sweep_techniques/sweep.json
+	sed -n '/^== sweep results/,/^files:/p' "$out/techniques.log"
+	sed -n '/^| technique | step median/,/^$/p' "$out/techniques.log"
+	cat /tmp/mgtech/sweep_techniques/quant.md 2>/dev/null
+	tar czf "$out/techniques.tgz" -C /tmp/mgtech --exclude='*.safetensors' \
+		sweep_techniques 2>/dev/null
 fi
 if [ "$what" = sweeps ]; then
 	# The seed paper's figures and tables as conf/sweep_NAME.ini (a path

@@ -75,4 +75,21 @@ if MG_FAKE_FAIL=lora_scaling_ddp_ds_1 bash "$bench/lora_scaling.sh" "$fake" \
 	echo "lora_scaling.sh: a failed mgrun run exited 0"; exit 1
 fi
 line "$tmp/ls2.txt" '| ddp_ds | 2 | 8 | all | 409,600 (409,600-409,600) | 204,800 | - (no 1-GPU run) | 0.01 (0.00) |'
+# techniques_ratios.py: lora 100 ms at 10,000 tok/s; dpo 190 ms at 5,000
+# (2.00x per token); qat 120 ms at 8,000 (1.25x); a point without steady
+# steps is said, and exits 1
+cat >"$tmp/sweep.json" <<'J'
+{"points": [
+ {"id": "p01-lora", "values": {"technique": "lora"}, "summary": {"step_median_s": 0.1, "tokens_per_s": 10000}},
+ {"id": "p03-dpo", "values": {"technique": "dpo"}, "summary": {"step_median_s": 0.19, "tokens_per_s": 5000}},
+ {"id": "p04-qat", "values": {"technique": "qat"}, "summary": {"step_median_s": 0.12, "tokens_per_s": 8000}}]}
+J
+python3 "$bench/techniques_ratios.py" "$tmp/sweep.json" >"$tmp/tr.txt"
+line "$tmp/tr.txt" '| dpo | 190.0 | 5,000 | 1.90x | 2.00x | at most 2.2x |'
+line "$tmp/tr.txt" '| qat | 120.0 | 8,000 | 1.20x | 1.25x | at most 1.3x |'
+sed 's/"step_median_s": 0.12/"step_median_s": null/' "$tmp/sweep.json" >"$tmp/sweep2.json"
+if python3 "$bench/techniques_ratios.py" "$tmp/sweep2.json" >"$tmp/tr2.txt"; then
+	echo "techniques_ratios.py: a point without steps exited 0"; exit 1
+fi
+line "$tmp/tr2.txt" '| qat | - | - | - | - | no steady steps |'
 echo "bench scripts: ok"
