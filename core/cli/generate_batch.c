@@ -8,8 +8,9 @@
  * --ids); an "id" member, any JSON, is echoed back so answers can be
  * joined to their rows. Every line is read and checked before the first
  * token is generated, the file before the model is even loaded: a bad
- * line stops the job at FILE:LINE (exit 2) with nothing run. Each prompt is then continued exactly as `generate` with the same
- * options continues it alone (position 0, the same sampling key), and
+ * line stops the job at FILE:LINE (exit 2) with nothing run. Each prompt
+ * is then continued exactly as `generate` with the same options
+ * continues it alone (position 0, the same sampling key), and
  * answered by one JSON line on stdout, in file order, as soon as it is
  * done: {"index", "line", "id"?, "completion" (text, with a tokenizer),
  * "completion_ids", "prompt_tokens", "new_tokens", "stop"}.
@@ -34,7 +35,7 @@ struct gen_prompt {
 static int read_prompt(struct gen *g, const char *file, int ln,
 		       const char *text, size_t n, struct gen_prompt *p)
 {
-	const char *f = file;
+	const char *const f = file;
 	cJSON *o = cJSON_ParseWithLength(text, n);
 	const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
 	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "ids");
