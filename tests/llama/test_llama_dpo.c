@@ -339,6 +339,48 @@ static double mean_loss(struct env *e, const struct mg_batch *b)
 	return m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
 }
 
+/* Every trained tensor's gradient from the step just run (times gfix)
+ * against central differences of the mean loss, at `per` elements of
+ * each drawn with `seed`; returns the values checked, the worst relative
+ * error and the tensors in *worst and *tensors. */
+static int fd_check(struct env *e, const struct mg_batch *b, double gfix,
+		    int per, uint64_t seed, const char *what, double *worst,
+		    int *tensors)
+{
+	int checked = 0;
+	*worst = 0;
+	*tensors = 0;
+	for (int i = 0; i < e->st.spec.nparams; i++) {
+		struct mg_tensor *p = &e->st.p[i], *g = &e->st.g[i];
+		if (!g->data)
+			continue; /* frozen */
+		(*tensors)++;
+		const int64_t n = mg_tensor_numel(p);
+		for (int k = 0; k < per; k++) {
+			int64_t j = (int64_t)(mg_rng_u64(seed + (uint64_t)i,
+							 (uint64_t)k) %
+					      (uint64_t)n);
+			double *w = (double *)p->data + j, w0 = *w, h = 1e-5;
+			*w = w0 + h;
+			double lp = mean_loss(e, b);
+			*w = w0 - h;
+			double lm = mean_loss(e, b);
+			*w = w0;
+			double fd = (lp - lm) / (2 * h);
+			double an = ((double *)g->data)[j] * gfix;
+			double err = fabs(fd - an) / (fabs(fd) + 1e-7);
+			*worst = err > *worst ? err : *worst;
+			if (err > 1e-5)
+				fail("%s: %s[%lld]: backward %.10g, finite "
+				     "difference %.10g",
+				     what, e->st.spec.params[i].name,
+				     (long long)j, an, fd);
+			checked++;
+		}
+	}
+	return checked;
+}
+
 static void gradcheck(double beta, double eps)
 {
 	char lines[1024];
@@ -362,36 +404,13 @@ static void gradcheck(double beta, double eps)
 		return;
 	}
 	ts_check_step(&e.st, true);
-	const double gfix = (1.0 / PN) / (double)e.grad_scale;
-	double worst = 0;
-	int checked = 0, tensors = 0;
-	for (int i = 0; i < e.st.spec.nparams; i++) {
-		struct mg_tensor *p = &e.st.p[i], *g = &e.st.g[i];
-		if (!g->data)
-			continue; /* the frozen base */
-		tensors++;
-		int64_t n = mg_tensor_numel(p);
-		for (int k = 0; k < 4; k++) {
-			int64_t j =
-				(int64_t)(mg_rng_u64(7 + i, k) % (uint64_t)n);
-			double *w = (double *)p->data + j, w0 = *w, h = 1e-5;
-			*w = w0 + h;
-			double lp = mean_loss(&e, &t.b);
-			*w = w0 - h;
-			double lm = mean_loss(&e, &t.b);
-			*w = w0;
-			double fd = (lp - lm) / (2 * h);
-			double an = ((double *)g->data)[j] * gfix;
-			double err = fabs(fd - an) / (fabs(fd) + 1e-7);
-			worst = err > worst ? err : worst;
-			if (err > 1e-5)
-				fail("gradcheck beta %g eps %g: %s[%lld]: "
-				     "backward %.10g, finite difference %.10g",
-				     beta, eps, e.st.spec.params[i].name,
-				     (long long)j, an, fd);
-			checked++;
-		}
-	}
+	char what[64];
+	snprintf(what, sizeof what, "gradcheck beta %g eps %g", beta, eps);
+	double worst;
+	int tensors;
+	const int checked =
+		fd_check(&e, &t.b, (1.0 / PN) / (double)e.grad_scale, 4, 7,
+			 what, &worst, &tensors);
 	CHECK(tensors == 2 * 2 * 4 + 2); /* q, v, o, up per layer; head */
 	printf("gradcheck beta %g eps %g: %d values of %d LoRA tensors, worst "
 	       "relative error %.2e\n",
@@ -759,35 +778,12 @@ static void full_case(bool tied)
 	ts_check_step(&e.st, true);
 	CHECK(m[MG_DPO_REWARD_CHOSEN] != 0 && m[MG_DPO_MARGIN] != 0);
 	CHECK(fabs(m[MG_METRIC_LOSS_SUM] / PN - log(2.0)) > 1e-6);
-	const double gfix = (1.0 / PN) / (double)e.grad_scale;
-	double worst = 0;
-	int checked = 0;
-	for (int i = 0; i < e.st.spec.nparams; i++) {
-		struct mg_tensor *p = &e.st.p[i], *g = &e.st.g[i];
-		if (!g->data)
-			continue;
-		const int64_t n = mg_tensor_numel(p);
-		for (int k = 0; k < 3; k++) {
-			int64_t j =
-				(int64_t)(mg_rng_u64(9 + i, k) % (uint64_t)n);
-			double *w = (double *)p->data + j, w0 = *w, h = 1e-5;
-			*w = w0 + h;
-			double lp = mean_loss(&e, &t.b);
-			*w = w0 - h;
-			double lm = mean_loss(&e, &t.b);
-			*w = w0;
-			double fd = (lp - lm) / (2 * h);
-			double an = ((double *)g->data)[j] * gfix;
-			double err = fabs(fd - an) / (fabs(fd) + 1e-7);
-			worst = err > worst ? err : worst;
-			if (err > 1e-5)
-				fail("full gradcheck: %s[%lld]: backward "
-				     "%.10g, finite difference %.10g",
-				     e.st.spec.params[i].name, (long long)j, an,
-				     fd);
-			checked++;
-		}
-	}
+	double worst;
+	int tensors;
+	const int checked =
+		fd_check(&e, &t.b, (1.0 / PN) / (double)e.grad_scale, 3, 9,
+			 "full gradcheck", &worst, &tensors);
+	CHECK(tensors == want);
 	CHECK(checked == 3 * want);
 	printf("full (%s embeddings): %d trained tensors with %d frozen "
 	       "reference copies; %d gradient values, worst relative error "
