@@ -54,6 +54,7 @@ echo "GEMM ceiling bf16: 800 TFLOP/s"
 G
 chmod +x "$tmp/bin/gemm"
 BENCH_GPU_OPS=$tmp/bin/gemm MG_FAKE_TORCH_OOM=ddp \
+	MG_FSDP_LLM_MODES="full grad_op hybrid offload none" \
 	bash "$bench/fsdp_llm.sh" "$fake" "$tmp/llm" 4 >"$tmp/llm.txt"
 line "$tmp/llm.txt" '| full (full) | 8 | 204,800 (204,800-204,800) | 1229 | 154% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | 1,000 (900-1,250) (MixedPrecisionPolicy(bf16, reduce bf16)) | 0.0 (0.0 / 0.0) | 204.80x | 163.84x |'
 line "$tmp/llm.txt" '| none (ddp) | 2 | 51,200 (51,200-51,200) | 307 | 38% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | out of memory | - | - | - |'
