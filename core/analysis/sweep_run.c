@@ -48,18 +48,30 @@ static void sets_make(struct point_sets *ps, const struct mg_sweep_plan *p,
 	int vi[MG_SWEEP_MAX_AXES], total = 0;
 	mg_sweep_point_values(p, point, vi);
 	for (int a = 0; a < p->naxes; a++)
-		total += mg_sweep_axis_nsets(&p->axes[a], vi[a]);
+		total += p->axes[a].groups
+				 ? 1
+				 : mg_sweep_axis_nsets(&p->axes[a], vi[a]);
 	ps->v = mgc_calloc((size_t)(nsets + total + 2), sizeof *ps->v);
 	ps->own = mgc_calloc((size_t)(total + 2), sizeof *ps->own);
 	ps->n = ps->nown = 0;
 	for (int i = 0; i < nsets; i++)
 		ps->v[ps->n++] = sets[i];
-	for (int a = 0; a < p->naxes; a++)
-		for (int j = 0; j < mg_sweep_axis_nsets(&p->axes[a], vi[a]);
-		     j++) {
-			char *s = mg_sweep_axis_set(&p->axes[a], vi[a], j);
+	for (int a = 0; a < p->naxes; a++) {
+		const struct mg_sweep_axis *ax = &p->axes[a];
+		/* a group value: its section applied where it is written
+		 * (mg_config_set "@"), so its paths are the INI folder's and
+		 * its errors name their lines */
+		if (ax->groups) {
+			char *s = mgc_asprintf("@sweep.%s.%s", ax->key,
+					       ax->values[vi[a]]);
+			ps->v[ps->n++] = ps->own[ps->nown++] = s;
+			continue;
+		}
+		for (int j = 0; j < mg_sweep_axis_nsets(ax, vi[a]); j++) {
+			char *s = mg_sweep_axis_set(ax, vi[a], j);
 			ps->v[ps->n++] = ps->own[ps->nown++] = s;
 		}
+	}
 	if (out_dir) {
 		char *s = mgc_asprintf("run.out_dir=%s", out_dir);
 		ps->v[ps->n++] = ps->own[ps->nown++] = s;
@@ -170,32 +182,24 @@ static void print_problems(const struct mg_sweep_plan *p, struct problems *l)
 }
 
 /* One captured diagnostic line: "--set run.gpus=0: [run] gpus: ..."
- * from one of the point's own values is that axis's problem. */
+ * from one of the point's own values is that axis's problem (a group
+ * value's lines are reported at their own file lines already). */
 static void add_line(struct problems *l, const struct mg_sweep_plan *p,
 		     const int *vi, const char *line)
 {
 	for (int a = 0; a < p->naxes; a++) {
 		const struct mg_sweep_axis *ax = &p->axes[a];
-		for (int j = 0; j < mg_sweep_axis_nsets(ax, vi[a]); j++) {
-			/* "--set KEY=VALUE: message" */
-			char *set = mg_sweep_axis_set(ax, vi[a], j);
-			size_t sl = strlen(set);
-			bool mine = !strncmp(line, "--set ", 6) &&
-				    !strncmp(line + 6, set, sl) &&
-				    !strncmp(line + 6 + sl, ": ", 2);
-			free(set);
-			if (!mine)
-				continue;
-			if (ax->groups) { /* at the group entry's line */
-				char *m = mgc_asprintf(
-					"%s: [sweep.%s.%s] %s",
-					ax->groups[vi[a]].where[j], ax->key,
-					ax->values[vi[a]], line + 6);
-				add_problem(l, p, -1, 0, m);
-				free(m);
-			} else {
-				add_problem(l, p, a, vi[a], line + 8 + sl);
-			}
+		if (ax->groups)
+			continue;
+		/* "--set KEY=VALUE: message" */
+		char *set = mg_sweep_axis_set(ax, vi[a], 0);
+		size_t sl = strlen(set);
+		bool mine = !strncmp(line, "--set ", 6) &&
+			    !strncmp(line + 6, set, sl) &&
+			    !strncmp(line + 6 + sl, ": ", 2);
+		free(set);
+		if (mine) {
+			add_problem(l, p, a, vi[a], line + 8 + sl);
 			return;
 		}
 	}

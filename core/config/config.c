@@ -632,9 +632,54 @@ static char *trim_dup(const char *s, size_t n)
 	return mgc_strndup(s, trimmed_len(s, n));
 }
 
+/* "@NAME": the SECTION.KEY = VALUE lines of section [NAME] (a sweep's
+ * group section) applied as if each were written in its own section at
+ * its own line, so a relative path is the INI folder's and an error
+ * names that line. */
+static int apply_section(struct mg_config *cfg, const char *name,
+			 struct mg_loc where, struct mg_diag *diag)
+{
+	const struct mg_config_section *g = mg_config_section(cfg, name);
+	int r = 0;
+	if (!g) {
+		mg_diag_add(diag, &where, NULL, NULL,
+			    "no section [%s] in the file", name);
+		return -1;
+	}
+	for (size_t i = 0; i < g->nentries; i++) {
+		const struct mg_config_entry *e = g->entries[i];
+		const char *dot = strchr(e->key, '.');
+		if (!dot || dot == e->key || !dot[1]) {
+			mg_diag_add(diag, &e->loc, name, e->key,
+				    "expected SECTION.KEY = VALUE");
+			r = -1;
+			continue;
+		}
+		char *section = mgc_strndup(e->key, (size_t)(dot - e->key));
+		struct mg_config_section *s =
+			(struct mg_config_section *)mg_config_section(cfg,
+								      section);
+		if (!s)
+			s = section_add(cfg, section, e->loc);
+		struct mg_config_entry *t = entry_find(s, dot + 1);
+		if (t) {
+			free(t->value);
+			free((char *)t->loc.set);
+			t->value = mgc_strdup(e->value);
+			t->loc = e->loc;
+		} else {
+			entry_add(s, dot + 1, e->value, e->loc);
+		}
+		free(section);
+	}
+	return r;
+}
+
 int mg_config_set(struct mg_config *cfg, const char *arg, struct mg_diag *diag)
 {
 	struct mg_loc where = {NULL, ++cfg->nset, arg};
+	if (arg[0] == '@')
+		return apply_section(cfg, arg + 1, where, diag);
 	const char *eq = strchr(arg, '='), *dot = strchr(arg, '.');
 	char *section, *key, *value;
 	struct mg_config_section *s;

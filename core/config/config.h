@@ -134,7 +134,10 @@ MG_INTERNAL void mg_config_free(struct mg_config *cfg);
  * precedes the first '.', the key what lies between it and the first '=';
  * the value is trimmed). Replaces the entry, or adds it (and its section),
  * located at `--set <arg>`. Returns 0, or -1 after adding a diagnostic for
- * a malformed argument.
+ * a malformed argument. "@NAME" applies the SECTION.KEY = VALUE lines of
+ * the file's section [NAME] (a sweep's [sweep.AXIS.VALUE]) as if written
+ * in their sections at their lines: relative paths from the INI's folder,
+ * errors at those lines.
  */
 MG_INTERNAL int mg_config_set(struct mg_config *cfg, const char *arg,
 			      struct mg_diag *diag);

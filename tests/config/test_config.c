@@ -486,6 +486,49 @@ static void t_resolve_entry(void)
 	mg_config_free(cfg);
 }
 
+/* "@SECTION" (a sweep's group value): its lines applied in their own
+ * sections at their own lines, paths from the INI's folder; later
+ * --set values win over it, earlier ones do not; a missing section or a
+ * line without SECTION.KEY is said at its place. */
+static void t_group_section(void)
+{
+	struct mg_diag d = {0};
+	struct mg_config *cfg = mg_config_parse_file("sub/group.ini", &d);
+	char *got, *want, *text;
+
+	CHECK(cfg != NULL);
+	if (!cfg)
+		return;
+	CHECK(mg_config_set(cfg, "run.seed=9", &d) == 0);
+	CHECK(mg_config_set(cfg, "@sweep.set.a", &d) == 0);
+	const struct mg_config_entry *e = mg_config_get(cfg, "run", "data");
+	CHECK(e && !e->loc.set && e->loc.line == 6);
+	got = mg_config_resolve_path(cfg, e);
+	want = fmt("%s/sub/other/x.json", data_dir);
+	CHECK_STR(got, want);
+	free(got);
+	free(want);
+	e = mg_config_get(cfg, "run", "seed");
+	CHECK(e && !strcmp(e->value, "2") && e->loc.line == 7);
+	e = mg_config_get(cfg, "model", "depth");
+	CHECK(e && !strcmp(e->value, "4") && e->loc.line == 8);
+	CHECK(mg_config_set(cfg, "run.seed=5", &d) == 0);
+	e = mg_config_get(cfg, "run", "seed");
+	CHECK(e && !strcmp(e->value, "5") && e->loc.set);
+	CHECK_INT(mg_diag_count(&d), 0);
+	CHECK(mg_config_set(cfg, "@sweep.set.none", &d) == -1);
+	CHECK(mg_config_set(cfg, "@sweep.set.bad", &d) == -1);
+	text = diag_text(&d);
+	/* (file lines first, as every diagnostic list is sorted) */
+	CHECK_STR(text, "sub/group.ini:11: [sweep.set.bad] nodot: expected "
+			"SECTION.KEY = VALUE\n"
+			"--set @sweep.set.none: no section [sweep.set.none] "
+			"in the file\n");
+	free(text);
+	mg_diag_free(&d);
+	mg_config_free(cfg);
+}
+
 static void t_defaults(void)
 {
 	struct mg_opts *o = run_case("minimal.ini", NULL, 0, "", 0);
@@ -966,6 +1009,7 @@ static const struct {
 	{"set_malformed", t_set_malformed},
 	{"path_resolution", t_path_resolution},
 	{"resolve_entry", t_resolve_entry},
+	{"group_section", t_group_section},
 	{"defaults", t_defaults},
 	{"values", t_values},
 	{"given", t_given},
