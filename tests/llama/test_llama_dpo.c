@@ -339,6 +339,21 @@ static double mean_loss(struct env *e, const struct mg_batch *b)
 	return m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
 }
 
+/* One training forward and backward from zeroed gradients, checked
+ * against the unit protocol; its metric sums into m (or dropped). */
+static int train_step(struct env *e, const struct mg_batch *b, double *m)
+{
+	double own[MG_METRIC_MAX];
+	ts_zero_grads(&e->st);
+	if (forward(e, b, true, m ? m : own) ||
+	    M->backward(e->model, &e->ctx)) {
+		fail("train step: %s", mg_last_error());
+		return -1;
+	}
+	ts_check_step(&e->st, true);
+	return 0;
+}
+
 /* Every trained tensor's gradient from the step just run (times gfix)
  * against central differences of the mean loss, at `per` elements of
  * each drawn with `seed`; returns the values checked, the worst relative
@@ -397,13 +412,10 @@ static void gradcheck(double beta, double eps)
 	pbatch_make(&t);
 	double m[MG_METRIC_MAX];
 	e.grad_scale = 1.0f / PN;
-	ts_zero_grads(&e.st);
-	if (forward(&e, &t.b, true, m) || M->backward(e.model, &e.ctx)) {
-		fail("train step: %s", mg_last_error());
+	if (train_step(&e, &t.b, m)) {
 		env_close(&e);
 		return;
 	}
-	ts_check_step(&e.st, true);
 	char what[64];
 	snprintf(what, sizeof what, "gradcheck beta %g eps %g", beta, eps);
 	double worst;
@@ -619,17 +631,6 @@ static void pbatch_long(const struct pbatch *t, struct pbatch2 *u)
 
 /* One training step's model work: forward (reference and policy) and
  * backward. */
-static int train_step(struct env *e, const struct mg_batch *b)
-{
-	double m[MG_METRIC_MAX];
-	ts_zero_grads(&e->st);
-	if (forward(e, b, true, m) || M->backward(e->model, &e->ctx)) {
-		fail("step: %s", mg_last_error());
-		return -1;
-	}
-	return 0;
-}
-
 struct where {
 	void *arena, *work, *dpo;
 };
@@ -676,16 +677,16 @@ static void test_buffers(void)
 	/* Two eager steps, then the one a graph would capture: nothing
 	 * moves (the reference pass, adapters off, lays out a smaller
 	 * arena, which the policy pass then holds). */
-	if (train_step(&e, &t.b) || train_step(&e, &t.b))
+	if (train_step(&e, &t.b, NULL) || train_step(&e, &t.b, NULL))
 		goto out;
 	struct where w2 = where_now(&e);
-	if (train_step(&e, &t.b))
+	if (train_step(&e, &t.b, NULL))
 		goto out;
 	CHECK(same_where(w2, where_now(&e)));
 	/* A longer batch: the arena and backward buffers grow, their old
 	 * memory freed - a graph captured above would replay it. */
 	uint64_t f1 = mg_buf_frees();
-	if (train_step(&e, &u.b))
+	if (train_step(&e, &u.b, NULL))
 		goto out;
 	struct where wl = where_now(&e);
 	const struct llama *m = e.model;
@@ -693,7 +694,7 @@ static void test_buffers(void)
 	CHECK(mg_buf_frees() >= f1 + 2);
 	CHECK(wl.dpo == w2.dpo); /* per pair: the same count of pairs */
 	/* Back to the short shape: the grown buffers serve it, in place. */
-	if (train_step(&e, &t.b) || train_step(&e, &t.b))
+	if (train_step(&e, &t.b, NULL) || train_step(&e, &t.b, NULL))
 		goto out;
 	CHECK(same_where(wl, where_now(&e)));
 	printf("buffers: a longer batch freed %llu buffer(s)\n",
@@ -769,13 +770,10 @@ static void full_case(bool tied)
 					0.05 * mg_rng_normal(77 + (uint64_t)i,
 							     (uint64_t)j);
 	e.grad_scale = 1.0f / PN;
-	ts_zero_grads(&e.st);
-	if (forward(&e, &t.b, true, m) || M->backward(e.model, &e.ctx)) {
-		fail("train step: %s", mg_last_error());
+	if (train_step(&e, &t.b, m)) {
 		env_close(&e);
 		return;
 	}
-	ts_check_step(&e.st, true);
 	CHECK(m[MG_DPO_REWARD_CHOSEN] != 0 && m[MG_DPO_MARGIN] != 0);
 	CHECK(fabs(m[MG_METRIC_LOSS_SUM] / PN - log(2.0)) > 1e-6);
 	double worst;
