@@ -133,4 +133,47 @@ static inline double loss_of(struct env *e, const struct mg_batch *b,
 	return m[MG_METRIC_LOSS_SUM] / m[MG_METRIC_COUNT];
 }
 
+/* Every trained tensor's gradient from the step just run (times gfix,
+ * the F32 grad_scale's correction) against central differences of
+ * loss_of at h = 1e-5, at `per` elements of each drawn with `seed`;
+ * relative errors over tol fail (the first five named with `what`).
+ * Returns the values checked; *worst the largest relative error. */
+static inline int fd_check(struct env *e, const struct mg_batch *b, double gfix,
+			   int per, uint64_t seed, double tol, const char *what,
+			   double *worst)
+{
+	int checked = 0, bad = 0;
+	*worst = 0;
+	for (int i = 0; i < e->st.spec.nparams; i++) {
+		struct mg_tensor *p = &e->st.p[i], *g = &e->st.g[i];
+		const int64_t n = mg_tensor_numel(p);
+		if (!g->data)
+			continue; /* frozen */
+		for (int k = 0; k < per; k++) {
+			int64_t j = (int64_t)(mg_rng_u64(seed + (uint64_t)i,
+							 (uint64_t)k) %
+					      (uint64_t)n);
+			double *w = (double *)p->data + j, w0 = *w, h = 1e-5;
+			*w = w0 + h;
+			double lp = loss_of(e, b, NULL);
+			*w = w0 - h;
+			double lm = loss_of(e, b, NULL);
+			*w = w0;
+			double fd = (lp - lm) / (2 * h);
+			double an = ((double *)g->data)[j] * gfix;
+			double err = fabs(fd - an) / (fabs(fd) + 1e-6);
+			*worst = fmax(*worst, err);
+			if (err > tol && bad++ < 5)
+				fail("%s: %s[%lld]: backward %.10g, finite "
+				     "difference %.10g",
+				     what, e->st.spec.params[i].name,
+				     (long long)j, an, fd);
+			checked++;
+		}
+	}
+	if (bad > 5)
+		fail("%s: %d more gradients off", what, bad - 5);
+	return checked;
+}
+
 #endif
