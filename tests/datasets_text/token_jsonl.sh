@@ -13,11 +13,8 @@ set -u
 mgrun=$1 work=$2
 rm -rf "$work"
 mkdir -p "$work"
-fails=0 cases=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+cases=0
+. "$(dirname "$0")/../common/fail.sh"
 cat >"$work/base.ini" <<INI
 [run]
 precision = fp32

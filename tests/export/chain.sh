@@ -14,11 +14,7 @@ for n in /usr/share/games/fortunes "$repo/.deps/tokenizers/llama2"; do
 done
 rm -rf "$work"
 mkdir -p "$work"
-fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+. "$(dirname "$0")/../common/fail.sh"
 S="--set run.out_dir=$work --set run.threads=2 --set run.max_steps=3"
 F="$repo/conf/fortunes.ini" L="$repo/conf/fortunes_lora.ini"
 Q="$repo/conf/fortunes_qlora.ini"

@@ -14,11 +14,7 @@ mgrun=$1 repo=$2 work=$3
 ini=$repo/conf/llama_tiny.ini
 rm -rf "$work"
 mkdir -p "$work"
-fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+. "$(dirname "$0")/../common/fail.sh"
 B="--set run.out_dir=$work --set run.threads=2 --set run.max_steps=8"
 B="$B --set dataset.train_samples=512 --set dataset.test_samples=16"
 # loss NAME: the test loss of eval.json

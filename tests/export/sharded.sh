@@ -16,11 +16,7 @@ ini=$repo/conf/llama_tiny.ini
 check="python3 $repo/tests/export/shard_check.py"
 rm -rf "$work"
 mkdir -p "$work"
-fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+. "$(dirname "$0")/../common/fail.sh"
 B="--set run.out_dir=$work --set run.threads=2 --set run.max_steps=4"
 B="$B --set dataset.train_samples=128 --set dataset.test_samples=16"
 loss() { sed -n 's/.*"loss": *\([-0-9.e+]*\).*/\1/p' "$work/$1/eval.json"; }

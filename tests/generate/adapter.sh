@@ -14,11 +14,7 @@ set -u
 mgrun=$1 repo=$2 work=$3
 rm -rf "$work"
 mkdir -p "$work"
-fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+. "$(dirname "$0")/../common/fail.sh"
 S="--set run.out_dir=$work --set run.threads=2 --set run.max_steps=6"
 S="$S --set dataset.train_samples=256 --set dataset.test_samples=16"
 lora=$repo/conf/llama_tiny_lora.ini base=$repo/conf/llama_tiny.ini

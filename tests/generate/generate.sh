@@ -12,11 +12,7 @@ mgrun=$1 repo=$2 work=$3
 ini=$repo/conf/llama_tiny.ini
 rm -rf "$work"
 mkdir -p "$work"
-fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+. "$(dirname "$0")/../common/fail.sh"
 S="--set run.out_dir=$work --set run.name=tiny --set run.threads=2"
 S="$S --set run.max_steps=8 --set dataset.train_samples=512"
 S="$S --set dataset.test_samples=16"

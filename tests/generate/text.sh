@@ -17,11 +17,7 @@ fi
 ini=$repo/conf/llama_tiny.ini
 rm -rf "$work"
 mkdir -p "$work"
-fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+. "$(dirname "$0")/../common/fail.sh"
 prompt='Once upon a time, in a café near Zürich,'
 for tk in llama2 llama3; do
 	tok=$deps/$tk

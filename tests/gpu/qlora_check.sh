@@ -15,11 +15,7 @@ mgrun=$1 work=$2
 ini=conf/llama_tiny_qlora.ini
 rm -rf "$work"
 mkdir -p "$work"
-fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+. "$(dirname "$0")/../common/fail.sh"
 B="--set run.out_dir=$work"
 loss() { sed -n 's/.*"loss": *\([-0-9.e+]*\).*/\1/p' "$work/$1/eval.json"; }
 "$mgrun" -c "$ini" $B --set run.name=f32 --set run.device=cuda \

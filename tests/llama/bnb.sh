@@ -16,11 +16,7 @@ mgrun=$1 repo=$2 work=$3
 ini=$repo/conf/llama_tiny_lora.ini
 rm -rf "$work"
 mkdir -p "$work"
-fails=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+. "$(dirname "$0")/../common/fail.sh"
 S="--set run.out_dir=$work --set run.threads=2 --set run.max_steps=1"
 S="$S --set dataset.train_samples=64 --set dataset.test_samples=32"
 run() { # run LOG ARGS...: mgrun ARGS; output in LOG.log, rc

@@ -14,11 +14,8 @@ mgrun=$1 repo=$2 work=$3
 rm -rf "$work"
 mkdir -p "$work"
 python3 "$repo/tests/llama/hostile_folders.py" "$work" || exit 1
-fails=0 cases=0
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
+cases=0
+. "$(dirname "$0")/../common/fail.sh"
 cat >"$work/base.ini" <<INI
 [run]
 precision = fp32
