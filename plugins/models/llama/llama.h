@@ -53,6 +53,13 @@ int llama_cfg_from_opts(struct llama_cfg *c, const struct mg_opts *o,
 /* Parse a Hugging Face config.json (transformers 4 rope_theta /
  * rope_scaling and transformers 5 rope_parameters). */
 int llama_cfg_from_hf(struct llama_cfg *c, const char *path);
+/* Elements of a layer's largest projection (q and o, or gate, up and
+ * down; k and v are no larger): what a per-projection scratch holds. */
+static inline int64_t llama_max_proj(const struct llama_cfg *c)
+{
+	const int64_t q = c->heads * c->head_dim * c->dim, f = c->ffn * c->dim;
+	return q > f ? q : f;
+}
 /* inv_freq[j] for j < head_dim / 2, rope scaling applied. */
 void llama_inv_freq(const struct llama_cfg *c, float *out);
 /* A regular file of at most cap bytes, NUL-terminated (free it); NULL

@@ -72,21 +72,12 @@ int llama_qat_setup(struct llama *m, const struct mg_opts *o)
 	return 0;
 }
 
-static int64_t max_proj(const struct llama_cfg *c)
-{
-	const int64_t qd = c->heads * c->head_dim;
-	int64_t n = qd * c->dim;
-	if (c->ffn * c->dim > n)
-		n = c->ffn * c->dim;
-	return n;
-}
-
 const struct mg_tensor *llama_qat_weight(struct llama *m, struct mg_ctx *ctx,
 					 int tg, const struct mg_tensor *w)
 {
 	if (!m->qat || tg == LT_HEAD || !w)
 		return w;
-	const int64_t cap = max_proj(&m->c), n = mg_tensor_numel(w);
+	const int64_t cap = llama_max_proj(&m->c), n = mg_tensor_numel(w);
 	if (n > cap) {
 		mg_error("llama: qat: weight of %lld elements exceeds the "
 			 "largest projection (%lld)",

@@ -39,16 +39,6 @@ bool llama_quant_param(const struct llama *m, int lp)
 	       lp < LP_COUNT;
 }
 
-/* Elements of the largest projection of a layer. */
-static int64_t max_proj(const struct llama_cfg *c)
-{
-	const int64_t qd = c->heads * c->head_dim;
-	int64_t n = qd * c->dim; /* q and o */
-	if (c->ffn * c->dim > n) /* gate, up, down */
-		n = c->ffn * c->dim;
-	return n; /* k, v: kv_heads <= heads */
-}
-
 int llama_quant_fill(struct llama *m, struct mg_tensor *blob,
 		     const char *hf_name, uint64_t key)
 {
@@ -93,9 +83,8 @@ const struct mg_tensor *llama_weight(struct llama *m, struct mg_ctx *ctx,
 	const enum mg_dtype dt = ctx->compute_dtype;
 	/* fp64 runs: dequantized to F32, then widened. */
 	const bool wide = dt == MG_F64;
-	const int64_t cap = max_proj(&m->c), n = mg_tensor_numel(w);
-	const size_t main =
-		((size_t)cap * mg_dtype_size(dt) + 255) & ~(size_t)255;
+	const int64_t cap = llama_max_proj(&m->c), n = mg_tensor_numel(w);
+	const size_t main = llama_al((size_t)cap * mg_dtype_size(dt));
 	if (n > cap) {
 		mg_error("llama: NF4 weight of %lld elements exceeds the "
 			 "largest projection (%lld)",
