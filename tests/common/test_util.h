@@ -131,4 +131,32 @@ static inline void test_put(void *p, enum mg_dtype dt, int64_t i, double v)
 	}
 }
 
+/* A test program's cases, run by name (ctest runs one a process). */
+struct test_case {
+	const char *name;
+	void (*fn)(void);
+};
+
+/* Run the case named `which`, or every case when it is NULL; the exit
+ * status: 0, 1 after failures, 2 for a name that is no case. */
+static inline int test_run_cases(const char *prog,
+				 const struct test_case *cases, size_t n,
+				 const char *which)
+{
+	int ran = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (which && strcmp(which, cases[i].name) != 0)
+			continue;
+		cases[i].fn();
+		ran++;
+	}
+	if (!ran) {
+		fprintf(stderr, "%s: no case %s\n", prog, which);
+		return 2;
+	}
+	if (failures)
+		fprintf(stderr, "%s: %d failure(s)\n", prog, failures);
+	return failures ? 1 : 0;
+}
+
 #endif

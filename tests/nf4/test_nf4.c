@@ -615,10 +615,7 @@ static int test_bnb_ref(const char *script, const char *py)
 	return failures ? 1 : 0;
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} cases[] = {
+static const struct test_case cases[] = {
 	{"layout", test_layout},
 	{"table", test_table},
 	{"codes", test_codes},
@@ -636,18 +633,6 @@ int main(int argc, char **argv)
 	if (argc > 1 && strcmp(argv[1], "bnb_ref") == 0)
 		return test_bnb_ref(argc > 2 ? argv[2] : "bnb_ref.py",
 				    argc > 3 ? argv[3] : "python3");
-	int ran = 0;
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		if (argc > 1 && strcmp(argv[1], cases[i].name) != 0)
-			continue;
-		cases[i].fn();
-		ran++;
-	}
-	if (!ran) {
-		fprintf(stderr, "test_nf4: no case %s\n", argv[1]);
-		return 2;
-	}
-	if (failures)
-		fprintf(stderr, "test_nf4: %d failure(s)\n", failures);
-	return failures ? 1 : 0;
+	return test_run_cases("test_nf4", cases, sizeof cases / sizeof cases[0],
+			      argc > 1 ? argv[1] : NULL);
 }

@@ -303,10 +303,7 @@ static void test_errors(void)
 	del(&h);
 }
 
-static const struct {
-	const char *name;
-	void (*fn)(void);
-} cases[] = {
+static const struct test_case cases[] = {
 	{"weight_hand", test_weight_hand},
 	{"act_hand", test_act_hand},
 	{"ste", test_ste},
@@ -317,18 +314,6 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	int ran = 0;
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		if (argc > 1 && strcmp(argv[1], cases[i].name) != 0)
-			continue;
-		cases[i].fn();
-		ran++;
-	}
-	if (!ran) {
-		fprintf(stderr, "test_qat: no case %s\n", argv[1]);
-		return 2;
-	}
-	if (failures)
-		fprintf(stderr, "test_qat: %d failure(s)\n", failures);
-	return failures ? 1 : 0;
+	return test_run_cases("test_qat", cases, sizeof cases / sizeof cases[0],
+			      argc > 1 ? argv[1] : NULL);
 }
