@@ -22,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_measure as tm  # noqa: E402
+from llama_shapes import LLAMA_SHAPES  # noqa: E402
 
 mode, mb = sys.argv[1], int(sys.argv[2])
 windows, steps, warm = (int(v) for v in (sys.argv[3:6] or (5, 2, 3)))
@@ -44,10 +45,7 @@ rank, world = dist.get_rank(), dist.get_world_size()
 torch.zeros(1, device="cuda")  # the context
 mem.context_ready().start()
 
-cfg = LlamaConfig(hidden_size=4096, intermediate_size=11008,
-                  num_hidden_layers=layers, num_attention_heads=32,
-                  num_key_value_heads=32, vocab_size=32000,
-                  max_position_embeddings=4096)
+cfg = LlamaConfig(**dict(LLAMA_SHAPES["llama2-7b"], num_hidden_layers=layers))
 cfg._attn_implementation = "sdpa"
 with torch.device("meta"):
     m = LlamaForCausalLM(cfg)

@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_measure as tm  # noqa: E402
+from llama_shapes import LLAMA_SHAPES  # noqa: E402
 
 shape, batch, seq, ckpt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 windows, steps, warm = (int(v) for v in (sys.argv[5:8] or (5, 4, 3)))
@@ -26,20 +27,10 @@ mem = tm.DeviceMemory().open()  # before CUDA starts
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-SHAPES = {
-    "llama3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                        num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                        tie_word_embeddings=True, rope_theta=500000.0,
-                        max_position_embeddings=8192),
-    "llama3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
-                        num_attention_heads=24, num_key_value_heads=8, vocab_size=128256,
-                        tie_word_embeddings=True, rope_theta=500000.0,
-                        max_position_embeddings=8192),
-}
 torch.cuda.init()
 torch.zeros(1, device="cuda")  # the context
 mem.context_ready().start()
-cfg = LlamaConfig(**SHAPES[shape])
+cfg = LlamaConfig(**LLAMA_SHAPES[shape])
 cfg._attn_implementation = "sdpa"
 with torch.device("cuda"):
     m = LlamaForCausalLM(cfg)
