@@ -112,23 +112,10 @@ try:
         policy += f", foreach AdamW (fused: {str(e).splitlines()[0][:80]})"
         step()
     res = tm.measure(step, windows, steps, warm, mem)
-    w = torch.tensor(res["step_s"]["windows"], device="cuda")
-    dist.all_reduce(w, op=dist.ReduceOp.MAX)  # the slowest rank sets the pace
     dm = res["device_memory"]
-    tmem = res["torch_memory"]
-    peaks = torch.tensor([tmem["max_reserved"], tmem["max_allocated"],
-                          dm["driver_peak"] if dm["driver_peak"] is not None else -1],
-                         device="cuda", dtype=torch.float64)
-    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-    lo = torch.tensor([peaks[2].item() if dm["driver_peak"] is not None else -1],
-                      device="cuda", dtype=torch.float64)
-    dist.all_reduce(lo, op=dist.ReduceOp.MIN)  # a rank not measured: None
+    job = tm.across_ranks(res["step_s"]["windows"], res["torch_memory"], dm)
     import bench_stats as bs
-    s = bs.summarize(w.tolist())
-    r.update(policy=policy, step_s=s, tok_s_gpu=bs.per_second(s, mb * seq),
-             max_reserved_rank=int(peaks[0].item()),
-             max_allocated_rank=int(peaks[1].item()),
-             driver_peak_rank=int(peaks[2].item()) if lo.item() >= 0 else None,
+    r.update(policy=policy, tok_s_gpu=bs.per_second(job["step_s"], mb * seq), **job,
              driver_method=dm["method"], warmup_s=res["warmup_s"],
              torch=torch.__version__)
 except torch.OutOfMemoryError as e:

@@ -95,27 +95,12 @@ torch.cuda.synchronize()
 torch.cuda.reset_peak_memory_stats()
 dist.barrier()
 t = tm.time_windows(step, windows, steps, mem)
-# the slowest rank's window sets the pace of a synchronous step
-w = torch.tensor(t["windows"], device="cuda")
-dist.all_reduce(w, op=dist.ReduceOp.MAX)
-tmem = tm.torch_memory()
 dm = mem.stop().result()
-peaks = torch.tensor([tmem["max_reserved"], tmem["max_allocated"],
-                      dm["driver_peak"] if dm["driver_peak"] is not None else -1],
-                     device="cuda", dtype=torch.float64)
-dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-lo = torch.tensor([dm["driver_peak"] if dm["driver_peak"] is not None else -1],
-                  device="cuda", dtype=torch.float64)
-dist.all_reduce(lo, op=dist.ReduceOp.MIN)  # any rank not measured: None
+job = tm.across_ranks(t["windows"], tm.torch_memory(), dm)
 if rank == 0:
     import bench_stats as bs
-    s = bs.summarize(w.tolist())
-    rate = bs.per_second(s, 64 * world)
     r = dict(mode=mode, size=size, prec=prec, world=world, batch_per_gpu=64,
-             policy=policy, step_s=s, img_s_total=rate,
-             max_reserved_rank=int(peaks[0].item()),
-             max_allocated_rank=int(peaks[1].item()),
-             driver_peak_rank=int(peaks[2].item()) if lo.item() >= 0 else None,
+             policy=policy, img_s_total=bs.per_second(job["step_s"], 64 * world), **job,
              driver_method=dm["method"], driver_why=dm["why"])
     print(json.dumps(r), flush=True)
 dist.destroy_process_group()

@@ -307,3 +307,25 @@ def torch_memory():
     import torch
     return {"max_reserved": torch.cuda.max_memory_reserved(),
             "max_allocated": torch.cuda.max_memory_allocated()}
+
+
+def across_ranks(windows, torch_mem, device_mem):
+    """A distributed job's figures from every rank's own (collective: every
+    rank calls it): the slowest rank's window, since a synchronous step
+    goes at its pace, summarised; the largest rank's allocator peaks and
+    driver peak (None when any rank could not measure it)."""
+    import torch
+    import torch.distributed as dist
+    w = torch.tensor(windows, device="cuda")
+    dist.all_reduce(w, op=dist.ReduceOp.MAX)
+    drv = device_mem["driver_peak"]
+    mine = -1 if drv is None else drv
+    peaks = torch.tensor([torch_mem["max_reserved"], torch_mem["max_allocated"], mine],
+                         device="cuda", dtype=torch.float64)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    lo = torch.tensor([mine], device="cuda", dtype=torch.float64)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    return {"step_s": bench_stats.summarize(w.tolist()),
+            "max_reserved_rank": int(peaks[0].item()),
+            "max_allocated_rank": int(peaks[1].item()),
+            "driver_peak_rank": int(peaks[2].item()) if lo.item() >= 0 else None}
