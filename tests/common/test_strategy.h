@@ -49,6 +49,7 @@ struct tstrat {
 	struct mg_unit_view *views;
 	int *held;  /* phase + 1 while acquired */
 	int *ready; /* grads_ready calls since zero_grads */
+	int *bwd;   /* backward acquires since zero_grads */
 	int last_ready;
 	double *t_unit; /* bench: seconds per unit and phase (3 per unit) */
 	double t_acq;
@@ -79,6 +80,8 @@ static inline struct mg_unit_view *ts_acquire(void *self, int unit,
 	if (ph == MG_PHASE_BACKWARD && s->ctx->training == false)
 		violation(s, "backward acquire in eval mode");
 	s->held[unit] = (int)ph + 1;
+	if (ph == MG_PHASE_BACKWARD)
+		s->bwd[unit]++;
 	if (s->t_unit)
 		s->t_acq = mg_now();
 	struct mg_unit_view *v = &s->views[unit];
@@ -135,6 +138,7 @@ static inline void ts_zero_grads(struct tstrat *s)
 		if (s->g[i].data)
 			memset(s->g[i].data, 0, mg_tensor_bytes(&s->g[i]));
 	memset(s->ready, 0, sizeof(int) * (size_t)s->spec.nunits);
+	memset(s->bwd, 0, sizeof(int) * (size_t)s->spec.nunits);
 	s->last_ready = s->spec.nunits;
 }
 
@@ -151,6 +155,7 @@ static inline int ts_setup(struct tstrat *s, struct mg_ctx *ctx,
 	s->views = calloc((size_t)nu, sizeof *s->views);
 	s->held = calloc((size_t)nu, sizeof *s->held);
 	s->ready = calloc((size_t)nu, sizeof *s->ready);
+	s->bwd = calloc((size_t)nu, sizeof *s->bwd);
 	for (int i = 0; i < np; i++) {
 		const struct mg_param_decl *d = &s->spec.params[i];
 		CHECK(d->dtype == MG_DTYPE_AUTO || d->dtype == MG_NF4);
@@ -188,17 +193,32 @@ static inline void ts_free(struct tstrat *s)
 	free(s->views);
 	free(s->held);
 	free(s->ready);
+	free(s->bwd);
 	free(s->t_unit);
 	mg_spec_free(&s->spec);
 }
 
-/* Every unit released, and after a backward every unit reported ready. */
+/* Does unit u hold a trained parameter? */
+static inline bool ts_trains(const struct tstrat *s, int u)
+{
+	const struct mg_unit_decl *d = &s->spec.units[u];
+	for (int i = d->first_param; i < d->first_param + d->nparams; i++)
+		if (s->spec.params[i].flags & MG_P_TRAIN)
+			return true;
+	return false;
+}
+
+/* Every unit released, and after a backward every unit that holds a
+ * trained parameter or that backward acquired reported ready once (a
+ * frozen unit backward never visits, such as DPO's reference copy, has
+ * nothing to report: strategies reduce nothing for it). */
 static inline void ts_check_step(struct tstrat *s, bool after_backward)
 {
 	for (int u = 0; u < s->spec.nunits; u++) {
 		if (s->held[u])
 			violation(s, "unit %d still acquired", u);
-		if (after_backward && s->ready[u] != 1)
+		const int want = ts_trains(s, u) || s->bwd[u] ? 1 : 0;
+		if (after_backward && s->ready[u] != want)
 			violation(s, "unit %d reported ready %d times", u,
 				  s->ready[u]);
 	}

@@ -710,8 +710,8 @@ static const char full_base[] =
 	"num_kv_heads = 2\nintermediate_size = 24\nnum_layers = 2\n"
 	"objective = dpo\n";
 
-/* Full fine-tuning under DPO: every unit declares "ref." copies of its
- * parameters, frozen and equal to the start; step 0 is log 2 with zero
+/* Full fine-tuning under DPO: a "ref." unit for every unit, its
+ * parameters frozen and equal to the start; step 0 is log 2 with zero
  * rewards; once the policy moves (its weights perturbed) the rewards
  * move and the copies do not, and the loss gradient of every trained
  * tensor matches finite differences in fp64. */
@@ -727,28 +727,35 @@ static void full_case(bool tied)
 		fail("full: %s", mg_last_error());
 		return;
 	}
+	/* the model's 4 units (embedding, 2 layers, head), then a "ref."
+	 * unit for each: the same parameters, frozen, the same values */
+	const struct mg_model_spec *sp = &e.st.spec;
 	int own = 0, refs = 0;
-	for (int i = 0; i < e.st.spec.nparams; i++) {
-		const struct mg_param_decl *d = &e.st.spec.params[i];
-		const bool ref = strstr(d->name, "ref.") != NULL;
-		if (!ref) {
-			own++;
-			CHECK(d->flags & MG_P_TRAIN);
-			continue;
+	CHECK(sp->nunits == 8);
+	for (int u = 0; u < sp->nunits && sp->nunits == 8; u++) {
+		const struct mg_unit_decl *ud = &sp->units[u];
+		const bool ref = u >= 4;
+		if (ref) {
+			const struct mg_unit_decl *base = &sp->units[u - 4];
+			CHECK(!strncmp(ud->name, "ref.", 4) &&
+			      !strcmp(ud->name + 4, base->name) &&
+			      ud->nparams == base->nparams);
 		}
-		refs++;
-		CHECK(!(d->flags & MG_P_TRAIN) && !e.st.g[i].data);
-		/* the unit's second half: parameter i - half, same values */
-		int j = -1;
-		for (int u = 0; u < e.st.spec.nunits; u++) {
-			const struct mg_unit_decl *ud = &e.st.spec.units[u];
-			if (i >= ud->first_param &&
-			    i < ud->first_param + ud->nparams)
-				j = i - ud->nparams / 2;
+		for (int k = 0; k < ud->nparams; k++) {
+			const int i = ud->first_param + k;
+			const struct mg_param_decl *d = &sp->params[i];
+			if (!ref) {
+				own++;
+				CHECK(d->flags & MG_P_TRAIN);
+				continue;
+			}
+			refs++;
+			const int j = sp->units[u - 4].first_param + k;
+			CHECK(!(d->flags & MG_P_TRAIN) && !e.st.g[i].data);
+			CHECK(!strcmp(sp->params[j].name, d->name) &&
+			      !memcmp(e.st.p[i].data, e.st.p[j].data,
+				      mg_tensor_bytes(&e.st.p[i])));
 		}
-		CHECK(j >= 0 && !strcmp(e.st.spec.params[j].name, d->name + 4));
-		CHECK(j >= 0 && !memcmp(e.st.p[i].data, e.st.p[j].data,
-					mg_tensor_bytes(&e.st.p[i])));
 	}
 	/* embedding, 2 layers of 9, final norm and the untied head (the tied
 	 * one reads the embedding's copy) */

@@ -224,27 +224,31 @@ static int add_adapters(struct mg_model_spec *s, const struct llama *m,
 	return 0;
 }
 
-/* DPO with full fine-tuning: the last unit's parameters again, frozen,
- * as "ref." + name (llama_dpo.c: the reference model). Norm weights
+/* DPO with full fine-tuning: every unit of the model again, frozen, as
+ * "ref." + its name (llama_dpo.c: the reference model). Norm weights
  * stay F32 as the policy's; the rest is kept in the compute dtype. */
-static int add_ref_copy(struct mg_model_spec *s, const struct llama *m)
+static int add_ref_units(struct mg_model_spec *s, const struct llama *m)
 {
-	if (!m->dpo.copy)
-		return 0;
-	const struct mg_unit_decl *u = &s->units[s->nunits - 1];
-	const int first = u->first_param, n = u->nparams;
-	for (int i = 0; i < n; i++) {
-		const struct mg_param_decl p = s->params[first + i];
+	const int n = s->nunits;
+	for (int u = 0; m->dpo.copy && u < n; u++) {
 		char name[MG_NAME_MAX];
-		if (snprintf(name, sizeof name, "ref.%s", p.name) >=
-		    (int)sizeof name) {
-			mg_error("llama: parameter name ref.%s is too long",
-				 p.name);
+		if (snprintf(name, sizeof name, "ref.%s", s->units[u].name) >=
+			    (int)sizeof name ||
+		    mg_spec_add_unit(s, name) < 0) {
+			mg_error("llama: no reference unit for %s",
+				 s->units[u].name);
 			return -1;
 		}
-		if (mg_spec_add_param(s, name, p.dtype, p.flags & MG_P_FP32,
-				      p.ndim, p.shape) < 0)
-			return -1;
+		const int first = s->units[u].first_param,
+			  np = s->units[u].nparams;
+		for (int i = 0; i < np; i++) {
+			/* by value: adding may move s->params */
+			const struct mg_param_decl p = s->params[first + i];
+			if (mg_spec_add_param(s, p.name, p.dtype,
+					      p.flags & MG_P_FP32, p.ndim,
+					      p.shape) < 0)
+				return -1;
+		}
 	}
 	return 0;
 }
@@ -261,7 +265,7 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 	const int tr = m->lora.rank ? 0 : MG_P_TRAIN;
 	const int W = tr, N = tr | MG_P_NO_DECAY | MG_P_FP32;
 	if (mg_spec_add_unit(s, "model.embed_tokens") < 0 ||
-	    add(s, "weight", W, c->vocab, D) || add_ref_copy(s, m))
+	    add(s, "weight", W, c->vocab, D))
 		return -1;
 	for (int64_t l = 0; l < c->layers; l++) {
 		char name[64];
@@ -279,13 +283,13 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 		    add_dt(s, P[LP_GATE], q, W, c->ffn, D) ||
 		    add_dt(s, P[LP_UP], q, W, c->ffn, D) ||
 		    add_dt(s, P[LP_DOWN], q, W, D, c->ffn) ||
-		    add_adapters(s, m, LT_Q, LT_DOWN) || add_ref_copy(s, m))
+		    add_adapters(s, m, LT_Q, LT_DOWN))
 			return -1;
 	}
 	if (mg_spec_add_unit(s, "head") < 0 ||
 	    add(s, "model.norm.weight", N, D, 0) ||
 	    (!c->tie_embeddings && add(s, "lm_head.weight", W, c->vocab, D)) ||
-	    add_adapters(s, m, LT_HEAD, LT_HEAD) || add_ref_copy(s, m))
+	    add_adapters(s, m, LT_HEAD, LT_HEAD) || add_ref_units(s, m))
 		return -1;
 	llama_quant_describe(m);
 	llama_qat_describe(m);
@@ -311,7 +315,16 @@ static int llama_metrics(void *self, struct mg_metric_spec *ms)
 static int llama_init(void *self, int unit, struct mg_tensor *params,
 		      uint64_t seed)
 {
-	return llama_init_unit(self, unit, params, seed);
+	struct llama *m = self;
+	const int n = LLAMA_UNIT_HEAD(&m->c) + 1;
+	/* a DPO reference unit: its model unit's values, from the seed the
+	 * core gives that unit (model.h: the run seed mixed with the unit
+	 * index, mg_rng_key) */
+	if (m->dpo.copy && unit >= n)
+		return llama_init_unit(
+			m, unit - n, params,
+			mg_rng_key(m->ctx->seed, (uint64_t)(unit - n)));
+	return llama_init_unit(m, unit, params, seed);
 }
 
 static int llama_fwd(void *self, struct mg_ctx *ctx, const struct mg_batch *b,

@@ -136,10 +136,9 @@ struct llama_dpo {
 	bool on;
 	bool ref_pass; /* the forward under way is the reference's */
 	/* Full fine-tuning: the reference is a frozen copy of the initial
-	 * weights declared after each unit's own ("ref." names), at these
-	 * parameter offsets of the embedding, a layer and the head unit. */
+	 * weights, units of their own after the model's ("ref." + the unit's
+	 * name), acquired only by the reference pass. */
 	bool copy;
-	int ref_off[3];
 	double beta, eps;
 	struct mg_buf buf; /* logp, ref and dlogp [n, 2] of the last forward */
 	int64_t n;
@@ -360,10 +359,9 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx);
 int llama_dpo_setup(struct llama *m, const struct mg_opts *o);
 void llama_dpo_free(struct llama *m);
 int llama_dpo_metrics(struct mg_metric_spec *ms);
-/* The parameters a forward reads from unit view v: the frozen reference
- * copy during a full fine-tune's reference pass, else the unit's own. */
-const struct mg_tensor *llama_dpo_params(const struct llama *m, int unit,
-					 const struct mg_tensor *params);
+/* The unit a forward acquires for model unit u: its frozen reference
+ * copy during a full fine-tune's reference pass, else u itself. */
+int llama_dpo_unit(const struct llama *m, int u);
 int llama_dpo_forward(struct llama *m, struct mg_ctx *ctx,
 		      const struct mg_batch *b, struct mg_tensor *metrics);
 int llama_dpo_head(struct llama *m, struct mg_ctx *ctx,

@@ -19,10 +19,11 @@
  * LoRA the reference is the same weights with the adapters off: no
  * second copy exists. With full fine-tuning the policy's weights move,
  * so the reference is a frozen copy of the starting weights (TRL's
- * ref_model): declared after each unit's own parameters under "ref."
- * names, frozen (no gradient, no optimizer state, kept in the compute
- * dtype, never checkpointed: a resume remakes it from the same start),
- * and sharded or replicated by the strategy like any frozen parameter.
+ * ref_model): units of their own after the model's ("ref." + the
+ * unit's name), so a strategy gathers them only for the reference pass;
+ * frozen (no gradient, no optimizer state, kept in the compute dtype,
+ * never checkpointed: a resume remakes it from the same start), and
+ * sharded or replicated by the strategy like any frozen parameter.
  * Its cost is one copy of the weights in the compute dtype; precomputed
  * reference log-probs would need a pass over the data before training
  * and a table keyed by row, which the batch contract does not carry.
@@ -42,14 +43,6 @@ int llama_dpo_setup(struct llama *m, const struct mg_opts *o)
 	 * reference is a frozen copy of the start (llama_declare adds it
 	 * after each unit's parameters, llama_init_unit fills it). */
 	d->copy = d->on && m->lora.rank == 0;
-	if (d->copy) {
-		struct llama_lora *L = &m->lora;
-		d->ref_off[0] = 1; /* embed_tokens */
-		d->ref_off[1] = L->layer_params;
-		d->ref_off[2] = L->head_params;
-		L->layer_params *= 2;
-		L->head_params *= 2;
-	}
 	/* The pair log-probabilities read the whole [tokens, vocab]
 	 * logits, which kernels flce never materialises (called after
 	 * llama_kernels_setup). */
@@ -151,16 +144,11 @@ static int check_pairs(struct llama *m, struct mg_ctx *ctx,
 	return rc;
 }
 
-const struct mg_tensor *llama_dpo_params(const struct llama *m, int unit,
-					 const struct mg_tensor *params)
+int llama_dpo_unit(const struct llama *m, int u)
 {
-	const struct llama_dpo *d = &m->dpo;
-	if (!d->copy || !d->ref_pass)
-		return params;
-	const int k = unit == LLAMA_UNIT_EMBED	       ? 0
-		      : unit == LLAMA_UNIT_HEAD(&m->c) ? 2
-						       : 1;
-	return params + d->ref_off[k];
+	if (!m->dpo.copy || !m->dpo.ref_pass)
+		return u;
+	return u + LLAMA_UNIT_HEAD(&m->c) + 1;
 }
 
 int llama_dpo_forward(struct llama *m, struct mg_ctx *ctx,

@@ -31,31 +31,6 @@ static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones)
 	}
 }
 
-/* DPO with full fine-tuning: the frozen reference copy (llama_dpo.c)
- * starts as the unit's own np parameters just filled. */
-static int ref_copy(const struct llama *m, int unit, struct mg_tensor *params,
-		    int np)
-{
-	if (!m->dpo.copy)
-		return 0;
-	const int k = unit == LLAMA_UNIT_EMBED	       ? 0
-		      : unit == LLAMA_UNIT_HEAD(&m->c) ? 2
-						       : 1;
-	const int off = m->dpo.ref_off[k];
-	for (int i = 0; i < np; i++) {
-		const struct mg_tensor *a = &params[i];
-		struct mg_tensor *b = &params[off + i];
-		if (a->dtype != b->dtype ||
-		    mg_tensor_bytes(a) != mg_tensor_bytes(b))
-			return mg_error(
-				"llama: dpo reference copy %d of unit %d "
-				"does not match its parameter",
-				i, unit);
-		memcpy(b->data, a->data, mg_tensor_bytes(a));
-	}
-	return 0;
-}
-
 int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 		    uint64_t seed)
 {
@@ -147,5 +122,5 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 		fill(&params[i], mg_rng_key(seed, (uint64_t)i), c->init_std,
 		     norm);
 	}
-	return ref_copy(m, unit, params, np);
+	return 0;
 }

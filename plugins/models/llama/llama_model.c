@@ -423,35 +423,33 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		ctx->training ? MG_PHASE_FORWARD : MG_PHASE_EVAL;
 	const enum mg_dtype dt = ctx->compute_dtype;
 	struct mg_tensor x0 = at(m, m->arena.ptr, L.x, dt, 2, R, c->dim, 0, 0);
-	struct mg_unit_view *v = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
+	/* (a full fine-tune's DPO reference pass reads its frozen copy) */
+	const int ue = llama_dpo_unit(m, LLAMA_UNIT_EMBED);
+	struct mg_unit_view *v = mg_acquire(ctx, ue, ph);
 	if (!v)
 		return -1;
 	struct mg_tensor ids =
 		mg_tensor_make(b->input.data, MG_I32, ctx->dev->kind, 1, &R);
-	/* (a full fine-tune's DPO reference pass reads its frozen copy) */
-	int rc = mg_op_embedding(
-		ctx, &ids, llama_dpo_params(m, LLAMA_UNIT_EMBED, v->params),
-		&x0);
-	mg_release(ctx, LLAMA_UNIT_EMBED, ph);
+	int rc = mg_op_embedding(ctx, &ids, &v->params[0], &x0);
+	mg_release(ctx, ue, ph);
 	if (rc)
 		return mg_error_prefix("llama embedding");
 	for (int l = 0; l < c->layers; l++) {
 		struct lt t;
 		layer_tensors(m, &L, l, &t);
-		v = mg_acquire(ctx, LLAMA_UNIT_LAYER(l), ph);
+		const int ul = llama_dpo_unit(m, LLAMA_UNIT_LAYER(l));
+		v = mg_acquire(ctx, ul, ph);
 		if (!v)
 			return -1;
-		rc = layer_forward(
-			m, ctx,
-			llama_dpo_params(m, LLAMA_UNIT_LAYER(l), v->params), &t,
-			&b->positions, &L, l, false);
-		mg_release(ctx, LLAMA_UNIT_LAYER(l), ph);
+		rc = layer_forward(m, ctx, v->params, &t, &b->positions, &L, l,
+				   false);
+		mg_release(ctx, ul, ph);
 		if (rc)
 			return mg_error_prefix("llama layer %d", l);
 	}
 	/* Final norm, output head (the embedding's matrix when tied), and
 	 * the summed token loss. */
-	const int head = LLAMA_UNIT_HEAD(c);
+	const int head = llama_dpo_unit(m, LLAMA_UNIT_HEAD(c));
 	struct lt last;
 	layer_tensors(m, &L, (int)c->layers - 1, &last);
 	struct mg_tensor hn = at(m, m->arena.ptr, L.hn, dt, 2, R, c->dim, 0, 0);
@@ -463,26 +461,22 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	v = mg_acquire(ctx, head, ph);
 	if (!v)
 		return -1;
-	const struct mg_tensor *hp = llama_dpo_params(m, head, v->params);
 	struct mg_tensor pb;
 	rc = norm_fwd(m, ctx, pending(m, &L, (int)c->layers, &pb), &last.xn,
-		      &hp[0], &hn, &rstdn);
+		      &v->params[0], &hn, &rstdn);
 	if (!rc && (m->kern & LK_FLCE)) {
 		struct llama_head_lora hl;
 		rc = llama_head_flce_forward(m, ctx, ph, v, &hn, &b->labels,
 					     (char *)m->arena.ptr + L.logits,
 					     head_lora(m, &L, &hl), metrics);
 	} else if (!rc && c->tie_embeddings) {
-		struct mg_unit_view *e = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
-		rc = !e || mg_op_linear(ctx, &hn,
-					llama_dpo_params(m, LLAMA_UNIT_EMBED,
-							 e->params),
-					NULL, &logits);
+		struct mg_unit_view *e = mg_acquire(ctx, ue, ph);
+		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, &logits);
 		if (e)
-			mg_release(ctx, LLAMA_UNIT_EMBED, ph);
+			mg_release(ctx, ue, ph);
 	} else if (!rc) {
-		rc = proj_fwd(m, ctx, &L, (int)c->layers, LT_HEAD, hp, 1, &hn,
-			      NULL, &logits);
+		rc = proj_fwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params, 1,
+			      &hn, NULL, &logits);
 	}
 	mg_release(ctx, head, ph);
 	if (!rc && !(m->kern & LK_FLCE))
