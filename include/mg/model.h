@@ -162,8 +162,9 @@ struct mg_model_ops {
 	 * Fill a unit's initial values: params[i] is a host tensor for the
 	 * unit's i-th parameter, in its storage dtype (master dtype for
 	 * MG_DTYPE_AUTO; for MG_NF4 the blob to fill, mg_tensor_bytes()
-	 * bytes). seed is the run seed mixed with the unit index, so
-	 * values do not depend on rank count or strategy.
+	 * bytes). seed is the run seed mixed with the unit index
+	 * (mg_rng_key(ctx->seed, unit)), so values do not depend on rank
+	 * count or strategy.
 	 */
 	int (*init_unit)(void *self, int unit, struct mg_tensor *params,
 			 uint64_t seed);
