@@ -24,6 +24,8 @@ SHAPES = [  # name, N, T, Hq, Hkv, hd (as bench_gpu_ops.c)
     ("llama3-8b-T512", 2, 512, 32, 8, 128),
     ("llama3-8b-T2048", 2, 2048, 32, 8, 128),
     ("llama3.2-1b-T512", 8, 512, 32, 8, 64),
+    ("llama3.2-1b-T2048", 4, 2048, 32, 8, 64),
+    ("llama3.2-3b-T1024", 4, 1024, 24, 8, 128),
 ]
 TRIALS, ITERS, WARM = 7, 10, 3
 MUL = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}

@@ -22,7 +22,8 @@
  *
  * The attention mode times causal attention forward, backward and both at
  * the LLaMA shapes (3-8B: n 2, T 512 and 2048, 32:8 heads, hd 128; 3.2-1B:
- * n 8, T 512, 32:8 heads, hd 64), the flash kernels beside the tiled ones
+ * n 8, T 512 and n 4, T 2048, 32:8 heads, hd 64; 3.2-3B: n 4, T 1024,
+ * 24:8 heads, hd 128), the flash kernels beside the tiled ones
  * (MG_CUDA_OPT_ATTN_FLASH), on random inputs: medians of 7 windows of 10
  * calls with the window spread, and TFLOPS of the causal work (forward
  * 2 N Hq T^2 hd, backward 2.5 times that, as FlashAttention counts).
@@ -392,6 +393,10 @@ static int bench_attention(enum mg_dtype dt)
 		{"llama3-8b-T512", 2, 512, 32, 8, 128},
 		{"llama3-8b-T2048", 2, 2048, 32, 8, 128},
 		{"llama3.2-1b-T512", 8, 512, 32, 8, 64},
+		/* the LLaMA issue's training shapes (1B 4 x 2048, 3B
+		 * 4 x 1024) */
+		{"llama3.2-1b-T2048", 4, 2048, 32, 8, 64},
+		{"llama3.2-3b-T1024", 4, 1024, 24, 8, 128},
 	};
 	static const char *impl[] = {"tiled", "flash"};
 	static const char *dir[] = {"fwd", "bwd", "fwd+bwd"};
