@@ -51,4 +51,24 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	${cudnn_so:+-DCUDNN_LIBRARY="$cudnn_so"} \
 	${nccl_h:+-DNCCL_INCLUDE_DIR="$(dirname "$nccl_h")"} \
 	${nccl_so:+-DNCCL_LIBRARY="$nccl_so"}
-[ -n "${MG_CONFIGURE_ONLY:-}" ] || cmake --build "$build" -j"$(nproc)"
+[ -n "${MG_CONFIGURE_ONLY:-}" ] && exit 0
+
+# A warm machine keeps $build between calls, and ninja trusts mtimes: a
+# file edited here shortly before the previous call's build finished
+# there (the copy keeps this machine's mtimes) looks older than its
+# object and is not recompiled. So every source whose content changed
+# since the last build here is touched first (md5 of each, kept in the
+# build folder).
+sums=$build/.mg_source_md5
+new=$(mktemp)
+find core plugins include tests bench examples -type f \
+	\( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \
+	-o -name 'CMakeLists.txt' -o -name '*.cmake' \) 2>/dev/null |
+	sort | xargs md5sum >"$new"
+if [ -f "$sums" ]; then
+	changed=$(diff "$sums" "$new" | sed -n 's/^> [0-9a-f]*  //p')
+	[ -n "$changed" ] && echo "$changed" | xargs touch &&
+		echo "device-build: $(echo "$changed" | wc -l) changed file(s) since the last build here"
+fi
+cmake --build "$build" -j"$(nproc)"
+mv "$new" "$sums"
