@@ -14,10 +14,14 @@
 # CUDA-event windows with the slowest rank's window counting. Pairs
 # (mgrun mode | PyTorch mode): fsdp full | full, grad_op | grad_op,
 # hybrid (2 replicas, GPUS/2 each; 4+ GPUs) | hybrid, none | DDP,
-# offload | FSDP2 CPUOffloadPolicy. A run that cannot fit says so (both
+# offload | FSDP2 CPUOffloadPolicy, and full_ubw / grad_op_ubw (fsdp's
+# update_in_backward: each unit's AdamW update as its gradient shard
+# lands, no whole gradient shard held) | full / grad_op (PyTorch's row
+# measured once and shown for both). A run that cannot fit says so (both
 # sides report out of memory rather than fail the table).
 #
-# Environment: MG_FSDP_LLM_MODES ("full grad_op hybrid offload"; add
+# Environment: MG_FSDP_LLM_MODES ("full full_ubw grad_op grad_op_ubw
+# hybrid offload"; add
 # none for the unsharded pair, which does not fit 80 GB at 7B),
 # MG_FSDP_LLM_MB (8, micro-batch per GPU), MG_FSDP_LLM_DDP_MB (2: the
 # no-shard pair, as the baseline's table), MG_FSDP_LLM_LAYERS (32),
@@ -29,7 +33,7 @@
 # Exit status 1 when a run failed for a reason other than memory.
 set -u
 mgrun=$1 out=$2 g=${3:-4}
-modes=${MG_FSDP_LLM_MODES:-full grad_op hybrid offload}
+modes=${MG_FSDP_LLM_MODES:-full full_ubw grad_op grad_op_ubw hybrid offload}
 mb=${MG_FSDP_LLM_MB:-8}
 ddp_mb=${MG_FSDP_LLM_DDP_MB:-2}
 layers=${MG_FSDP_LLM_LAYERS:-32}
@@ -42,6 +46,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 jsonl=$out/fsdp_llm.jsonl
 : >"$jsonl"
+rm -f "$out"/torch_*_*.json # PyTorch rows measured in this call only
 export NCCL_NVLS_ENABLE=0
 status=0
 steps=$((warm + 5 * per))
@@ -60,6 +65,9 @@ for mode in $modes; do
 	b=$mb tmode=$mode
 	case $mode in
 	full | grad_op) sets="--set strategy.shard=$mode" ;;
+	full_ubw | grad_op_ubw)
+		tmode=${mode%_ubw}
+		sets="--set strategy.shard=$tmode --set strategy.update_in_backward=true" ;;
 	hybrid)
 		[ "$g" -ge 4 ] || { echo "hybrid: needs 4 GPUs, skipped"; continue; }
 		sets="--set strategy.shard=hybrid --set strategy.shard_group_size=$((g / 2))" ;;
@@ -89,7 +97,10 @@ for mode in $modes; do
 		tail -3 "$out/$run.log"
 	fi
 	tr='{"error": "not run"}'
-	if [ "$torch_too" = 1 ]; then
+	cache=$out/torch_${tmode}_$b.json
+	if [ "$torch_too" = 1 ] && [ -s "$cache" ]; then
+		tr=$(cat "$cache")
+	elif [ "$torch_too" = 1 ]; then
 		tr=$(LAYERS=$layers timeout "$limit" python3 -m torch.distributed.run \
 			--standalone --nproc_per_node="$g" "$here/torch_fsdp_llm.py" \
 			"$tmode" "$b" 5 "$per" "$warm" \
@@ -102,6 +113,8 @@ for mode in $modes; do
 				status=1
 				tail -2 "$out/torch_$run.err"
 			fi
+		else
+			echo "$tr" >"$cache"
 		fi
 	fi
 	printf '{"mode": "%s", "tmode": "%s", "world": %s, "mb": %s, "seq": 512, "ceiling": %s, "mgrun": %s, "torch": %s}\n' \

@@ -30,10 +30,10 @@ def params_of(jsonl, r):
 
 def main(jsonl):
     print("| mode (PyTorch) | micro-batch/GPU | mgrun tok/s/GPU | model TFLOP/s/GPU "
-          "| of GEMM ceiling | mgrun GiB/rank: driver (accounted) | gather | optimizer "
+          "| of GEMM ceiling | mgrun GiB/rank: driver (accounted) | grads | gather | optimizer "
           "| host pinned | PyTorch tok/s/GPU | PyTorch GiB/rank: driver (reserved / "
           "allocated) | vs median | vs fastest |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     ceiling = None
     for line in open(jsonl):
         r = json.loads(line)
@@ -43,9 +43,9 @@ def main(jsonl):
         tokens = r["mb"] * r["seq"]
         rate = None
         if m.get("oom"):
-            row += ["out of memory"] + ["-"] * 6
+            row += ["out of memory"] + ["-"] * 7
         elif "error" in m:
-            row += ["FAILED"] + ["-"] * 6
+            row += ["FAILED"] + ["-"] * 7
         else:
             rate = bs.per_second(m, tokens)
             n = params_of(jsonl, r)
@@ -55,7 +55,8 @@ def main(jsonl):
                     "-" if tf is None else f"{tf:.0f}",
                     "-" if tf is None or not r.get("ceiling") else f"{100 * tf / r['ceiling']:.0f}%",
                     f"{gib(m['memory']['driver_peak'])} ({gib(m['memory']['accounted_peak'])})",
-                    gib(c.get("gather")), gib(c.get("optimizer")), gib(c.get("host_pinned"))]
+                    gib(c.get("grads")), gib(c.get("gather")), gib(c.get("optimizer")),
+                    gib(c.get("host_pinned"))]
         if t.get("oom"):
             row += ["out of memory", "-", "-", "-"]
         elif "error" in t:

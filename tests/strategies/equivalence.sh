@@ -704,6 +704,42 @@ dpo)
 		--resume "$@"
 	same full1 full_res 1e-10
 	;;
+update_in_backward)
+	# fsdp's update_in_backward (each unit updated as its gradient shard
+	# lands) trains the single-rank model in every shard mode, and with
+	# 2 micro-batches (the update after the last one); without clipping,
+	# which it refuses. Pooled gradient shards (G > 1, no accumulation)
+	# hold less than the whole shard fsdp keeps otherwise.
+	set -- --set optimizer.max_grad_norm=0
+	run single 1 "$llama" --set run.batch_size=16 "$@"
+	set -- "$@" --set strategy.name=fsdp --set strategy.update_in_backward=true
+	for mode in full grad_op none; do
+		run "ubw_$mode" 4 "$llama" --set strategy.shard="$mode" "$@"
+		same single "ubw_$mode" 1e-10
+	done
+	run ubw_hybrid 4 "$llama" --set strategy.shard=hybrid \
+		--set strategy.shard_group_size=2 "$@"
+	same single ubw_hybrid 1e-10
+	run ubw_accum 2 "$llama" --set run.grad_accum=2 "$@"
+	same single ubw_accum 1e-10
+	# the reported gradient norms are the single rank's (6 digits)
+	[ "$(norms single)" = "$(norms ubw_full)" ] ||
+		{ echo "FAIL: gradient norms differ"; exit 1; }
+	run plain 4 "$llama" --set strategy.name=fsdp --set optimizer.max_grad_norm=0
+	same single plain 1e-10
+	a=$(counter ubw_full grads) b=$(counter plain grads)
+	echo "gradient bytes (sum of 4 ranks): update_in_backward $a, after backward $b"
+	awk -v a="$a" -v b="$b" 'BEGIN { exit !(a < b) }' ||
+		{ echo "FAIL: pooled gradient shards not smaller"; exit 1; }
+	if "$mgrun" -c "$llama" --set strategy.name=fsdp \
+		--set strategy.update_in_backward=true --set run.out_dir="$work" \
+		--set run.name=clip >"$work/clip.log" 2>&1; then
+		echo "FAIL: update_in_backward with clipping was accepted"
+		exit 1
+	fi
+	grep -q "cannot clip: set optimizer.max_grad_norm = 0" "$work/clip.log" ||
+		{ cat "$work/clip.log"; echo "FAIL: clip error"; exit 1; }
+	;;
 *)
 	echo "unknown scenario $scenario"
 	exit 2

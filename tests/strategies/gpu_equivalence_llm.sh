@@ -61,12 +61,19 @@ dpo="$lora --set model.objective=dpo --set model.dpo_beta=0.5
 dpo_full="--set model.objective=dpo --set model.dpo_beta=0.5
 --set dataset.pairs=true --set dataset.prompt_frac=0.3
 --set model.tie_embeddings=no --set optimizer.max_grad_norm=0"
-for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum}; do
-	extra="" ref=single_$mode
+# ubw: fsdp's update_in_backward (each unit's AdamW update as its
+# gradient shard lands, pooled shards), without clipping.
+for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw}; do
+	extra="" ref=single_$mode sx="" strategies=""
 	[ $mode = lora ] && extra=$lora
 	[ $mode = qlora ] && extra="$lora --set model.quant=nf4"
 	[ $mode = dpo ] && extra=$dpo
 	[ $mode = dpo_full ] && extra=$dpo_full
+	if [ $mode = ubw ]; then
+		extra="--set optimizer.max_grad_norm=0"
+		sx="--set strategy.update_in_backward=true"
+		strategies="fsdp:full fsdp:grad_op fsdp:none"
+	fi
 	if [ $mode = accum ]; then
 		extra="--set run.batch_size=2 --set run.grad_accum=2"
 		ref=single_full
@@ -82,8 +89,9 @@ for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum}; do
 	fi
 	hyb=""
 	[ "$n" -ge 4 ] && [ $((n % 2)) -eq 0 ] && hyb=fsdp:hybrid
-	for s in ${MG_EQ_STRATEGIES:-ddp_ds ddp_rr fsdp:full fsdp:grad_op \
-		fsdp:none $hyb offload}; do
+	[ -n "$strategies" ] && strategies="$strategies $hyb"
+	for s in ${MG_EQ_STRATEGIES:-${strategies:-ddp_ds ddp_rr fsdp:full \
+		fsdp:grad_op fsdp:none $hyb offload}}; do
 		name=${s%%:*} shard=${s#*:}
 		set -- --set strategy.name="$name"
 		[ "$name" = fsdp ] && set -- "$@" --set strategy.shard="$shard"
@@ -91,7 +99,7 @@ for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum}; do
 			set -- "$@" --set strategy.shard_group_size=$((n / 2))
 		tag=$(echo "$s" | tr : _)_$mode
 		# shellcheck disable=SC2086
-		run "$tag" "$n" "$@" $extra &&
+		run "$tag" "$n" "$@" $extra $sx &&
 			same "$ref" "$tag" \
 				"$s on $n GPUs == 1 GPU with ${n}x the batch, llama $mode"
 	done

@@ -31,6 +31,13 @@ static const struct mg_option fsdp_options[] = {
 		 "links busy past a unit of short compute (an embedding, a "
 		 "small layer) at a gather buffer each (each as large as the "
 		 "largest unit; shard = grad_op holds every unit anyway)"),
+	MG_OPT_B("update_in_backward", "false",
+		 "run each unit's optimizer update as soon as its gradient "
+		 "shard is final, during backward (torchtune's "
+		 "optimizer_in_bwd): with G > 1 ranks a shard and no "
+		 "gradient accumulation the whole gradient shard is never "
+		 "held; needs optimizer.max_grad_norm = 0 and bf16 or fp32 "
+		 "(a step with non-finite gradients cannot be skipped)"),
 	MG_OPT_B("shuffle", "true", "shuffle the training set every epoch"),
 	MG_OPT_B("drop_last", "true",
 		 "skip the last incomplete global batch of an epoch (false: "
@@ -50,6 +57,7 @@ static int fsdp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 			      ? (int)mg_opt_int(o, "prefetch_depth")
 			      : 0;
 	d->drop_last = mg_opt_bool(o, "drop_last");
+	d->ubw = mg_opt_bool(o, "update_in_backward");
 	d->group_opt = (int)mg_opt_int(o, "shard_group_size");
 	mg_sampler_init(&d->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
 	*self = d;
@@ -141,7 +149,8 @@ static int alloc_storage(struct fsdp *d)
 			 MG_MEM_PARAMS) ||
 	    mg_buf_alloc(ctx, &d->packed_buf, (size_t)L->n_packed + 1,
 			 MG_MEM_PARAMS) ||
-	    mg_buf_alloc(ctx, &d->gshard, L->gshard_bytes + 1, MG_MEM_GRADS) ||
+	    mg_buf_alloc(ctx, &d->gshard, (d->pooled ? 0 : L->gshard_bytes) + 1,
+			 MG_MEM_GRADS) ||
 	    mg_buf_alloc(ctx, &d->buffers, (size_t)L->n_buffers * ms + 1,
 			 MG_MEM_PARAMS) ||
 	    mg_memset_dev(ctx, d->gshard.ptr, 0, d->gshard.bytes))
@@ -217,14 +226,28 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 	d->master = ctx->master_dtype;
 	d->compute = ctx->compute_dtype;
 	d->dedicated = d->mode == FSDP_GRAD_OP;
-	if (make_groups(d) ||
-	    mg_flat_build(&d->L, spec, d->master, d->compute, d->group,
+	d->accum = ctx->micro_count > 1 ? ctx->micro_count : 1;
+	if (d->ubw && ctx->optim && ctx->optim->max_grad_norm > 0)
+		return mg_error("fsdp: update_in_backward updates each unit "
+				"before the norm of the whole gradient is "
+				"known, so it cannot clip: set "
+				"optimizer.max_grad_norm = 0, or "
+				"update_in_backward = false");
+	if (d->ubw && d->compute == MG_F16)
+		return mg_error("fsdp: update_in_backward with fp16: loss "
+				"scaling skips a step whose gradients "
+				"overflow, and the units updated during "
+				"backward cannot be taken back; use bf16 or "
+				"fp32");
+	if (make_groups(d))
+		return mg_error_prefix("fsdp");
+	d->pooled = d->ubw && d->group > 1 && d->accum == 1;
+	if (mg_flat_build(&d->L, spec, d->master, d->compute, d->group,
 			  d->reduce_fp32) ||
 	    alloc_storage(d))
 		return mg_error_prefix("fsdp");
 	/* Accumulation: no_sync where the mode keeps full gradients
 	 * anyway (fsdp.h), reduce-scatter and sum elsewhere. */
-	d->accum = ctx->micro_count > 1 ? ctx->micro_count : 1;
 	d->nosync = d->accum > 1 && (d->group == 1 || d->mode == FSDP_GRAD_OP);
 	d->direct_grads = d->group == 1;
 	for (int k = 0; k < d->L.nflats; k++)
@@ -267,7 +290,7 @@ static int fsdp_begin_step(void *self)
 /* AdamW / SGD on this rank's shard of one flat: at most two slices
  * (weight decay, then none). */
 static int update_flat(struct fsdp *d, const struct mg_optim_hparams *h,
-		       const struct mg_flat *f)
+		       const struct mg_flat *f, const char *grad)
 {
 	for (int part = 0; part < 2; part++) {
 		int64_t a, b;
@@ -279,8 +302,7 @@ static int update_flat(struct fsdp *d, const struct mg_optim_hparams *h,
 			.dtype = d->master,
 			.param = fsdp_at(&d->master_buf, f->master_off + a,
 					 d->master),
-			.grad = (char *)d->gshard.ptr + f->gshard_byte +
-				(size_t)a * mg_dtype_size(f->grad),
+			.grad = grad + (size_t)a * mg_dtype_size(f->grad),
 			.grad_dtype = f->grad,
 			.param_lp = f->lp ? fsdp_at(&d->lp_buf, f->lp_off + a,
 						    d->compute)
@@ -298,6 +320,31 @@ static int update_flat(struct fsdp *d, const struct mg_optim_hparams *h,
 	return 0;
 }
 
+int fsdp_update_unit(struct fsdp *d, int u)
+{
+	const struct mg_flat_layout *L = &d->L;
+	struct mg_ctx *ctx = d->ctx;
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train)
+			continue;
+		const char *g = fsdp_gshard(d, u, k);
+		if (mg_optim_sumsq(ctx, ctx->optim_vals, f->grad, g,
+				   f->shard) ||
+		    update_flat(d, ctx->optim, f, g))
+			return mg_error_prefix("fsdp: update of %s",
+					       d->spec->units[u].name);
+	}
+	/* The slot is free for the next unit's reduce-scatter, which the
+	 * communicator orders after this update on the compute stream. */
+	struct fsdp_unit *un = &d->units[u];
+	if (d->pooled && un->uslot >= 0) {
+		d->uslots[un->uslot].owner = -1;
+		un->uslot = -1;
+	}
+	return 0;
+}
+
 static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 		     struct mg_step_report *r)
 {
@@ -311,6 +358,8 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 	/* The global gradient norm: this rank's shards, summed over the
 	 * shard group (replica groups hold the same shards). */
 	size_t lpb = L->gshard_lent_bytes, mb = L->gshard_bytes - lpb;
+	if (d->ubw) /* summed unit by unit as they were updated */
+		lpb = mb = 0;
 	if ((lpb &&
 	     mg_optim_sumsq(ctx, v, d->compute, d->gshard.ptr,
 			    (int64_t)(lpb / mg_dtype_size(d->compute)))) ||
@@ -324,9 +373,17 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 		return mg_error_prefix("fsdp: gradient norm");
 	if (mg_optim_finalize(ctx, h, v))
 		return -1;
-	for (int k = 0; k < L->nflats; k++)
-		if (L->flats[k].train && update_flat(d, h, &L->flats[k]))
+	/* update_in_backward: the units are updated already. A step
+	 * finalize marks skipped (non-finite gradients) took them too: the
+	 * next step's loss stops the run (step_compute reads nothing on the
+	 * host, so it cannot be checked here). */
+	for (int k = 0; !d->ubw && k < L->nflats; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (f->train &&
+		    update_flat(d, h, f,
+				(char *)d->gshard.ptr + f->gshard_byte))
 			return -1;
+	}
 	/* Buffers as DDP keeps them: rank 0's everywhere. */
 	if (ctx->world > 1 && L->n_buffers &&
 	    ctx->comm->broadcast(ctx->comm, d->buffers.ptr, L->n_buffers,

@@ -36,6 +36,18 @@
  *            grad_op trades memory for anyway (and none holds regardless).
  * Each micro-batch's reductions are finished when the next one starts (its
  * first acquire), as PyTorch FSDP waits for them at the end of backward.
+ *
+ * update_in_backward (torchtune's optimizer_in_bwd): a unit's optimizer
+ * update runs as soon as its gradient shard is final (fsdp_update_unit),
+ * while backward goes on with the units before it, instead of all of
+ * them after backward. With shards over G > 1 ranks and no accumulation
+ * the shard then lives only from the unit's reduce-scatter to its update,
+ * in a pooled slot (uslots), so the whole gradient shard (gshard, 4 bytes
+ * a parameter / G with fp32 reductions) is never held, as PyTorch frees
+ * gradients between steps. Clipping needs the norm of every gradient
+ * before the first update, so it is refused, as is fp16 (loss scaling
+ * skips steps); a step whose gradients are not finite is applied, and the
+ * next step's loss stops the run.
  */
 #ifndef MG_FSDP_H
 #define MG_FSDP_H
@@ -66,6 +78,7 @@ struct fsdp_unit {
 				this step's sum (later micro-batches add) */
 	bool scratch;	     /* the reduce-scatter in flight lands in the
 				scratch: add it to the shard when done */
+	int uslot;	     /* pooled: its gradient shard's slot, -1 */
 };
 
 /* A transient buffer for one unit's full parameters or gradients. */
@@ -126,6 +139,14 @@ struct fsdp {
 				  with the scratch after scratch_base) */
 	size_t scratch_base;  /* the scratch's start in a gradient slot */
 	size_t *scratch_byte; /* per flat: its shard in the scratch */
+	/* update_in_backward (see the top of this file). */
+	bool ubw;
+	bool pooled; /* G > 1, no accumulation: gradient shards in
+				uslots, gshard not allocated */
+	struct fsdp_slot *uslots;
+	int nuslots;
+	size_t uslot_bytes;  /* the largest unit's gradient shards */
+	size_t *ushard_byte; /* per flat: its gradient shard in a uslot */
 };
 
 /* fsdp_exec.c */
@@ -140,6 +161,10 @@ int fsdp_grads_ready(void *self, int unit);
 int fsdp_exec_finish(struct fsdp *d);
 /* Wait for every collective issued on the shard and replica groups. */
 int fsdp_wait_all(struct fsdp *d);
+
+/* fsdp.c: unit u's optimizer update from its final gradient shards
+ * (update_in_backward), their sum of squares added to the step's. */
+int fsdp_update_unit(struct fsdp *d, int u);
 
 /* fsdp_ckpt.c */
 int fsdp_save(void *self, struct mg_ckpt *ck);
@@ -162,6 +187,16 @@ static inline char *fsdp_shard(const struct fsdp *d, const struct mg_flat *f)
 	if (f->lp)
 		return fsdp_at(&d->lp_buf, f->lp_off, f->lent);
 	return fsdp_at(&d->master_buf, f->master_off, d->master);
+}
+
+/* Where flat k's gradient shard is this step: in its unit's pooled slot
+ * (update_in_backward), else in gshard. */
+static inline char *fsdp_gshard(const struct fsdp *d, int u, int k)
+{
+	if (d->pooled)
+		return (char *)d->uslots[d->units[u].uslot].buf.ptr +
+		       d->ushard_byte[k];
+	return (char *)d->gshard.ptr + d->L.flats[k].gshard_byte;
 }
 
 #endif

@@ -5,6 +5,9 @@
  * its gradients reduce-scattered into this rank's shard (then, in hybrid
  * mode, all-reduced across replica groups) while backward goes on.
  *
+ * With update_in_backward a unit whose gradient shard is final is
+ * updated at once (done(): fsdp.h says when, and what it saves).
+ *
  * Overlap comes from one rule: every collective is issued right after a
  * wait on the communicators, at an acquire, so it runs while the unit
  * being acquired computes, and the next acquire's wait is the first thing
@@ -29,9 +32,10 @@ int fsdp_wait_all(struct fsdp *d)
 	return 0;
 }
 
-/* A free slot of `bytes` from pool (growing it); its index or -1. */
+/* A free slot of `bytes` from pool (growing it, as memory category
+ * cat); its index or -1. */
 static int take_slot(struct fsdp *d, struct fsdp_slot **pool, int *n,
-		     size_t bytes, int owner)
+		     size_t bytes, int owner, enum mg_mem_cat cat)
 {
 	for (int i = 0; i < *n; i++)
 		if ((*pool)[i].owner < 0 && (*pool)[i].buf.bytes >= bytes) {
@@ -45,9 +49,11 @@ static int take_slot(struct fsdp *d, struct fsdp_slot **pool, int *n,
 	}
 	*pool = p;
 	memset(&p[*n], 0, sizeof p[*n]);
-	if (mg_buf_alloc(d->ctx, &p[*n].buf, bytes ? bytes : 1,
-			 MG_MEM_GATHER)) {
-		mg_error_prefix("fsdp: gather buffer of %zu bytes", bytes);
+	if (mg_buf_alloc(d->ctx, &p[*n].buf, bytes ? bytes : 1, cat)) {
+		mg_error_prefix("fsdp: %s buffer of %zu bytes",
+				cat == MG_MEM_GRADS ? "gradient shard"
+						    : "gather",
+				bytes);
 		return -1;
 	}
 	p[*n].owner = owner;
@@ -73,8 +79,8 @@ static int take_pslot(struct fsdp *d, int u)
 		un->slot = u;
 		return 0;
 	}
-	un->slot =
-		take_slot(d, &d->pslots, &d->npslots, d->L.max_full_bytes, u);
+	un->slot = take_slot(d, &d->pslots, &d->npslots, d->L.max_full_bytes, u,
+			     MG_MEM_GATHER);
 	return un->slot < 0 ? -1 : 0;
 }
 
@@ -130,7 +136,7 @@ static int scatter(struct fsdp *d, int u)
 			       ~(size_t)255;
 		char *dst =
 			un->acc ? base + d->scratch_base + d->scratch_byte[k]
-				: (char *)d->gshard.ptr + f->gshard_byte;
+				: fsdp_gshard(d, u, k);
 		if (d->sc->reduce_scatter(d->sc, base + off, dst, f->shard,
 					  f->grad, MG_REDUCE_SUM))
 			return mg_error_prefix("fsdp: reduce-scatter of %s",
@@ -154,9 +160,8 @@ static int accumulate(struct fsdp *d, int u)
 		if (!f->train)
 			continue;
 		const int64_t n = f->shard;
-		struct mg_tensor acc =
-			mg_tensor_make((char *)d->gshard.ptr + f->gshard_byte,
-				       f->grad, dev, 1, &n);
+		struct mg_tensor acc = mg_tensor_make(fsdp_gshard(d, u, k),
+						      f->grad, dev, 1, &n);
 		struct mg_tensor add = mg_tensor_make(base + d->scratch_byte[k],
 						      f->grad, dev, 1, &n);
 		if (mg_op_add(d->ctx, &acc, &add, &acc))
@@ -174,13 +179,31 @@ static int replicate(struct fsdp *d, int u)
 	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
 		const struct mg_flat *f = &L->flats[k];
 		if (f->train &&
-		    d->rc->all_reduce(d->rc,
-				      (char *)d->gshard.ptr + f->gshard_byte,
-				      f->shard, f->grad, MG_REDUCE_SUM))
+		    d->rc->all_reduce(d->rc, fsdp_gshard(d, u, k), f->shard,
+				      f->grad, MG_REDUCE_SUM))
 			return mg_error_prefix("fsdp: all-reduce of %s",
 					       d->spec->units[u].name);
 	}
 	return 0;
+}
+
+/* Unit u's pooled gradient shard slot (update_in_backward, G > 1). */
+static int take_uslot(struct fsdp *d, int u)
+{
+	struct fsdp_unit *un = &d->units[u];
+	if (!d->pooled || un->uslot >= 0)
+		return 0;
+	un->uslot = take_slot(d, &d->uslots, &d->nuslots, d->uslot_bytes, u,
+			      MG_MEM_GRADS);
+	return un->uslot < 0 ? -1 : 0;
+}
+
+/* Unit u's gradient shard is final for this micro-batch: with
+ * update_in_backward, the step's last one updates the unit now. */
+static int done(struct fsdp *d, int u)
+{
+	d->units[u].gs = G_DONE;
+	return d->ubw && d->final ? fsdp_update_unit(d, u) : 0;
 }
 
 /* Move every unit's reduction one stage on. A collective issued in an
@@ -196,7 +219,7 @@ static int progress(struct fsdp *d)
 		case G_READY:
 			un->gepoch = d->epoch;
 			if (d->group > 1) {
-				if (scatter(d, u))
+				if (take_uslot(d, u) || scatter(d, u))
 					return -1;
 				un->gs = G_SCATTER;
 			} else {
@@ -216,12 +239,13 @@ static int progress(struct fsdp *d)
 				if (replicate(d, u))
 					return -1;
 				un->gs = G_REPLICA;
-			} else {
-				un->gs = G_DONE;
+			} else if (done(d, u)) {
+				return -1;
 			}
 			break;
 		case G_REPLICA:
-			un->gs = G_DONE;
+			if (done(d, u))
+				return -1;
 			break;
 		default:
 			break;
@@ -333,7 +357,7 @@ struct mg_unit_view *fsdp_acquire(void *self, int u, enum mg_phase ph)
 		un->gslot = take_slot(d, &d->gslots, &d->ngslots,
 				      d->nosync ? d->L.unit_grad_bytes[u]
 						: d->gslot_bytes,
-				      u);
+				      u, MG_MEM_GATHER);
 		if (un->gslot < 0 ||
 		    mg_memset_dev(d->ctx, d->gslots[un->gslot].buf.ptr, 0,
 				  d->L.unit_grad_bytes[u]))
@@ -399,8 +423,11 @@ static int ready(struct fsdp *d, int u, bool final)
 		d->gslots[un->gslot].owner = -1;
 		un->gslot = -1;
 	}
-	un->gs = (d->group > 1 || d->replicas > 1) ? G_READY : G_DONE;
-	return 0;
+	if (d->group > 1 || d->replicas > 1) {
+		un->gs = G_READY;
+		return 0;
+	}
+	return done(d, u);
 }
 
 int fsdp_grads_ready(void *self, int u)
@@ -436,21 +463,23 @@ static int flush(struct fsdp *d, bool final)
 				if (replicate(d, u))
 					return -1;
 				un->gs = G_REPLICA;
-			} else {
-				un->gs = G_DONE;
+			} else if (done(d, u)) {
+				return -1;
 			}
 			continue;
 		}
+		if (take_uslot(d, u))
+			return -1;
 		for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
 			const struct mg_flat *f = &L->flats[k];
 			if (f->train &&
-			    mg_memset_dev(
-				    d->ctx,
-				    (char *)d->gshard.ptr + f->gshard_byte, 0,
-				    (size_t)f->shard * mg_dtype_size(f->grad)))
+			    mg_memset_dev(d->ctx, fsdp_gshard(d, u, k), 0,
+					  (size_t)f->shard *
+						  mg_dtype_size(f->grad)))
 				return -1;
 		}
-		un->gs = G_DONE;
+		if (done(d, u))
+			return -1;
 	}
 	/* At most three stages (scatter, replica all-reduce, done). */
 	for (int round = 0; round < 4; round++)
@@ -562,6 +591,25 @@ int fsdp_exec_init(struct fsdp *d)
 		}
 		d->gslot_bytes = d->scratch_base + most;
 	}
+	/* Pooled gradient shards: per unit, its trained flats' shards one
+	 * after another (256-byte aligned), as large as the largest. */
+	d->ushard_byte = calloc((size_t)L->nflats + 1, sizeof(size_t));
+	if (!d->ushard_byte)
+		return mg_error("out of memory");
+	for (int u = 0; d->pooled && u < s->nunits; u++) {
+		size_t at = 0;
+		for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+			const struct mg_flat *f = &L->flats[k];
+			if (!f->train)
+				continue;
+			d->ushard_byte[k] = at;
+			at += ((size_t)f->shard * mg_dtype_size(f->grad) +
+			       255) &
+			      ~(size_t)255;
+		}
+		if (at > d->uslot_bytes)
+			d->uslot_bytes = at;
+	}
 	d->micro = 0;
 	d->final = d->accum <= 1;
 	if (d->dedicated) {
@@ -573,7 +621,7 @@ int fsdp_exec_init(struct fsdp *d)
 			d->pslots[u].owner = -1;
 	}
 	for (int u = 0; u < s->nunits; u++) {
-		d->units[u].slot = d->units[u].gslot = -1;
+		d->units[u].slot = d->units[u].gslot = d->units[u].uslot = -1;
 		d->units[u].gepoch = -1;
 	}
 	return 0;
@@ -585,8 +633,12 @@ void fsdp_exec_free(struct fsdp *d)
 		mg_buf_free(d->ctx, &d->pslots[i].buf);
 	for (int i = 0; i < d->ngslots; i++)
 		mg_buf_free(d->ctx, &d->gslots[i].buf);
+	for (int i = 0; i < d->nuslots; i++)
+		mg_buf_free(d->ctx, &d->uslots[i].buf);
 	free(d->pslots);
 	free(d->gslots);
+	free(d->uslots);
+	free(d->ushard_byte);
 	free(d->units);
 	free(d->scratch_byte);
 	mg_flat_views_free(&d->V);
