@@ -104,6 +104,34 @@ for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw}; do
 				"$s on $n GPUs == 1 GPU with ${n}x the batch, llama $mode"
 	done
 done
+# bf16 (MG_EQ_BF16=0 skips): the only runs with compute-dtype shard copies
+# (lp flats; the CPU has no mixed precision). grad_op keeps them in its
+# gather slots and gathers in place, update_in_backward pools the
+# gradient shards; both only move where data lives, so on the same N GPUs
+# they must train what full shard trains, to the bit (1e-6 relative).
+if [ "${MG_EQ_BF16:-1}" = 1 ]; then
+	b16="--set run.precision=bf16 --set strategy.name=fsdp
+--set optimizer.max_grad_norm=0"
+	# shellcheck disable=SC2086
+	if run bf16_full "$n" $b16 --set strategy.shard=full; then
+		for v in "grad_op" "grad_op ubw" "full ubw"; do
+			set -- --set strategy.shard="${v% *}"
+			[ "${v#* }" = ubw ] &&
+				set -- "$@" --set strategy.update_in_backward=true
+			tag=bf16_$(echo "$v" | tr ' ' _)
+			# shellcheck disable=SC2086
+			if run "$tag" "$n" $b16 "$@"; then
+				if "$ckdiff" "$work/bf16_full/checkpoint.safetensors" \
+					"$work/$tag/checkpoint.safetensors" 1e-6; then
+					echo "PASS: bf16 fsdp $v == fsdp full on $n GPUs"
+				else
+					echo "FAIL: bf16 fsdp $v == fsdp full on $n GPUs"
+					fails=$((fails + 1))
+				fi
+			fi
+		done
+	fi
+fi
 # Two or more "nodes" of 2 GPUs: one process a rank, as srun or torchrun
 # start them; the job must equal the single GPU's full fine-tuning.
 if [ "$n" -ge 4 ] && [ $((n % 2)) -eq 0 ] &&

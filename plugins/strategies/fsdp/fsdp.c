@@ -145,7 +145,8 @@ static int alloc_storage(struct fsdp *d)
 	d->nslots_state = ctx->optim ? mg_optim_state_slots(ctx->optim) : 0;
 	if (mg_buf_alloc(ctx, &d->master_buf, (size_t)L->n_master * ms + 1,
 			 MG_MEM_PARAMS) ||
-	    mg_buf_alloc(ctx, &d->lp_buf, (size_t)L->n_lp * cs + 1,
+	    mg_buf_alloc(ctx, &d->lp_buf,
+			 (d->lp_inplace ? 0 : (size_t)L->n_lp * cs) + 1,
 			 MG_MEM_PARAMS) ||
 	    mg_buf_alloc(ctx, &d->packed_buf, (size_t)L->n_packed + 1,
 			 MG_MEM_PARAMS) ||
@@ -170,8 +171,7 @@ int fsdp_refresh_lp(struct fsdp *d)
 		const struct mg_flat *f = &L->flats[k];
 		if (f->lp && !mg_flat_frozen_lp(f) &&
 		    mg_op_convert(
-			    d->ctx, fsdp_at(&d->lp_buf, f->lp_off, d->compute),
-			    d->compute,
+			    d->ctx, fsdp_lp(d, f), d->compute,
 			    fsdp_at(&d->master_buf, f->master_off, d->master),
 			    d->master, f->shard))
 			return -1;
@@ -206,9 +206,8 @@ static int keep_shard(void *arg, int k, const char *full)
 			mg_tensor_make(lo, f->lent, MG_DEV_CPU, 1, &n);
 		int rc = mg_tensor_convert_host(&td, &ts);
 		if (!rc)
-			rc = mg_copy_h2d(
-				d->ctx, fsdp_at(&d->lp_buf, f->lp_off, f->lent),
-				lo, (size_t)f->shard * sizeof *lo);
+			rc = mg_copy_h2d(d->ctx, fsdp_lp(d, f), lo,
+					 (size_t)f->shard * sizeof *lo);
 		free(lo);
 		return rc;
 	}
@@ -242,6 +241,7 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 	if (make_groups(d))
 		return mg_error_prefix("fsdp");
 	d->pooled = d->ubw && d->group > 1 && d->accum == 1;
+	d->lp_inplace = d->dedicated && d->group > 1;
 	if (mg_flat_build(&d->L, spec, d->master, d->compute, d->group,
 			  d->reduce_fp32) ||
 	    alloc_storage(d))
@@ -304,9 +304,11 @@ static int update_flat(struct fsdp *d, const struct mg_optim_hparams *h,
 					 d->master),
 			.grad = grad + (size_t)a * mg_dtype_size(f->grad),
 			.grad_dtype = f->grad,
-			.param_lp = f->lp ? fsdp_at(&d->lp_buf, f->lp_off + a,
-						    d->compute)
-					  : NULL,
+			.param_lp =
+				f->lp ? fsdp_lp(d, f) +
+						(size_t)a * mg_dtype_size(
+								    d->compute)
+				      : NULL,
 			.lp_dtype = d->compute,
 			.n = b - a,
 			.decay = h->decay_all || part == 0,

@@ -124,7 +124,10 @@ struct fsdp {
 	/* Gather and gradient slots. */
 	struct fsdp_slot *pslots, *gslots;
 	int npslots, ngslots;
-	bool dedicated; /* grad_op: one parameter slot per unit, kept */
+	bool dedicated;	 /* grad_op: one parameter slot per unit, kept */
+	bool lp_inplace; /* grad_op over G > 1: a flat's lp shard is its
+			    own block of the unit's slot (no lp_buf), the
+			    all-gather in place */
 	struct fsdp_unit *units;
 	struct mg_flat_views V;	    /* what acquire() lends */
 	struct fsdp_order order[2]; /* forward (and eval), backward */
@@ -178,6 +181,19 @@ static inline void *fsdp_at(const struct mg_buf *b, int64_t off,
 	return (char *)b->ptr + (size_t)off * mg_dtype_size(dt);
 }
 
+/* This rank's compute-dtype copy of lp flat f's shard: in lp_buf, or
+ * (lp_inplace) this rank's block of the unit's gather slot, where the
+ * all-gather leaves it anyway, so grad_op, which keeps every unit's slot,
+ * does not hold it twice. */
+static inline char *fsdp_lp(const struct fsdp *d, const struct mg_flat *f)
+{
+	if (d->lp_inplace)
+		return (char *)d->pslots[f->unit].buf.ptr + f->full_byte +
+		       (size_t)d->srank * (size_t)f->shard *
+			       mg_dtype_size(f->lent);
+	return fsdp_at(&d->lp_buf, f->lp_off, f->lent);
+}
+
 /* This rank's shard of flat f's parameters, in its lent dtype: the lp
  * copy, the bytes of a packed (NF4) flat, or the master shard. */
 static inline char *fsdp_shard(const struct fsdp *d, const struct mg_flat *f)
@@ -185,7 +201,7 @@ static inline char *fsdp_shard(const struct fsdp *d, const struct mg_flat *f)
 	if (f->packed)
 		return (char *)d->packed_buf.ptr + f->packed_off;
 	if (f->lp)
-		return fsdp_at(&d->lp_buf, f->lp_off, f->lent);
+		return fsdp_lp(d, f);
 	return fsdp_at(&d->master_buf, f->master_off, d->master);
 }
 

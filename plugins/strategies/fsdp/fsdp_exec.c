@@ -619,6 +619,14 @@ int fsdp_exec_init(struct fsdp *d)
 		d->npslots = s->nunits;
 		for (int u = 0; u < s->nunits; u++)
 			d->pslots[u].owner = -1;
+		/* lp_inplace: the slots hold the lp shards from the start. */
+		for (int u = 0; d->lp_inplace && u < s->nunits; u++)
+			if (mg_buf_alloc(d->ctx, &d->pslots[u].buf,
+					 L->unit_full_bytes[u]
+						 ? L->unit_full_bytes[u]
+						 : 1,
+					 MG_MEM_GATHER))
+				return mg_error_prefix("fsdp: gather buffer");
 	}
 	for (int u = 0; u < s->nunits; u++) {
 		d->units[u].slot = d->units[u].gslot = d->units[u].uslot = -1;
