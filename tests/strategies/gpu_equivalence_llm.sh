@@ -12,10 +12,11 @@
 # mode and offload reduce per micro-batch or once a step, as
 # docs/ARCHITECTURE.md says) against the same single GPU with batch 4N.
 # fsdp hybrid joins on 4+ GPUs (2 replicas of N/2), and `nodes` runs it as
-# a multi-node job would: N/2 "nodes" of 2 GPUs on this host, each rank a
-# process started with torchrun's environment (RANK, LOCAL_RANK,
-# LOCAL_WORLD_SIZE 2, MASTER_ADDR/PORT; CUDA_VISIBLE_DEVICES the node's
-# two GPUs), hybrid's shard group the node (shard_group_size 0).
+# a multi-node job would: N/2 "nodes" of 2 GPUs on this host (N "nodes"
+# of 1 GPU on 2 or 3 GPUs), each rank a process started with torchrun's
+# environment (RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT;
+# CUDA_VISIBLE_DEVICES the node's GPUs), hybrid's shard group the node
+# (shard_group_size 0).
 # CUDA has no fp64 llama ops, so fp32, within 2e-4 relative (AdamW over 6
 # steps; reduction order differs). Run by scripts/gpu.sh dist.
 set -u
@@ -132,17 +133,22 @@ if [ "${MG_EQ_BF16:-1}" = 1 ]; then
 		done
 	fi
 fi
-# Two or more "nodes" of 2 GPUs: one process a rank, as srun or torchrun
-# start them; the job must equal the single GPU's full fine-tuning.
-if [ "$n" -ge 4 ] && [ $((n % 2)) -eq 0 ] &&
-	[ -e "$work/single_full/checkpoint.safetensors" ]; then
+# "Nodes" of 2 GPUs (1 GPU on a 2-GPU machine): one process a rank, as
+# srun or torchrun start them; hybrid's shard group is the node
+# (shard_group_size 0, from LOCAL_WORLD_SIZE), and the job must equal the
+# single GPU's full fine-tuning.
+per=1
+[ "$n" -ge 4 ] && [ $((n % 2)) -eq 0 ] && per=2
+if [ "$n" -ge 2 ] && [ -e "$work/single_full/checkpoint.safetensors" ]; then
 	port=$((20000 + $$ % 20000))
 	pids=""
 	r=0
 	while [ $r -lt "$n" ]; do
-		node=$((r / 2))
-		CUDA_VISIBLE_DEVICES=$((2 * node)),$((2 * node + 1)) RANK=$r \
-			WORLD_SIZE=$n LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
+		node=$((r / per))
+		devs=$((per * node))
+		[ $per = 2 ] && devs="$devs,$((per * node + 1))"
+		CUDA_VISIBLE_DEVICES=$devs RANK=$r \
+			WORLD_SIZE=$n LOCAL_RANK=$((r % per)) LOCAL_WORLD_SIZE=$per \
 			MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
 			timeout 300 "$mgrun" -c "$llama" $gpu \
 			--set strategy.name=fsdp --set strategy.shard=hybrid \
@@ -153,12 +159,12 @@ if [ "$n" -ge 4 ] && [ $((n % 2)) -eq 0 ] &&
 	done
 	ok=1
 	for p in $pids; do wait "$p" || ok=0; done
+	what="fsdp hybrid on $((n / per)) nodes of $per GPU(s) (torchrun environment)"
 	if [ $ok -eq 1 ]; then
-		same single_full nodes_hybrid \
-			"fsdp hybrid on $((n / 2)) nodes of 2 GPUs (torchrun environment) == 1 GPU with ${n}x the batch"
+		same single_full nodes_hybrid "$what == 1 GPU with ${n}x the batch"
 	else
 		tail -5 "$work"/nodes_rank*.log
-		echo "FAIL: fsdp hybrid on $((n / 2)) nodes of 2 GPUs did not finish"
+		echo "FAIL: $what did not finish"
 		fails=$((fails + 1))
 	fi
 fi
