@@ -2,8 +2,9 @@
 # fake_mgrun_dist.sh - stands in for mgrun in test_bench_scripts.sh: a run
 # directory as a multi-GPU run leaves it (every memory category, the
 # driver's peak; one key a line where ddp_scaling.sh greps, as mgrun
-# writes it), or exit 3 when MG_FAKE_FAIL names the run. Steps take
-# 0.02 s, or with MG_FAKE_SLOWER set 0.02 + 0.0025 x (run.gpus - 1) s.
+# writes it, and the arguments in args), or exit 3 when MG_FAKE_FAIL
+# names the run. Steps take 0.02 s, or with MG_FAKE_SLOWER set
+# 0.02 + 0.0025 x (run.gpus - 1) s.
 for a; do
 	case $a in
 	run.out_dir=*) out=${a#*=} ;;
@@ -17,6 +18,7 @@ step_s=0.02
 [ -n "${MG_FAKE_SLOWER:-}" ] &&
 	step_s=$(awk -v g="${gpus:-1}" 'BEGIN { printf "%.4f", 0.02 + 0.0025 * (g - 1) }')
 mkdir -p "$out/$name"
+echo "$*" >"$out/$name/args" # for the scripts' option checks
 {
 	echo "step,epoch,step_s"
 	i=0

@@ -15,6 +15,7 @@ cat >"$tmp/bin/python3" <<PY
 # bench/torch_fsdp_llm.py print (the keys of both); out of memory when
 # MG_FAKE_TORCH_OOM names the mode
 if [ "\$1" = "-m" ]; then
+	echo "\$*" >>"$tmp/torch_calls"
 	for a; do case \$a in "\${MG_FAKE_TORCH_OOM:-none}")
 		echo "torch.OutOfMemoryError: CUDA out of memory." >&2; exit 1 ;; esac; done
 	echo '{"img_s_total": {"median": 1000, "min": 900, "max": 1250, "p10": 910, "p90": 1200}, "tok_s_gpu": {"median": 1000, "min": 900, "max": 1250, "p10": 910, "p90": 1200}, "params": 2000000000, "policy": "MixedPrecisionPolicy(bf16, reduce bf16)", "driver_peak_rank": 8388608, "max_reserved_rank": 4194304, "max_allocated_rank": 3145728}'
@@ -54,10 +55,17 @@ echo "GEMM ceiling bf16: 800 TFLOP/s"
 G
 chmod +x "$tmp/bin/gemm"
 BENCH_GPU_OPS=$tmp/bin/gemm MG_FAKE_TORCH_OOM=ddp \
-	MG_FSDP_LLM_MODES="full grad_op hybrid offload none" \
+	MG_FSDP_LLM_MODES="full full_ubw grad_op hybrid offload none" \
 	bash "$bench/fsdp_llm.sh" "$fake" "$tmp/llm" 4 >"$tmp/llm.txt"
-line "$tmp/llm.txt" '| full (full) | 8 | 204,800 (204,800-204,800) | 1229 | 154% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | 1,000 (900-1,250) (MixedPrecisionPolicy(bf16, reduce bf16)) | 0.0 (0.0 / 0.0) | 204.80x | 163.84x |'
-line "$tmp/llm.txt" '| none (ddp) | 2 | 51,200 (51,200-51,200) | 307 | 38% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | out of memory | - | - | - |'
+line "$tmp/llm.txt" '| full (full) | 8 | 204,800 (204,800-204,800) | 1229 | 154% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | 0.0 | 1,000 (900-1,250) (MixedPrecisionPolicy(bf16, reduce bf16)) | 0.0 (0.0 / 0.0) | 204.80x | 163.84x |'
+line "$tmp/llm.txt" '| full_ubw (full) | 8 | 204,800 (204,800-204,800) | 1229 | 154% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | 0.0 | 1,000 (900-1,250) (MixedPrecisionPolicy(bf16, reduce bf16)) | 0.0 (0.0 / 0.0) | 204.80x | 163.84x |'
+line "$tmp/llm.txt" '| none (ddp) | 2 | 51,200 (51,200-51,200) | 307 | 38% | 0.0 (0.0) | 0.0 | 0.0 | 0.0 | 0.0 | out of memory | - | - | - |'
+# full_ubw's PyTorch row is full's: five PyTorch runs for six modes
+[ "$(grep -c torch_fsdp_llm "$tmp/torch_calls")" = 5 ] ||
+	{ echo "fsdp_llm.sh: PyTorch ran $(grep -c torch_fsdp_llm "$tmp/torch_calls") times"; exit 1; }
+grep -q "strategy.shard=full --set strategy.update_in_backward=true" \
+	/tmp/mgfsdpllm/fsdp_llm_full_ubw/args ||
+	{ echo "fsdp_llm.sh: full_ubw did not set update_in_backward"; exit 1; }
 grep -q '^| hybrid (hybrid) | 8 | 204,800' "$tmp/llm.txt"
 line "$tmp/llm.txt" 'GEMM ceiling (bf16, mg_op_linear, same call): 800 TFLOP/s'
 if MG_FAKE_FAIL=fsdp_llm_offload bash "$bench/fsdp_llm.sh" "$fake" \
