@@ -722,6 +722,12 @@ update_in_backward)
 	same single ubw_hybrid 1e-10
 	run ubw_accum 2 "$llama" --set run.grad_accum=2 "$@"
 	same single ubw_accum 1e-10
+	# stopped on 4 ranks, resumed on 2 (the optimizer state is the same
+	# whichever way the updates ran)
+	run ubw_res 4 "$llama" --set run.stop_after=3 "$@"
+	run ubw_res 2 "$llama" --set run.batch_size=8 --resume "$@"
+	grep -q "resumed from .* at step 3" "$work/ubw_res.log"
+	same single ubw_res 1e-10
 	# the reported gradient norms are the single rank's (6 digits)
 	[ "$(norms single)" = "$(norms ubw_full)" ] ||
 		{ echo "FAIL: gradient norms differ"; exit 1; }
