@@ -375,10 +375,10 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 		return mg_error_prefix("fsdp: gradient norm");
 	if (mg_optim_finalize(ctx, h, v))
 		return -1;
-	/* update_in_backward: the units are updated already. A step
-	 * finalize marks skipped (non-finite gradients) took them too: the
-	 * next step's loss stops the run (step_compute reads nothing on the
-	 * host, so it cannot be checked here). */
+	/* update_in_backward: the units are updated already, even in a
+	 * step that finalize marks skipped (non-finite gradients); the
+	 * next step's loss then stops the run (step_compute reads nothing
+	 * on the host, so it cannot be checked here). */
 	for (int k = 0; !d->ubw && k < L->nflats; k++) {
 		const struct mg_flat *f = &L->flats[k];
 		if (f->train &&
