@@ -41,9 +41,9 @@ run() { # run NAME GPUS [--set ...]
 	fi
 }
 
-same() { # same A B WHAT
+same() { # same A B WHAT [RTOL (2e-4)]
 	if "$ckdiff" "$work/$1/checkpoint.safetensors" \
-		"$work/$2/checkpoint.safetensors" 2e-4; then
+		"$work/$2/checkpoint.safetensors" "${4:-2e-4}"; then
 		echo "PASS: $3"
 	else
 		echo "FAIL: $3"
@@ -121,15 +121,9 @@ if [ "${MG_EQ_BF16:-1}" = 1 ]; then
 				set -- "$@" --set strategy.update_in_backward=true
 			tag=bf16_$(echo "$v" | tr ' ' _)
 			# shellcheck disable=SC2086
-			if run "$tag" "$n" $b16 "$@"; then
-				if "$ckdiff" "$work/bf16_full/checkpoint.safetensors" \
-					"$work/$tag/checkpoint.safetensors" 1e-6; then
-					echo "PASS: bf16 fsdp $v == fsdp full on $n GPUs"
-				else
-					echo "FAIL: bf16 fsdp $v == fsdp full on $n GPUs"
-					fails=$((fails + 1))
-				fi
-			fi
+			run "$tag" "$n" $b16 "$@" &&
+				same bf16_full "$tag" \
+					"bf16 fsdp $v == fsdp full on $n GPUs" 1e-6
 		done
 	fi
 fi
