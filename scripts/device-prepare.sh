@@ -21,6 +21,10 @@ scripts/fetch-tokenizers.sh || true
 # The varied texts tokenizers are checked on (the GPU machine has no
 # fortunes files).
 python3 tests/text/make_corpus.py 1500 >.deps/text_corpus.jsonl
+# The fortune files themselves, for the QAT-against-PTQ check (gpu.sh qat).
+mkdir -p .deps/fortunes
+find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' \
+	! -name '*.u8' -exec cp -u {} .deps/fortunes/ \;
 cp -u /usr/share/datasets/fashion-mnist/*.gz .deps/fashion-mnist/
 # The PyTorch baseline the benchmarks compare against (project shared/).
 mkdir -p .deps/baselines
