@@ -84,10 +84,12 @@ int4() {
 		head -1
 }
 
+# export and evaluation rebuild a run from the same options
+base=("${shape[@]}" --set run.epochs="${MG_QAT_EPOCHS:-8}"
+	--set optimizer.lr="${MG_QAT_LR:-0.003}")
 echo "== base: ${MG_QAT_EPOCHS:-8} epochs from scratch ($dev, $prec)"
-run base "${shape[@]}" --set run.epochs="${MG_QAT_EPOCHS:-8}" \
-	--set optimizer.lr="${MG_QAT_LR:-0.003}"
-"$mgrun" export "${common[@]}" --set run.name=base "${shape[@]}" \
+run base "${base[@]}"
+"$mgrun" export "${common[@]}" --set run.name=base "${base[@]}" \
 	--out "$work/base-hf" --dtype fp32 >"$work/base-export.log" 2>&1 ||
 	die "float export of the base failed"
 ft=(--set model.hf_dir="$work/base-hf"
@@ -98,7 +100,7 @@ run ft_plain "${ft[@]}"
 run ft_qat "${ft[@]}" --set model.qat=8da4w
 
 b_f=$(test_loss base) p_f=$(test_loss ft_plain) q_f=$(test_loss ft_qat)
-b_q=$(int4 base "${shape[@]}")
+b_q=$(int4 base "${base[@]}")
 p_q=$(int4 ft_plain "${ft[@]}")
 q_q=$(int4 ft_qat "${ft[@]}" --set model.qat=8da4w)
 for x in "$b_f" "$p_f" "$q_f" "$b_q" "$p_q" "$q_q"; do
