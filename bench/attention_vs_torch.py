@@ -163,20 +163,18 @@ def main():
         del q, k, v, do, kr, vr
         torch.cuda.empty_cache()
 
-    # flash_atomic: mgrun's flash backward with dq by float atomics
-    # (MG_CUDA_ATTENTION_DQ=atomic), nondeterministic as SDPA's is
-    impls = ("flash", "flash_atomic", "tiled")
     print(f"\n{'shape':18s} {'dir':8s} {'torch ms':>9s} {'spread':>21s} "
-          f"{'TFLOPS':>7s} {'flash ms':>9s} {'atomic ms':>9s} "
-          f"{'tiled ms':>9s} {'torch/flash':>11s} {'torch/atomic':>12s} "
-          f"{'torch/tiled':>11s}")
+          f"{'TFLOPS':>7s} {'flash ms':>9s} {'tiled ms':>9s} "
+          f"{'torch/flash':>11s} {'torch/tiled':>11s}")
     for name, d, ms, lo, hi, tf, how in rows:
-        got = [mg.get((name, i, d)) for i in impls]
-        cols = " ".join(f"{m:9.4f}" if m else f"{'-':>9s}" for m in got)
-        rats = " ".join(f"{ms / m:{w - 1}.2f}x" if m else f"{'-':>{w}s}"
-                        for m, w in zip(got, (11, 12, 11)))
+        fm = mg.get((name, "flash", d))
+        tm = mg.get((name, "tiled", d))
+        fs = f"{fm:9.4f}" if fm else f"{'-':>9s}"
+        ts_ = f"{tm:9.4f}" if tm else f"{'-':>9s}"
+        rf = f"{ms / fm:10.2f}x" if fm else f"{'-':>11s}"
+        rt = f"{ms / tm:10.2f}x" if tm else f"{'-':>11s}"
         print(f"{name:18s} {d:8s} {ms:9.4f} [{lo:8.4f}, {hi:8.4f}] "
-              f"{tf:7.1f} {cols} {rats}")
+              f"{tf:7.1f} {fs} {ts_} {rf} {rt}")
     gq = sorted(set(r[6] for r in rows))
     print("torch GQA: " + "; ".join(gq))
     print("ratio torch/mgrun > 1: mgrun faster")

@@ -398,8 +398,7 @@ static int bench_attention(enum mg_dtype dt)
 		{"llama3.2-1b-T2048", 4, 2048, 32, 8, 64},
 		{"llama3.2-3b-T1024", 4, 1024, 24, 8, 128},
 	};
-	/* flash_atomic: the flash backward with dq by float atomics */
-	static const char *impl[] = {"tiled", "flash", "flash_atomic"};
+	static const char *impl[] = {"tiled", "flash"};
 	static const char *dir[] = {"fwd", "bwd", "fwd+bwd"};
 	int (*fns[])(void *) = {ab_fwd, ab_bwd, ab_both};
 	const double mul[] = {1.0, 2.5, 3.5};
@@ -433,13 +432,11 @@ static int bench_attention(enum mg_dtype dt)
 		gt_rand(&b.dout, -1, 1);
 		/* causal forward: QK^T and PV, 2 flops a multiply-add, half */
 		const double fwd_flop = 2.0 * N * Hq * (double)T * T * hd;
-		double ms[3][3] = {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}};
+		double ms[2][3] = {{-1, -1, -1}, {-1, -1, -1}};
 		struct gt *res[4] = {&b.o, &b.dq, &b.dk, &b.dv};
-		double *out[3][4] = {{NULL}};
-		for (int f = 0; f < 3; f++) {
-			mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, f > 0);
-			mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_DQ_ATOMIC,
-					f == 2);
+		double *out[2][4] = {{NULL}};
+		for (int f = 0; f < 2; f++) {
+			mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, f);
 			/* results of both for a cross-check at these sizes;
 			 * the backward runs from this implementation's o, lse */
 			if (ab_fwd(&b) || ab_bwd(&b) ||
@@ -472,27 +469,24 @@ static int bench_attention(enum mg_dtype dt)
 			}
 		}
 		static const char *rn[] = {"o", "dq", "dk", "dv"};
-		for (int f = 1; f < 3; f++)
-			for (int j = 0; j < 4; j++) {
-				if (!out[0][j] || !out[f][j])
-					continue;
-				double num = 0, den = 0;
-				int64_t nans = 0;
-				for (int64_t e = 0; e < res[j]->n; e++) {
-					const double x = out[f][j][e],
-						     y = out[0][j][e];
-					if (x != x)
-						nans++;
-					num += (x - y) * (x - y);
-					den += y * y;
-				}
-				gt_report(LBLA("%s %s vs tiled %s", sh[i].name,
-					       impl[f], rn[j]),
-					  dt, sqrt(num / (den > 0 ? den : 1)),
-					  gt_tol(dt), nans, "");
+		for (int j = 0; j < 4; j++) {
+			if (!out[0][j] || !out[1][j])
+				continue;
+			double num = 0, den = 0;
+			int64_t nans = 0;
+			for (int64_t e = 0; e < res[j]->n; e++) {
+				const double x = out[1][j][e], y = out[0][j][e];
+				if (x != x)
+					nans++;
+				num += (x - y) * (x - y);
+				den += y * y;
 			}
-		mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_DQ_ATOMIC, 0);
-		for (int f = 0; f < 3; f++)
+			gt_report(
+				LBLA("%s flash vs tiled %s", sh[i].name, rn[j]),
+				dt, sqrt(num / (den > 0 ? den : 1)), gt_tol(dt),
+				nans, "");
+		}
+		for (int f = 0; f < 2; f++)
 			for (int j = 0; j < 4; j++)
 				free(out[f][j]);
 		{
@@ -526,12 +520,10 @@ static int bench_attention(enum mg_dtype dt)
 				       sh[i].name, "flash", "fwd", t3[0], t3[1],
 				       t3[2], fwd_flop / (t3[0] * 1e-3) / 1e12);
 		}
-		for (int f = 1; f < 3; f++)
-			for (int d = 0; d < 3; d++)
-				if (ms[0][d] > 0 && ms[f][d] > 0)
-					printf("%-18s %s speed-up %-8s %.2fx\n",
-					       sh[i].name, impl[f], dir[d],
-					       ms[0][d] / ms[f][d]);
+		for (int d = 0; d < 3; d++)
+			if (ms[0][d] > 0 && ms[1][d] > 0)
+				printf("%-18s flash speed-up %-8s %.2fx\n",
+				       sh[i].name, dir[d], ms[0][d] / ms[1][d]);
 		struct gt *all[] = {&b.q,  &b.k,  &b.v,	 &b.o,	 &b.dout,
 				    &b.dq, &b.dk, &b.dv, &b.lse, &b.pos};
 		for (size_t j = 0; j < 10; j++)

@@ -1618,9 +1618,6 @@ static void llm_rope_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t H,
 
 /* Which CUDA attention kernels a check ran on, in its name. */
 static const char *attn_tag = "";
-/* 1 with the atomic-dq backward: its dq's last bits may vary between
- * runs, so only dk, dv must be bit-identical on a second run */
-static int attn_twice_from = 0;
 
 static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 				int64_t Hq, int64_t Hkv, int64_t hd)
@@ -1683,7 +1680,7 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 		   name)) {
 		struct gt *g3[3] = {&dq, &dk, &dv};
 		int64_t diff = 0;
-		for (int i = attn_twice_from; i < 3; i++) {
+		for (int i = 0; i < 3; i++) {
 			double *r2 = gt_read(g3[i]);
 			diff += bit_diffs(r1[i], r2, g3[i]->n);
 			free(r2);
@@ -1853,17 +1850,6 @@ static void test_attention(void)
 			}
 	}
 	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
-	/* the atomic-dq backward (MG_CUDA_ATTENTION_DQ=atomic) on every
-	 * shape */
-	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_DQ_ATOMIC, 1);
-	attn_tag = " [flash atomic dq]";
-	attn_twice_from = 1;
-	for (size_t d = 0; d < 2; d++)
-		for (size_t i = 0; i < sizeof sh / sizeof *sh; i++)
-			llm_attention_check(half[d], sh[i][0], sh[i][1],
-					    sh[i][2], sh[i][3], sh[i][4]);
-	attn_twice_from = 0;
-	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_DQ_ATOMIC, 0);
 	/* the hd 64 forward with one m-tile a warp (its default is two) */
 	setenv("MG_FLASH_FWD_MW", "1", 1);
 	attn_tag = " [flash mw1]";

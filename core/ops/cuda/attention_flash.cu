@@ -29,10 +29,7 @@
  *    then dk/dv per 64-key tile looping over the group's query heads and
  *    the query tiles that can see the keys, dk/dv accumulated in
  *    registers. P = exp(S - lse) is recomputed from the saved lse,
- *    dS = P (dP - D). Without dq, a small kernel computes D. Opt-in
- *    (MG_CUDA_OPT_ATTN_DQ_ATOMIC): no dq kernel; the dk/dv kernel adds
- *    dS k to an F32 dq with float atomics (5 products instead of 7, as
- *    FlashAttention-2), dq no longer bitwise reproducible.
+ *    dS = P (dP - D). Without dq, a small kernel computes D.
  *
  * Shared-memory tiles are row-major [rows][hd] with the 16-byte chunks of
  * row r XOR-swizzled by (r & 7), so both the cp.async stores and the
@@ -798,105 +795,24 @@ __global__ void __launch_bounds__(FT)
 }
 
 /*
- * Atomic dq (fa_dkv_k with DQ): after a barrier, dqa[rows tq0.., head h]
- * += dS k over the block's 64 keys, dS^T [64 keys][BQ queries] in dst
- * (row stride BQ + 8), k in ks. BQ / 16 m-tiles of query rows over the 4
- * warps, the HD columns split between the warps that share an m-tile;
- * 16 columns at a time, so only 8 accumulators are live (hd 128 has no
- * registers to spare beside dk and dv). Unscaled: the conversion to T
- * multiplies by the softmax scale.
- */
-template <typename T, int HD, int BQ>
-__device__ __forceinline__ void dq_add(const fa_dims &a, const T *dst,
-				       const T *ks, float *dqa, int n, int h,
-				       int tq0)
-{
-	const int MT = BQ / 16, NC = HD / (FW / MT), DSW = BQ + 8;
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int g = lane >> 2, tg = lane & 3;
-	const int mt = warp % MT, c0 = (warp / MT) * NC;
-	__syncthreads();
-	uint32_t af[BC / 16][4];
-#pragma unroll
-	for (int kk = 0; kk < BC / 16; kk++)
-		ldsm4t(af[kk], dst + (kk * 16 + bn_row(lane)) * DSW + mt * 16 +
-				       bn_col(lane));
-	const int t0 = tq0 + mt * 16 + g, t1 = t0 + 8;
-	float *d0 = dqa + (((int64_t)n * a.S + t0) * a.Hq + h) * HD;
-	float *d1 = d0 + (int64_t)8 * a.Hq * HD;
-#pragma unroll
-	for (int dd = 0; dd < NC / 16; dd++) {
-		float c[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-#pragma unroll
-		for (int kk = 0; kk < BC / 16; kk++) {
-			uint32_t bb[4];
-			ldsm4t(bb, ks + swz<HD>(kk * 16 + a_row(lane),
-						c0 + dd * 16 + a_col(lane)));
-			mma<T>(c[0], af[kk], bb);
-			mma<T>(c[1], af[kk], bb + 2);
-		}
-#pragma unroll
-		for (int j = 0; j < 2; j++) {
-			const int col = c0 + dd * 16 + j * 8 + 2 * tg;
-			if (t0 < a.S)
-				atomicAdd(reinterpret_cast<float2 *>(d0 + col),
-					  make_float2(c[j][0], c[j][1]));
-			if (t1 < a.S)
-				atomicAdd(reinterpret_cast<float2 *>(d1 + col),
-					  make_float2(c[j][2], c[j][3]));
-		}
-	}
-}
-
-/* dq = T(scale * dqa), 8 elements a thread (the atomic-dq backward). */
-template <typename T>
-__global__ void __launch_bounds__(256)
-	fa_dq_cvt_k(int64_t n8, const float *__restrict__ dqa,
-		    T *__restrict__ dq, float scale)
-{
-	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= n8)
-		return;
-	const float4 x = reinterpret_cast<const float4 *>(dqa)[2 * i];
-	const float4 y = reinterpret_cast<const float4 *>(dqa)[2 * i + 1];
-	uint4 o;
-	o.x = pack2<T>(x.x * scale, x.y * scale);
-	o.y = pack2<T>(x.z * scale, x.w * scale);
-	o.z = pack2<T>(y.x * scale, y.y * scale);
-	o.w = pack2<T>(y.z * scale, y.w * scale);
-	reinterpret_cast<uint4 *>(dq)[i] = o;
-}
-
-/*
  * dk = scale sum dS^T q, dv = sum P^T dout for the 64 keys s0.. of one
  * key/value head: the group's query heads in order, for each the query
  * tiles of BQ rows from the one holding s0 to the last that sees a key of
  * the tile, in order. Warp w owns keys s0 + 16 w ..; S^T and dP^T are
  * computed transposed (keys as rows) so their accumulators are directly
  * the A fragments of the dv and dk products.
- *
- * DQ (the atomic-dq backward, MG_CUDA_OPT_ATTN_DQ_ATOMIC): the same block
- * also adds its keys' share of dq, dS k, into the F32 buffer dqa
- * [N, S, Hq, HD] with float atomics, so dq costs one product instead of
- * the dq kernel's three (5 products in all, as FlashAttention-2); dS^T
- * goes through shared memory (dst, rows padded by 8 elements so that
- * both the fragment stores and the transposed ldmatrix reads are
- * conflict-free) to be re-read with query rows as the M dimension. The
- * atomics' order varies run to run, so dq does in its last bits.
  */
-template <typename T, int HD, int BQ, bool DQ>
+template <typename T, int HD, int BQ>
 __global__ void __launch_bounds__(FT)
 	fa_dkv_k(fa_dims a, const T *__restrict__ q, const T *__restrict__ k,
 		 const T *__restrict__ v, const int32_t *__restrict__ pos,
 		 const float *__restrict__ lse, const float *__restrict__ Dt,
 		 const T *__restrict__ dout, T *__restrict__ dk,
-		 T *__restrict__ dv, float *__restrict__ dqa)
+		 T *__restrict__ dv)
 {
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *ks = reinterpret_cast<T *>(fa_sm);
 	T *vs = ks + BC * HD, *qs = vs + BC * HD, *gs = qs + 2 * BQ * HD;
-	const int DSW = BQ + 8; /* dS^T row stride (DQ) */
-	T *dst = gs + 2 * BQ * HD;
 	__shared__ __align__(16) float lse_s[2][BQ], d_s[2][BQ];
 	__shared__ int lo_s[2][BQ], last_s;
 	const int s0 = blockIdx.x * BC, kh = blockIdx.y, n = blockIdx.z;
@@ -1053,19 +969,6 @@ __global__ void __launch_bounds__(FT)
 						 pt[2 * kq + 1][1]);
 				sa[3] = pack2<T>(pt[2 * kq + 1][2],
 						 pt[2 * kq + 1][3]);
-				if constexpr (DQ) {
-					T *r0 = dst + (wk + g) * DSW + kq * 16 +
-						2 * tg;
-					T *r1 = r0 + 8 * DSW;
-					*reinterpret_cast<uint32_t *>(r0) =
-						sa[0];
-					*reinterpret_cast<uint32_t *>(r1) =
-						sa[1];
-					*reinterpret_cast<uint32_t *>(r0 + 8) =
-						sa[2];
-					*reinterpret_cast<uint32_t *>(r1 + 8) =
-						sa[3];
-				}
 #pragma unroll
 				for (int dd = 0; dd < HD / 16; dd++) {
 					uint32_t bb[4];
@@ -1079,17 +982,7 @@ __global__ void __launch_bounds__(FT)
 					mma<T>(ak[2 * dd + 1], sa, bb + 2);
 				}
 			}
-		} else if constexpr (DQ) {
-			/* keys that see no query of the tile: dS = 0 */
-			for (int c = lane; c < 16 * (BQ / 8); c += 32)
-				*reinterpret_cast<uint4 *>(
-					dst + (wk + c / (BQ / 8)) * DSW +
-					(c % (BQ / 8)) * 8) =
-					make_uint4(0, 0, 0, 0);
 		}
-		if constexpr (DQ)
-			dq_add<T, HD, BQ>(a, dst, ks, dqa, n, kh * G + i / nqt,
-					  tq0);
 		__syncthreads();
 	}
 	/* out through ks / vs (no longer read) */
@@ -1160,57 +1053,13 @@ cudaError_t fa_fwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 	return fa_fwd_launch<T, HD, 1>(st, a, q, k, v, pos, o, lse);
 }
 
-/* dk/dv (and with DQ the dq sums into dqa) for every key tile. */
-template <typename T, int HD, bool DQ>
-cudaError_t fa_dkv_launch(cudaStream_t st, const fa_dims &a, const void *q,
-			  const void *k, const void *v, const void *pos,
-			  const float *lse, const float *Dt, const void *dout,
-			  void *dk, void *dv, float *dqa)
-{
-	const int BQ = fa_bq<HD>::v;
-	const size_t sm = ((size_t)(2 * BC + 4 * BQ) * HD +
-			   (DQ ? (size_t)BC * (BQ + 8) : 0)) *
-			  sizeof(T);
-	cudaError_t e = smem_optin(fa_dkv_k<T, HD, BQ, DQ>, sm);
-	if (e != cudaSuccess)
-		return e;
-	const dim3 grid((unsigned)((a.S + BC - 1) / BC), (unsigned)a.Hkv,
-			(unsigned)a.N);
-	fa_dkv_k<T, HD, BQ, DQ><<<grid, FT, sm, st>>>(
-		a, (const T *)q, (const T *)k, (const T *)v,
-		(const int32_t *)pos, lse, Dt, (const T *)dout, (T *)dk,
-		(T *)dv, dqa);
-	return cudaGetLastError();
-}
-
-/* dqa non-NULL: the atomic-dq backward (D by itself, dq summed by the
- * dk/dv blocks into dqa, then converted); else the deterministic one. */
 template <typename T, int HD>
 cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		       const void *k, const void *v, const void *pos,
 		       const void *o, const float *lse, const void *dout,
-		       void *dq, void *dk, void *dv, float *Dt, float *dqa)
+		       void *dq, void *dk, void *dv, float *Dt)
 {
 	cudaError_t e = cudaSuccess;
-	if (dq && dqa) {
-		const int64_t rows = (int64_t)a.N * a.S * a.Hq;
-		fa_dt_k<T, HD>
-			<<<mgc_blocks(rows * (HD / 8), 256), 256, 0, st>>>(
-				a, (const T *)o, (const T *)dout, Dt);
-		e = cudaGetLastError();
-		if (e == cudaSuccess)
-			e = cudaMemsetAsync(
-				dqa, 0, (size_t)rows * HD * sizeof(float), st);
-		if (e == cudaSuccess)
-			e = fa_dkv_launch<T, HD, true>(st, a, q, k, v, pos, lse,
-						       Dt, dout, dk, dv, dqa);
-		if (e != cudaSuccess)
-			return e;
-		const int64_t n8 = rows * HD / 8;
-		fa_dq_cvt_k<T><<<mgc_blocks(n8, 256), 256, 0, st>>>(
-			n8, dqa, (T *)dq, a.scale);
-		return cudaGetLastError();
-	}
 	if (!dq) {
 		/* D by itself (the dq kernel computes it otherwise) */
 		const int64_t rows = (int64_t)a.N * a.S * a.Hq;
@@ -1235,9 +1084,20 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		if (e != cudaSuccess)
 			return e;
 	}
-	if (dk || dv)
-		e = fa_dkv_launch<T, HD, false>(st, a, q, k, v, pos, lse, Dt,
-						dout, dk, dv, NULL);
+	if (dk || dv) {
+		const int BQ = fa_bq<HD>::v;
+		const size_t sm = (size_t)(2 * BC + 4 * BQ) * HD * sizeof(T);
+		e = smem_optin(fa_dkv_k<T, HD, BQ>, sm);
+		if (e != cudaSuccess)
+			return e;
+		const dim3 grid((unsigned)((a.S + BC - 1) / BC),
+				(unsigned)a.Hkv, (unsigned)a.N);
+		fa_dkv_k<T, HD, BQ><<<grid, FT, sm, st>>>(
+			a, (const T *)q, (const T *)k, (const T *)v,
+			(const int32_t *)pos, lse, Dt, (const T *)dout, (T *)dk,
+			(T *)dv);
+		e = cudaGetLastError();
+	}
 	return e;
 }
 
@@ -1306,23 +1166,15 @@ extern "C" int mgc_flash_attention_backward(
 {
 	const fa_dims a = fa_make(q, k, scale);
 	const int hd = (int)q->shape[3];
-	const struct mgc_state *ms = mgc_state(ctx);
-	if (!ms)
+	float *Dt = (float *)mgc_scratch(
+		ctx, (size_t)((int64_t)a.N * a.Hq * a.S) * sizeof(float));
+	if (!Dt)
 		return -1;
-	/* D, then (atomic dq) the F32 dq sums 256-byte aligned after it */
-	const int64_t rows = (int64_t)a.N * a.Hq * a.S;
-	const bool atomic = dq && ms->opt[MG_CUDA_OPT_ATTN_DQ_ATOMIC];
-	const size_t dbytes = ((size_t)rows * sizeof(float) + 255) & ~255ull;
-	char *sc = (char *)mgc_scratch(
-		ctx, dbytes + (atomic ? (size_t)rows * hd * sizeof(float) : 0));
-	if (!sc)
-		return -1;
-	float *Dt = (float *)sc, *dqa = atomic ? (float *)(sc + dbytes) : NULL;
 	const cudaError_t e = FA_DISPATCH(
 		q->dtype, hd, fa_bwd_run, mgc_stream(ctx), a, q->data, k->data,
 		v->data, positions->data, o->data, (const float *)lse->data,
 		dout->data, dq ? dq->data : NULL, dk ? dk->data : NULL,
-		dv ? dv->data : NULL, Dt, dqa);
+		dv ? dv->data : NULL, Dt);
 	if (e != cudaSuccess)
 		return mg_error("attention_backward (flash): %s",
 				cudaGetErrorString(e));

@@ -140,18 +140,13 @@ enum mg_cuda_opt {
 	 * tensor-core flash kernels (attention_flash.cu, the default), 0 the
 	 * tiled CUDA-core kernels of llm.cu (F32 and other shapes always). */
 	MG_CUDA_OPT_ATTN_FLASH,
-	/* Flash attention backward: 0 deterministic (dq by its own kernel,
-	 * 7 products, the default), 1 dq added by the dk/dv kernel with
-	 * float atomics (5 products; dq's last bits vary run to run). */
-	MG_CUDA_OPT_ATTN_DQ_ATOMIC,
 	MG_CUDA_OPT_COUNT,
 };
 /* Set a knob (flushes cached algorithm choices). Defaults (first named)
  * can be changed in the environment: MG_CUDA_DEPTHWISE=own|cudnn,
  * MG_CUDNN_ALGO=heuristic|find, MG_CUDA_TF32=0|1,
- * MG_CUDA_POINTWISE=gemm|cudnn, MG_CUDA_ATTENTION=flash|tiled,
- * MG_CUDA_ATTENTION_DQ=deterministic|atomic. Returns 0 or -1 (error
- * set). */
+ * MG_CUDA_POINTWISE=gemm|cudnn, MG_CUDA_ATTENTION=flash|tiled. Returns 0
+ * or -1 (error set). */
 MG_EXPORT int mg_cuda_ops_set(struct mg_ctx *ctx, enum mg_cuda_opt opt,
 			      int value);
 /* Release the ops' per-device state (algorithm cache, descriptors,

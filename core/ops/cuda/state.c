@@ -45,8 +45,6 @@ struct mgc_state *mgc_state(struct mg_ctx *ctx)
 		env_choice("MG_CUDA_POINTWISE", "gemm", 1);
 	st->opt[MG_CUDA_OPT_ATTN_FLASH] =
 		env_choice("MG_CUDA_ATTENTION", "flash", 1);
-	st->opt[MG_CUDA_OPT_ATTN_DQ_ATOMIC] =
-		env_choice("MG_CUDA_ATTENTION_DQ", "atomic", 0);
 	cd->ops_state = st;
 	cd->ops_state_free = mg_cuda_ops_free;
 	return st;
