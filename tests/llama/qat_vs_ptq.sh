@@ -12,7 +12,11 @@
 #
 # Passes when QAT's int4 held-out loss is lower than PTQ's. It prints
 # every loss (float and int4) so the size of the PTQ error, what QAT can
-# win back, is in the log. Exit 1 on a failed run, 2 when QAT loses.
+# win back, is in the log. Exit 1 on a failed run or a loss that is not
+# a finite number, 2 when QAT loses, 77 when CORPUS or TOKENIZER is
+# missing. MG_QAT_ASSERT=0 runs and checks the pipeline only (CI's
+# llama.qat_vs_ptq on a model too small for the comparison to mean
+# anything: it prints the comparison and says it was not asserted).
 #
 # Environment (defaults: a 4-layer, 256-wide model, 8 epochs of base
 # training, 1 epoch of fine-tuning at a tenth of the base rate):
@@ -26,6 +30,9 @@ mgrun=$1 corpus=$2 tok=$3 work=$4 dev=${5:-cuda}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 prec=${MG_QAT_PRECISION:-$([ "$dev" = cuda ] && echo bf16 || echo fp32)}
 group=${MG_QAT_GROUP:-32}
+for need in "$corpus" "$tok"; do
+	[ -e "$need" ] || { echo "SKIPPED: no $need"; exit 77; }
+done
 rm -rf "$work"
 mkdir -p "$work"
 
@@ -104,7 +111,8 @@ b_q=$(int4 base "${base[@]}")
 p_q=$(int4 ft_plain "${ft[@]}")
 q_q=$(int4 ft_qat "${ft[@]}" --set model.qat=8da4w)
 for x in "$b_f" "$p_f" "$q_f" "$b_q" "$p_q" "$q_q"; do
-	[ -n "$x" ] || die "a held-out loss is missing"
+	awk -v x="$x" 'BEGIN { exit !(x != "" && x + 0 == x && x > 0 && x < 1e6) }' ||
+		die "held-out loss '$x' is missing or not a finite number"
 done
 echo
 echo "| model | float held-out loss | int4 (8da4w) held-out loss | int4 - float |"
@@ -116,7 +124,9 @@ awk -v bf="$b_f" -v bq="$b_q" -v pf="$p_f" -v pq="$p_q" -v qf="$q_f" \
 	printf "| base + QAT fine-tune | %.4f (fake-quantized) | %.4f | %+.4f |\n", qf, qq, qq - qf
 	printf "\nint4 held-out loss, QAT - PTQ: %+.4f (QAT - base PTQ: %+.4f)\n", qq - pq, qq - bq
 }'
-if awk -v p="$p_q" -v q="$q_q" 'BEGIN { exit !(q < p) }'; then
+if [ "${MG_QAT_ASSERT:-1}" = 0 ]; then
+	echo "pipeline ok; QAT against PTQ not asserted (MG_QAT_ASSERT=0)"
+elif awk -v p="$p_q" -v q="$q_q" 'BEGIN { exit !(q < p) }'; then
 	echo "PASS: QAT then int4 beats the plain fine-tune's int4 (PTQ)"
 else
 	echo "FAIL: QAT then int4 does not beat PTQ"
