@@ -282,6 +282,22 @@ __device__ __forceinline__ int warp_max_i(int v)
 }
 
 /*
+ * The block's tile rank and (head, sequence) pair. The grids are
+ * [heads x sequences, tiles]: x, the fastest-varying index, runs over the
+ * pairs, so blocks start tile rank by tile rank across every pair, rank
+ * 0 (each pair's heaviest causal tile) first, and the last wave holds the
+ * lightest. With tiles as x, each pair's tiles ran heavy to light but the
+ * last pairs' heavy tiles started last and ran on alone.
+ */
+__device__ __forceinline__ void heavy_first(int heads, int *rank, int *head,
+					    int *seq)
+{
+	*rank = blockIdx.y;
+	*head = (int)(blockIdx.x % (unsigned)heads);
+	*seq = (int)(blockIdx.x / (unsigned)heads);
+}
+
+/*
  * Per query tile of R rows (forward and dq): lo of each row into lo_s
  * (rows past S get S: they attend nothing), and over the valid rows the
  * smallest lo (first key tile) and the largest (from there on a key tile
@@ -338,8 +354,9 @@ __global__ void __launch_bounds__(FT)
 	T *ks = qs + R * HD, *vs = ks + 2 * BC * HD;
 	__shared__ int lo_s[R], red_s[2];
 	/* heavy (late) query tiles first: causal work grows with t0 */
-	const int t0 = (gridDim.x - 1 - blockIdx.x) * R;
-	const int h = blockIdx.y, n = blockIdx.z;
+	int rank, h, n;
+	heavy_first(a.Hq, &rank, &h, &n);
+	const int t0 = (gridDim.y - 1 - rank) * R;
 	const int kh = h / (a.Hq / a.Hkv);
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tg = lane & 3;
@@ -623,8 +640,9 @@ __global__ void __launch_bounds__(FT)
 	T *gs = qs + BR * HD, *ks = gs + BR * HD, *vs = ks + 2 * BC * HD;
 	__shared__ int lo_s[BR], red_s[2];
 	__shared__ float d_s[BR];
-	const int t0 = (gridDim.x - 1 - blockIdx.x) * BR;
-	const int h = blockIdx.y, n = blockIdx.z;
+	int rank, h, n; /* heavy (late) query tiles first */
+	heavy_first(a.Hq, &rank, &h, &n);
+	const int t0 = (gridDim.y - 1 - rank) * BR;
 	const int kh = h / (a.Hq / a.Hkv);
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tg = lane & 3;
@@ -815,7 +833,9 @@ __global__ void __launch_bounds__(FT)
 	T *vs = ks + BC * HD, *qs = vs + BC * HD, *gs = qs + 2 * BQ * HD;
 	__shared__ __align__(16) float lse_s[2][BQ], d_s[2][BQ];
 	__shared__ int lo_s[2][BQ], last_s;
-	const int s0 = blockIdx.x * BC, kh = blockIdx.y, n = blockIdx.z;
+	int rank, kh, n; /* heavy (early) key tiles first */
+	heavy_first(a.Hkv, &rank, &kh, &n);
+	const int s0 = rank * BC;
 	const int G = a.Hq / a.Hkv;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tg = lane & 3;
@@ -1033,8 +1053,7 @@ cudaError_t fa_fwd_launch(cudaStream_t st, const fa_dims &a, const void *q,
 	cudaError_t e = smem_optin(fa_fwd_k<T, HD, MW>, sm);
 	if (e != cudaSuccess)
 		return e;
-	const dim3 grid((unsigned)((a.S + R - 1) / R), (unsigned)a.Hq,
-			(unsigned)a.N);
+	const dim3 grid((unsigned)(a.Hq * a.N), (unsigned)((a.S + R - 1) / R));
 	fa_fwd_k<T, HD, MW><<<grid, FT, sm, st>>>(
 		a, (const T *)q, (const T *)k, (const T *)v,
 		(const int32_t *)pos, (T *)o, lse);
@@ -1074,8 +1093,8 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		e = smem_optin(fa_dq_k<T, HD>, sm);
 		if (e != cudaSuccess)
 			return e;
-		const dim3 grid((unsigned)((a.S + BR - 1) / BR), (unsigned)a.Hq,
-				(unsigned)a.N);
+		const dim3 grid((unsigned)(a.Hq * a.N),
+				(unsigned)((a.S + BR - 1) / BR));
 		fa_dq_k<T, HD><<<grid, FT, sm, st>>>(
 			a, (const T *)q, (const T *)k, (const T *)v,
 			(const int32_t *)pos, lse, (const T *)o, Dt,
@@ -1090,8 +1109,8 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		e = smem_optin(fa_dkv_k<T, HD, BQ>, sm);
 		if (e != cudaSuccess)
 			return e;
-		const dim3 grid((unsigned)((a.S + BC - 1) / BC),
-				(unsigned)a.Hkv, (unsigned)a.N);
+		const dim3 grid((unsigned)(a.Hkv * a.N),
+				(unsigned)((a.S + BC - 1) / BC));
 		fa_dkv_k<T, HD, BQ><<<grid, FT, sm, st>>>(
 			a, (const T *)q, (const T *)k, (const T *)v,
 			(const int32_t *)pos, lse, Dt, (const T *)dout, (T *)dk,
@@ -1132,6 +1151,9 @@ extern "C" bool mgc_flash_attention_fits(const struct mg_tensor *q,
 	if (q->dtype != MG_F16 && q->dtype != MG_BF16)
 		return false;
 	if (q->shape[3] != 64 && q->shape[3] != 128)
+		return false;
+	/* tiles of 64 rows are the grids' y (at most 65535) */
+	if (q->shape[1] > (int64_t)65535 * 64)
 		return false;
 	for (int i = 0; i < nt; i++)
 		if (t[i] && !mgc_aligned16(t[i]->data))
