@@ -68,8 +68,10 @@
 #     profile            the [profile] window (CUPTI) against mgrun's own
 #                        counters, 1 GPU and 2 where visible
 #                        (tests/gpu/profile_check.sh; also in all)
-#     qat                QAT against post-training quantization on a
-#                        small model trained here on the fortune files
+#     qat                the fake-quantization ops against their CPU
+#                        twins and their bandwidth (bench_gpu_ops qat),
+#                        then QAT against post-training quantization on
+#                        a small model trained here on the fortune files
 #                        (tests/llama/qat_vs_ptq.sh; carry .deps/fortunes
 #                        and .deps/tokenizers)
 #     attention [bf16|f16]  the attention op tests (flash and tiled kernels
@@ -305,11 +307,13 @@ if [ "$what" = dpo ]; then
 	grep -E "^== |^ok|FAIL|^epoch 1:|step time|captured" "$out/test_dpo.log"
 fi
 if [ "$what" = qat ]; then
+	run test_qat "qat ops" "$bin/test_gpu_ops" qat
+	run test_qat "qat ops bench" "$bin/bench_gpu_ops" qat
 	# MG_QAT_* as tests/llama/qat_vs_ptq.sh says
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run test_qat qat_vs_ptq \
 		tests/llama/qat_vs_ptq.sh "$mgrun" "$root/.deps/fortunes" \
 		"$root/.deps/tokenizers/llama2" /tmp/mgqat cuda
-	grep -E "^(==|\||int4|PASS|FAIL)|held-out" "$out/test_qat.log"
+	grep -E "^(==|\||int4|PASS|FAIL|fq_)|held-out|checks," "$out/test_qat.log"
 fi
 if [ "$what" = lora ]; then
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run bench_lora lora \

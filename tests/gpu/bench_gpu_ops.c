@@ -18,6 +18,7 @@
  *   bench_gpu_ops [N] [f32|f16|bf16]     (default 64 f32)
  *   bench_gpu_ops attention [bf16|f16]   (default bf16)
  *   bench_gpu_ops fused                  (4. only)
+ *   bench_gpu_ops qat                    (QAT's fake quantization only)
  *   bench_gpu_ops gemm                   (the bf16 GEMM ceiling only)
  *
  * The attention mode times causal attention forward, backward and both at
@@ -593,6 +594,73 @@ out:
 	free(hb);
 }
 
+/* QAT's fake quantization (ops_quant.h) at the shapes a Llama step runs
+ * it: int4 weights of a Llama 3 8B MLP matrix in groups of 32, int8
+ * tokens of 8 x 1024 rows at 2048 (Llama 3.2 1B's width) and 8192 (its
+ * MLP); forward, and the straight-through backward in place (what llama
+ * runs), with the bandwidth of the bytes read plus written. */
+struct qb {
+	struct mg_tensor x, dy;
+	int64_t g;
+	int op;
+};
+
+static int mb_qat(void *p)
+{
+	struct qb *m = p;
+	switch (m->op) {
+	case 0:
+		return mg_op_fq_int4_weight(&gt_gpu, &m->x, m->g, &m->dy);
+	case 1:
+		return mg_op_fq_int4_weight_backward(&gt_gpu, &m->x, m->g,
+						     &m->dy, &m->dy);
+	case 2:
+		return mg_op_fq_int8_token(&gt_gpu, &m->x, &m->dy);
+	default:
+		return mg_op_fq_int8_token_backward(&gt_gpu, &m->x, &m->dy,
+						    &m->dy);
+	}
+}
+
+static void bench_qat(enum mg_dtype dt)
+{
+	static const struct {
+		const char *name;
+		int64_t rows, cols, g;
+		int op;
+	} c[] = {
+		{"fq_int4_weight", 14336, 4096, 32, 0},
+		{"fq_int4_weight_backward", 14336, 4096, 32, 1},
+		{"fq_int8_token", 8192, 2048, 0, 2},
+		{"fq_int8_token_backward", 8192, 2048, 0, 3},
+		{"fq_int8_token", 8192, 8192, 0, 2},
+		{"fq_int8_token_backward", 8192, 8192, 0, 3},
+	};
+	printf("\nqat fake quantization, %s\n%-36s %9s %8s\n",
+	       mg_dtype_name(dt), "op", "ms", "GB/s");
+	for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+		const int64_t shape[2] = {c[i].rows, c[i].cols};
+		struct qb m = {.g = c[i].g, .op = c[i].op};
+		m.x = mg_tensor_make(NULL, dt, MG_DEV_CUDA, 2, shape);
+		m.dy = m.x;
+		const size_t bytes = mg_tensor_bytes(&m.x);
+		m.x.data = dalloc(bytes);
+		m.dy.data = dalloc(bytes);
+		cudaMemset(m.x.data, 0x3c, bytes); /* finite, nonzero */
+		cudaMemset(m.dy.data, 0x3c, bytes);
+		const double t = time_fn(mb_qat, &m);
+		/* read x (and dy in backward), write out */
+		const double moved = (double)bytes * (c[i].op & 1 ? 3 : 2);
+		char name[64];
+		snprintf(name, sizeof name, "%s [%lld, %lld]", c[i].name,
+			 (long long)c[i].rows, (long long)c[i].cols);
+		printf("%-36s %9.4f %8.0f\n", name, t,
+		       moved / (t * 1e-3) / 1e9);
+		cudaFree(m.x.data);
+		cudaFree(m.dy.data);
+	}
+}
+
 /* The output head of a training step, unfused against the fused linear
  * + cross-entropy (ops_llm.h), at R tokens x V words x D width. */
 struct hb {
@@ -809,6 +877,14 @@ int main(int argc, char **argv)
 		const int frc = gt_finish();
 		return c > 0 ? frc : 1;
 	}
+	if (argc > 1 && !strcmp(argv[1], "qat")) {
+		/* bench_gpu_ops qat: the fake-quantization lines only */
+		gt_init(argc, argv);
+		printf("copy ceiling (D2D memcpy, read+write): %.0f GB/s\n",
+		       copy_ceiling());
+		bench_qat(MG_BF16);
+		return gt_finish();
+	}
 	if (argc > 1 && !strcmp(argv[1], "fused")) {
 		/* bench_gpu_ops fused: the kernel-swap lines only */
 		gt_init(argc, argv);
@@ -911,6 +987,7 @@ int main(int argc, char **argv)
 		       dt_tot[d][0], dt_tot[d][1], dt_tot[d][2]);
 	bench_membound(N, dt);
 	bench_nf4();
+	bench_qat(MG_BF16);
 	bench_flce(4096, 128256, 4096, MG_BF16);
 	bench_rmsnorm(32 * 512, 4096, MG_BF16);
 	use(0);

@@ -1173,9 +1173,10 @@ static void qat_fill(void *h, enum mg_dtype dt, int64_t n, double scale)
 
 /* op 0: fq_int4_weight (group g), 1: its backward, 2: fq_int8_token,
  * 3: its backward; x [rows, cols] and dy fresh random; the fraction of
- * output elements whose bits differ. */
+ * output elements whose bits differ. inplace (backward ops): the GPU
+ * writes over dy, as llama's weight-gradient mask does. */
 static void qat_check(int op, enum mg_dtype dt, int64_t rows, int64_t cols,
-		      int64_t g)
+		      int64_t g, bool inplace)
 {
 	static const char *const names[4] = {
 		"fq_int4_weight", "fq_int4_weight_backward", "fq_int8_token",
@@ -1201,8 +1202,12 @@ static void qat_check(int op, enum mg_dtype dt, int64_t rows, int64_t cols,
 			 xg = mg_tensor_make(dx, dt, MG_DEV_CUDA, 2, shape),
 			 dg = mg_tensor_make(dd, dt, MG_DEV_CUDA, 2, shape),
 			 og = mg_tensor_make(dout, dt, MG_DEV_CUDA, 2, shape);
-	snprintf(lbl, sizeof lbl, "%s [%lld, %lld]", names[op], (long long)rows,
-		 (long long)cols);
+	inplace = inplace && (op & 1);
+	if (inplace)
+		og = dg;
+	snprintf(lbl, sizeof lbl, "%s [%lld, %lld] g%lld%s", names[op],
+		 (long long)rows, (long long)cols, (long long)g,
+		 inplace ? " in place" : "");
 	int rc;
 	switch (op) {
 	case 0:
@@ -1224,7 +1229,7 @@ static void qat_check(int op, enum mg_dtype dt, int64_t rows, int64_t cols,
 		break;
 	}
 	if (!gt_ok(rc, lbl) && !gt_sync(lbl)) {
-		cudaMemcpy(hg, dout, bytes, cudaMemcpyDeviceToHost);
+		cudaMemcpy(hg, og.data, bytes, cudaMemcpyDeviceToHost);
 		gt_report_bits(lbl, dt, hg, hc, n, es);
 	}
 	cudaFree(dx);
@@ -1240,23 +1245,28 @@ static void qat_check(int op, enum mg_dtype dt, int64_t rows, int64_t cols,
  * QAT's fake-quantization ops, every dtype (each computes in f32 on both
  * devices, so the bits must agree): the tiny llama's shapes, odd ones
  * (one group, one row, rows longer than a block), Llama 3 8B's MLP
- * weight [14336, 4096] and a 4096-wide batch of tokens; groups of 32 and
- * 128.
+ * weight [14336, 4096] and a 4096-wide batch of tokens; groups of 8, 32,
+ * 128 and 512. Both kernels of each op are reached: the 16-byte vector
+ * ones (F16/BF16/F32, groups of 1-32 vectors, rows of whole vectors) and
+ * the scalar ones (F64; groups of 6 or 512 (BF16: 64 vectors); rows of
+ * 36 at 2 bytes, 4.5 vectors), and the backward ops in place too.
  */
 static void test_qat(void)
 {
 	static const enum mg_dtype dts[] = {MG_F32, MG_F64, MG_F16, MG_BF16};
 	static const int64_t shapes[][3] = {
-		{64, 64, 32}, {1, 32, 32},   {7, 96, 32},
-		{3, 1000, 8}, {192, 64, 32}, {33, 4096, 128},
+		{64, 64, 32},  {1, 32, 32},	{7, 96, 32}, {3, 1000, 8},
+		{192, 64, 32}, {33, 4096, 128}, {5, 36, 6},  {4, 1024, 512},
 	};
 	for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
 		for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
 			for (int op = 0; op < 4; op++)
-				qat_check(op, dts[d], shapes[s][0],
-					  shapes[s][1], shapes[s][2]);
-		qat_check(0, dts[d], 14336, 4096, 32);
-		qat_check(2, dts[d], 2048, 4096, 0);
+				for (int ip = 0; ip < 1 + (op & 1); ip++)
+					qat_check(op, dts[d], shapes[s][0],
+						  shapes[s][1], shapes[s][2],
+						  ip);
+		qat_check(0, dts[d], 14336, 4096, 32, false);
+		qat_check(2, dts[d], 2048, 4096, 0, false);
 	}
 }
 
