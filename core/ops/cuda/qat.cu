@@ -29,6 +29,23 @@ __device__ __forceinline__ float clampf(float q, float lo, float hi)
 	return q < lo ? lo : q > hi ? hi : q;
 }
 
+/* mg_int8_token_qparams of a row's min and max: scale s, zero point zp
+ * and 1 / s, rounding for rounding as the CPU twin. */
+__device__ __forceinline__ void int8_qparams(float mn, float mx, float *s,
+					     float *zp, float *inv)
+{
+	const float lo = mn < 0.0f ? mn : 0.0f, hi = mx > 0.0f ? mx : 0.0f;
+	float sc = __fdiv_rn(__fsub_rn(hi, lo), 255.0f);
+	sc = sc < FLT_EPSILON ? FLT_EPSILON : sc;
+	const float dlo = __fdiv_rn(lo, sc), dhi = __fdiv_rn(hi, sc);
+	const float a = __fadd_rn(-128.0f, dlo), b = __fadd_rn(127.0f, dhi);
+	const float z = __fadd_rn(a, b) > 0.0f ? __fsub_rn(-128.0f, dlo)
+					       : __fsub_rn(127.0f, dhi);
+	*zp = rintf(clampf(z, -128.0f, 127.0f));
+	*s = sc;
+	*inv = __fdiv_rn(1.0f, sc);
+}
+
 /* out[i] = the fake-quantized v, or (dy given) dy[i] where keep, else 0 */
 template <typename T>
 __device__ __forceinline__ void put(T *out, const T *dy, int64_t i, float v,
@@ -102,18 +119,8 @@ __global__ void fq_int8(const T *__restrict__ x, const T *dy, T *out,
 			mx = fmaxf(mx, smx[k]);
 		}
 		__syncthreads(); /* smn/smx reused by the next row */
-		/* mg_int8_token_qparams */
-		const float lo = mn < 0.0f ? mn : 0.0f,
-			    hi = mx > 0.0f ? mx : 0.0f;
-		float s = __fdiv_rn(__fsub_rn(hi, lo), 255.0f);
-		s = s < FLT_EPSILON ? FLT_EPSILON : s;
-		const float dlo = __fdiv_rn(lo, s), dhi = __fdiv_rn(hi, s);
-		const float a = __fadd_rn(-128.0f, dlo),
-			    b = __fadd_rn(127.0f, dhi);
-		float zp = __fadd_rn(a, b) > 0.0f ? __fsub_rn(-128.0f, dlo)
-						  : __fsub_rn(127.0f, dhi);
-		zp = rintf(clampf(zp, -128.0f, 127.0f));
-		const float inv = __fdiv_rn(1.0f, s);
+		float s, zp, inv;
+		int8_qparams(mn, mx, &s, &zp, &inv);
 		for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
 			const float v = (float)mgc_ld(x, e0 + i);
 			const float q = __fadd_rn(rintf(__fmul_rn(v, inv)), zp);
@@ -206,18 +213,8 @@ __global__ void fq_int8_vec(const T *__restrict__ x, const T *dy, T *out,
 			mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
 			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
 		}
-		/* mg_int8_token_qparams, as fq_int8 */
-		const float lo = mn < 0.0f ? mn : 0.0f,
-			    hi = mx > 0.0f ? mx : 0.0f;
-		float s = __fdiv_rn(__fsub_rn(hi, lo), 255.0f);
-		s = s < FLT_EPSILON ? FLT_EPSILON : s;
-		const float dlo = __fdiv_rn(lo, s), dhi = __fdiv_rn(hi, s);
-		const float a = __fadd_rn(-128.0f, dlo),
-			    b = __fadd_rn(127.0f, dhi);
-		float zp = __fadd_rn(a, b) > 0.0f ? __fsub_rn(-128.0f, dlo)
-						  : __fsub_rn(127.0f, dhi);
-		zp = rintf(clampf(zp, -128.0f, 127.0f));
-		const float inv = __fdiv_rn(1.0f, s);
+		float s, zp, inv;
+		int8_qparams(mn, mx, &s, &zp, &inv);
 		for (int64_t i = lane; i < vpr; i += 32) {
 			A e[V], d[V];
 			mgc_ldv(x, v0 + i, e);
