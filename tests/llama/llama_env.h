@@ -1,6 +1,6 @@
 /*
  * llama_env.h - what the llama plugin's tests share (test_llama.c,
- * test_qlora.c): the plugin loaded by main, a model created from INI
+ * test_qlora.c, test_llama_dpo.c): the plugin loaded by main, a model created from INI
  * text on the CPU under the contract-checking host strategy of
  * tests/common/test_strategy.h, and a small ragged token batch.
  */
@@ -8,15 +8,15 @@
 #define MG_TEST_LLAMA_ENV_H
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../common/test_strategy.h"
 #include "../common/test_util.h"
 #include "config/config.h"
+#include "llama_plugin.h"
 #include "mg/mg.h"
 
-static const struct mg_plugin *P;
-static const struct mg_model_ops *M;
 /* The float type env_open's contexts compute in (fp64 unless a test
  * says otherwise). */
 static enum mg_dtype env_dtype = MG_F64;

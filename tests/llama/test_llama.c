@@ -37,7 +37,6 @@
  */
 /* _GNU_SOURCE (the build defines it): RTLD_NEXT, for the QAT tests'
  * fake-quantization interposers */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1385,55 +1384,24 @@ static void test_qat_mask(void)
 	qat_mask_case(lines, "");
 }
 
+static const struct test_case cases[] = {
+	{"gradcheck", test_gradcheck},
+	{"masking", test_masking},
+	{"errors", test_errors},
+	{"decode", test_decode},
+	{"lora_merge", test_lora_merge},
+	{"lora_gradcheck", test_lora_gradcheck},
+	{"lora_dropout", test_lora_dropout},
+	{"lora_fused", test_lora_fused},
+	{"kernels_gradcheck", test_kernels_gradcheck},
+	{"kernels", test_kernels},
+	{"recompute", test_recompute},
+	{"qat_ste", test_qat_ste},
+	{"qat_mask", test_qat_mask},
+};
+
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: test_llama PLUGIN.so TEST\n");
-		return 2;
-	}
-	void *h = dlopen(argv[1], RTLD_NOW);
-	mg_plugin_entry_fn entry =
-		h ? (mg_plugin_entry_fn)dlsym(h, MG_PLUGIN_ENTRY_SYMBOL) : NULL;
-	if (!entry) {
-		fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
-		return 1;
-	}
-	P = entry();
-	M = P->ops;
-	if (!strcmp(argv[2], "gradcheck"))
-		test_gradcheck();
-	else if (!strcmp(argv[2], "masking"))
-		test_masking();
-	else if (!strcmp(argv[2], "errors"))
-		test_errors();
-	else if (!strcmp(argv[2], "decode"))
-		test_decode();
-	else if (!strcmp(argv[2], "lora_merge"))
-		test_lora_merge();
-	else if (!strcmp(argv[2], "lora_gradcheck"))
-		test_lora_gradcheck();
-	else if (!strcmp(argv[2], "lora_dropout"))
-		test_lora_dropout();
-	else if (!strcmp(argv[2], "lora_fused"))
-		test_lora_fused();
-	else if (!strcmp(argv[2], "kernels_gradcheck"))
-		test_kernels_gradcheck();
-	else if (!strcmp(argv[2], "kernels"))
-		test_kernels();
-	else if (!strcmp(argv[2], "recompute"))
-		test_recompute();
-	else if (!strcmp(argv[2], "qat_ste"))
-		test_qat_ste();
-	else if (!strcmp(argv[2], "qat_mask"))
-		test_qat_mask();
-	else {
-		fprintf(stderr, "unknown test %s\n", argv[2]);
-		return 2;
-	}
-	if (failures) {
-		fprintf(stderr, "%d failure(s)\n", failures);
-		return 1;
-	}
-	printf("ok\n");
-	return 0;
+	return llama_test_main("test_llama", cases,
+			       sizeof cases / sizeof cases[0], argc, argv);
 }

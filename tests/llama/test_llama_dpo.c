@@ -19,7 +19,6 @@
  * buffers through mg_buf_reserve, which frees the old ones and so moves
  * mg_buf_frees(), the count the trainer checks before replaying).
  */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,10 +28,8 @@
 #include "../common/test_util.h"
 #include "config/config.h"
 #include "llama.h"
+#include "llama_plugin.h"
 #include "mg/mg.h"
-
-static const struct mg_plugin *P;
-static const struct mg_model_ops *M;
 
 struct env {
 	struct mg_device dev;
@@ -803,43 +800,15 @@ static void test_full(void)
 	full_case(true);
 }
 
+static const struct test_case cases[] = {
+	{"direct", test_direct},       {"step0", test_step0},
+	{"gradcheck", test_gradcheck}, {"ops", test_ops},
+	{"refuse", test_refuse},       {"buffers", test_buffers},
+	{"full", test_full},
+};
+
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: test_llama_dpo PLUGIN.so TEST\n");
-		return 2;
-	}
-	void *h = dlopen(argv[1], RTLD_NOW);
-	mg_plugin_entry_fn entry =
-		h ? (mg_plugin_entry_fn)dlsym(h, MG_PLUGIN_ENTRY_SYMBOL) : NULL;
-	if (!entry) {
-		fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
-		return 1;
-	}
-	P = entry();
-	M = P->ops;
-	if (!strcmp(argv[2], "direct"))
-		test_direct();
-	else if (!strcmp(argv[2], "step0"))
-		test_step0();
-	else if (!strcmp(argv[2], "gradcheck"))
-		test_gradcheck();
-	else if (!strcmp(argv[2], "ops"))
-		test_ops();
-	else if (!strcmp(argv[2], "refuse"))
-		test_refuse();
-	else if (!strcmp(argv[2], "buffers"))
-		test_buffers();
-	else if (!strcmp(argv[2], "full"))
-		test_full();
-	else {
-		fprintf(stderr, "unknown test %s\n", argv[2]);
-		return 2;
-	}
-	if (failures) {
-		fprintf(stderr, "%d failure(s)\n", failures);
-		return 1;
-	}
-	printf("ok\n");
-	return 0;
+	return llama_test_main("test_llama_dpo", cases,
+			       sizeof cases / sizeof cases[0], argc, argv);
 }

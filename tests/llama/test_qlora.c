@@ -13,7 +13,6 @@
  * SGD steps on the adapters lower the loss), errors (quant = nf4 without
  * adapters refused, naming lora_rank).
  */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,35 +279,14 @@ static void test_errors(void)
 	env_close(&e);
 }
 
+static const struct test_case cases[] = {
+	{"equal", test_equal},
+	{"learns", test_learns},
+	{"errors", test_errors},
+};
+
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: test_qlora PLUGIN.so TEST\n");
-		return 2;
-	}
-	void *h = dlopen(argv[1], RTLD_NOW);
-	mg_plugin_entry_fn entry =
-		h ? (mg_plugin_entry_fn)dlsym(h, MG_PLUGIN_ENTRY_SYMBOL) : NULL;
-	if (!entry) {
-		fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
-		return 1;
-	}
-	P = entry();
-	M = P->ops;
-	if (!strcmp(argv[2], "equal"))
-		test_equal();
-	else if (!strcmp(argv[2], "learns"))
-		test_learns();
-	else if (!strcmp(argv[2], "errors"))
-		test_errors();
-	else {
-		fprintf(stderr, "unknown test %s\n", argv[2]);
-		return 2;
-	}
-	if (failures) {
-		fprintf(stderr, "%d failure(s)\n", failures);
-		return 1;
-	}
-	printf("ok\n");
-	return 0;
+	return llama_test_main("test_qlora", cases,
+			       sizeof cases / sizeof cases[0], argc, argv);
 }
