@@ -26,47 +26,21 @@ import sys
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
+from hf_common import TINY, check, finish, save_tiny
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-failures = []
 BETA, EPS, ALPHA, RANK = 0.5, 0.1, 8, 4
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-KW = dict(vocab_size=256, hidden_size=96, intermediate_size=200,
-          num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
-          rope_theta=10000.0, max_position_embeddings=256,
-          tie_word_embeddings=False, rms_norm_eps=1e-5)
-
-
-def make_base():
-    torch.manual_seed(0)
-    m = LlamaForCausalLM(LlamaConfig(**KW)).float()
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.08)
-            else:
-                p.uniform_(0.5, 1.5)
-    d = os.path.join(work, "base")
-    m.save_pretrained(d, safe_serialization=True)
-    return d
 
 
 def make_pairs(path, n=16):
     """Rows of [prompt + chosen | prompt + rejected]; returns, per pair,
     the two sequences as (ids, HF-aligned labels)."""
     g = torch.Generator().manual_seed(1)
-    V = KW["vocab_size"]
+    V = TINY["vocab_size"]
     pairs = []
     with open(path, "w") as f:
         for _ in range(n):
@@ -167,7 +141,7 @@ shuffle = false
     return r.returncode, os.path.join(work, "runs", name)
 
 
-base_dir = make_base()
+base_dir = save_tiny(work)
 data = os.path.join(work, "pairs.jsonl")
 pairs = make_pairs(data)
 for dev in ["cpu", "cuda"]:
@@ -207,5 +181,4 @@ for dev in ["cpu", "cuda"]:
               f"{tag}: {k} mgrun {got} vs TRL's formula {v:.6g} "
               f"(tolerance {tol:.1e})")
 
-print(f"dpo_check: {len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish("dpo_check")

@@ -23,11 +23,11 @@ import sys
 
 import torch
 from transformers import LlamaForCausalLM
+from hf_common import check, finish
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
 torch.backends.cuda.matmul.allow_tf32 = False
-fails = 0
 PROMPT = [5, 17, 42, 99, 3, 200, 7]
 
 
@@ -36,12 +36,6 @@ def sh(*args):
     if p.returncode != 0:
         sys.exit(f"{' '.join(args)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
     return p.stdout
-
-
-def check(ok, what):
-    global fails
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    fails += not ok
 
 
 for name, extra in [("full", []),
@@ -80,6 +74,5 @@ for name, extra in [("full", []),
         check(y == ids[dev], f"{name} {dev}: transformers' greedy ids from "
               f"the export equal mgrun generate's ({y[:8]}... vs "
               f"{ids[dev][:8]}...)")
-if fails:
-    sys.exit(f"export_check: {fails} failure(s)")
+finish("export_check")
 print("export_check: 0 failure(s)")

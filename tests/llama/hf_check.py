@@ -19,18 +19,12 @@ import sys
 import torch
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM
+from hf_common import check, finish
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def make_model(name, **kw):
@@ -183,5 +177,4 @@ for name, kw in [
         check(worst < 1e-4, f"{tag}: gradients vs transformers, worst "
               f"relative error {worst:.2e} ({worst_name}) < 1e-4")
 
-print(f"hf_check: {len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish("hf_check")

@@ -27,39 +27,13 @@ import sys
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
+from hf_common import TINY, check, finish, save_tiny
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-KW = dict(vocab_size=256, hidden_size=96, intermediate_size=200,
-          num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
-          rope_theta=10000.0, max_position_embeddings=256,
-          tie_word_embeddings=False, rms_norm_eps=1e-5)
-
-
-def make_base():
-    torch.manual_seed(0)
-    m = LlamaForCausalLM(LlamaConfig(**KW)).float()
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.08)
-            else:
-                p.uniform_(0.5, 1.5)
-    d = os.path.join(work, "base")
-    m.save_pretrained(d, safe_serialization=True)
-    return d
 
 
 def make_rows(path, n=12):
@@ -68,7 +42,7 @@ def make_rows(path, n=12):
     with open(path, "w") as f:
         for _ in range(n):
             L = int(torch.randint(8, 70, (1,), generator=g))
-            ids = torch.randint(0, KW["vocab_size"], (L,),
+            ids = torch.randint(0, TINY["vocab_size"], (L,),
                                 generator=g).tolist()
             labels = list(ids)
             for t in range(L // 3):
@@ -133,7 +107,7 @@ shuffle = false
     return r.returncode, os.path.join(work, "runs", name)
 
 
-base_dir = make_base()
+base_dir = save_tiny(work)
 data = os.path.join(work, "rows.jsonl")
 rows = make_rows(data)
 CONFIGS = [
@@ -230,5 +204,4 @@ for dev in ["cpu", "cuda"]:
     check(rel < 2e-5, f"{tag}: mgrun loss {got:.6f} vs peft {ref:.6f} "
           f"(rel {rel:.2e} < 2e-5)")
 
-print(f"peft_check: {len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish("peft_check")
