@@ -18,7 +18,8 @@
  *   bench_gpu_ops [N] [f32|f16|bf16]     (default 64 f32)
  *   bench_gpu_ops attention [bf16|f16]   (default bf16)
  *   bench_gpu_ops fused                  (4. only)
- *   bench_gpu_ops qat                    (QAT's fake quantization only)
+ *   bench_gpu_ops qat                    (QAT's fake quantization and the
+ *                                         dtype conversions only)
  *   bench_gpu_ops gemm                   (the bf16 GEMM ceiling only)
  *
  * The attention mode times causal attention forward, backward and both at
@@ -594,6 +595,47 @@ out:
 	free(hb);
 }
 
+/* dtype conversion (mg_op_convert) of a Llama-2-7B decoder layer's
+ * parameters (202M): FSDP converts each unit's bf16 gradients to f32
+ * before an f32 reduction and the f32 master shard to bf16 after the
+ * update, every step. */
+struct cvb {
+	void *d, *s;
+	enum mg_dtype dt, st;
+	int64_t n;
+};
+
+static int mb_convert(void *p)
+{
+	struct cvb *m = p;
+	return mg_op_convert(&gt_gpu, m->d, m->dt, m->s, m->st, m->n);
+}
+
+static void bench_convert(void)
+{
+	static const enum mg_dtype pairs[][2] = {
+		{MG_BF16, MG_F32}, {MG_F32, MG_BF16}, {MG_F16, MG_F32}};
+	const int64_t n = 202383360;
+	printf("\nconvert, %lld elements\n%-28s %9s %8s\n", (long long)n,
+	       "pair", "ms", "GB/s");
+	for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+		struct cvb m = {.st = pairs[i][0], .dt = pairs[i][1], .n = n};
+		const size_t sb = (size_t)n * mg_dtype_size(m.st),
+			     db = (size_t)n * mg_dtype_size(m.dt);
+		m.s = dalloc(sb);
+		m.d = dalloc(db);
+		cudaMemset(m.s, 0x3c, sb);
+		const double t = time_fn(mb_convert, &m);
+		char name[40];
+		snprintf(name, sizeof name, "%s -> %s", mg_dtype_name(m.st),
+			 mg_dtype_name(m.dt));
+		printf("%-28s %9.4f %8.0f\n", name, t,
+		       (double)(sb + db) / (t * 1e-3) / 1e9);
+		cudaFree(m.s);
+		cudaFree(m.d);
+	}
+}
+
 /* QAT's fake quantization (ops_quant.h) at the shapes a Llama step runs
  * it: int4 weights of a Llama 3 8B MLP matrix in groups of 32, int8
  * tokens of 8 x 1024 rows at 2048 (Llama 3.2 1B's width) and 8192 (its
@@ -878,11 +920,13 @@ int main(int argc, char **argv)
 		return c > 0 ? frc : 1;
 	}
 	if (argc > 1 && !strcmp(argv[1], "qat")) {
-		/* bench_gpu_ops qat: the fake-quantization lines only */
+		/* bench_gpu_ops qat: the fake-quantization and conversion
+		 * lines only */
 		gt_init(argc, argv);
 		printf("copy ceiling (D2D memcpy, read+write): %.0f GB/s\n",
 		       copy_ceiling());
 		bench_qat(MG_BF16);
+		bench_convert();
 		return gt_finish();
 	}
 	if (argc > 1 && !strcmp(argv[1], "fused")) {
@@ -988,6 +1032,7 @@ int main(int argc, char **argv)
 	bench_membound(N, dt);
 	bench_nf4();
 	bench_qat(MG_BF16);
+	bench_convert();
 	bench_flce(4096, 128256, 4096, MG_BF16);
 	bench_rmsnorm(32 * 512, 4096, MG_BF16);
 	use(0);

@@ -996,14 +996,30 @@ static void test_convert(void)
 			CPU(mg_op_convert(&gt_cpu, hc, dt, hs, st, n), name);
 			cudaMemcpy(ds, hs, (size_t)n * ss,
 				   cudaMemcpyHostToDevice);
-			cudaMemset(dd, 0xff, (size_t)n * ds_); /* poison */
-			if (gt_ok(mg_op_convert(&gt_gpu, dd, dt, ds, st, n),
-				  name) ||
-			    gt_sync(name))
-				continue;
-			cudaMemcpy(hg, dd, (size_t)n * ds_,
-				   cudaMemcpyDeviceToHost);
-			gt_report_bits(name, dt, hg, hc, n, ds_);
+			/* whole vectors; a tail of 5; both pointers one
+			 * element off 16 bytes (the scalar kernel) */
+			static const int64_t less[3] = {0, 5, 3},
+					     off[3] = {0, 0, 1};
+			for (int v = 0; v < 3; v++) {
+				const int64_t m = n - less[v], o = off[v];
+				char *gd = (char *)dd + o * ds_;
+				const char *gs = (const char *)ds + o * ss;
+				snprintf(name, sizeof name,
+					 "convert %s -> %s, n %lld at %lld",
+					 mg_dtype_name(st), mg_dtype_name(dt),
+					 (long long)m, (long long)o);
+				cudaMemset(dd, 0xff, (size_t)n * ds_);
+				if (gt_ok(mg_op_convert(&gt_gpu, gd, dt, gs, st,
+							m),
+					  name) ||
+				    gt_sync(name))
+					continue;
+				cudaMemcpy(hg, gd, (size_t)m * ds_,
+					   cudaMemcpyDeviceToHost);
+				gt_report_bits(name, dt, hg,
+					       (const char *)hc + o * ds_, m,
+					       ds_);
+			}
 		}
 	}
 	cudaFree(ds);
