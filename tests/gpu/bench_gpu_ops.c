@@ -511,6 +511,29 @@ static int bench_attention(enum mg_dtype dt)
 			}
 		}
 		if (hd == 64) {
+			/* dk/dv with 32 query rows an iteration, three
+			 * blocks an SM (MG_FLASH_DKV_BQ=32), and the whole
+			 * backward with it */
+			setenv("MG_FLASH_DKV_BQ", "32", 1);
+			static const char *pn[] = {"bwd dkdv", "bwd"};
+			int (*pfn[])(void *) = {ab_bwd_dkv, ab_bwd};
+			const double pmul[] = {2.0, 2.5};
+			for (int j = 0; j < 2; j++) {
+				double t3[3];
+				time_spread(pfn[j], &b, t3);
+				if (t3[0] > 0)
+					printf("%-18s %-6s %-8s %9.4f [%8.4f, "
+					       "%8.4f] %8.1f  (dk/dv 32 rows, "
+					       "3 "
+					       "blocks an SM)\n",
+					       sh[i].name, "flash", pn[j],
+					       t3[0], t3[1], t3[2],
+					       pmul[j] * fwd_flop /
+						       (t3[0] * 1e-3) / 1e12);
+			}
+			unsetenv("MG_FLASH_DKV_BQ");
+		}
+		if (hd == 64) {
 			/* the forward with one m-tile a warp (fwd_mw) */
 			setenv("MG_FLASH_FWD_MW", "1", 1);
 			double t3[3];

@@ -37,6 +37,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
@@ -820,8 +821,8 @@ __global__ void __launch_bounds__(FT)
  * computed transposed (keys as rows) so their accumulators are directly
  * the A fragments of the dv and dk products.
  */
-template <typename T, int HD, int BQ>
-__global__ void __launch_bounds__(FT)
+template <typename T, int HD, int BQ, int MINB>
+__global__ void __launch_bounds__(FT, MINB)
 	fa_dkv_k(fa_dims a, const T *__restrict__ q, const T *__restrict__ k,
 		 const T *__restrict__ v, const int32_t *__restrict__ pos,
 		 const float *__restrict__ lse, const float *__restrict__ Dt,
@@ -1032,6 +1033,16 @@ template <int HD> struct fa_bq {
 	static const int v = HD > 64 ? 32 : 64;
 };
 
+/* hd 64's dk/dv with 32 query rows an iteration and 168 registers, so
+ * three blocks (12 warps) share an SM instead of two (no spills; half the
+ * products per barrier): MG_FLASH_DKV_BQ=32 (benchmarking until measured;
+ * read at every call). */
+static bool dkv_bq32(int hd)
+{
+	const char *e = getenv("MG_FLASH_DKV_BQ");
+	return hd == 64 && e && !strcmp(e, "32");
+}
+
 /* m-tiles per warp in the forward: 2 at hd 64 (registers allow it), 1 at
  * hd 128. MG_FLASH_FWD_MW=1 takes 1 at hd 64 too (benchmarking; read at
  * every call). */
@@ -1072,6 +1083,27 @@ cudaError_t fa_fwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 	return fa_fwd_launch<T, HD, 1>(st, a, q, k, v, pos, o, lse);
 }
 
+/* dk and dv for every key tile of 64: BQ query rows an iteration, at
+ * least MINB blocks an SM (1: no register cap). */
+template <typename T, int HD, int BQ, int MINB>
+cudaError_t fa_dkv_launch(cudaStream_t st, const fa_dims &a, const void *q,
+			  const void *k, const void *v, const void *pos,
+			  const float *lse, const float *Dt, const void *dout,
+			  void *dk, void *dv)
+{
+	const size_t sm = (size_t)(2 * BC + 4 * BQ) * HD * sizeof(T);
+	cudaError_t e = smem_optin(fa_dkv_k<T, HD, BQ, MINB>, sm);
+	if (e != cudaSuccess)
+		return e;
+	const dim3 grid((unsigned)(a.Hkv * a.N),
+			(unsigned)((a.S + BC - 1) / BC));
+	fa_dkv_k<T, HD, BQ, MINB>
+		<<<grid, FT, sm, st>>>(a, (const T *)q, (const T *)k,
+				       (const T *)v, (const int32_t *)pos, lse,
+				       Dt, (const T *)dout, (T *)dk, (T *)dv);
+	return cudaGetLastError();
+}
+
 template <typename T, int HD>
 cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		       const void *k, const void *v, const void *pos,
@@ -1103,21 +1135,14 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		if (e != cudaSuccess)
 			return e;
 	}
-	if (dk || dv) {
-		const int BQ = fa_bq<HD>::v;
-		const size_t sm = (size_t)(2 * BC + 4 * BQ) * HD * sizeof(T);
-		e = smem_optin(fa_dkv_k<T, HD, BQ>, sm);
-		if (e != cudaSuccess)
-			return e;
-		const dim3 grid((unsigned)(a.Hkv * a.N),
-				(unsigned)((a.S + BC - 1) / BC));
-		fa_dkv_k<T, HD, BQ><<<grid, FT, sm, st>>>(
-			a, (const T *)q, (const T *)k, (const T *)v,
-			(const int32_t *)pos, lse, Dt, (const T *)dout, (T *)dk,
-			(T *)dv);
-		e = cudaGetLastError();
-	}
-	return e;
+	if (!dk && !dv)
+		return e;
+	if constexpr (HD == 64)
+		if (dkv_bq32(HD))
+			return fa_dkv_launch<T, HD, 32, 3>(
+				st, a, q, k, v, pos, lse, Dt, dout, dk, dv);
+	return fa_dkv_launch<T, HD, fa_bq<HD>::v, 1>(st, a, q, k, v, pos, lse,
+						     Dt, dout, dk, dv);
 }
 
 fa_dims fa_make(const struct mg_tensor *q, const struct mg_tensor *k,
