@@ -236,6 +236,13 @@ static const struct mg_tensor *base_in(struct llama *m, struct mg_ctx *ctx,
 	return buf;
 }
 
+/* Whether a base GEMM of target tg reads fq8(x) (so its input gradient
+ * takes the straight-through mask). */
+static bool fq_in(const struct llama *m, int tg)
+{
+	return m->fq_act && tg != LT_HEAD;
+}
+
 /* The weight a base GEMM reads: NF4 dequantized, or fake-quantized. */
 static const struct mg_tensor *base_w(struct llama *m, struct mg_ctx *ctx,
 				      int tg, const struct mg_tensor *P, int w)
@@ -540,12 +547,14 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    struct mg_tensor *G, int w, const struct mg_tensor *x,
 		    const struct mg_tensor *dy, struct mg_tensor *dx)
 {
-	struct mg_tensor qb;
-	const struct mg_tensor *xb = base_in(m, ctx, L, tg, x, &qb);
+	struct mg_tensor qb, *dw = gw(&G[w]);
+	/* fq8(x) again only for the weight gradient: a frozen base's input
+	 * gradient is dy fq4(W), masked by x's own range */
+	const struct mg_tensor *xb = dw ? base_in(m, ctx, L, tg, x, &qb) : x;
 	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
-	if (!W || lin_bwd(ctx, xb, W, dy, dx, false, gw(&G[w])) ||
-	    (xb != x && mg_op_fq_int8_token_backward(ctx, x, dx, dx)) ||
-	    llama_qat_weight_grad(m, ctx, tg, &P[w], gw(&G[w])))
+	if (!W || lin_bwd(ctx, xb, W, dy, dx, false, dw) ||
+	    (fq_in(m, tg) && mg_op_fq_int8_token_backward(ctx, x, dx, dx)) ||
+	    llama_qat_weight_grad(m, ctx, tg, &P[w], dw))
 		return -1;
 	return proj_lora_bwd(m, ctx, L, l, tg, P, G, x, dy, dx);
 }
@@ -565,8 +574,13 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	for (int j = 0; j < n; j++)
 		if (m->lora.ia[ts[j]] >= 0)
 			ft[nf++] = ts[j];
+	/* fq8(x) again only if a base weight trains (proj_bwd says why) */
+	bool trains = false;
+	for (int j = 0; j < n; j++)
+		trains = trains || gw(&G[ws[j]]);
 	struct mg_tensor qb;
-	const struct mg_tensor *xb = base_in(m, ctx, L, ts[0], x, &qb);
+	const struct mg_tensor *xb =
+		trains ? base_in(m, ctx, L, ts[0], x, &qb) : x;
 	if (!xb)
 		return -1;
 	for (int j = 0; j < n; j++) {
@@ -577,7 +591,7 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 					  gw(&G[ws[j]])))
 			return -1;
 	}
-	if (xb != x && mg_op_fq_int8_token_backward(ctx, x, dx, dx))
+	if (fq_in(m, ts[0]) && mg_op_fq_int8_token_backward(ctx, x, dx, dx))
 		return -1;
 	if (!nf)
 		return 0;

@@ -14,6 +14,8 @@
  * (the mask recomputed from the saved x), the weight gradient where
  * fq4(W)'s was. Nothing new is kept between forward and backward: fq8(x)
  * is rebuilt in one arena slot (the layer's saved x is there anyway),
+ * and only for a weight gradient (a frozen base's input gradient is
+ * dy fq4(W), so LoRA + QAT skips it),
  * fq4(W) in one scratch sized for the largest projection, accounted as
  * MG_MEM_GATHER like the NF4 dequantization buffer. So sharding
  * strategies see the same parameters, gradients and units as without
