@@ -327,8 +327,13 @@ int mg_cuda_graph_end(struct mg_device *dev, void **exec)
 		return mg_cuda_fail(e, "cudaStreamEndCapture", __FILE__,
 				    __LINE__);
 	}
+	/* Keep each kernel node's captured stream priority: without the
+	 * flag a replay runs every node at the compute stream's (default)
+	 * priority, so the communicators' high-priority NCCL kernels queue
+	 * behind the GEMMs' pending blocks and overlap less than eagerly. */
 	cudaGraphExec_t x = NULL;
-	e = cudaGraphInstantiate(&x, g, 0);
+	e = cudaGraphInstantiate(&x, g,
+				 cudaGraphInstantiateFlagUseNodePriority);
 	cudaGraphDestroy(g);
 	if (e != cudaSuccess)
 		return mg_cuda_fail(e, "cudaGraphInstantiate", __FILE__,
