@@ -67,7 +67,7 @@ struct mg_sweep_plan {
 	int series; /* one line per value of this axis; -1: none */
 	struct mg_sweep_rel *rel;
 	int nrel;
-	char *metric; /* "train_s" or "wall_s" */
+	char *metric; /* "train_s", "wall_s" or "epoch_s" */
 	char **profile_metrics;
 	int nprofile;
 	char *title; /* "" when not given */
@@ -170,7 +170,13 @@ struct mg_run {
 	double batch_size, total_steps;
 	double wall_s, train_s, samples_per_s;
 	double step_median; /* s: steady steps of steps.csv, or the report */
-	double test_acc;    /* 0..1; NAN when not evaluated */
+	/* report.json steps_per_epoch; epoch_s one epoch's training seconds:
+	 * train_s per epoch trained when the run trained one or more, else
+	 * (run.max_steps stopped it inside its first epoch) steps_per_epoch
+	 * times step_median, an estimate from the steady steps it ran (NAN
+	 * without them) */
+	double steps_per_epoch, epoch_s;
+	double test_acc; /* 0..1; NAN when not evaluated */
 	/* The model's declared metrics (report.json test_metrics) of the
 	 * last evaluated epoch: DPO's rewards/margins, ... */
 	struct mg_kv *tmet;
@@ -213,7 +219,7 @@ void mg_run_free(struct mg_run *r);
  * their count (0 when the column is absent); *out is malloc'd.
  */
 int mg_run_steady(const struct mg_run *r, const char *cols, double **out);
-/* The time metric a sweep reports: "train_s" or "wall_s". */
+/* The time metric a sweep reports: "train_s", "wall_s" or "epoch_s". */
 double mg_run_metric(const struct mg_run *r, const char *metric);
 /* Does dir's report.json say "finished"? *config gets its "config"
  * text (malloc'd; NULL when absent), to tell which run it was. */

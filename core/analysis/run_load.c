@@ -551,6 +551,19 @@ static void derive_steps(struct mg_run *r)
 		r->train_s = col_sum(&r->steps, "step_s");
 }
 
+/* The seed experiments' "time per epoch": measured, or for a run that
+ * run.max_steps stopped inside its first epoch estimated from the steady
+ * step median (struct mg_run says which). */
+static void derive_epoch(struct mg_run *r)
+{
+	if (!(r->steps_per_epoch > 0))
+		return;
+	if (r->total_steps >= r->steps_per_epoch)
+		r->epoch_s = r->train_s * r->steps_per_epoch / r->total_steps;
+	else
+		r->epoch_s = r->steps_per_epoch * r->step_median;
+}
+
 int mg_run_load(struct mg_run *r, const char *dir)
 {
 	char path[4200];
@@ -558,7 +571,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	memset(r, 0, sizeof *r);
 	r->dir = strdup(dir);
 	r->test_acc = r->train_s = r->samples_per_s = r->step_median = NAN;
-	r->step_mean = r->window_s = r->tokens_per_s = NAN;
+	r->step_mean = r->window_s = r->tokens_per_s = r->epoch_s = NAN;
 	snprintf(path, sizeof path, "%s/report.json", dir);
 	char *text;
 	int got = slurp(path, MG_REPORT_MAX_BYTES, &text, &len);
@@ -608,6 +621,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	r->world = (int)world;
 	r->batch_size = num(run, "batch_size", 0);
 	r->total_steps = num(run, "total_steps", 0);
+	r->steps_per_epoch = num(run, "steps_per_epoch", 0);
 	r->wall_s = num(run, "wall_s", NAN);
 	r->train_s = num(run, "train_s", NAN);
 	r->samples_per_s = num(run, "samples_per_s", NAN);
@@ -646,6 +660,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	derive_steps(r);
 	if (isnan(r->step_median))
 		r->step_median = report_median;
+	derive_epoch(r);
 	return 0;
 }
 
@@ -674,7 +689,9 @@ void mg_run_free(struct mg_run *r)
 
 double mg_run_metric(const struct mg_run *r, const char *metric)
 {
-	return !strcmp(metric, "wall_s") ? r->wall_s : r->train_s;
+	return !strcmp(metric, "wall_s")    ? r->wall_s
+	       : !strcmp(metric, "epoch_s") ? r->epoch_s
+					    : r->train_s;
 }
 
 bool mg_run_finished(const char *dir, char **config)

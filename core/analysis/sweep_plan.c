@@ -21,7 +21,7 @@ static const char *const option_names[] = {
 };
 #define NOPTIONS (sizeof option_names / sizeof *option_names)
 
-static const char *const metric_names[] = {"train_s", "wall_s"};
+static const char *const metric_names[] = {"train_s", "wall_s", "epoch_s"};
 
 /* Axes the sweep itself sets for every point. */
 static const char *const reserved_axes[] = {"run.out_dir", "run.name"};
@@ -489,12 +489,14 @@ static void parse_option(struct mg_sweep_plan *p,
 	} else if (!strcmp(k, "relative_to")) {
 		parse_relative_to(p, e, d);
 	} else if (!strcmp(k, "metric")) {
-		const char *hint = mg_suggest(v, metric_names, 2);
-		if (strcmp(v, "train_s") && strcmp(v, "wall_s"))
-			mg_diag_add(d, &e->loc, "sweep", k,
-				    "'%s' is not train_s or wall_s%s%s%s", v,
-				    hint ? " (did you mean '" : "",
-				    hint ? hint : "", hint ? "'?)" : "");
+		const char *hint = mg_suggest(v, metric_names, 3);
+		if (strcmp(v, "train_s") && strcmp(v, "wall_s") &&
+		    strcmp(v, "epoch_s"))
+			mg_diag_add(
+				d, &e->loc, "sweep", k,
+				"'%s' is not train_s, wall_s or epoch_s%s%s%s",
+				v, hint ? " (did you mean '" : "",
+				hint ? hint : "", hint ? "'?)" : "");
 		else {
 			free(p->metric);
 			p->metric = mgc_strdup(v);

@@ -6,9 +6,11 @@
  *
  * Usage: test_plan [CASE...]   (no argument: every case)
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/test_util.h"
 #include "analysis/analysis.h"
@@ -37,6 +39,81 @@ static const char base[] = "[run]\n"
 			   "[sweep]\n"
 			   "run.gpus = 1, 2, 3, 4\n"
 			   "strategy.name = ddp_ds, ddp_rr, ddp\n";
+
+/* A run directory of report.json (its run object from `run`) and a
+ * steps.csv of n steps of epoch 0 taking secs[i]. */
+static void write_run(const char *dir, const char *run, const double *secs,
+		      int n)
+{
+	char path[512];
+	snprintf(path, sizeof path, "%s/report.json", dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fprintf(f,
+		"{\"schema\": \"mgrun-report-2\", \"status\": \"finished\", "
+		"\"run\": {%s}, \"ranks\": [{}]}\n",
+		run);
+	fclose(f);
+	snprintf(path, sizeof path, "%s/steps.csv", dir);
+	f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fprintf(f, "step,epoch,step_s\n");
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%d,0,%g\n", i, secs[i]);
+	fclose(f);
+}
+
+/* epoch_s: a whole epoch measured (train_s per epoch), or, for a run
+ * that max_steps stopped early, steps_per_epoch x the steady median
+ * (the first three steps are warm-up); a sweep takes it as its metric. */
+static void t_epoch_metric(void)
+{
+	char dir[] = "/tmp/mg_test_plan_XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	static const double secs[] = {9, 9, 9, 1.0, 1.5, 1.25, 1.25, 2.0};
+	struct mg_run r;
+	/* 8 of 40 steps: 40 x median(1.0, 1.5, 1.25, 1.25, 2.0) = 50 */
+	write_run(dir,
+		  "\"world\": 1, \"steps_per_epoch\": 40, "
+		  "\"total_steps\": 8, \"train_s\": 34",
+		  secs, 8);
+	CHECK(mg_run_load(&r, dir) == 0);
+	CHECK(fabs(r.epoch_s - 50) < 1e-12);
+	CHECK(fabs(mg_run_metric(&r, "epoch_s") - 50) < 1e-12);
+	CHECK(mg_run_metric(&r, "train_s") == 34);
+	mg_run_free(&r);
+	/* two whole epochs of 4 steps in 34 s: 17 s an epoch */
+	write_run(dir,
+		  "\"world\": 1, \"steps_per_epoch\": 4, "
+		  "\"total_steps\": 8, \"train_s\": 34",
+		  secs, 8);
+	CHECK(mg_run_load(&r, dir) == 0);
+	CHECK(fabs(r.epoch_s - 17) < 1e-12);
+	mg_run_free(&r);
+	/* no steps_per_epoch (an old report): no estimate */
+	write_run(dir, "\"world\": 1, \"total_steps\": 8, \"train_s\": 34",
+		  secs, 8);
+	CHECK(mg_run_load(&r, dir) == 0);
+	CHECK(isnan(r.epoch_s));
+	mg_run_free(&r);
+	struct mg_sweep_plan p;
+	char *diag;
+	CHECK(plan_from(&p, "[sweep]\nrun.gpus = 1, 2\nmetric = epoch_s\n",
+			NULL, 0, 0, &diag) == 0);
+	CHECK_STR(p.metric, "epoch_s");
+	free(diag);
+	mg_sweep_plan_free(&p);
+	char path[512];
+	snprintf(path, sizeof path, "%s/report.json", dir);
+	remove(path);
+	snprintf(path, sizeof path, "%s/steps.csv", dir);
+	remove(path);
+	rmdir(dir);
+}
 
 static void t_cartesian_order(void)
 {
@@ -130,8 +207,8 @@ static void t_bad_option_key(void)
 		  "you mean 'repeats'?)\n"
 		  "sweep.ini:4: [sweep] relative: unknown key 'relative' (did "
 		  "you mean 'relative_to'?)\n"
-		  "sweep.ini:5: [sweep] metric: 'wal_s' is not train_s or "
-		  "wall_s (did you mean 'wall_s'?)\n");
+		  "sweep.ini:5: [sweep] metric: 'wal_s' is not train_s, "
+		  "wall_s or epoch_s (did you mean 'wall_s'?)\n");
 	free(diag);
 	mg_sweep_plan_free(&p);
 }
@@ -364,6 +441,7 @@ static const struct {
 	{"bootstrap", t_bootstrap},
 	{"group_axis", t_group_axis},
 	{"group_errors", t_group_errors},
+	{"epoch_metric", t_epoch_metric},
 };
 
 int main(int argc, char **argv)
