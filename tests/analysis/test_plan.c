@@ -75,31 +75,31 @@ static void t_epoch_metric(void)
 	char dir[] = "/tmp/mg_test_plan_XXXXXX";
 	CHECK(mkdtemp(dir) != NULL);
 	static const double secs[] = {9, 9, 9, 1.0, 1.5, 1.25, 1.25, 2.0};
-	struct mg_run r;
-	/* 8 of 40 steps: 40 x median(1.0, 1.5, 1.25, 1.25, 2.0) = 50 */
-	write_run(dir,
-		  "\"world\": 1, \"steps_per_epoch\": 40, "
-		  "\"total_steps\": 8, \"train_s\": 34",
-		  secs, 8);
-	CHECK(mg_run_load(&r, dir) == 0);
-	CHECK(fabs(r.epoch_s - 50) < 1e-12);
-	CHECK(fabs(mg_run_metric(&r, "epoch_s") - 50) < 1e-12);
-	CHECK(mg_run_metric(&r, "train_s") == 34);
-	mg_run_free(&r);
-	/* two whole epochs of 4 steps in 34 s: 17 s an epoch */
-	write_run(dir,
-		  "\"world\": 1, \"steps_per_epoch\": 4, "
-		  "\"total_steps\": 8, \"train_s\": 34",
-		  secs, 8);
-	CHECK(mg_run_load(&r, dir) == 0);
-	CHECK(fabs(r.epoch_s - 17) < 1e-12);
-	mg_run_free(&r);
-	/* no steps_per_epoch (an old report): no estimate */
-	write_run(dir, "\"world\": 1, \"total_steps\": 8, \"train_s\": 34",
-		  secs, 8);
-	CHECK(mg_run_load(&r, dir) == 0);
-	CHECK(isnan(r.epoch_s));
-	mg_run_free(&r);
+	static const struct {
+		const char *run;
+		double epoch_s; /* NAN: none */
+	} cases[] = {
+		/* 8 of 40 steps: 40 x median(1.0, 1.5, 1.25, 1.25, 2.0) */
+		{"\"steps_per_epoch\": 40, \"total_steps\": 8", 50},
+		/* two whole epochs of 4 steps in 34 s */
+		{"\"steps_per_epoch\": 4, \"total_steps\": 8", 17},
+		/* no steps_per_epoch (an older report): no estimate */
+		{"\"total_steps\": 8", NAN},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char run[160];
+		snprintf(run, sizeof run, "\"world\": 1, \"train_s\": 34, %s",
+			 cases[i].run);
+		write_run(dir, run, secs, 8);
+		struct mg_run r;
+		CHECK(mg_run_load(&r, dir) == 0);
+		const double want = cases[i].epoch_s, got = r.epoch_s;
+		CHECK(isnan(want) ? isnan(got) : fabs(got - want) < 1e-12);
+		CHECK(isnan(want) ? isnan(mg_run_metric(&r, "epoch_s"))
+				  : mg_run_metric(&r, "epoch_s") == got);
+		CHECK(mg_run_metric(&r, "train_s") == 34);
+		mg_run_free(&r);
+	}
 	struct mg_sweep_plan p;
 	char *diag;
 	CHECK(plan_from(&p, "[sweep]\nrun.gpus = 1, 2\nmetric = epoch_s\n",

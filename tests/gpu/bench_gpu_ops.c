@@ -386,6 +386,33 @@ static void time_spread(int (*fn)(void *), void *arg, double t3[3])
 	t3[2] = t[TRIALS - 1];
 }
 
+/* One timed line of a flash kernel variant: fn's median [fastest,
+ * slowest] ms and the TFLOPS of `flop`, run with env ("NAME=VALUE", the
+ * kernels read it at every call) set when given; note says what the
+ * line is. */
+static void flash_line(const char *shape, const char *dir, int (*fn)(void *),
+		       void *arg, double flop, const char *env,
+		       const char *note)
+{
+	char name[64] = "";
+	if (env) {
+		snprintf(name, sizeof name, "%s", env);
+		char *eq = strchr(name, '=');
+		if (eq) {
+			*eq = 0;
+			setenv(name, eq + 1, 1);
+		}
+	}
+	double t3[3];
+	time_spread(fn, arg, t3);
+	if (env)
+		unsetenv(name);
+	if (t3[0] > 0)
+		printf("%-18s %-6s %-8s %9.4f [%8.4f, %8.4f] %8.1f  (%s)\n",
+		       shape, "flash", dir, t3[0], t3[1], t3[2],
+		       flop / (t3[0] * 1e-3) / 1e12, note);
+}
+
 static int bench_attention(enum mg_dtype dt)
 {
 	static const struct {
@@ -491,59 +518,24 @@ static int bench_attention(enum mg_dtype dt)
 		for (int f = 0; f < 2; f++)
 			for (int j = 0; j < 4; j++)
 				free(out[f][j]);
-		{
-			/* where the flash backward's time goes: dq alone
-			 * (2 products recomputed + dS K: 1.5x the forward's
-			 * work) and dk, dv alone (2x) */
-			static const char *part[] = {"bwd dq", "bwd dkdv"};
-			int (*pf[])(void *) = {ab_bwd_dq, ab_bwd_dkv};
-			const double pm[] = {1.5, 2.0};
-			for (int j = 0; j < 2; j++) {
-				double t3[3];
-				time_spread(pf[j], &b, t3);
-				if (t3[0] > 0)
-					printf("%-18s %-6s %-8s %9.4f [%8.4f, "
-					       "%8.4f] %8.1f  (work done)\n",
-					       sh[i].name, "flash", part[j],
-					       t3[0], t3[1], t3[2],
-					       pm[j] * fwd_flop /
-						       (t3[0] * 1e-3) / 1e12);
-			}
-		}
+		/* where the flash backward's time goes: dq alone (2 products
+		 * recomputed + dS K: 1.5x the forward's work) and dk, dv
+		 * alone (2x) */
+		flash_line(sh[i].name, "bwd dq", ab_bwd_dq, &b, 1.5 * fwd_flop,
+			   NULL, "work done");
+		flash_line(sh[i].name, "bwd dkdv", ab_bwd_dkv, &b,
+			   2.0 * fwd_flop, NULL, "work done");
 		if (hd == 64) {
-			/* dk/dv with 32 query rows an iteration, three
-			 * blocks an SM (MG_FLASH_DKV_BQ=32), and the whole
-			 * backward with it */
-			setenv("MG_FLASH_DKV_BQ", "32", 1);
-			static const char *pn[] = {"bwd dkdv", "bwd"};
-			int (*pfn[])(void *) = {ab_bwd_dkv, ab_bwd};
-			const double pmul[] = {2.0, 2.5};
-			for (int j = 0; j < 2; j++) {
-				double t3[3];
-				time_spread(pfn[j], &b, t3);
-				if (t3[0] > 0)
-					printf("%-18s %-6s %-8s %9.4f [%8.4f, "
-					       "%8.4f] %8.1f  (dk/dv 32 rows, "
-					       "3 "
-					       "blocks an SM)\n",
-					       sh[i].name, "flash", pn[j],
-					       t3[0], t3[1], t3[2],
-					       pmul[j] * fwd_flop /
-						       (t3[0] * 1e-3) / 1e12);
-			}
-			unsetenv("MG_FLASH_DKV_BQ");
-		}
-		if (hd == 64) {
-			/* the forward with one m-tile a warp (fwd_mw) */
-			setenv("MG_FLASH_FWD_MW", "1", 1);
-			double t3[3];
-			time_spread(ab_fwd, &b, t3);
-			unsetenv("MG_FLASH_FWD_MW");
-			if (t3[0] > 0)
-				printf("%-18s %-6s %-8s %9.4f [%8.4f, %8.4f] "
-				       "%8.1f  (one m-tile a warp)\n",
-				       sh[i].name, "flash", "fwd", t3[0], t3[1],
-				       t3[2], fwd_flop / (t3[0] * 1e-3) / 1e12);
+			/* dk/dv with 32 query rows an iteration, three blocks
+			 * an SM, alone and in the whole backward; the forward
+			 * with one m-tile a warp (fwd_mw) */
+			static const char bq[] = "MG_FLASH_DKV_BQ=32";
+			flash_line(sh[i].name, "bwd dkdv", ab_bwd_dkv, &b,
+				   2.0 * fwd_flop, bq, "dk/dv 32 rows");
+			flash_line(sh[i].name, "bwd", ab_bwd, &b,
+				   2.5 * fwd_flop, bq, "dk/dv 32 rows");
+			flash_line(sh[i].name, "fwd", ab_fwd, &b, fwd_flop,
+				   "MG_FLASH_FWD_MW=1", "one m-tile a warp");
 		}
 		for (int d = 0; d < 3; d++)
 			if (ms[0][d] > 0 && ms[1][d] > 0)

@@ -18,8 +18,7 @@ import sys
 
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
-from hf_common import check, finish
+from hf_common import check, finish, save_random
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
@@ -28,20 +27,9 @@ torch.backends.cudnn.allow_tf32 = False
 
 
 def make_model(name, **kw):
-    torch.manual_seed(0)
-    cfg = LlamaConfig(**kw)
-    m = LlamaForCausalLM(cfg).float()
-    # Larger weights than the default 0.02 so the logits are far from
-    # uniform and differences show.
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.08)
-            else:
-                p.uniform_(0.5, 1.5)
     d = os.path.join(work, name)
-    m.save_pretrained(d, safe_serialization=True,
-                      max_shard_size="200KB" if name == "llama2" else "5GB")
+    m = save_random(d, kw,
+                    max_shard_size="200KB" if name == "llama2" else "5GB")
     return m, d
 
 
