@@ -56,6 +56,10 @@
 #                        (default: all visible), every fsdp shard mode and
 #                        offload beside PyTorch FSDP2 (bench/fsdp_llm.sh),
 #                        with the bf16 GEMM ceiling measured first
+#     scale7b [n]        Llama-2-7B shape trained 4 steps on n GPUs (default:
+#                        all visible) in every fsdp mode that fits and
+#                        offload, each step's loss against 1 GPU with the
+#                        optimizer offloaded (tests/gpu/scale_7b_check.sh)
 #     lora_scaling [gpus...]  LoRA of the Llama-3-8B shape under ddp_ds
 #                        and fsdp on 1 2 4 GPUs (bench/lora_scaling.sh)
 #     techniques         seed 001's LoRA / QLoRA / DPO / QAT sweep at Llama
@@ -374,6 +378,12 @@ if [ "$what" = dist ] || [ "$what" = dist_llm ]; then
 		"$mgrun" "$build/tests/strategies/ckpt_diff" tests/strategies \
 		/tmp/mgdistllm ${1:-2}
 	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_llm.log"
+fi
+if [ "$what" = scale7b ]; then
+	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-3000} run test_scale7b scale7b \
+		tests/gpu/scale_7b_check.sh "$mgrun" /tmp/mgscale7b \
+		"${1:-$(nvidia-smi -L | wc -l)}"
+	grep -E "^(PASS|FAIL)|losses|failure| s$" "$out/test_scale7b.log"
 fi
 if [ "$what" = sharding ]; then
 	[ -x "$build/bench/bench_host_optim" ] &&
