@@ -526,14 +526,21 @@ static int bench_attention(enum mg_dtype dt)
 		flash_line(sh[i].name, "bwd dkdv", ab_bwd_dkv, &b,
 			   2.0 * fwd_flop, NULL, "work done");
 		if (hd == 64) {
-			/* dk/dv with 32 query rows an iteration, three blocks
-			 * an SM, alone and in the whole backward; the forward
-			 * with one m-tile a warp (fwd_mw) */
-			static const char bq[] = "MG_FLASH_DKV_BQ=32";
-			flash_line(sh[i].name, "bwd dkdv", ab_bwd_dkv, &b,
-				   2.0 * fwd_flop, bq, "dk/dv 32 rows");
-			flash_line(sh[i].name, "bwd", ab_bwd, &b,
-				   2.5 * fwd_flop, bq, "dk/dv 32 rows");
+			/* the dk/dv variants, alone and in the whole
+			 * backward: 32 query rows an iteration (three blocks
+			 * an SM), two key m-tiles a warp (128 keys a block);
+			 * the forward with one m-tile a warp (fwd_mw) */
+			static const char *const var[][2] = {
+				{"MG_FLASH_DKV=bq32", "dk/dv 32 rows"},
+				{"MG_FLASH_DKV=mk2", "dk/dv 2 key m-tiles"}};
+			for (int v = 0; v < 2; v++) {
+				flash_line(sh[i].name, "bwd dkdv", ab_bwd_dkv,
+					   &b, 2.0 * fwd_flop, var[v][0],
+					   var[v][1]);
+				flash_line(sh[i].name, "bwd", ab_bwd, &b,
+					   2.5 * fwd_flop, var[v][0],
+					   var[v][1]);
+			}
 			flash_line(sh[i].name, "fwd", ab_fwd, &b, fwd_flop,
 				   "MG_FLASH_FWD_MW=1", "one m-tile a warp");
 		}

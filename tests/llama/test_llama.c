@@ -83,7 +83,9 @@ static void gradcheck(const char *lines)
 	if (lora)
 		randomize_b(&e);
 	/* Frozen values before training, to check none was written. */
-	double *frozen_sum = calloc((size_t)e.st.spec.nparams, sizeof(double));
+	double *frozen_sum =
+		calloc(e.st.spec.nparams > 0 ? (size_t)e.st.spec.nparams : 1,
+		       sizeof(double));
 	int nfrozen = 0, nadapters = 0;
 	for (int i = 0; i < e.st.spec.nparams; i++) {
 		const struct mg_param_decl *d = &e.st.spec.params[i];
@@ -103,7 +105,7 @@ static void gradcheck(const char *lines)
 		CHECK(nfrozen == 0);
 	struct tbatch tb;
 	tbatch_make(&tb, 32);
-	double count;
+	double count = 0;
 	loss_of(&e, &tb.b, &count);
 	CHECK(count == 10 - 3 + 12 - 1);
 	/* Backward of the mean: grad_scale = 1 / label tokens. */
@@ -179,7 +181,7 @@ static void test_masking(void)
 	struct tbatch a, b;
 	tbatch_make(&a, 32);
 	tbatch_make(&b, 32);
-	double ca, cb;
+	double ca = 0, cb = 0;
 	double la = loss_of(&e, &a.b, &ca);
 	/* Another token in row 0's padding, another target at a masked
 	 * position: the same loss. */
@@ -620,7 +622,7 @@ static void test_lora_dropout(void)
 	double shifted = train_sum(&e, &tb, 0, 2, 12);
 	e.ctx.step = 5;
 	double next = train_sum(&e, &tb, 0, 2, 10);
-	double count;
+	double count = 0;
 	double eval = loss_of(&e, &tb.b, &count) * count;
 	printf("lora_dropout: whole %.12f split %.12f next step %.9f eval "
 	       "%.9f\n",
@@ -858,7 +860,7 @@ static void kernels_case(const char *extra, const char *ker, double tol)
 	CHECK(ra[STEPS - 1] < ra[0]); /* it trains */
 	CHECK(worst <= tol && pworst <= tol * 100);
 	/* evaluation: the same metrics */
-	double ca, cb;
+	double ca = 0, cb = 0;
 	double ea = loss_of(&a, &tb.b, &ca), eb = loss_of(&b, &tb.b, &cb);
 	CHECK(ca == cb && fabs(ea - eb) <= tol * 100 * fabs(ea));
 	env_close(&a);
@@ -1166,7 +1168,7 @@ static void qat_ste_case(const char *what, const char *lines, bool drop)
 		randomize_b(&e);
 	struct tbatch tb;
 	tbatch_make(&tb, 32);
-	double count;
+	double count = 0;
 	const double lqat = loss_of(&e, &tb.b, &count);
 	e.grad_scale = (float)(1.0 / count);
 	double m[MG_METRIC_N];

@@ -415,8 +415,8 @@ static void gradcheck(double beta, double eps)
 	}
 	char what[64];
 	snprintf(what, sizeof what, "gradcheck beta %g eps %g", beta, eps);
-	double worst;
-	int tensors;
+	double worst = 0;
+	int tensors = 0;
 	const int checked =
 		fd_check(&e, &t.b, (1.0 / PN) / (double)e.grad_scale, 4, 7,
 			 what, &worst, &tensors);
@@ -780,8 +780,8 @@ static void full_case(bool tied)
 	}
 	CHECK(m[MG_DPO_REWARD_CHOSEN] != 0 && m[MG_DPO_MARGIN] != 0);
 	CHECK(fabs(m[MG_METRIC_LOSS_SUM] / PN - log(2.0)) > 1e-6);
-	double worst;
-	int tensors;
+	double worst = 0;
+	int tensors = 0;
 	const int checked =
 		fd_check(&e, &t.b, (1.0 / PN) / (double)e.grad_scale, 3, 9,
 			 "full gradcheck", &worst, &tensors);

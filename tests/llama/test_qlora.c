@@ -179,7 +179,7 @@ static void equal(enum mg_dtype dt, double rtol)
 			copy[i] = malloc(b);
 			memcpy(copy[i], eq.st.p[i].data, b);
 		}
-	double c;
+	double c = 0;
 	loss_of(&eq, &tb.b, &c);
 	eq.grad_scale = ef.grad_scale = (float)(1.0 / c);
 	const double sq = step(&eq, &tb), sf = step(&ef, &tb);
@@ -248,7 +248,7 @@ static void test_learns(void)
 	}
 	struct tbatch tb;
 	tbatch_make(&tb, 32);
-	double c;
+	double c = 0;
 	const double first = loss_of(&e, &tb.b, &c);
 	e.grad_scale = (float)(1.0 / c);
 	double last = first;
