@@ -386,31 +386,18 @@ static void time_spread(int (*fn)(void *), void *arg, double t3[3])
 	t3[2] = t[TRIALS - 1];
 }
 
-/* One timed line of a flash kernel variant: fn's median [fastest,
- * slowest] ms and the TFLOPS of `flop`, run with env ("NAME=VALUE", the
- * kernels read it at every call) set when given; note says what the
- * line is. */
+/* One timed line of one flash kernel alone: fn's median [fastest,
+ * slowest] ms and the TFLOPS of `flop`. */
 static void flash_line(const char *shape, const char *dir, int (*fn)(void *),
-		       void *arg, double flop, const char *env,
-		       const char *note)
+		       void *arg, double flop)
 {
-	char name[64] = "";
-	if (env) {
-		snprintf(name, sizeof name, "%s", env);
-		char *eq = strchr(name, '=');
-		if (eq) {
-			*eq = 0;
-			setenv(name, eq + 1, 1);
-		}
-	}
 	double t3[3];
 	time_spread(fn, arg, t3);
-	if (env)
-		unsetenv(name);
 	if (t3[0] > 0)
-		printf("%-18s %-6s %-8s %9.4f [%8.4f, %8.4f] %8.1f  (%s)\n",
+		printf("%-18s %-6s %-8s %9.4f [%8.4f, %8.4f] %8.1f  (work "
+		       "done)\n",
 		       shape, "flash", dir, t3[0], t3[1], t3[2],
-		       flop / (t3[0] * 1e-3) / 1e12, note);
+		       flop / (t3[0] * 1e-3) / 1e12);
 }
 
 static int bench_attention(enum mg_dtype dt)
@@ -521,29 +508,9 @@ static int bench_attention(enum mg_dtype dt)
 		/* where the flash backward's time goes: dq alone (2 products
 		 * recomputed + dS K: 1.5x the forward's work) and dk, dv
 		 * alone (2x) */
-		flash_line(sh[i].name, "bwd dq", ab_bwd_dq, &b, 1.5 * fwd_flop,
-			   NULL, "work done");
+		flash_line(sh[i].name, "bwd dq", ab_bwd_dq, &b, 1.5 * fwd_flop);
 		flash_line(sh[i].name, "bwd dkdv", ab_bwd_dkv, &b,
-			   2.0 * fwd_flop, NULL, "work done");
-		if (hd == 64) {
-			/* the dk/dv variants, alone and in the whole
-			 * backward: 32 query rows an iteration (three blocks
-			 * an SM), two key m-tiles a warp (128 keys a block);
-			 * the forward with one m-tile a warp (fwd_mw) */
-			static const char *const var[][2] = {
-				{"MG_FLASH_DKV=bq32", "dk/dv 32 rows"},
-				{"MG_FLASH_DKV=mk2", "dk/dv 2 key m-tiles"}};
-			for (int v = 0; v < 2; v++) {
-				flash_line(sh[i].name, "bwd dkdv", ab_bwd_dkv,
-					   &b, 2.0 * fwd_flop, var[v][0],
-					   var[v][1]);
-				flash_line(sh[i].name, "bwd", ab_bwd, &b,
-					   2.5 * fwd_flop, var[v][0],
-					   var[v][1]);
-			}
-			flash_line(sh[i].name, "fwd", ab_fwd, &b, fwd_flop,
-				   "MG_FLASH_FWD_MW=1", "one m-tile a warp");
-		}
+			   2.0 * fwd_flop);
 		for (int d = 0; d < 3; d++)
 			if (ms[0][d] > 0 && ms[1][d] > 0)
 				printf("%-18s flash speed-up %-8s %.2fx\n",

@@ -1876,26 +1876,6 @@ static void test_attention(void)
 			}
 	}
 	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
-	/* the hd 64 forward with one m-tile a warp (its default is two) */
-	setenv("MG_FLASH_FWD_MW", "1", 1);
-	attn_tag = " [flash mw1]";
-	llm_attention_check(MG_BF16, 5, 513, 8, 1, 64);
-	llm_attention_check(MG_F16, 4, 77, 4, 4, 64);
-	unsetenv("MG_FLASH_FWD_MW");
-	/* the hd 64 dk/dv variants: 32 query rows an iteration (default
-	 * 64), and 128 keys a block with two key m-tiles a warp (S not a
-	 * multiple of 128, ragged documents, grouped heads) */
-	static const char *const dkv[][2] = {{"bq32", " [flash dkv bq32]"},
-					     {"mk2", " [flash dkv mk2]"}};
-	for (int i = 0; i < 2; i++) {
-		setenv("MG_FLASH_DKV", dkv[i][0], 1);
-		attn_tag = dkv[i][1];
-		llm_attention_check(MG_BF16, 5, 513, 8, 1, 64);
-		llm_attention_check(MG_F16, 4, 77, 4, 4, 64);
-		llm_attention_check(MG_BF16, 4, 256, 32, 8, 64);
-		llm_attention_check(MG_BF16, 2, 200, 8, 2, 64);
-	}
-	unsetenv("MG_FLASH_DKV");
 	attn_tag = " [f32]";
 	llm_attention_check(MG_F32, 4, 200, 8, 2, 128);
 	llm_attention_check(MG_F32, 4, 77, 4, 1, 64);

@@ -36,8 +36,6 @@
  * 8-row ldmatrix reads hit 8 distinct bank groups.
  */
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
@@ -814,43 +812,39 @@ __global__ void __launch_bounds__(FT)
 }
 
 /*
- * dk = scale sum dS^T q, dv = sum P^T dout for the FW * 16 * MK keys s0..
- * of one key/value head: the group's query heads in order, for each the
- * query tiles of BQ rows from the one holding s0 to the last that sees a
- * key of the tile, in order. Warp w owns keys s0 + 16 MK w ..; S^T and
- * dP^T are computed transposed (keys as rows) so their accumulators are
- * directly the A fragments of the dv and dk products. With MK = 2 every
- * q / dout fragment read from shared memory feeds both of the warp's key
- * m-tiles (ldmatrix traffic per mma: 0.375 instead of 0.56 at hd 64 and
- * BQ 64), at twice the dk/dv accumulators (so only with BQ 32 at hd 64).
+ * dk = scale sum dS^T q, dv = sum P^T dout for the 64 keys s0.. of one
+ * key/value head: the group's query heads in order, for each the query
+ * tiles of BQ rows from the one holding s0 to the last that sees a key of
+ * the tile, in order. Warp w owns keys s0 + 16 w ..; S^T and dP^T are
+ * computed transposed (keys as rows) so their accumulators are directly
+ * the A fragments of the dv and dk products.
  */
-template <typename T, int HD, int BQ, int MK, int MINB>
-__global__ void __launch_bounds__(FT, MINB)
+template <typename T, int HD, int BQ>
+__global__ void __launch_bounds__(FT)
 	fa_dkv_k(fa_dims a, const T *__restrict__ q, const T *__restrict__ k,
 		 const T *__restrict__ v, const int32_t *__restrict__ pos,
 		 const float *__restrict__ lse, const float *__restrict__ Dt,
 		 const T *__restrict__ dout, T *__restrict__ dk,
 		 T *__restrict__ dv)
 {
-	const int BK = FW * 16 * MK; /* keys per block */
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *ks = reinterpret_cast<T *>(fa_sm);
-	T *vs = ks + BK * HD, *qs = vs + BK * HD, *gs = qs + 2 * BQ * HD;
+	T *vs = ks + BC * HD, *qs = vs + BC * HD, *gs = qs + 2 * BQ * HD;
 	__shared__ __align__(16) float lse_s[2][BQ], d_s[2][BQ];
 	__shared__ int lo_s[2][BQ], last_s;
 	int rank, kh, n; /* heavy (early) key tiles first */
 	heavy_first(a.Hkv, &rank, &kh, &n);
-	const int s0 = rank * BK;
+	const int s0 = rank * BC;
 	const int G = a.Hq / a.Hkv;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tg = lane & 3;
 	const int64_t qst = (int64_t)a.Hq * HD, kst = (int64_t)a.Hkv * HD;
-	const int krows = min(BK, a.S - s0), slast = s0 + krows - 1;
+	const int krows = min(BC, a.S - s0), slast = s0 + krows - 1;
 	const int64_t koff = ((int64_t)n * a.S + s0) * kst + (int64_t)kh * HD;
 	const int32_t *pn = pos + (int64_t)n * a.S;
 
-	load_tile<T, HD, BK>(ks, k + koff, kst, krows);
-	load_tile<T, HD, BK>(vs, v + koff, kst, krows);
+	load_tile<T, HD, BC>(ks, k + koff, kst, krows);
+	load_tile<T, HD, BC>(vs, v + koff, kst, krows);
 	cp_commit();
 	/* the last query that sees a key of this tile (s0 itself does) */
 	if (tid == 0)
@@ -889,15 +883,14 @@ __global__ void __launch_bounds__(FT, MINB)
 	load_q(0, 0);
 	cp_commit();
 
-	const int wk = warp * 16 * MK; /* warp's first key in the tile */
-	float ak[MK][HD / 8][4], av[MK][HD / 8][4];
+	const int wk = warp * 16; /* warp's first key in the tile */
+	const int k0 = s0 + wk + g, k1 = k0 + 8; /* this thread's keys */
+	float ak[HD / 8][4], av[HD / 8][4];
 #pragma unroll
-	for (int m = 0; m < MK; m++)
+	for (int i = 0; i < HD / 8; i++)
 #pragma unroll
-		for (int i = 0; i < HD / 8; i++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				ak[m][i][e] = av[m][i][e] = 0;
+		for (int e = 0; e < 4; e++)
+			ak[i][e] = av[i][e] = 0;
 
 	for (int i = 0; i < total; i++) {
 		const int b = i & 1;
@@ -914,69 +907,50 @@ __global__ void __launch_bounds__(FT, MINB)
 		/* warp-uniform: keys past S or past every query of the tile
 		 * see nothing */
 		if (s0 + wk < a.S && s0 + wk <= tq0 + BQ - 1) {
-			float st[MK][BQ / 8][4], pt[MK][BQ / 8][4];
+			float st[BQ / 8][4], pt[BQ / 8][4];
 #pragma unroll
-			for (int m = 0; m < MK; m++)
+			for (int x = 0; x < BQ / 8; x++)
 #pragma unroll
-				for (int x = 0; x < BQ / 8; x++)
-#pragma unroll
-					for (int e = 0; e < 4; e++)
-						st[m][x][e] = pt[m][x][e] = 0;
+				for (int e = 0; e < 4; e++)
+					st[x][e] = pt[x][e] = 0;
 #pragma unroll
 			for (int kk = 0; kk < HD / 16; kk++) {
-				uint32_t ka[MK][4], va[MK][4];
-#pragma unroll
-				for (int m = 0; m < MK; m++) {
-					const int ar = wk + 16 * m +
-						       a_row(lane),
-						  ac = kk * 16 + a_col(lane);
-					ldsm4(ka[m], ks + swz<HD>(ar, ac));
-					ldsm4(va[m], vs + swz<HD>(ar, ac));
-				}
+				uint32_t ka[4], va[4];
+				const int ar = wk + a_row(lane),
+					  ac = kk * 16 + a_col(lane);
+				ldsm4(ka, ks + swz<HD>(ar, ac));
+				ldsm4(va, vs + swz<HD>(ar, ac));
 #pragma unroll
 				for (int p = 0; p < BQ / 16; p++) {
 					uint32_t bb[4];
 					const int br = p * 16 + bn_row(lane),
 						  bc = kk * 16 + bn_col(lane);
 					ldsm4(bb, qt + swz<HD>(br, bc));
-#pragma unroll
-					for (int m = 0; m < MK; m++) {
-						mma<T>(st[m][2 * p], ka[m], bb);
-						mma<T>(st[m][2 * p + 1], ka[m],
-						       bb + 2);
-					}
+					mma<T>(st[2 * p], ka, bb);
+					mma<T>(st[2 * p + 1], ka, bb + 2);
 					ldsm4(bb, gt + swz<HD>(br, bc));
-#pragma unroll
-					for (int m = 0; m < MK; m++) {
-						mma<T>(pt[m][2 * p], va[m], bb);
-						mma<T>(pt[m][2 * p + 1], va[m],
-						       bb + 2);
-					}
+					mma<T>(pt[2 * p], va, bb);
+					mma<T>(pt[2 * p + 1], va, bb + 2);
 				}
 			}
-			/* element (key, query tq0 + c): masked unless every
-			 * query of the tile sees every key of the m-tile */
+			/* element (key k0 / k1, query tq0 + c): masked unless
+			 * every query of the tile sees every key of the warp */
 			int lq = lo_s[b][lane];
 			if (BQ > 32)
 				lq = max(lq, lo_s[b][lane + 32]);
 			lq = warp_max_i(lq);
-#pragma unroll
-			for (int m = 0; m < MK; m++) {
-				const int km = s0 + wk + 16 * m;
-				if (tq0 + BQ <= a.S && lq <= km &&
-				    tq0 >= km + 15)
-					continue;
+			if (!(tq0 + BQ <= a.S && lq <= s0 + wk &&
+			      tq0 >= s0 + wk + 15)) {
 #pragma unroll
 				for (int x = 0; x < BQ / 8; x++)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
 						const int c = x * 8 + 2 * tg +
 							      (e & 1);
-						const int key = km + g +
-								(e < 2 ? 0 : 8);
+						const int key = e < 2 ? k0 : k1;
 						if (key > tq0 + c ||
 						    lo_s[b][c] > key)
-							st[m][x][e] = -INFINITY;
+							st[x][e] = -INFINITY;
 					}
 			}
 #pragma unroll
@@ -989,74 +963,55 @@ __global__ void __launch_bounds__(FT, MINB)
 					*reinterpret_cast<const float2 *>(
 						&d_s[b][c]);
 #pragma unroll
-				for (int m = 0; m < MK; m++)
-#pragma unroll
-					for (int e = 0; e < 4; e++) {
-						const float p = ex2(
-							fmaf(st[m][x][e], a.sl2,
-							     -(e & 1 ? ls.y
-								     : ls.x)));
-						st[m][x][e] = p;
-						pt[m][x][e] =
-							p *
-							(pt[m][x][e] -
-							 (e & 1 ? dd.y : dd.x));
-					}
+				for (int e = 0; e < 4; e++) {
+					const float p = ex2(
+						fmaf(st[x][e], a.sl2,
+						     -(e & 1 ? ls.y : ls.x)));
+					st[x][e] = p;
+					pt[x][e] = p * (pt[x][e] -
+							(e & 1 ? dd.y : dd.x));
+				}
 			}
 			/* dv += P^T dout, dk += dS^T q (query steps of 16) */
 #pragma unroll
 			for (int kq = 0; kq < BQ / 16; kq++) {
-				uint32_t pa[MK][4], sa[MK][4];
-#pragma unroll
-				for (int m = 0; m < MK; m++) {
-					const float(*s2)[4] = st[m] + 2 * kq;
-					const float(*d2)[4] = pt[m] + 2 * kq;
-					pa[m][0] = pack2<T>(s2[0][0], s2[0][1]);
-					pa[m][1] = pack2<T>(s2[0][2], s2[0][3]);
-					pa[m][2] = pack2<T>(s2[1][0], s2[1][1]);
-					pa[m][3] = pack2<T>(s2[1][2], s2[1][3]);
-					sa[m][0] = pack2<T>(d2[0][0], d2[0][1]);
-					sa[m][1] = pack2<T>(d2[0][2], d2[0][3]);
-					sa[m][2] = pack2<T>(d2[1][0], d2[1][1]);
-					sa[m][3] = pack2<T>(d2[1][2], d2[1][3]);
-				}
+				uint32_t pa[4], sa[4];
+				pa[0] = pack2<T>(st[2 * kq][0], st[2 * kq][1]);
+				pa[1] = pack2<T>(st[2 * kq][2], st[2 * kq][3]);
+				pa[2] = pack2<T>(st[2 * kq + 1][0],
+						 st[2 * kq + 1][1]);
+				pa[3] = pack2<T>(st[2 * kq + 1][2],
+						 st[2 * kq + 1][3]);
+				sa[0] = pack2<T>(pt[2 * kq][0], pt[2 * kq][1]);
+				sa[1] = pack2<T>(pt[2 * kq][2], pt[2 * kq][3]);
+				sa[2] = pack2<T>(pt[2 * kq + 1][0],
+						 pt[2 * kq + 1][1]);
+				sa[3] = pack2<T>(pt[2 * kq + 1][2],
+						 pt[2 * kq + 1][3]);
 #pragma unroll
 				for (int dd = 0; dd < HD / 16; dd++) {
 					uint32_t bb[4];
 					const int br = kq * 16 + a_row(lane),
 						  bc = dd * 16 + a_col(lane);
 					ldsm4t(bb, gt + swz<HD>(br, bc));
-#pragma unroll
-					for (int m = 0; m < MK; m++) {
-						mma<T>(av[m][2 * dd], pa[m],
-						       bb);
-						mma<T>(av[m][2 * dd + 1], pa[m],
-						       bb + 2);
-					}
+					mma<T>(av[2 * dd], pa, bb);
+					mma<T>(av[2 * dd + 1], pa, bb + 2);
 					ldsm4t(bb, qt + swz<HD>(br, bc));
-#pragma unroll
-					for (int m = 0; m < MK; m++) {
-						mma<T>(ak[m][2 * dd], sa[m],
-						       bb);
-						mma<T>(ak[m][2 * dd + 1], sa[m],
-						       bb + 2);
-					}
+					mma<T>(ak[2 * dd], sa, bb);
+					mma<T>(ak[2 * dd + 1], sa, bb + 2);
 				}
 			}
 		}
 		__syncthreads();
 	}
 	/* out through ks / vs (no longer read) */
-#pragma unroll
-	for (int m = 0; m < MK; m++) {
-		frag_to_smem<T, HD>(ks, wk + 16 * m, ak[m], a.scale, a.scale);
-		frag_to_smem<T, HD>(vs, wk + 16 * m, av[m], 1.0f, 1.0f);
-	}
+	frag_to_smem<T, HD>(ks, wk, ak, a.scale, a.scale);
+	frag_to_smem<T, HD>(vs, wk, av, 1.0f, 1.0f);
 	__syncthreads();
 	if (dk)
-		store_tile<T, HD, BK>(dk + koff, ks, kst, krows);
+		store_tile<T, HD, BC>(dk + koff, ks, kst, krows);
 	if (dv)
-		store_tile<T, HD, BK>(dv + koff, vs, kst, krows);
+		store_tile<T, HD, BC>(dv + koff, vs, kst, krows);
 }
 
 /* ---- launchers ------------------------------------------------------ */
@@ -1076,31 +1031,11 @@ template <int HD> struct fa_bq {
 	static const int v = HD > 64 ? 32 : 64;
 };
 
-/* hd 64's dk/dv variants beside the default (64 keys, 64 query rows an
- * iteration), benchmarking until measured (read at every call):
- * MG_FLASH_DKV=bq32: 32 query rows and 168 registers, so three blocks
- * (12 warps) share an SM instead of two (half the products per barrier);
- * MG_FLASH_DKV=mk2: 128 keys a block, two key m-tiles a warp and 32
- * query rows (less ldmatrix traffic per product, two blocks an SM).
- * Returns 32, 2, or 0 for the default. */
-static int dkv_variant(int hd)
-{
-	const char *e = getenv("MG_FLASH_DKV");
-	if (hd != 64 || !e)
-		return 0;
-	return !strcmp(e, "bq32") ? 32 : !strcmp(e, "mk2") ? 2 : 0;
-}
-
-/* m-tiles per warp in the forward: 2 at hd 64 (registers allow it), 1 at
- * hd 128. MG_FLASH_FWD_MW=1 takes 1 at hd 64 too (benchmarking; read at
- * every call). */
-static int fwd_mw(int hd)
-{
-	if (hd > 64)
-		return 1;
-	const char *e = getenv("MG_FLASH_FWD_MW");
-	return e && e[0] == '1' ? 1 : 2;
-}
+/* m-tiles per warp in the forward: 2 at hd 64 (registers allow it; one
+ * measured 9% slower at Llama 3.2 1B, T 2048), 1 at hd 128. */
+template <int HD> struct fa_mw {
+	static const int v = HD > 64 ? 1 : 2;
+};
 
 template <typename T, int HD, int MW>
 cudaError_t fa_fwd_launch(cudaStream_t st, const fa_dims &a, const void *q,
@@ -1124,29 +1059,23 @@ cudaError_t fa_fwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		       const void *k, const void *v, const void *pos, void *o,
 		       float *lse)
 {
-	if constexpr (HD == 64)
-		if (fwd_mw(HD) == 2)
-			return fa_fwd_launch<T, HD, 2>(st, a, q, k, v, pos, o,
-						       lse);
-	return fa_fwd_launch<T, HD, 1>(st, a, q, k, v, pos, o, lse);
+	return fa_fwd_launch<T, HD, fa_mw<HD>::v>(st, a, q, k, v, pos, o, lse);
 }
 
-/* dk and dv for every key tile of FW * 16 * MK: BQ query rows an
- * iteration, at least MINB blocks an SM (1: no register cap). */
-template <typename T, int HD, int BQ, int MK, int MINB>
+/* dk and dv for every key tile of 64, BQ query rows an iteration. */
+template <typename T, int HD, int BQ>
 cudaError_t fa_dkv_launch(cudaStream_t st, const fa_dims &a, const void *q,
 			  const void *k, const void *v, const void *pos,
 			  const float *lse, const float *Dt, const void *dout,
 			  void *dk, void *dv)
 {
-	const int BK = FW * 16 * MK;
-	const size_t sm = (size_t)(2 * BK + 4 * BQ) * HD * sizeof(T);
-	cudaError_t e = smem_optin(fa_dkv_k<T, HD, BQ, MK, MINB>, sm);
+	const size_t sm = (size_t)(2 * BC + 4 * BQ) * HD * sizeof(T);
+	cudaError_t e = smem_optin(fa_dkv_k<T, HD, BQ>, sm);
 	if (e != cudaSuccess)
 		return e;
 	const dim3 grid((unsigned)(a.Hkv * a.N),
-			(unsigned)((a.S + BK - 1) / BK));
-	fa_dkv_k<T, HD, BQ, MK, MINB>
+			(unsigned)((a.S + BC - 1) / BC));
+	fa_dkv_k<T, HD, BQ>
 		<<<grid, FT, sm, st>>>(a, (const T *)q, (const T *)k,
 				       (const T *)v, (const int32_t *)pos, lse,
 				       Dt, (const T *)dout, (T *)dk, (T *)dv);
@@ -1186,17 +1115,8 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 	}
 	if (!dk && !dv)
 		return e;
-	if constexpr (HD == 64) {
-		const int variant = dkv_variant(HD);
-		if (variant == 32)
-			return fa_dkv_launch<T, HD, 32, 1, 3>(
-				st, a, q, k, v, pos, lse, Dt, dout, dk, dv);
-		if (variant == 2)
-			return fa_dkv_launch<T, HD, 32, 2, 2>(
-				st, a, q, k, v, pos, lse, Dt, dout, dk, dv);
-	}
-	return fa_dkv_launch<T, HD, fa_bq<HD>::v, 1, 1>(st, a, q, k, v, pos,
-							lse, Dt, dout, dk, dv);
+	return fa_dkv_launch<T, HD, fa_bq<HD>::v>(st, a, q, k, v, pos, lse, Dt,
+						  dout, dk, dv);
 }
 
 fa_dims fa_make(const struct mg_tensor *q, const struct mg_tensor *k,
