@@ -88,16 +88,31 @@
 # are unpacked with dpkg -x into /tmp/mgdeps. cuDNN, cuBLAS and the CUDA
 # runtime are found on the machine (the CUDA toolkit or PyTorch's nvidia-*
 # pip packages). Binaries are run directly (ctest files hold this
-# machine's paths). Logs go to $OUT (the device tool's folder) or
-# ./gpu-out; the last lines printed are the summary. The exit status is 1
+# machine's paths). Logs go to ./gpu-out, or under the device tool's $OUT
+# as one archive a mode, $OUT/gpu-MODE.tgz (that tool brings back at most
+# 8 files, and a mode writes dozens); the last lines printed are the
+# summary. The exit status is 1
 # when any step of the chosen mode failed (every mode goes through run).
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
-out=${OUT:-$root/gpu-out}
 build=${MG_GPU_BUILD:-build-gpu}
 what=${1:-all}
 shift || true
+out=$root/gpu-out
+if [ -n "${OUT:-}" ]; then
+	# a free name (a call may run a mode twice), packed on exit; TERM
+	# and INT exit through the trap too
+	tag=gpu-$what
+	i=2
+	while [ -e "$OUT/$tag.tgz" ] || [ -e "$OUT/$tag" ]; do
+		tag=gpu-$what-$i
+		i=$((i + 1))
+	done
+	out=$OUT/$tag
+	trap 'tar czf "$OUT/$tag.tgz" -C "$OUT" "$tag" && rm -rf "${OUT:?}/$tag"' EXIT
+	trap 'exit 143' TERM INT
+fi
 mkdir -p "$out"
 
 # Runtime libraries that are not on the GPU machine.
