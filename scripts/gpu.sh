@@ -94,7 +94,7 @@
 # summary. The exit status is 1
 # when any step of the chosen mode failed (every mode goes through run).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 build=${MG_GPU_BUILD:-build-gpu}
 what=${1:-all}
