@@ -6,7 +6,6 @@
  */
 #include <cblas.h>
 #include <errno.h>
-#include <float.h>
 #include <libgen.h>
 #include <math.h>
 #include <omp.h>
@@ -17,18 +16,13 @@
 #include <unistd.h>
 
 #include "dist/dist.h"
-#include "engine/ckpt.h"
 #include "engine/config_agree.h"
 #include "engine/core_schema.h"
-#include "engine/peft.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
 #ifdef MG_HAVE_CUDA
 #include "runtime/cuda/cuda_device.h"
 #endif
-
-#define CKPT_FILE "checkpoint.safetensors"
-#define CKPT_FORMAT "mgrun-checkpoint-1"
 
 int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s, int unit,
 		 struct mg_tensor *params_host)
@@ -391,195 +385,6 @@ static int evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
 		return mg_error_prefix("evaluation metrics");
 	if (n > 0 && check_metrics(t, tot, max_count(t, n), "in evaluation"))
 		return -1;
-	return 0;
-}
-
-static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
-{
-	struct mg_ckpt ck;
-	mg_ckpt_begin_write(&ck, &t->ctx);
-	int rc = t->strat->save(t->inst[MG_SEC_STRATEGY], &ck);
-	if (!rc && t->ctx.rank == 0) {
-		char v[64], path[PATH_MAX + 32];
-		mg_st_writer_meta(&ck.w, "format", CKPT_FORMAT);
-		snprintf(v, sizeof v, "%lld", (long long)next_step);
-		mg_st_writer_meta(&ck.w, "next_step", v);
-		snprintf(v, sizeof v, "%lld", (long long)t->opt_step);
-		mg_st_writer_meta(&ck.w, "optimizer_step", v);
-		snprintf(v, sizeof v, "%.17g", t->loss_scale);
-		mg_st_writer_meta(&ck.w, "loss_scale", v);
-		snprintf(v, sizeof v, "%lld", (long long)t->good_steps);
-		mg_st_writer_meta(&ck.w, "good_steps", v);
-		snprintf(v, sizeof v, "%llu", (unsigned long long)t->ctx.seed);
-		mg_st_writer_meta(&ck.w, "seed", v);
-		snprintf(v, sizeof v, "%lld", (long long)t->skipped_steps);
-		mg_st_writer_meta(&ck.w, "skipped_steps", v);
-		snprintf(v, sizeof v, "%lld", (long long)t->accum);
-		mg_st_writer_meta(&ck.w, "grad_accum", v);
-		/* What the data order depends on, checked on --resume. */
-		snprintf(v, sizeof v, "%lld",
-			 (long long)t->batch * t->ctx.world);
-		mg_st_writer_meta(&ck.w, "global_batch", v);
-		snprintf(v, sizeof v, "%lld",
-			 (long long)t->data->count(t->inst[MG_SEC_DATASET],
-						   MG_SPLIT_TRAIN));
-		mg_st_writer_meta(&ck.w, "train_samples", v);
-		mg_st_writer_meta(&ck.w, "model",
-				  t->s->plugin[MG_SEC_MODEL].desc->name);
-		mg_st_writer_meta(&ck.w, "strategy",
-				  t->s->plugin[MG_SEC_STRATEGY].desc->name);
-		snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
-		rc = mg_st_writer_save(&ck.w, path) ||
-		     mg_peft_export(&ck.w, t->s->plugin[MG_SEC_MODEL].desc,
-				    t->s->opts[MG_SEC_MODEL], t->run_dir);
-	}
-	mg_ckpt_free(&ck);
-	return rc ? mg_error_prefix("checkpoint at step %lld",
-				    (long long)next_step)
-		  : 0;
-}
-
-/* A number read back from checkpoint metadata: all of the text a decimal
- * integer in [lo, hi], else an error naming the key and the range. */
-static int meta_int(const struct mg_st_file *f, const char *key, int64_t lo,
-		    int64_t hi, int64_t *out)
-{
-	const char *v = mg_st_meta(f, key);
-	if (!v)
-		return mg_error("%s: metadata '%s' missing (not an mgrun "
-				"checkpoint?)",
-				f->path, key);
-	char *end = NULL;
-	long long x = 0;
-	errno = 0;
-	if (*v == '-' || (*v >= '0' && *v <= '9'))
-		x = strtoll(v, &end, 10);
-	if (!end || end == v || *end || errno || x < lo || x > hi)
-		return mg_error("%s: metadata %s = \"%s\" is not an integer in "
-				"[%lld, %lld]",
-				f->path, key, v, (long long)lo, (long long)hi);
-	*out = x;
-	return 0;
-}
-
-static int meta_seed(const struct mg_st_file *f, uint64_t *out)
-{
-	const char *v = mg_st_meta(f, "seed");
-	char *end = NULL;
-	errno = 0;
-	if (v && *v >= '0' && *v <= '9')
-		*out = strtoull(v, &end, 10);
-	if (!end || end == v || *end || errno)
-		return mg_error("%s: metadata seed = \"%s\" is not an unsigned "
-				"64-bit integer",
-				f->path, v ? v : "(missing)");
-	return 0;
-}
-
-static int meta_scale(const struct mg_st_file *f, double *out)
-{
-	const char *v = mg_st_meta(f, "loss_scale");
-	char *end = NULL;
-	double x = 0;
-	if (v && *v >= '0' && *v <= '9')
-		x = strtod(v, &end);
-	if (!end || end == v || *end || !(x >= 1 && x <= FLT_MAX))
-		return mg_error("%s: metadata loss_scale = \"%s\" is not a "
-				"number in [1, %g]",
-				f->path, v ? v : "(missing)", (double)FLT_MAX);
-	*out = x;
-	return 0;
-}
-
-/* Every number in the checkpoint's metadata, range-checked against each
- * other and against this run. */
-static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
-{
-	int64_t next;
-	uint64_t seed = 0;
-	if (meta_int(f, "next_step", 0, INT64_MAX, &next) ||
-	    meta_int(f, "optimizer_step", 0, next, &t->opt_step) ||
-	    meta_int(f, "skipped_steps", 0, next, &t->skipped_steps) ||
-	    meta_int(f, "good_steps", 0, 1999, &t->good_steps) ||
-	    meta_scale(f, &t->loss_scale) || meta_seed(f, &seed))
-		return -1;
-	if (seed != t->ctx.seed)
-		return mg_error("%s was written with seed %llu, this run has "
-				"seed %llu (resuming would change the data "
-				"order)",
-				f->path, (unsigned long long)seed,
-				(unsigned long long)t->ctx.seed);
-	/* Like the seed, the global batch and the training set size fix
-	 * the data order (older checkpoints lack them: not checked). */
-	int64_t gb = t->batch * t->ctx.world,
-		n = t->data->count(t->inst[MG_SEC_DATASET], MG_SPLIT_TRAIN),
-		ck_gb = gb, ck_n = n;
-	if ((mg_st_meta(f, "global_batch") &&
-	     meta_int(f, "global_batch", 1, INT64_MAX, &ck_gb)) ||
-	    (mg_st_meta(f, "train_samples") &&
-	     meta_int(f, "train_samples", 1, INT64_MAX, &ck_n)))
-		return -1;
-	if (ck_gb != gb)
-		return mg_error("%s was written with a global batch of %lld "
-				"(run.batch_size x ranks), this run has %lld "
-				"(resuming would change the data order)",
-				f->path, (long long)ck_gb, (long long)gb);
-	int64_t ck_k = t->accum;
-	if (mg_st_meta(f, "grad_accum") &&
-	    meta_int(f, "grad_accum", 1, 1 << 16, &ck_k))
-		return -1;
-	if (ck_k != t->accum)
-		return mg_error("%s was written with run.grad_accum = %lld, "
-				"this run has %lld (resuming would change the "
-				"data order)",
-				f->path, (long long)ck_k, (long long)t->accum);
-	if (ck_n != n)
-		return mg_error("%s was written for %lld training samples, "
-				"this run has %lld (dataset.limit_train "
-				"changed? resuming would change the data "
-				"order)",
-				f->path, (long long)ck_n, (long long)n);
-	if (next > t->total_steps)
-		return mg_error("%s is at step %lld, beyond this run's %lld "
-				"steps (run.max_steps or run.epochs lowered?)",
-				f->path, (long long)next,
-				(long long)t->total_steps);
-	if (next == t->total_steps && !t->eval_only)
-		return mg_error("%s is at step %lld of %lld: the run is "
-				"complete, nothing to resume (raise "
-				"run.max_steps or run.epochs to train on)",
-				f->path, (long long)next,
-				(long long)t->total_steps);
-	t->start_step = next;
-	return 0;
-}
-
-static int load_checkpoint(struct mg_trainer *t)
-{
-	char path[PATH_MAX + 32];
-	snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
-	struct mg_ckpt ck;
-	if (mg_ckpt_open_read(&ck, &t->ctx, path)) {
-		mg_ckpt_free(&ck);
-		return mg_error_prefix("--resume");
-	}
-	int rc = 0;
-	const char *fmt = mg_st_meta(&ck.f, "format");
-	const char *model = mg_st_meta(&ck.f, "model");
-	if (!fmt || strcmp(fmt, CKPT_FORMAT))
-		rc = mg_error("%s is not an mgrun checkpoint (metadata "
-			      "format is not " CKPT_FORMAT ")",
-			      path);
-	else if (!model || strcmp(model, t->s->plugin[MG_SEC_MODEL].desc->name))
-		rc = mg_error("%s holds model '%s', this run is '%s'", path,
-			      model ? model : "?",
-			      t->s->plugin[MG_SEC_MODEL].desc->name);
-	else if (!(rc = load_counters(t, &ck.f)))
-		rc = t->strat->load(t->inst[MG_SEC_STRATEGY], &ck);
-	mg_ckpt_free(&ck);
-	if (rc)
-		return mg_error_prefix("--resume");
-	mg_info("resumed from %s at step %lld", path, (long long)t->start_step);
 	return 0;
 }
 
@@ -1082,7 +887,7 @@ static int run_loop(struct mg_trainer *t)
 		/* The rows a checkpoint covers reach the disk before it. */
 		if (ck_now && t->rep.csv)
 			fflush(t->rep.csv);
-		if (ck_now && save_checkpoint(t, step + 1))
+		if (ck_now && mg_trainer_save_checkpoint(t, step + 1))
 			return -1;
 		if (ck_now)
 			t->ck_last = mg_now();
@@ -1230,9 +1035,9 @@ int mg_eval_only(struct mg_session *s)
 	int rc = setup(&t);
 	char ck[PATH_MAX + 32], source[PATH_MAX + 64] = "initial weights";
 	if (!rc) {
-		snprintf(ck, sizeof ck, "%s/" CKPT_FILE, t.run_dir);
+		snprintf(ck, sizeof ck, "%s/" MG_CKPT_FILE, t.run_dir);
 		if (access(ck, F_OK) == 0) {
-			rc = load_checkpoint(&t);
+			rc = mg_trainer_load_checkpoint(&t);
 			snprintf(source, sizeof source, "%s", ck);
 		}
 	}
@@ -1312,9 +1117,9 @@ int mg_inference_open(struct mg_session *s, struct mg_trainer **out, char *ckpt,
 	char path[PATH_MAX + 32];
 	ckpt[0] = 0;
 	if (!rc) {
-		snprintf(path, sizeof path, "%s/" CKPT_FILE, t->run_dir);
+		snprintf(path, sizeof path, "%s/" MG_CKPT_FILE, t->run_dir);
 		if (load_ckpt && access(path, F_OK) == 0) {
-			rc = load_checkpoint(t);
+			rc = mg_trainer_load_checkpoint(t);
 			if (!rc)
 				snprintf(ckpt, len, "%s", path);
 		}
@@ -1352,7 +1157,7 @@ int mg_train(struct mg_session *s, bool resume)
 	if (!rc && t.ctx.rank == 0)
 		rc = mg_run_lock_take(&t.lock, t.run_dir);
 	if (!rc && resume)
-		rc = load_checkpoint(&t);
+		rc = mg_trainer_load_checkpoint(&t);
 	bool reporting = false;
 	if (!rc) {
 		/* A QLoRA base says so: frozen parameters stored as NF4. */

@@ -157,6 +157,14 @@ void mg_progress_step(struct mg_trainer *t, int64_t step, const double *sums,
 		      double lr, double rate);
 void mg_progress_end(struct mg_trainer *t);
 
+/* trainer_ckpt.c: RUN_DIR/MG_CKPT_FILE written (rank 0 writes what every
+ * rank's strategy saved; next_step is where a resume starts) and read
+ * back for --resume, --eval-only and inference. */
+#define MG_CKPT_FILE "checkpoint.safetensors"
+#define MG_CKPT_FORMAT "mgrun-checkpoint-1"
+int mg_trainer_save_checkpoint(struct mg_trainer *t, int64_t next_step);
+int mg_trainer_load_checkpoint(struct mg_trainer *t);
+
 /* trainer.c */
 const char *mg_device_desc(const struct mg_trainer *t);
 MG_INTERNAL int mg_train(struct mg_session *s, bool resume);
