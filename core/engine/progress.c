@@ -16,7 +16,9 @@ void mg_progress_step(struct mg_trainer *t, int64_t step, const double *sums,
 		return;
 	int64_t spe = t->steps_per_epoch;
 	int64_t done = step + 1 - t->start_step;
-	double elapsed = mg_now() - t->t_begin;
+	/* the loop's pace so far (evaluations and checkpoints included:
+	 * they recur), without the setup (7B: a minute of it) */
+	double elapsed = mg_now() - t->t_loop;
 	double eta = done > 0 ? elapsed / (double)done *
 					(double)(t->total_steps - step - 1)
 			      : 0;

@@ -800,7 +800,7 @@ static int run_loop(struct mg_trainer *t)
 	const struct mg_opts *run = t->s->run;
 	int64_t ck_every = mg_opt_int(run, "checkpoint_every");
 	double ck_secs = mg_opt_float(run, "checkpoint_every_s");
-	t->ck_last = mg_now();
+	t->ck_last = t->t_loop = mg_now();
 	bool ck_on = mg_opt_bool(run, "checkpoint");
 	bool eval_on = mg_opt_bool(run, "eval");
 	int64_t stop_after = mg_opt_int(run, "stop_after");

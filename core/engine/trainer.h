@@ -100,6 +100,8 @@ struct mg_trainer {
 	struct mg_epoch_stats *ep; /* epochs done, for report.json */
 	int nep;
 	double t_begin;
+	double t_loop; /* the step loop's start: the progress line's ETA
+			* counts from here, not from setup */
 	int64_t skipped_steps;
 	struct mg_report rep;	 /* report.c's state */
 	struct mg_profile *prof; /* [profile]: CUPTI window, NVTX */
