@@ -46,9 +46,7 @@ const struct mg_option mg_run_schema[] = {
 	MG_OPT_I("seed", "42", 0, 9.2e18,
 		 "seed for initialisation, shuffling and dropout; equal seeds "
 		 "give equal runs"),
-	MG_OPT_I("threads", "0", 0, 1024,
-		 "CPU threads for ops (0: all cores, or a rank's share when "
-		 "ranks share a host)"),
+	MG_OPT_I("threads", "0", 0, 1024, "CPU threads for ops (0: all cores)"),
 	MG_OPT_I("log_every", "50", 1, 1e9,
 		 "print a progress line every this many steps when not on a "
 		 "terminal"),

@@ -136,17 +136,6 @@ static int setup(struct mg_trainer *t)
 	ctx->world = env.world;
 	ctx->local_rank = env.local_rank;
 	ctx->local_world = env.local_world;
-	/* Ranks of one host share its cores: unless run.threads or
-	 * OMP_NUM_THREADS says otherwise, each rank's OpenMP pool (the
-	 * model's parallel init, CPU ops) takes its share where every rank
-	 * gets two cores or more, as offload's host optimizer does; four
-	 * GPU ranks on 64 cores ran 4 x 64 threads before. */
-	if (t->dev.threads <= 0 && !getenv("OMP_NUM_THREADS") &&
-	    env.local_world > 1) {
-		const int cores = omp_get_num_procs();
-		if (cores >= 2 * env.local_world)
-			omp_set_num_threads(cores / env.local_world);
-	}
 	/* Rank 0 tells the story; the others speak up on trouble only. */
 	mg_log_configure(env.rank == 0 ? MG_LOG_INFO : MG_LOG_WARN,
 			 env.world > 1 ? env.rank : -1);
