@@ -1,8 +1,9 @@
 /*
  * llama_env.h - what the llama plugin's tests share (test_llama.c,
- * test_qlora.c, test_llama_dpo.c): the plugin loaded by main, a model created from INI
- * text on the CPU under the contract-checking host strategy of
- * tests/common/test_strategy.h, and a small ragged token batch.
+ * test_qlora.c, test_llama_dpo.c): the plugin loaded by main, a model
+ * created from INI text on the CPU under the contract-checking host
+ * strategy of tests/common/test_strategy.h, and a small ragged token
+ * batch.
  */
 #ifndef MG_TEST_LLAMA_ENV_H
 #define MG_TEST_LLAMA_ENV_H

@@ -218,6 +218,13 @@ static struct mg_tensor lora_saved(const struct llama *m, const struct lay *L,
 		  m->lora.rank, 0, 0);
 }
 
+/* Whether a base GEMM of target tg reads fq8(x) (so its input gradient
+ * takes the straight-through mask). */
+static bool fq_in(const struct llama *m, int tg)
+{
+	return m->fq_act && tg != LT_HEAD;
+}
+
 /* The input a base GEMM of target tg reads: x, or with QAT (not the
  * head) x fake-quantized to int8 per token in the arena's qx slot. */
 static const struct mg_tensor *base_in(struct llama *m, struct mg_ctx *ctx,
@@ -225,7 +232,7 @@ static const struct mg_tensor *base_in(struct llama *m, struct mg_ctx *ctx,
 				       const struct mg_tensor *x,
 				       struct mg_tensor *buf)
 {
-	if (!m->fq_act || tg == LT_HEAD)
+	if (!fq_in(m, tg))
 		return x;
 	*buf = *x;
 	buf->data = (char *)m->arena.ptr + L->qx;
@@ -234,13 +241,6 @@ static const struct mg_tensor *base_in(struct llama *m, struct mg_ctx *ctx,
 		return NULL;
 	}
 	return buf;
-}
-
-/* Whether a base GEMM of target tg reads fq8(x) (so its input gradient
- * takes the straight-through mask). */
-static bool fq_in(const struct llama *m, int tg)
-{
-	return m->fq_act && tg != LT_HEAD;
 }
 
 /* The weight a base GEMM reads: NF4 dequantized, or fake-quantized. */
