@@ -35,6 +35,7 @@ mkdir -p "$work"
 export NCCL_NVLS_ENABLE=0
 fails=0
 rtol=${MG_EQ_RTOL:-1e-3}
+here=$(cd "$(dirname "$0")" && pwd)
 llama=$conf/llama.ini
 gpu="--set run.device=cuda --set run.precision=fp32"
 
@@ -51,17 +52,14 @@ run() { # run NAME GPUS [--set ...]
 	fi
 }
 
-# losses_close A B: every step's loss of run B within 1e-5 relative of
-# run A's (steps.csv), the same number of steps.
+# losses_close A B: every step's loss of run B within 1e-5 of run A's
+# (relative, or absolute below 1), the same number of steps.
 losses_close() {
-	awk -F, 'FNR == 1 { f++; next }
-		f == 1 { a[FNR] = $3; n++ }
-		f == 2 { m++; d = $3 - a[FNR]; if (d < 0) d = -d
-			s = a[FNR] < 0 ? -a[FNR] : a[FNR]
-			if (!(d <= 1e-5 * (s > 1 ? s : 1))) bad++ }
-		END { if (n == 0 || n != m || bad) {
-			printf "losses: %d of %d steps differ, %d against %d steps\n", bad, n, m, n
-			exit 1 } }' "$work/$1/steps.csv" "$work/$2/steps.csv"
+	awk -F, -f "$here/../common/loss_diff.awk" "$work/$1/steps.csv" \
+		"$work/$2/steps.csv" | awk '{
+		if ($1 == 0 || $1 != $2 || !($4 <= 1e-5)) {
+			printf "losses: %d against %d steps, worst relative difference %s\n", $2, $1, $4
+			exit 1 } }'
 }
 
 # same A B WHAT [RTOL]: the parameters within RTOL of the tensor's
