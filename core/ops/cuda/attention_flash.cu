@@ -36,6 +36,7 @@
  * 8-row ldmatrix reads hit 8 distinct bank groups.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
@@ -44,7 +45,6 @@ namespace
 {
 const int FW = 4;	/* warps per block */
 const int FT = FW * 32; /* threads per block */
-const int BR = FW * 16; /* query rows per dq block (forward: x MW) */
 const int BC = 64;	/* keys per tile (forward, dq) and per dk/dv block */
 const float LOG2E = 1.4426950408889634f;
 const float LN2 = 0.6931471805599453f;
@@ -625,8 +625,10 @@ __global__ void __launch_bounds__(256)
 }
 
 /* dq = scale sum_s dS k_s over key tiles in order; dS = P (dP - D),
- * P = exp2(S sl2 - lse log2 e), dP = dout v^T. */
-template <typename T, int HD>
+ * P = exp2(S sl2 - lse log2 e), dP = dout v^T. MW m-tiles of 16 query
+ * rows a warp, as the forward: with MW = 2 (hd 64) every K / V fragment
+ * read from shared memory feeds two products. */
+template <typename T, int HD, int MW>
 __global__ void __launch_bounds__(FT)
 	fa_dq_k(fa_dims a, const T *__restrict__ q, const T *__restrict__ k,
 		const T *__restrict__ v, const int32_t *__restrict__ pos,
@@ -634,81 +636,97 @@ __global__ void __launch_bounds__(FT)
 		float *__restrict__ Dt, const T *__restrict__ dout,
 		T *__restrict__ dq)
 {
+	const int R = FW * 16 * MW; /* query rows per block */
 	extern __shared__ __align__(128) unsigned char fa_sm[];
 	T *qs = reinterpret_cast<T *>(fa_sm);
-	T *gs = qs + BR * HD, *ks = gs + BR * HD, *vs = ks + 2 * BC * HD;
-	__shared__ int lo_s[BR], red_s[2];
-	__shared__ float d_s[BR];
+	T *gs = qs + R * HD, *ks = gs + R * HD, *vs = ks + 2 * BC * HD;
+	__shared__ int lo_s[R], red_s[2];
+	__shared__ float d_s[R];
 	int rank, h, n; /* heavy (late) query tiles first */
 	heavy_first(a.Hq, &rank, &h, &n);
-	const int t0 = (gridDim.y - 1 - rank) * BR;
+	const int t0 = (gridDim.y - 1 - rank) * R;
 	const int kh = h / (a.Hq / a.Hkv);
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tg = lane & 3;
 	const int64_t qst = (int64_t)a.Hq * HD, kst = (int64_t)a.Hkv * HD;
-	const int rows = min(BR, a.S - t0);
+	const int rows = min(R, a.S - t0);
 	const int64_t qoff = ((int64_t)n * a.S + t0) * qst + (int64_t)h * HD;
 	const T *kg = k + (int64_t)n * a.S * kst + (int64_t)kh * HD;
 	const T *vg = v + (int64_t)n * a.S * kst + (int64_t)kh * HD;
 
-	load_tile<T, HD, BR>(qs, q + qoff, qst, rows);
-	load_tile<T, HD, BR>(gs, dout + qoff, qst, rows);
+	load_tile<T, HD, R>(qs, q + qoff, qst, rows);
+	load_tile<T, HD, R>(gs, dout + qoff, qst, rows);
 	int kmin, lomax;
-	tile_bounds<BR>(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
+	tile_bounds<R>(a, pos, n, t0, lo_s, red_s, &kmin, &lomax);
 	const int kb0 = (kmin / BC) * BC;
 	const int nkt = (t0 + rows - 1 - kb0) / BC + 1;
-	/* o into the second K buffer, free until the loop's first prefetch */
-	load_tile<T, HD, BR>(ks + BC * HD, o + qoff, qst, rows);
 	load_tile<T, HD, BC>(ks, kg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	load_tile<T, HD, BC>(vs, vg + (int64_t)kb0 * kst, kst, a.S - kb0);
 	cp_commit();
-	cp_wait<0>();
-	__syncthreads();
-	/* D = rowsum(dout * o) in F32, two threads a row (halves of hd),
-	 * kept here and written out for the dk/dv kernel */
+	/* D = rowsum(dout * o) in F32, FT / R threads a row (o read from
+	 * global memory while the tiles land), kept here and written out
+	 * for the dk/dv kernel */
 	float *dr = Dt + ((int64_t)n * a.Hq + h) * a.S + t0;
 	{
-		static_assert(FT == 2 * BR, "two threads a row");
-		const int r = tid >> 1, c0 = (tid & 1) * (HD / 2);
-		const T *os = ks + BC * HD;
+		const int TPR = FT / R, W = HD / TPR;
+		static_assert(FT % R == 0 && TPR <= 2, "threads a row");
+		const int r = tid / TPR, c0 = (tid % TPR) * W;
+		uint4 ov[W / 8];
+#pragma unroll
+		for (int i = 0; i < W / 8; i++)
+			ov[i] = r < rows ? *reinterpret_cast<const uint4 *>(
+						   o + qoff + r * qst + c0 +
+						   8 * i)
+					 : make_uint4(0, 0, 0, 0);
+		cp_wait<0>();
+		__syncthreads();
 		float sum = 0;
 #pragma unroll
-		for (int c = c0; c < c0 + HD / 2; c += 8) {
-			const uint4 ov = *reinterpret_cast<const uint4 *>(
-				os + swz<HD>(r, c));
+		for (int i = 0; i < W / 8; i++) {
 			const uint4 gv = *reinterpret_cast<const uint4 *>(
-				gs + swz<HD>(r, c));
-			const T *oe = reinterpret_cast<const T *>(&ov);
+				gs + swz<HD>(r, c0 + 8 * i));
+			const T *oe = reinterpret_cast<const T *>(&ov[i]);
 			const T *ge = reinterpret_cast<const T *>(&gv);
 #pragma unroll
-			for (int i = 0; i < 8; i++)
-				sum += mgc_t<T>::load(oe[i]) *
-				       mgc_t<T>::load(ge[i]);
+			for (int e = 0; e < 8; e++)
+				sum += mgc_t<T>::load(oe[e]) *
+				       mgc_t<T>::load(ge[e]);
 		}
-		sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-		if ((tid & 1) == 0) {
+		if (TPR == 2)
+			sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+		if (tid % TPR == 0) {
 			d_s[r] = sum;
 			if (r < rows)
 				dr[r] = sum;
 		}
 	}
-	__syncthreads(); /* d_s ready; the o buffer is reused from here */
+	__syncthreads(); /* d_s ready */
 
-	const int wr = warp * 16, r0 = wr + g, r1 = r0 + 8;
-	const int lo0 = lo_s[r0], lo1 = lo_s[r1];
-	const int hi0 = t0 + r0 < a.S ? t0 + r0 : -1;
-	const int hi1 = t0 + r1 < a.S ? t0 + r1 : -1;
-	const int wlo = warp_min_i(min(lo0, lo1));
-	const int whi = min(t0 + wr + 15, a.S - 1);
+	/* this thread's rows: wr + 16 m + g (x = 0) and + 8 (x = 1); their
+	 * first keys stay in lo_s (read only where a tile needs a mask) */
+	const int wr = warp * 16 * MW;
+	float ls[MW][2], dd[MW][2];
 	const float *lr = lse + ((int64_t)n * a.Hq + h) * a.S + t0;
-	const float ls0 = hi0 >= 0 ? lr[r0] * LOG2E : 0.0f;
-	const float ls1 = hi1 >= 0 ? lr[r1] * LOG2E : 0.0f;
-	const float d0 = d_s[r0], d1 = d_s[r1];
-
-	float acc[HD / 8][4];
+	int wlo = a.S;
 #pragma unroll
-	for (int i = 0; i < HD / 8; i++)
-		acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0;
+	for (int m = 0; m < MW; m++)
+#pragma unroll
+		for (int x = 0; x < 2; x++) {
+			const int r = wr + 16 * m + g + 8 * x;
+			ls[m][x] = t0 + r < a.S ? lr[r] * LOG2E : 0.0f;
+			dd[m][x] = d_s[r];
+			wlo = min(wlo, lo_s[r]);
+		}
+	wlo = warp_min_i(wlo);
+	const int whi = min(t0 + wr + 16 * MW - 1, a.S - 1);
+
+	float acc[MW][HD / 8][4];
+#pragma unroll
+	for (int m = 0; m < MW; m++)
+#pragma unroll
+		for (int i = 0; i < HD / 8; i++)
+			acc[m][i][0] = acc[m][i][1] = acc[m][i][2] =
+				acc[m][i][3] = 0;
 
 	for (int j = 0; j < nkt; j++) {
 		const int kb = kb0 + j * BC;
@@ -729,86 +747,128 @@ __global__ void __launch_bounds__(FT)
 		const T *kt = ks + (j & 1) * BC * HD;
 		const T *vt = vs + (j & 1) * BC * HD;
 		if (whi >= t0 + wr && kb <= whi && kb + BC - 1 >= wlo) {
-			float s[BC / 8][4], dp[BC / 8][4];
+			float s[MW][BC / 8][4], dp[MW][BC / 8][4];
 #pragma unroll
-			for (int i = 0; i < BC / 8; i++)
+			for (int m = 0; m < MW; m++)
 #pragma unroll
-				for (int e = 0; e < 4; e++)
-					s[i][e] = dp[i][e] = 0;
+				for (int i = 0; i < BC / 8; i++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						s[m][i][e] = dp[m][i][e] = 0;
 #pragma unroll
 			for (int kk = 0; kk < HD / 16; kk++) {
-				uint32_t qa[4], ga[4];
-				const int ar = wr + a_row(lane),
-					  ac = kk * 16 + a_col(lane);
-				ldsm4(qa, qs + swz<HD>(ar, ac));
-				ldsm4(ga, gs + swz<HD>(ar, ac));
+				uint32_t qa[MW][4], ga[MW][4];
+#pragma unroll
+				for (int m = 0; m < MW; m++) {
+					const int ar = wr + 16 * m +
+						       a_row(lane),
+						  ac = kk * 16 + a_col(lane);
+					ldsm4(qa[m], qs + swz<HD>(ar, ac));
+					ldsm4(ga[m], gs + swz<HD>(ar, ac));
+				}
 #pragma unroll
 				for (int p = 0; p < BC / 16; p++) {
 					uint32_t b[4];
 					const int br = p * 16 + bn_row(lane),
 						  bc = kk * 16 + bn_col(lane);
 					ldsm4(b, kt + swz<HD>(br, bc));
-					mma<T>(s[2 * p], qa, b);
-					mma<T>(s[2 * p + 1], qa, b + 2);
+#pragma unroll
+					for (int m = 0; m < MW; m++) {
+						mma<T>(s[m][2 * p], qa[m], b);
+						mma<T>(s[m][2 * p + 1], qa[m],
+						       b + 2);
+					}
 					ldsm4(b, vt + swz<HD>(br, bc));
-					mma<T>(dp[2 * p], ga, b);
-					mma<T>(dp[2 * p + 1], ga, b + 2);
+#pragma unroll
+					for (int m = 0; m < MW; m++) {
+						mma<T>(dp[m][2 * p], ga[m], b);
+						mma<T>(dp[m][2 * p + 1], ga[m],
+						       b + 2);
+					}
 				}
 			}
 			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
+				/* keys outside [lo, t] of the row (rows past S
+				 * have zero q and dout, so dS = 0, and are
+				 * never stored) */
+#pragma unroll
+				for (int m = 0; m < MW; m++)
+#pragma unroll
+					for (int x = 0; x < 2; x++) {
+						const int r =
+							wr + 16 * m + g + 8 * x;
+						const int lo = lo_s[r],
+							  hi = t0 + r;
+#pragma unroll
+						for (int nb = 0; nb < BC / 8;
+						     nb++)
+#pragma unroll
+							for (int c2 = 0; c2 < 2;
+							     c2++) {
+								const int c =
+									kb +
+									nb * 8 +
+									2 * tg +
+									c2;
+								if (c < lo ||
+								    c > hi)
+									s[m][nb]
+									 [2 * x +
+									  c2] = -INFINITY;
+							}
+					}
+			}
+#pragma unroll
+			for (int m = 0; m < MW; m++)
 #pragma unroll
 				for (int nb = 0; nb < BC / 8; nb++)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
-						const int c = kb + nb * 8 +
-							      2 * tg + (e & 1);
-						const int lo =
-							e < 2 ? lo0 : lo1;
-						const int hi =
-							e < 2 ? hi0 : hi1;
-						if (c < lo || c > hi)
-							s[nb][e] = -INFINITY;
+						const int x = e >> 1;
+						const float p = ex2(
+							fmaf(s[m][nb][e], a.sl2,
+							     -ls[m][x]));
+						s[m][nb][e] =
+							p * (dp[m][nb][e] -
+							     dd[m][x]);
 					}
-			}
-#pragma unroll
-			for (int nb = 0; nb < BC / 8; nb++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const bool r1e = e >= 2;
-					const float p =
-						ex2(fmaf(s[nb][e], a.sl2,
-							 -(r1e ? ls1 : ls0)));
-					s[nb][e] = p * (dp[nb][e] -
-							(r1e ? d1 : d0));
-				}
-				/* dq += dS K (K read transposed: keys are k) */
+					/* dq += dS K (K read transposed: keys are k) */
 #pragma unroll
 			for (int kk = 0; kk < BC / 16; kk++) {
-				uint32_t pa[4];
-				pa[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
-				pa[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-				pa[2] = pack2<T>(s[2 * kk + 1][0],
-						 s[2 * kk + 1][1]);
-				pa[3] = pack2<T>(s[2 * kk + 1][2],
-						 s[2 * kk + 1][3]);
+				uint32_t pa[MW][4];
 #pragma unroll
-				for (int dd = 0; dd < HD / 16; dd++) {
+				for (int m = 0; m < MW; m++) {
+					const float(*s2)[4] = s[m] + 2 * kk;
+					pa[m][0] = pack2<T>(s2[0][0], s2[0][1]);
+					pa[m][1] = pack2<T>(s2[0][2], s2[0][3]);
+					pa[m][2] = pack2<T>(s2[1][0], s2[1][1]);
+					pa[m][3] = pack2<T>(s2[1][2], s2[1][3]);
+				}
+#pragma unroll
+				for (int d2 = 0; d2 < HD / 16; d2++) {
 					uint32_t b[4];
 					ldsm4t(b,
 					       kt + swz<HD>(kk * 16 +
 								    a_row(lane),
-							    dd * 16 +
+							    d2 * 16 +
 								    a_col(lane)));
-					mma<T>(acc[2 * dd], pa, b);
-					mma<T>(acc[2 * dd + 1], pa, b + 2);
+#pragma unroll
+					for (int m = 0; m < MW; m++) {
+						mma<T>(acc[m][2 * d2], pa[m],
+						       b);
+						mma<T>(acc[m][2 * d2 + 1],
+						       pa[m], b + 2);
+					}
 				}
 			}
 		}
 		__syncthreads();
 	}
-	frag_to_smem<T, HD>(qs, wr, acc, a.scale, a.scale);
+#pragma unroll
+	for (int m = 0; m < MW; m++)
+		frag_to_smem<T, HD>(qs, wr + 16 * m, acc[m], a.scale, a.scale);
 	__syncthreads();
-	store_tile<T, HD, BR>(dq + qoff, qs, qst, rows);
+	store_tile<T, HD, R>(dq + qoff, qs, qst, rows);
 }
 
 /*
@@ -1082,6 +1142,34 @@ cudaError_t fa_dkv_launch(cudaStream_t st, const fa_dims &a, const void *q,
 	return cudaGetLastError();
 }
 
+/* dq rows a warp at hd 64: two m-tiles unless MG_FLASH_DQ_MW=1
+ * (benchmarking until measured; read at every call). */
+static bool dq_mw2()
+{
+	const char *e = getenv("MG_FLASH_DQ_MW");
+	return !(e && e[0] == '1');
+}
+
+/* dq (and D) for every query tile of FW * 16 * MW rows. */
+template <typename T, int HD, int MW>
+cudaError_t fa_dq_launch(cudaStream_t st, const fa_dims &a, const void *q,
+			 const void *k, const void *v, const void *pos,
+			 const float *lse, const void *o, const void *dout,
+			 void *dq, float *Dt)
+{
+	const int R = FW * 16 * MW;
+	const size_t sm = (size_t)(2 * R + 4 * BC) * HD * sizeof(T);
+	cudaError_t e = smem_optin(fa_dq_k<T, HD, MW>, sm);
+	if (e != cudaSuccess)
+		return e;
+	const dim3 grid((unsigned)(a.Hq * a.N), (unsigned)((a.S + R - 1) / R));
+	fa_dq_k<T, HD, MW><<<grid, FT, sm, st>>>(
+		a, (const T *)q, (const T *)k, (const T *)v,
+		(const int32_t *)pos, lse, (const T *)o, Dt, (const T *)dout,
+		(T *)dq);
+	return cudaGetLastError();
+}
+
 template <typename T, int HD>
 cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		       const void *k, const void *v, const void *pos,
@@ -1099,17 +1187,17 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		if (e != cudaSuccess)
 			return e;
 	} else {
-		const size_t sm = (size_t)(2 * BR + 4 * BC) * HD * sizeof(T);
-		e = smem_optin(fa_dq_k<T, HD>, sm);
-		if (e != cudaSuccess)
-			return e;
-		const dim3 grid((unsigned)(a.Hq * a.N),
-				(unsigned)((a.S + BR - 1) / BR));
-		fa_dq_k<T, HD><<<grid, FT, sm, st>>>(
-			a, (const T *)q, (const T *)k, (const T *)v,
-			(const int32_t *)pos, lse, (const T *)o, Dt,
-			(const T *)dout, (T *)dq);
-		e = cudaGetLastError();
+		/* two m-tiles a warp fit the registers at hd 64 only */
+		if constexpr (HD == 64)
+			e = dq_mw2() ? fa_dq_launch<T, HD, 2>(st, a, q, k, v,
+							      pos, lse, o, dout,
+							      dq, Dt)
+				     : fa_dq_launch<T, HD, 1>(st, a, q, k, v,
+							      pos, lse, o, dout,
+							      dq, Dt);
+		else
+			e = fa_dq_launch<T, HD, 1>(st, a, q, k, v, pos, lse, o,
+						   dout, dq, Dt);
 		if (e != cudaSuccess)
 			return e;
 	}
