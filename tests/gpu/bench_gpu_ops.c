@@ -509,16 +509,6 @@ static int bench_attention(enum mg_dtype dt)
 		 * recomputed + dS K: 1.5x the forward's work) and dk, dv
 		 * alone (2x) */
 		flash_line(sh[i].name, "bwd dq", ab_bwd_dq, &b, 1.5 * fwd_flop);
-		if (hd == 64) {
-			/* dq with one m-tile a warp (the default: two),
-			 * alone and in the whole backward */
-			setenv("MG_FLASH_DQ_MW", "1", 1);
-			flash_line(sh[i].name, "bwd dq1", ab_bwd_dq, &b,
-				   1.5 * fwd_flop);
-			flash_line(sh[i].name, "bwd mw1", ab_bwd, &b,
-				   2.5 * fwd_flop);
-			unsetenv("MG_FLASH_DQ_MW");
-		}
 		flash_line(sh[i].name, "bwd dkdv", ab_bwd_dkv, &b,
 			   2.0 * fwd_flop);
 		for (int d = 0; d < 3; d++)

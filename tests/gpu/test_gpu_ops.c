@@ -1876,13 +1876,6 @@ static void test_attention(void)
 			}
 	}
 	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
-	/* hd 64's dq with one m-tile a warp (the default: two) */
-	setenv("MG_FLASH_DQ_MW", "1", 1);
-	attn_tag = " [flash dq mw1]";
-	llm_attention_check(MG_BF16, 5, 513, 8, 1, 64);
-	llm_attention_check(MG_F16, 4, 77, 4, 4, 64);
-	llm_attention_check(MG_BF16, 4, 256, 32, 8, 64);
-	unsetenv("MG_FLASH_DQ_MW");
 	attn_tag = " [f32]";
 	llm_attention_check(MG_F32, 4, 200, 8, 2, 128);
 	llm_attention_check(MG_F32, 4, 77, 4, 1, 64);

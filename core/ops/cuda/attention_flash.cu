@@ -1142,14 +1142,6 @@ cudaError_t fa_dkv_launch(cudaStream_t st, const fa_dims &a, const void *q,
 	return cudaGetLastError();
 }
 
-/* dq rows a warp at hd 64: two m-tiles unless MG_FLASH_DQ_MW=1
- * (benchmarking until measured; read at every call). */
-static bool dq_mw2()
-{
-	const char *e = getenv("MG_FLASH_DQ_MW");
-	return !(e && e[0] == '1');
-}
-
 /* dq (and D) for every query tile of FW * 16 * MW rows. */
 template <typename T, int HD, int MW>
 cudaError_t fa_dq_launch(cudaStream_t st, const fa_dims &a, const void *q,
@@ -1187,17 +1179,11 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		if (e != cudaSuccess)
 			return e;
 	} else {
-		/* two m-tiles a warp fit the registers at hd 64 only */
-		if constexpr (HD == 64)
-			e = dq_mw2() ? fa_dq_launch<T, HD, 2>(st, a, q, k, v,
-							      pos, lse, o, dout,
-							      dq, Dt)
-				     : fa_dq_launch<T, HD, 1>(st, a, q, k, v,
-							      pos, lse, o, dout,
-							      dq, Dt);
-		else
-			e = fa_dq_launch<T, HD, 1>(st, a, q, k, v, pos, lse, o,
-						   dout, dq, Dt);
+		/* two m-tiles a warp fit the registers at hd 64 only (one
+		 * a warp measured 8% slower at 1B T2048, NOTES.md) */
+		constexpr int MW = HD == 64 ? 2 : 1;
+		e = fa_dq_launch<T, HD, MW>(st, a, q, k, v, pos, lse, o, dout,
+					    dq, Dt);
 		if (e != cudaSuccess)
 			return e;
 	}
