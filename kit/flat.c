@@ -287,39 +287,70 @@ int mg_flat_ckpt_buffers(const struct mg_flat_layout *L, void *bufs,
 	return 0;
 }
 
-int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
-		      void **out, void *bufs_host)
+/* Unit u's values into full flats; with srank >= 0 only that shard of
+ * each flat is needed, so the model is asked for those elements only
+ * (mg_init_unit_part) and the rest of out[] is left unwritten. */
+static int init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
+		     void **out, void *bufs_host, int srank)
 {
 	const struct mg_model_spec *s = L->spec;
 	const struct mg_unit_decl *ud = &s->units[u];
 	const size_t es = mg_dtype_size(L->master);
 	int n = ud->nparams;
 	struct mg_tensor host[n > 0 ? n : 1];
-	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++)
-		memset(out[k - L->unit_first[u]], 0,
-		       mg_flat_host_bytes(L, &L->flats[k]));
+	int64_t lo[n > 0 ? n : 1], hi[n > 0 ? n : 1];
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		/* gaps and padding are zero; a packed flat is made whole */
+		size_t a = 0, b = mg_flat_host_bytes(L, f);
+		if (srank >= 0 && !f->packed) {
+			a = (size_t)(srank * f->shard) * es;
+			b = a + (size_t)f->shard * es;
+		}
+		memset((char *)out[k - L->unit_first[u]] + a, 0, b - a);
+	}
 	/* Each parameter is made straight into its place in the flat. */
 	for (int k = 0; k < n; k++) {
 		int i = ud->first_param + k;
 		const struct mg_param_decl *p = &s->params[i];
-		char *base = L->param_flat[i] < 0
-				     ? (char *)bufs_host
-				     : (char *)out[L->param_flat[i] -
-						   L->unit_first[u]];
+		const int fi = L->param_flat[i];
+		char *base = fi < 0 ? (char *)bufs_host
+				    : (char *)out[fi - L->unit_first[u]];
 		/* An NF4 blob at its byte offset, filled by the model. */
 		const bool nf4 = p->dtype == MG_NF4;
 		host[k] = mg_tensor_make(base + (size_t)L->param_off[i] *
 							 (nf4 ? 1 : es),
 					 nf4 ? MG_NF4 : L->master, MG_DEV_CPU,
 					 p->ndim, p->shape);
+		/* this parameter's elements inside the shard; buffers (not
+		 * sharded) and blobs whole */
+		const int64_t numel = mg_tensor_numel(&host[k]);
+		lo[k] = 0;
+		hi[k] = numel;
+		if (srank >= 0 && fi >= 0 && !L->flats[fi].packed) {
+			const int64_t a = srank * L->flats[fi].shard -
+					  L->param_off[i],
+				      b = a + L->flats[fi].shard;
+			lo[k] = a < 0 ? 0 : a > numel ? numel : a;
+			hi[k] = b < lo[k] ? lo[k] : b > numel ? numel : b;
+		}
 	}
-	return mg_init_unit(ctx, s, u, host);
+	return srank >= 0 ? mg_init_unit_part(ctx, s, u, host, lo, hi)
+			  : mg_init_unit(ctx, s, u, host);
 }
 
-int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
-			int (*keep)(void *arg, int k, const char *full),
-			void *arg, void *bufs_dev)
+int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
+		      void **out, void *bufs_host)
 {
+	return init_unit(L, ctx, u, out, bufs_host, -1);
+}
+
+int mg_flat_init_shard(struct mg_flat_layout *L, struct mg_ctx *ctx, int srank,
+		       int (*keep)(void *arg, int k, const char *full),
+		       void *arg, void *bufs_dev)
+{
+	if (srank >= L->group)
+		return mg_error("flat init: shard %d of %d", srank, L->group);
 	const size_t ms = mg_dtype_size(L->master);
 	void *bufs = calloc((size_t)L->n_buffers + 1, ms);
 	if (!bufs)
@@ -335,7 +366,7 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 				rc = mg_error("out of memory");
 		}
 		if (!rc)
-			rc = mg_flat_init_unit(L, ctx, u, full, bufs);
+			rc = init_unit(L, ctx, u, full, bufs, srank);
 		for (int k = 0; k < nf; k++) {
 			if (!rc)
 				rc = keep(arg, first + k, full[k]);
@@ -347,6 +378,13 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 				 (size_t)L->n_buffers * ms);
 	free(bufs);
 	return rc;
+}
+
+int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
+			int (*keep)(void *arg, int k, const char *full),
+			void *arg, void *bufs_dev)
+{
+	return mg_flat_init_shard(L, ctx, -1, keep, arg, bufs_dev);
 }
 
 int mg_flat_views_init(struct mg_flat_views *v, const struct mg_flat_layout *L,

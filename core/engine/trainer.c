@@ -38,6 +38,28 @@ int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s, int unit,
 	return 0;
 }
 
+int mg_init_unit_part(struct mg_ctx *ctx, const struct mg_model_spec *s,
+		      int unit, struct mg_tensor *params_host,
+		      const int64_t *lo, const int64_t *hi)
+{
+	/* The op is read only from a model built for ABI 1.7 or later: an
+	 * older plugin's ops struct ends before it. */
+	const struct mg_trainer *t = ctx->core;
+	if (!lo || !hi || !t ||
+	    t->s->plugin[MG_SEC_MODEL].desc->abi_minor < 7 ||
+	    !ctx->model_ops->init_unit_part)
+		return mg_init_unit(ctx, s, unit, params_host);
+	if (unit < 0 || unit >= s->nunits)
+		return mg_error("init: unit %d out of range", unit);
+	int rc = ctx->model_ops->init_unit_part(
+		ctx->model, unit, params_host,
+		mg_rng_key(ctx->seed, (uint64_t)unit), lo, hi);
+	if (rc)
+		return mg_error_prefix("model init of unit '%s'",
+				       s->units[unit].name);
+	return 0;
+}
+
 static int setup_run_dir(struct mg_trainer *t)
 {
 	const char *name = mg_opt_str(t->s->run, "name");
@@ -157,6 +179,7 @@ static int setup(struct mg_trainer *t)
 	if (mg_config_agree(t->s, t->comm, env.rank, env.world))
 		return -1;
 	ctx->struct_size = sizeof *ctx;
+	ctx->core = t;
 	ctx->micro_count = 1;
 	snprintf(t->cache_dir, sizeof t->cache_dir, "%s/cache",
 		 mg_run_out_dir(run));
@@ -225,10 +248,18 @@ static int setup(struct mg_trainer *t)
 			(long long)t->accum, stp->name,
 			t->s->plugin[MG_SEC_STRATEGY].path);
 	ctx->micro_count = (int)t->accum;
+	const double t_setup = mg_now();
 	if (t->strat->setup(t->inst[MG_SEC_STRATEGY], &t->spec))
 		return mg_error_prefix(
 			"strategy '%s' setup",
 			t->s->plugin[MG_SEC_STRATEGY].desc->name);
+	/* a large model's start (initial values, pinned host state) is
+	 * worth knowing apart from the steps */
+	if (mg_now() - t_setup >= 1.0)
+		mg_info("strategy '%s': setup took %.1f s (initial values, "
+			"storage)",
+			t->s->plugin[MG_SEC_STRATEGY].desc->name,
+			mg_now() - t_setup);
 	int64_t cap = t->batch;
 	const struct mg_plugin *sp = t->s->plugin[MG_SEC_STRATEGY].desc;
 	if (sp->abi_minor >= 1 && t->strat->max_read)

@@ -62,9 +62,14 @@ extern "C" {
  *        MG_C_TOKENS_COMPUTED appended to enum mg_counter (the core
  *        counts it; struct mg_stats stays the core's own, so plugins
  *        are unaffected)
+ *   1.7  model init_unit_part (a unit's initial values for element
+ *        ranges only) and mg_init_unit_part: an fsdp rank draws only
+ *        its shard's random values (every rank drew a 7B model's 6.7e9
+ *        normals whole at startup); optional, so models and strategies
+ *        built for 1.0-1.6 load unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 6
+#define MG_ABI_MINOR 7
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

@@ -122,6 +122,13 @@ static inline int mg_grads_ready(struct mg_ctx *ctx, int unit)
  * dtype); strategies call it from setup(). Deterministic in (seed, unit). */
 MG_EXPORT int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s,
 			   int unit, struct mg_tensor *params_host);
+/* Added in ABI 1.7: mg_init_unit where only elements [lo[i], hi[i]) of
+ * the unit's i-th tensor are needed (a shard): the model's
+ * init_unit_part when it has one, else init_unit fills everything. */
+MG_EXPORT int mg_init_unit_part(struct mg_ctx *ctx,
+				const struct mg_model_spec *s, int unit,
+				struct mg_tensor *params_host,
+				const int64_t *lo, const int64_t *hi);
 
 /* Phase timing and counters for the report. */
 MG_EXPORT void mg_timer_start(struct mg_ctx *ctx, enum mg_timer t);

@@ -22,12 +22,14 @@
  *   1.1  frozen MG_NF4 parameters: replica keeps their blobs, flat puts
  *        them in packed flats (mg_flat.packed, packed_off,
  *        mg_flat_layout.n_packed, mg_flat_host_bytes)
+ *   1.2  mg_flat_init_shard: a rank's shard of the initial values only
+ *        (the model's init_unit_part, ABI 1.7)
  */
 #ifndef MG_KIT_H
 #define MG_KIT_H
 
 #define MG_KIT_VERSION_MAJOR 1
-#define MG_KIT_VERSION_MINOR 1
+#define MG_KIT_VERSION_MINOR 2
 
 #include "kit/ddp.h"
 #include "kit/flat.h"

@@ -229,6 +229,20 @@ struct mg_model_ops {
 	 */
 	int (*save_hf_sharded)(void *self, struct mg_ctx *ctx, const char *dir,
 			       enum mg_dtype dtype, uint64_t max_shard_bytes);
+
+	/*
+	 * Added in ABI 1.7, optional: init_unit for part of each tensor.
+	 * Only elements [lo[i], hi[i]) of params[i] (row-major element
+	 * indices, 0 <= lo[i] <= hi[i] <= numel) must get their values,
+	 * which must equal init_unit's; the others may be written or left
+	 * as they are. An MG_NF4 blob is filled whole whatever its range.
+	 * A sharded strategy asks for its shard only, so N ranks each draw
+	 * 1/N of a large model's random values instead of all of them
+	 * (mg_init_unit_part in ctx.h calls init_unit when this is NULL).
+	 */
+	int (*init_unit_part)(void *self, int unit, struct mg_tensor *params,
+			      uint64_t seed, const int64_t *lo,
+			      const int64_t *hi);
 };
 
 /* The classifier default (loss, acc), for models and the core. */

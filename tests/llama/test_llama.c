@@ -1386,6 +1386,87 @@ static void test_qat_mask(void)
 	qat_mask_case(lines, "");
 }
 
+/* init_unit_part: inside each requested range the values init_unit
+ * made; outside it, when the tensor is drawn (no LoRA adapters, which
+ * are made whole), nothing written. */
+static void init_part_case(const char *lines, bool untouched)
+{
+	struct env e;
+	if (env_open(&e, lines))
+		return;
+	const struct mg_model_spec *s = &e.st.spec;
+	uint64_t r = 12345;
+	for (int u = 0; u < s->nunits; u++) {
+		const struct mg_unit_decl *ud = &s->units[u];
+		const int n = ud->nparams;
+		struct mg_tensor t[n];
+		int64_t lo[n], hi[n];
+		for (int k = 0; k < n; k++) {
+			const struct mg_tensor *ref =
+				&e.st.p[ud->first_param + k];
+			const int64_t m = mg_tensor_numel(ref);
+			t[k] = *ref;
+			t[k].data = malloc((size_t)m * sizeof(double));
+			for (int64_t j = 0; j < m; j++)
+				((double *)t[k].data)[j] = NAN;
+			/* empty, whole and inner ranges in turn */
+			r = r * 6364136223846793005ull + 1442695040888963407ull;
+			int64_t a = (int64_t)((r >> 33) % (uint64_t)(m + 1));
+			int64_t b = a + (int64_t)((r >> 13) %
+						  (uint64_t)(m - a + 1));
+			lo[k] = k % 3 == 0 ? 0 : a;
+			hi[k] = k % 3 == 0 ? (u % 2 ? m : 0) : b;
+		}
+		CHECK(M->init_unit_part(e.model, u, t,
+					mg_rng_key(e.ctx.seed, (uint64_t)u), lo,
+					hi) == 0);
+		for (int k = 0; k < n; k++) {
+			const double *want = e.st.p[ud->first_param + k].data,
+				     *got = t[k].data;
+			const int64_t m = mg_tensor_numel(&t[k]);
+			int64_t bad = 0, spill = 0;
+			for (int64_t j = 0; j < m; j++) {
+				bool in = j >= lo[k] && j < hi[k];
+				if (in &&
+				    memcmp(&want[j], &got[j], sizeof *got))
+					bad++;
+				if (!in && !isnan(got[j]))
+					spill++;
+			}
+			if (bad || (untouched && spill))
+				fail("unit %d param %d [%lld, %lld) of %lld: "
+				     "%lld "
+				     "differ, %lld written outside",
+				     u, k, (long long)lo[k], (long long)hi[k],
+				     (long long)m, (long long)bad,
+				     (long long)spill);
+			free(t[k].data);
+		}
+	}
+	/* a range past the tensor is refused, naming it */
+	const struct mg_unit_decl *ud = &s->units[1];
+	struct mg_tensor t[ud->nparams];
+	int64_t lo[ud->nparams], hi[ud->nparams];
+	for (int k = 0; k < ud->nparams; k++) {
+		t[k] = e.st.p[ud->first_param + k];
+		lo[k] = 0;
+		hi[k] = mg_tensor_numel(&t[k]);
+	}
+	hi[1] += 1;
+	CHECK(M->init_unit_part(e.model, 1, t, 7, lo, hi) != 0);
+	CHECK(strstr(mg_last_error(), "init range") != NULL);
+	env_close(&e);
+}
+
+static void test_init_part(void)
+{
+	init_part_case(tiny, true);
+	char lines[512];
+	snprintf(lines, sizeof lines, "%slora_rank = 2\nlora_targets = all\n",
+		 tiny);
+	init_part_case(lines, false);
+}
+
 static const struct test_case cases[] = {
 	{"gradcheck", test_gradcheck},
 	{"masking", test_masking},
@@ -1400,6 +1481,7 @@ static const struct test_case cases[] = {
 	{"recompute", test_recompute},
 	{"qat_ste", test_qat_ste},
 	{"qat_mask", test_qat_mask},
+	{"init_part", test_init_part},
 };
 
 int main(int argc, char **argv)

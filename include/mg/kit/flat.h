@@ -146,6 +146,17 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 			int (*keep)(void *arg, int k, const char *full),
 			void *arg, void *bufs_dev);
 
+/* Added in kit 1.2: mg_flat_init_values for a rank that keeps shard
+ * srank (0 <= srank < group) of every flat: keep() gets the full flat
+ * buffer, whose values are valid inside [srank x shard, (srank + 1) x
+ * shard) only (packed flats and buffers whole). The model is asked for
+ * those elements only (mg_init_unit_part), so the group's ranks share
+ * the random draws instead of each making all of them. srank < 0: every
+ * value (mg_flat_init_values). */
+int mg_flat_init_shard(struct mg_flat_layout *L, struct mg_ctx *ctx, int srank,
+		       int (*keep)(void *arg, int k, const char *full),
+		       void *arg, void *bufs_dev);
+
 /* Initial values of unit u as the model makes them, packed into full
  * padded flats in host memory (master dtype): out[k] for the unit's k-th
  * flat holds mg_flat_host_bytes (flat->shard * group elements), gaps

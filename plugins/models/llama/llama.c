@@ -312,8 +312,8 @@ static int llama_metrics(void *self, struct mg_metric_spec *ms)
 	return 0;
 }
 
-static int llama_init(void *self, int unit, struct mg_tensor *params,
-		      uint64_t seed)
+static int llama_init_part(void *self, int unit, struct mg_tensor *params,
+			   uint64_t seed, const int64_t *lo, const int64_t *hi)
 {
 	struct llama *m = self;
 	const int n = LLAMA_UNIT_HEAD(&m->c) + 1;
@@ -323,8 +323,14 @@ static int llama_init(void *self, int unit, struct mg_tensor *params,
 	if (m->dpo.copy && unit >= n)
 		return llama_init_unit(
 			m, unit - n, params,
-			mg_rng_key(m->ctx->seed, (uint64_t)(unit - n)));
-	return llama_init_unit(m, unit, params, seed);
+			mg_rng_key(m->ctx->seed, (uint64_t)(unit - n)), lo, hi);
+	return llama_init_unit(m, unit, params, seed, lo, hi);
+}
+
+static int llama_init(void *self, int unit, struct mg_tensor *params,
+		      uint64_t seed)
+{
+	return llama_init_part(self, unit, params, seed, NULL, NULL);
 }
 
 static int llama_fwd(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
@@ -367,6 +373,7 @@ static const struct mg_model_ops llama_ops = {
 	.decode = llama_dec,
 	.save_hf = llama_save,
 	.save_hf_sharded = llama_save_sharded,
+	.init_unit_part = llama_init_part,
 };
 
 static const struct mg_plugin llama_plugin = {

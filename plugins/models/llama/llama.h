@@ -183,9 +183,11 @@ struct llama {
 };
 
 /* llama_init.c: a unit's initial values (HF's initialisation: normal
- * with initializer_range, norms one) or the HF checkpoint's. */
+ * with initializer_range, norms one) or the HF checkpoint's; with lo/hi
+ * (NULL: everything) the random values of params[i] only for elements
+ * [lo[i], hi[i]). */
 int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
-		    uint64_t seed);
+		    uint64_t seed, const int64_t *lo, const int64_t *hi);
 
 /* llama_hf.c: the HF folder's safetensors (open at create when hf_dir
  * is set); load converts tensor `name` into a host tensor of equal shape

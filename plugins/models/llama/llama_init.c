@@ -4,7 +4,10 @@
  * normal(0, initializer_range), RMSNorm weights one. Each value is a pure
  * function of (seed, parameter, element), so every rank count and shard
  * layout starts from the same model. With model.hf_dir the values come
- * from the folder's safetensors instead (llama_hf.c). LoRA adapters come
+ * from the folder's safetensors instead (llama_hf.c). A sharded strategy
+ * may ask for element ranges only (init_unit_part): random values are
+ * drawn for those, checkpoint and NF4 tensors are made whole (reading a
+ * tensor costs little beside drawing 4e8 normals). LoRA adapters come
  * after a unit's base parameters, so the base (its keys and its HF
  * names) is the same whatever the adapter options. With quant = nf4 the
  * layers' projections are those values quantized (llama_quant.c).
@@ -14,15 +17,16 @@
 
 #include "llama.h"
 
-/* Each value depends only on (key, j), so the loop runs on every core
- * (an 8B model draws 8e9 normals) and the result does not depend on the
- * thread count. */
-static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones)
+/* Elements [lo, hi) of t. Each value depends only on (key, j), so the
+ * loop runs on every core (an 8B model draws 8e9 normals), the result
+ * does not depend on the thread count, and a shard's values are the
+ * whole tensor's. */
+static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones,
+		 int64_t lo, int64_t hi)
 {
-	int64_t n = mg_tensor_numel(t);
 	/* a pure function of j: the same values on any thread count */
-#pragma omp parallel for schedule(static) if (n > 65536)
-	for (int64_t j = 0; j < n; j++) {
+#pragma omp parallel for schedule(static) if (hi - lo > 65536)
+	for (int64_t j = lo; j < hi; j++) {
 		double x = ones ? 1.0 : std * mg_rng_normal(key, (uint64_t)j);
 		if (t->dtype == MG_F64)
 			((double *)t->data)[j] = x;
@@ -32,7 +36,7 @@ static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones)
 }
 
 int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
-		    uint64_t seed)
+		    uint64_t seed, const int64_t *lo, const int64_t *hi)
 {
 	const struct llama_cfg *c = &m->c;
 	const struct llama_lora *L = &m->lora;
@@ -119,8 +123,15 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 		}
 		/* Norm weights are the unit's 1-D parameters. */
 		bool norm = params[i].ndim == 1;
+		const int64_t n = mg_tensor_numel(&params[i]);
+		int64_t a = lo ? lo[i] : 0, b = hi ? hi[i] : n;
+		if (a < 0 || b > n || a > b)
+			return mg_error("llama: init range [%lld, %lld) of a "
+					"tensor of %lld elements",
+					(long long)a, (long long)b,
+					(long long)n);
 		fill(&params[i], mg_rng_key(seed, (uint64_t)i), c->init_std,
-		     norm);
+		     norm, a, b);
 	}
 	return 0;
 }
