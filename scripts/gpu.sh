@@ -398,7 +398,7 @@ if [ "$what" = scale7b ]; then
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-3000} run test_scale7b scale7b \
 		tests/gpu/scale_7b_check.sh "$mgrun" /tmp/mgscale7b \
 		"${1:-$(nvidia-smi -L | wc -l)}"
-	grep -E "^(PASS|FAIL)|losses|failure| s$" "$out/test_scale7b.log"
+	grep -E "^(PASS|FAIL)|losses|failure|: [0-9]+ s" "$out/test_scale7b.log"
 fi
 if [ "$what" = sharding ]; then
 	[ -x "$build/bench/bench_host_optim" ] &&

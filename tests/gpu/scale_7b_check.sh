@@ -57,7 +57,9 @@ run() { # run NAME GPUS BATCH [--set ...]
 		fails=$((fails + 1))
 		return 1
 	fi
-	echo "$name: $(($(date +%s) - t0)) s"
+	# the wall time, and how much of it the strategy's setup took
+	setup=$(grep -o 'setup took [0-9.]* s' "$work/$name.log" | head -1)
+	echo "$name: $(($(date +%s) - t0)) s${setup:+ ($setup)}"
 }
 
 # losses RUN: the loss column of steps.csv, one a line
