@@ -25,10 +25,11 @@ status=0
 table=$out/ddp_scaling.md
 : >"$out/ddp_scaling.tsv"
 
-# median window's seconds per step of a run (bench/bench_stats.py)
-median_step() {
+# seconds per step of a run's median, fastest and slowest window
+# (bench/bench_stats.py), space-separated
+window_steps() {
 	python3 "$here/bench_stats.py" run "$1" --warm 10 --windows 5 |
-		python3 -c 'import json,sys; print(json.load(sys.stdin)["median"])'
+		python3 -c 'import json,sys; r = json.load(sys.stdin); print(r["median"], r["min"], r["max"])'
 }
 
 # rank-summed counter from report.json (format $3, default integer)
@@ -62,15 +63,17 @@ for size in $sizes; do
 				continue
 			fi
 			cp "$dir/report.json" "$out/$name.json"
-			t=$(median_step "$dir") || { status=1; continue; }
+			w=$(window_steps "$dir") || { status=1; continue; }
 			# unique dataset samples one step covers
 			per=64
 			[ "$s" = ddp_rr ] || [ "$s" = ddp_ds ] && per=$((64 * g))
 			h2d=$(counter "$dir/report.json" h2d_bytes)
 			busy=$(counter "$dir/report.json" busy_s %.3f)
 			exposed=$(counter "$dir/report.json" exposed_s %.3f)
-			echo "$size $g $s $t $per $h2d $busy $exposed" |
-				awk '{ printf "%s\t%s\t%s\t%.2f\t%.0f\t%s\t%s\t%s\n", $1, $2, $3, 1000 * $4, $5 / $4, $6, $7, $8 }' |
+			# columns: px, GPUs, strategy, ms/step, samples/s (median
+			# window), counters, samples/s of the slowest-fastest window
+			echo "$size $g $s $w $per $h2d $busy $exposed" |
+				awk '{ printf "%s\t%s\t%s\t%.2f\t%.0f\t%s\t%s\t%s\t%.0f-%.0f\n", $1, $2, $3, 1000 * $4, $7 / $4, $8, $9, $10, $7 / $6, $7 / $5 }' |
 				tee -a "$out/ddp_scaling.tsv"
 		done
 		# PyTorch DDP on the same GPUs, same call.
@@ -93,7 +96,7 @@ $2 == 1 && $3 == "ddp_ds" { one[$1] = $5 }
 $3 == "torch_ddp" { torch[$1 " " $2] = $5; fastest[$1 " " $2] = $6 }
 { row[NR] = $0 }
 END {
-	print "| px | GPUs | strategy | ms/step | samples/s | efficiency | vs PyTorch DDP median | vs its fastest window | h2d bytes | comm busy s | comm exposed s |"
+	print "| px | GPUs | strategy | ms/step | samples/s (slowest-fastest window) | efficiency | vs PyTorch DDP median | vs its fastest window | h2d bytes | comm busy s | comm exposed s |"
 	print "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 	for (i = 1; i <= NR; i++) {
 		split(row[i], f, "\t")
@@ -106,7 +109,7 @@ END {
 		vs = (t + 0 > 0) ? sprintf("%.2fx", f[5] / t) : "-"
 		ft = fastest[f[1] " " f[2]]
 		vf = (ft + 0 > 0) ? sprintf("%.2fx", f[5] / ft) : "-"
-		printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], eff, vs, vf, f[6], f[7], f[8]
+		printf "| %s | %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], f[9], eff, vs, vf, f[6], f[7], f[8]
 	}
 }' "$out/ddp_scaling.tsv" | tee "$table"
 exit $status
