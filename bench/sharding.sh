@@ -36,6 +36,39 @@ fsdp_none|--set strategy.name=fsdp --set strategy.shard=none|ddp
 fsdp_hybrid|--set strategy.name=fsdp --set strategy.shard=hybrid --set strategy.shard_group_size=$((g / 2))|hybrid
 offload|--set strategy.name=offload|offload"
 
+# table JSONL [--rows]: the markdown table of mgrun against PyTorch for the
+# same mode, from sharding.jsonl lines (--rows: without the header)
+table() {
+	python3 - "$1" "$here" "${2:-}" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import bench_stats as bs
+mib = lambda b: "not measured" if b is None else f"{b / 2**20:.1f}"
+if sys.argv[3] != "--rows":
+    print("| precision | strategy | img/s | peak MiB/rank: driver (accounted) | params | grads | optimizer | gather | activations | libraries | host pinned | PyTorch (mode, policy) img/s | PyTorch MiB/rank: driver (reserved / allocated) | vs median | vs fastest |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    m, t = r["mgrun"], r["torch"]
+    if "error" in m:
+        print(f"| {r['prec']} | {r['name']} | FAILED |"); continue
+    rate = bs.per_second(m, 64 * r["world"])
+    c = m["memory"]["categories"]
+    row = [r["prec"], r["name"], bs.fmt_rate(rate),
+           f"{mib(m['memory']['driver_peak'])} ({mib(m['memory']['accounted_peak'])})"]
+    row += [mib(c[k]) for k in ("params", "grads", "optimizer", "gather",
+                                "activations", "libraries", "host_pinned")]
+    if "error" in t:
+        row += ["FAILED", "-", "-", "-"]
+    else:
+        q = bs.ratios(rate, t["img_s_total"])
+        row += [f"{bs.fmt_rate(t['img_s_total'])} ({r['tmode']}, {t['policy']})",
+                f"{mib(t['driver_peak_rank'])} ({mib(t['max_reserved_rank'])} / {mib(t['max_allocated_rank'])})",
+                f"{q['vs_median']:.2f}x", f"{q['vs_fastest']:.2f}x"]
+    print("| " + " | ".join(row) + " |")
+PY
+}
+
 for prec in $precs; do
 	while IFS='|' read -r name sets tmode; do
 		run=shard_${name}_${prec}
@@ -61,36 +94,11 @@ for prec in $precs; do
 		[ -n "$tr" ] || { tr='{"error": "PyTorch failed"}'; status=1; tail -2 "$out/torch_${run}.err"; }
 		printf '{"prec": "%s", "name": "%s", "tmode": "%s", "world": %s, "mgrun": %s, "torch": %s}\n' \
 			"$prec" "$name" "$tmode" "$g" "$mg" "$tr" >>"$jsonl"
-		echo "$prec $name: done"
+		# the row now, so a run cut short still shows what it measured
+		table <(tail -n 1 "$jsonl") --rows
 	done <<<"$configs"
 done
 
 # One table: mgrun against PyTorch for the same mode.
-python3 - "$jsonl" "$here" <<'PY' | tee "$out/sharding.md"
-import json, sys
-sys.path.insert(0, sys.argv[2])
-import bench_stats as bs
-mib = lambda b: "not measured" if b is None else f"{b / 2**20:.1f}"
-print("| precision | strategy | img/s | peak MiB/rank: driver (accounted) | params | grads | optimizer | gather | activations | libraries | host pinned | PyTorch (mode, policy) img/s | PyTorch MiB/rank: driver (reserved / allocated) | vs median | vs fastest |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    m, t = r["mgrun"], r["torch"]
-    if "error" in m:
-        print(f"| {r['prec']} | {r['name']} | FAILED |"); continue
-    rate = bs.per_second(m, 64 * r["world"])
-    c = m["memory"]["categories"]
-    row = [r["prec"], r["name"], bs.fmt_rate(rate),
-           f"{mib(m['memory']['driver_peak'])} ({mib(m['memory']['accounted_peak'])})"]
-    row += [mib(c[k]) for k in ("params", "grads", "optimizer", "gather",
-                                "activations", "libraries", "host_pinned")]
-    if "error" in t:
-        row += ["FAILED", "-", "-", "-"]
-    else:
-        q = bs.ratios(rate, t["img_s_total"])
-        row += [f"{bs.fmt_rate(t['img_s_total'])} ({r['tmode']}, {t['policy']})",
-                f"{mib(t['driver_peak_rank'])} ({mib(t['max_reserved_rank'])} / {mib(t['max_allocated_rank'])})",
-                f"{q['vs_median']:.2f}x", f"{q['vs_fastest']:.2f}x"]
-    print("| " + " | ".join(row) + " |")
-PY
+table "$jsonl" | tee "$out/sharding.md"
 exit $status
