@@ -91,7 +91,7 @@ for prec in $precs; do
 			--nproc_per_node="$g" "$here/torch_fsdp_mbv2.py" "$tmode" \
 			"$size" "$prec" 5 $(((steps - 10) / 5)) \
 			2>"$out/torch_${run}.err" | grep '^{' | tail -1)
-		[ -n "$tr" ] || { tr='{"error": "PyTorch failed"}'; status=1; tail -2 "$out/torch_${run}.err"; }
+		[ -n "$tr" ] || { tr='{"error": "PyTorch failed"}'; status=1; grep -E "Error|error:" "$out/torch_${run}.err" | grep -v "elastic/errors" | tail -3; }
 		printf '{"prec": "%s", "name": "%s", "tmode": "%s", "world": %s, "mgrun": %s, "torch": %s}\n' \
 			"$prec" "$name" "$tmode" "$g" "$mg" "$tr" >>"$jsonl"
 		# the row now, so a run cut short still shows what it measured
