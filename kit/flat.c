@@ -287,11 +287,19 @@ int mg_flat_ckpt_buffers(const struct mg_flat_layout *L, void *bufs,
 	return 0;
 }
 
+/* Whether only shard srank of flat f is made. */
+static bool part_of(const struct mg_flat *f, int srank, unsigned flags)
+{
+	return srank >= 0 && !f->packed &&
+	       (f->train || !(flags & MG_FLAT_INIT_FROZEN_WHOLE));
+}
+
 /* Unit u's values into full flats; with srank >= 0 only that shard of
- * each flat is needed, so the model is asked for those elements only
- * (mg_init_unit_part) and the rest of out[] is left unwritten. */
+ * each flat is needed (of trained flats only, with
+ * MG_FLAT_INIT_FROZEN_WHOLE), so the model is asked for those elements
+ * only (mg_init_unit_part) and the rest of out[] is left unwritten. */
 static int init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
-		     void **out, void *bufs_host, int srank)
+		     void **out, void *bufs_host, int srank, unsigned flags)
 {
 	const struct mg_model_spec *s = L->spec;
 	const struct mg_unit_decl *ud = &s->units[u];
@@ -303,7 +311,7 @@ static int init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 		const struct mg_flat *f = &L->flats[k];
 		/* gaps and padding are zero; a packed flat is made whole */
 		size_t a = 0, b = mg_flat_host_bytes(L, f);
-		if (srank >= 0 && !f->packed) {
+		if (part_of(f, srank, flags)) {
 			a = (size_t)(srank * f->shard) * es;
 			b = a + (size_t)f->shard * es;
 		}
@@ -327,7 +335,7 @@ static int init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 		const int64_t numel = mg_tensor_numel(&host[k]);
 		lo[k] = 0;
 		hi[k] = numel;
-		if (srank >= 0 && fi >= 0 && !L->flats[fi].packed) {
+		if (fi >= 0 && part_of(&L->flats[fi], srank, flags)) {
 			const int64_t a = srank * L->flats[fi].shard -
 					  L->param_off[i],
 				      b = a + L->flats[fi].shard;
@@ -342,10 +350,11 @@ static int init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 int mg_flat_init_unit(struct mg_flat_layout *L, struct mg_ctx *ctx, int u,
 		      void **out, void *bufs_host)
 {
-	return init_unit(L, ctx, u, out, bufs_host, -1);
+	return init_unit(L, ctx, u, out, bufs_host, -1, 0);
 }
 
 int mg_flat_init_shard(struct mg_flat_layout *L, struct mg_ctx *ctx, int srank,
+		       unsigned flags,
 		       int (*keep)(void *arg, int k, const char *full),
 		       void *arg, void *bufs_dev)
 {
@@ -366,7 +375,7 @@ int mg_flat_init_shard(struct mg_flat_layout *L, struct mg_ctx *ctx, int srank,
 				rc = mg_error("out of memory");
 		}
 		if (!rc)
-			rc = init_unit(L, ctx, u, full, bufs, srank);
+			rc = init_unit(L, ctx, u, full, bufs, srank, flags);
 		for (int k = 0; k < nf; k++) {
 			if (!rc)
 				rc = keep(arg, first + k, full[k]);
@@ -384,7 +393,7 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 			int (*keep)(void *arg, int k, const char *full),
 			void *arg, void *bufs_dev)
 {
-	return mg_flat_init_shard(L, ctx, -1, keep, arg, bufs_dev);
+	return mg_flat_init_shard(L, ctx, -1, 0, keep, arg, bufs_dev);
 }
 
 int mg_flat_views_init(struct mg_flat_views *v, const struct mg_flat_layout *L,

@@ -100,7 +100,9 @@ grad_accum)
 	#   grad_op 3 gathers a micro-batch, 3 reduce-scatters once (6)
 	#   full    6 gathers and 3 reduce-scatters a micro-batch (sums)
 	#   hybrid  as full, plus 3 replica all-reduces once (6)
-	#   offload 3 reduce-scatters a micro-batch, 3 all-gathers
+	#   offload 3 reduce-scatters a micro-batch, 3 all-gathers, and 3
+	#           all-gathers once at setup (each rank makes only its
+	#           shard of the initial values)
 	run fsdp_none 2 "$mlp" --set strategy.name=fsdp --set strategy.shard=none \
 		--set run.grad_accum=2
 	run fsdp_grad_op 2 "$mlp" --set strategy.name=fsdp \
@@ -110,16 +112,18 @@ grad_accum)
 		--set strategy.shard=hybrid --set strategy.shard_group_size=2 \
 		--set run.batch_size=8 --set run.grad_accum=2
 	run off2_accum2 2 "$mlp" --set strategy.name=offload --set run.grad_accum=2
-	for r in fsdp_none:2:4 fsdp_grad_op:2:11 fsdp_full:2:20 \
-		fsdp_hybrid:4:23 off2_accum2:2:11; do
-		name=${r%%:*} np=${r#*:} per=${np#*:} np=${np%%:*}
+	for r in fsdp_none:2:4:0 fsdp_grad_op:2:11:0 fsdp_full:2:20:0 \
+		fsdp_hybrid:4:23:0 off2_accum2:2:11:3; do
+		name=${r%%:*} rest=${r#*:}
+		np=${rest%%:*} rest=${rest#*:}
+		per=${rest%%:*} once=${rest#*:}
 		same single "$name" 1e-10
 		# The step's global norm (clipping acts on steps 7 to 11)
 		# is the whole batch's: taken over the summed gradient.
 		test "$(norms "$name")" = "$(norms single)"
 		calls=$(counter "$name" calls)
 		echo "collectives of $name with grad_accum 2: $calls"
-		test "$calls" -eq $((np * 12 * per))
+		test "$calls" -eq $((np * (12 * per + once)))
 	done
 	# Offload copies each step's summed gradient shard to the host
 	# once: the bytes of a step without accumulation (12 steps of the

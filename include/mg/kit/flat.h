@@ -146,14 +146,20 @@ int mg_flat_init_values(struct mg_flat_layout *L, struct mg_ctx *ctx,
 			int (*keep)(void *arg, int k, const char *full),
 			void *arg, void *bufs_dev);
 
+/* mg_flat_init_shard's flags: frozen flats get every value (for a
+ * strategy that keeps them whole on every rank, as offload does). */
+#define MG_FLAT_INIT_FROZEN_WHOLE 1u
+
 /* Added in kit 1.2: mg_flat_init_values for a rank that keeps shard
  * srank (0 <= srank < group) of every flat: keep() gets the full flat
  * buffer, whose values are valid inside [srank x shard, (srank + 1) x
- * shard) only (packed flats and buffers whole). The model is asked for
- * those elements only (mg_init_unit_part), so the group's ranks share
- * the random draws instead of each making all of them. srank < 0: every
- * value (mg_flat_init_values). */
+ * shard) only (packed flats, buffers and, with MG_FLAT_INIT_FROZEN_WHOLE,
+ * frozen flats whole). The model is asked for those elements only
+ * (mg_init_unit_part), so the group's ranks share the random draws
+ * instead of each making all of them. srank < 0: every value
+ * (mg_flat_init_values). */
 int mg_flat_init_shard(struct mg_flat_layout *L, struct mg_ctx *ctx, int srank,
+		       unsigned flags,
 		       int (*keep)(void *arg, int k, const char *full),
 		       void *arg, void *bufs_dev);
 

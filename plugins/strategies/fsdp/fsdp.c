@@ -255,7 +255,7 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 		    d->L.flats[k].grad != d->L.flats[k].lent)
 			d->direct_grads = false;
 	if (fsdp_exec_init(d) ||
-	    mg_flat_init_shard(&d->L, ctx, d->srank, keep_shard, d,
+	    mg_flat_init_shard(&d->L, ctx, d->srank, 0, keep_shard, d,
 			       d->buffers.ptr) ||
 	    fsdp_refresh_lp(d))
 		return mg_error_prefix("fsdp");

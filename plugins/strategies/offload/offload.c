@@ -114,32 +114,55 @@ void off_refresh_host_lp(struct offload *d)
 	}
 }
 
-int off_upload_full(struct offload *d, int k, const void *full_host)
+/* n elements of flat k's lent values from host master-dtype values src
+ * to the device at dst (converted there when the flat is lent in a
+ * lower dtype; bytes of a packed flat as they are). */
+static int upload(struct offload *d, int k, void *dst, const void *src,
+		  int64_t n)
 {
 	const struct mg_flat *f = &d->L.flats[k];
-	const int64_t n = f->shard * d->L.group;
 	const size_t ms = mg_dtype_size(d->master);
 	if (f->packed) /* NF4 blobs: bytes, as the model made them */
-		return mg_copy_h2d(d->ctx, off_dev_full(d, k), full_host,
-				   (size_t)n);
+		return mg_copy_h2d(d->ctx, dst, src, (size_t)n);
 	if (!f->lp)
-		return mg_copy_h2d(d->ctx, off_dev_full(d, k), full_host,
-				   (size_t)n * ms);
+		return mg_copy_h2d(d->ctx, dst, src, (size_t)n * ms);
 	struct mg_buf tmp;
 	if (mg_buf_alloc(d->ctx, &tmp, (size_t)n * ms, MG_MEM_OTHER))
 		return -1;
-	int rc = mg_copy_h2d(d->ctx, tmp.ptr, full_host, (size_t)n * ms) ||
-		 mg_op_convert(d->ctx, off_dev_full(d, k), f->lent, tmp.ptr,
-			       d->master, n) ||
+	int rc = mg_copy_h2d(d->ctx, tmp.ptr, src, (size_t)n * ms) ||
+		 mg_op_convert(d->ctx, dst, f->lent, tmp.ptr, d->master, n) ||
 		 mg_device_sync(d->ctx);
 	mg_buf_free(d->ctx, &tmp);
 	return rc;
 }
 
-/* Initial values: this rank's shard to the host master, the full flat
- * to the device. A frozen flat lives on the device only: it has no host
- * master (lent in a lower dtype or packed NF4: none in the layout; in the
- * master dtype: its host shard is never read, never updated). */
+int off_upload_full(struct offload *d, int k, const void *full_host)
+{
+	return upload(d, k, off_dev_full(d, k), full_host,
+		      d->L.flats[k].shard * d->L.group);
+}
+
+/* Every rank's shard of each trained flat into every rank's full device
+ * copy, in place (after the update, and after the initial values). */
+static int gather_params(struct offload *d)
+{
+	struct mg_comm *c = d->ctx->comm;
+	for (int k = 0; k < d->L.nflats; k++) {
+		const struct mg_flat *f = &d->L.flats[k];
+		if (f->train &&
+		    c->all_gather(c, off_dev_mine(d, k), off_dev_full(d, k),
+				  f->shard, f->lent))
+			return mg_error_prefix("offload: all-gather");
+	}
+	return 0;
+}
+
+/* Initial values: this rank's shard of a trained flat to the host master
+ * and to its place on the device (the full device copy is gathered once
+ * every unit is made, so the ranks share the random draws). A frozen
+ * flat lives on the device only, made whole on every rank: it has no
+ * host master (lent in a lower dtype or packed NF4: none in the layout;
+ * in the master dtype: its host shard is never read, never updated). */
 static int keep_flat(void *arg, int k, const char *full)
 {
 	struct offload *d = arg;
@@ -147,10 +170,10 @@ static int keep_flat(void *arg, int k, const char *full)
 	size_t ms = mg_dtype_size(d->master);
 	if (!f->train)
 		return off_upload_full(d, k, full);
-	memcpy(off_host(&d->h_master, f->master_off, d->master),
-	       full + (size_t)(d->srank * f->shard) * ms,
+	const char *mine = full + (size_t)(d->srank * f->shard) * ms;
+	memcpy(off_host(&d->h_master, f->master_off, d->master), mine,
 	       (size_t)f->shard * ms);
-	return off_upload_full(d, k, full);
+	return upload(d, k, off_dev_mine(d, k), mine, f->shard);
 }
 
 /* Host slices of trained flats, cut into chunks of about equal size: the
@@ -232,7 +255,10 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 			  d->reduce_fp32) ||
 	    alloc_storage(d) || off_pipe_init(d) ||
 	    mg_host_optim_create(threads, &d->hopt) ||
-	    mg_flat_init_values(&d->L, ctx, keep_flat, d, d->buffers.ptr) ||
+	    mg_flat_init_shard(&d->L, ctx, d->srank, MG_FLAT_INIT_FROZEN_WHOLE,
+			       keep_flat, d, d->buffers.ptr) ||
+	    (d->world > 1 &&
+	     (gather_params(d) || ctx->comm->wait(ctx->comm))) ||
 	    build_chunks(d))
 		return mg_error_prefix("offload");
 	off_refresh_host_lp(d);
@@ -345,13 +371,8 @@ static int off_step(void *self, const struct mg_optim_hparams *h,
 	if (mg_copy_join(ctx))
 		return -1;
 	if (d->world > 1) {
-		for (int k = 0; k < L->nflats; k++) {
-			const struct mg_flat *f = &L->flats[k];
-			if (f->train && c->all_gather(c, off_dev_mine(d, k),
-						      off_dev_full(d, k),
-						      f->shard, f->lent))
-				return mg_error_prefix("offload: all-gather");
-		}
+		if (gather_params(d))
+			return -1;
 		if (L->n_buffers &&
 		    c->broadcast(c, d->buffers.ptr, L->n_buffers, d->master, 0))
 			return mg_error_prefix("offload: buffer broadcast");
