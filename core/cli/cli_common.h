@@ -14,10 +14,6 @@
 /* A launcher's rank variables or run.gpus > 1 refused: 2 with the
  * reason on stderr under "mgrun CMD:", else 0. */
 int mg_cli_single_process(const struct mg_session *s, const char *cmd);
-/* A plugin's string/path option, or "" when it declares no such option
- * (mg_opt_* abort on an undeclared key). */
-const char *mg_cli_plugin_opt(const struct mg_session *s, int sec,
-			      const char *name);
 /* Point stdout at stderr while the run is set up (plugins log to
  * stdout); returns the saved descriptor (or -1) for restore. */
 int mg_cli_stdout_to_stderr(void);

@@ -273,7 +273,7 @@ static int copy_file(const char *src, const char *dir, const char *name)
  * tokenizer_config.json beside it, so the folder loads without it. */
 static int copy_tokenizer(const struct mg_session *s, const char *dir)
 {
-	const char *tok = mg_cli_plugin_opt(s, MG_SEC_DATASET, "tokenizer");
+	const char *tok = mg_session_plugin_str(s, MG_SEC_DATASET, "tokenizer");
 	if (!tok[0])
 		return 0;
 	char folder[4096], json[4200], cfg[4200];
@@ -301,7 +301,7 @@ static int copy_tokenizer(const struct mg_session *s, const char *dir)
  * --out that does not exist yet is no hf_dir.) */
 static int not_the_source(const struct mg_session *s, const char *out)
 {
-	const char *hf = mg_cli_plugin_opt(s, MG_SEC_MODEL, "hf_dir");
+	const char *hf = mg_session_plugin_str(s, MG_SEC_MODEL, "hf_dir");
 	char a[PATH_MAX], b[PATH_MAX];
 	if (hf[0] && realpath(hf, a) && realpath(out, b) && !strcmp(a, b)) {
 		fprintf(stderr,

@@ -319,26 +319,6 @@ int gen_parse_ids(const char *what, const char *s, struct mg_ids *out)
 	return 0;
 }
 
-/* Does plugin p declare option `name`? (mg_opt_* abort on an
- * undeclared key.) */
-static bool declares(const struct mg_plugin *p, const char *name)
-{
-	for (const struct mg_option *o = p->options; o && o->name; o++)
-		if (!strcmp(o->name, name))
-			return true;
-	return false;
-}
-
-/* The value of a plugin's path/string option, or "" when the plugin has
- * no such option. */
-const char *mg_cli_plugin_opt(const struct mg_session *s, int sec,
-			      const char *name)
-{
-	if (!declares(s->plugin[sec].desc, name))
-		return "";
-	return mg_opt_str(s->opts[sec], name);
-}
-
 static bool is_file(const char *path)
 {
 	struct stat st;
@@ -551,10 +531,10 @@ static const char *tokenizer_path(struct gen *g, char *buf, size_t len)
 {
 	if (g->o.tokenizer)
 		return g->o.tokenizer;
-	const char *d = mg_cli_plugin_opt(&g->s, MG_SEC_DATASET, "tokenizer");
+	const char *d = mg_session_plugin_str(&g->s, MG_SEC_DATASET, "tokenizer");
 	if (d[0])
 		return d;
-	const char *hf = mg_cli_plugin_opt(&g->s, MG_SEC_MODEL, "hf_dir");
+	const char *hf = mg_session_plugin_str(&g->s, MG_SEC_MODEL, "hf_dir");
 	if (hf[0]) {
 		snprintf(buf, len, "%s/tokenizer.json", hf);
 		if (is_file(buf))
@@ -644,7 +624,7 @@ static int open_model(struct gen *g)
 			g->o.adapter ? ": " : "", mg_last_error());
 		return 1;
 	}
-	const char *hf = mg_cli_plugin_opt(&g->s, MG_SEC_MODEL, "hf_dir");
+	const char *hf = mg_session_plugin_str(&g->s, MG_SEC_MODEL, "hf_dir");
 	if (g->o.adapter) {
 		fprintf(stderr,
 			"generate: adapter %s (%s) on %s%s; the run's "

@@ -175,3 +175,20 @@ void mg_session_print(const struct mg_session *s, FILE *f)
 		mg_opts_print(f, s->opts[i]);
 	}
 }
+
+/* Does plugin p declare option `name`? */
+static bool declares(const struct mg_plugin *p, const char *name)
+{
+	for (const struct mg_option *o = p->options; o && o->name; o++)
+		if (!strcmp(o->name, name))
+			return true;
+	return false;
+}
+
+const char *mg_session_plugin_str(const struct mg_session *s, int sec,
+				  const char *name)
+{
+	if (!declares(s->plugin[sec].desc, name))
+		return "";
+	return mg_opt_str(s->opts[sec], name);
+}

@@ -35,6 +35,12 @@ MG_INTERNAL int mg_session_open(struct mg_session *s, const char *ini,
 				const char *const *sets, int nsets,
 				const char *plugin_path);
 MG_INTERNAL void mg_session_close(struct mg_session *s);
+/* A plugin's string/path option, or "" when it declares no such option
+ * (mg_opt_* abort on an undeclared key): what the core may say about a
+ * model's weights folder or a dataset's tokenizer without knowing the
+ * plugin. */
+MG_INTERNAL const char *mg_session_plugin_str(const struct mg_session *s,
+					      int sec, const char *name);
 /* --print-config: the effective configuration as INI text. */
 MG_INTERNAL void mg_session_print(const struct mg_session *s, FILE *f);
 

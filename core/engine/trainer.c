@@ -1065,6 +1065,10 @@ int mg_eval_only(struct mg_session *s)
 	t.eval_only = true; /* a finished run's checkpoint loads too */
 	int rc = setup(&t);
 	char ck[PATH_MAX + 32], source[PATH_MAX + 64] = "initial weights";
+	/* a model started from a weights folder says which */
+	const char *hf = mg_session_plugin_str(s, MG_SEC_MODEL, "hf_dir");
+	if (hf[0])
+		snprintf(source, sizeof source, "initial weights of %s", hf);
 	if (!rc) {
 		snprintf(ck, sizeof ck, "%s/" MG_CKPT_FILE, t.run_dir);
 		if (access(ck, F_OK) == 0) {

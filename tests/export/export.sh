@@ -51,6 +51,8 @@ roundtrip() {
 		--set model.hf_dir="$work/$tag.hf" $HO --eval-only \
 		>"$work/${tag}_hf.eval" 2>&1 ||
 		fail "$tag: eval from the export: $(tail -3 "$work/${tag}_hf.eval")"
+	grep -q "eval (initial weights of $work/$tag.hf," "$work/${tag}_hf.eval" ||
+		fail "$tag: the eval does not name the folder it read: $(grep 'eval (' "$work/${tag}_hf.eval")"
 	a=$(loss "$tag") b=$(loss "${tag}_hf")
 	echo "$tag: run loss $a, exported $b"
 	near "$a" "$b" "$tol" || fail "$tag: loss $a, from the export $b (tol $tol)"

@@ -493,6 +493,23 @@ PY
 	run fsdp_hybrid 4 "$llama" --set strategy.name=fsdp \
 		--set strategy.shard=hybrid --set strategy.shard_group_size=2 "$@"
 	same single fsdp_hybrid 1e-10
+	# grad_op keeps each unit's gather buffer all run, so the frozen
+	# base is gathered in the first step only: with 3 and 6 steps,
+	# 2 x calls(3) - calls(6) is the base's one-time gathers (0 for
+	# full shard, which gathers everything every step).
+	for mode in grad_op full; do
+		for n in 3 6; do
+			run "once_${mode}_$n" 2 "$llama" --set strategy.name=fsdp \
+				--set strategy.shard="$mode" --set run.max_steps=$n "$@"
+		done
+		once=$((2 * $(counter "once_${mode}_3" calls) - \
+			$(counter "once_${mode}_6" calls)))
+		echo "fsdp $mode: base gathers not repeated after step 1: $once"
+		case $mode in
+		grad_op) test "$once" -gt 0 ;;
+		full) test "$once" -eq 0 ;;
+		esac
+	done
 	# Without dropout the q/k/v and gate/up adapters run fused (their
 	# A's lie back to back in replicated storage and in flats).
 	run nodrop1 1 "$llama" --set run.batch_size=16 "$@" \

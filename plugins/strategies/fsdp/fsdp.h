@@ -79,6 +79,9 @@ struct fsdp_unit {
 	bool scratch;	     /* the reduce-scatter in flight lands in the
 				scratch: add it to the shard when done */
 	int uslot;	     /* pooled: its gradient shard's slot, -1 */
+	bool frozen_held;    /* dedicated slot (grad_op): its frozen flats
+				were gathered there and never change, so
+				later gathers skip them */
 };
 
 /* A transient buffer for one unit's full parameters or gradients. */

@@ -46,8 +46,12 @@ int fsdp_save(void *self, struct mg_ckpt *ck)
 
 int fsdp_load(void *self, struct mg_ckpt *ck)
 {
-	struct mg_shard_ckpt s = shard_ckpt(self);
+	struct fsdp *d = self;
+	struct mg_shard_ckpt s = shard_ckpt(d);
 	int rc = mg_shard_ckpt_load(&s, ck);
+	/* whatever was loaded, gather every flat again */
+	for (int u = 0; u < d->spec->nunits; u++)
+		d->units[u].frozen_held = false;
 	if (!rc)
 		rc = fsdp_refresh_lp(self);
 	return rc ? mg_error_prefix("fsdp: resume") : 0;

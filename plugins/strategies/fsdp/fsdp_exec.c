@@ -95,7 +95,10 @@ static void drop_pslot(struct fsdp *d, int u)
 		un->slot = -1;
 }
 
-/* Issue the all-gathers of unit u's flats into its slot. */
+/* Issue the all-gathers of unit u's flats into its slot. A dedicated
+ * slot (grad_op) is the unit's alone for the whole run, so a frozen
+ * flat gathered there once (a LoRA or QLoRA base, DPO's reference)
+ * stays whole: only the trained flats are gathered again each step. */
 static int gather(struct fsdp *d, int u)
 {
 	struct fsdp_unit *un = &d->units[u];
@@ -107,6 +110,8 @@ static int gather(struct fsdp *d, int u)
 	char *base = d->pslots[un->slot].buf.ptr;
 	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
 		const struct mg_flat *f = &L->flats[k];
+		if (!f->train && un->frozen_held)
+			continue;
 		const void *mine = fsdp_shard(d, f);
 		if (d->sc->all_gather(d->sc, mine, base + f->full_byte,
 				      f->shard, f->lent))
@@ -114,6 +119,7 @@ static int gather(struct fsdp *d, int u)
 					       d->spec->units[u].name);
 	}
 	un->gathered = true;
+	un->frozen_held = d->dedicated;
 	return 0;
 }
 
