@@ -26,6 +26,9 @@
 # MG_FSDP_LLM_MB (8, micro-batch per GPU), MG_FSDP_LLM_DDP_MB (2: the
 # no-shard pair, as the baseline's table), MG_FSDP_LLM_LAYERS (32),
 # MG_FSDP_LLM_STEPS (2 per window), MG_FSDP_LLM_WARM (3),
+# MG_FSDP_LLM_REDUCE (fp32: gradients reduced in fp32 on both sides;
+# bf16: mgrun's strategy.reduce_dtype = param and FSDP2's reduce_dtype
+# bf16, its MixedPrecisionPolicy default),
 # MG_FSDP_LLM_SETS (more --set for mgrun), MG_FSDP_LLM_TORCH (1; 0 skips
 # PyTorch), MG_FSDP_LLM_TIMEOUT (420 s a run: a rank out of memory can
 # leave the others waiting in a collective), BENCH_GPU_OPS (path of
@@ -40,6 +43,12 @@ layers=${MG_FSDP_LLM_LAYERS:-32}
 per=${MG_FSDP_LLM_STEPS:-2}
 warm=${MG_FSDP_LLM_WARM:-3}
 extra=${MG_FSDP_LLM_SETS:-}
+reduce=${MG_FSDP_LLM_REDUCE:-fp32}
+case $reduce in
+fp32) rsets= ;;
+bf16) rsets="--set strategy.reduce_dtype=param" ;;
+*) echo "MG_FSDP_LLM_REDUCE=$reduce: fp32 or bf16"; exit 2 ;;
+esac
 torch_too=${MG_FSDP_LLM_TORCH:-1}
 limit=${MG_FSDP_LLM_TIMEOUT:-420}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -81,7 +90,7 @@ for mode in $modes; do
 	timeout "$limit" "$mgrun" -c "$here/fsdp_llm.ini" --set run.gpus="$g" \
 		--set run.batch_size="$b" --set model.num_layers="$layers" \
 		--set dataset.train_samples=$((b * g * (steps + 2))) \
-		--set run.max_steps="$steps" $sets $extra \
+		--set run.max_steps="$steps" $sets $rsets $extra \
 		--set run.out_dir=/tmp/mgfsdpllm --set run.name="$run" \
 		>"$out/$run.log" 2>&1
 	rc=$?
@@ -97,11 +106,11 @@ for mode in $modes; do
 		tail -3 "$out/$run.log"
 	fi
 	tr='{"error": "not run"}'
-	cache=$out/torch_${tmode}_$b.json
+	cache=$out/torch_${tmode}_${b}_$reduce.json
 	if [ "$torch_too" = 1 ] && [ -s "$cache" ]; then
 		tr=$(cat "$cache")
 	elif [ "$torch_too" = 1 ]; then
-		tr=$(LAYERS=$layers timeout "$limit" python3 -m torch.distributed.run \
+		tr=$(LAYERS=$layers REDUCE=$reduce timeout "$limit" python3 -m torch.distributed.run \
 			--standalone --nproc_per_node="$g" "$here/torch_fsdp_llm.py" \
 			"$tmode" "$b" 5 "$per" "$warm" \
 			2>"$out/torch_$run.err" | grep '^{' | tail -1)

@@ -57,10 +57,14 @@ if mode != "ddp":
                                 mesh_dim_names=("rep", "shard"))
     else:
         mesh = init_device_mesh("cuda", (world,))
+    # REDUCE=bf16: gradients reduced in bf16, MixedPrecisionPolicy's
+    # default; fp32 (the default here) as mgrun's strategy.reduce_dtype
+    reduce_bf16 = os.environ.get("REDUCE", "fp32") == "bf16"
     kw = dict(mesh=mesh, reshard_after_forward=(mode != "grad_op"),
-              mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                             reduce_dtype=torch.float32))
-    policy = "FSDP2 MixedPrecisionPolicy(bf16, reduce fp32)"
+              mp_policy=MixedPrecisionPolicy(
+                  param_dtype=torch.bfloat16,
+                  reduce_dtype=torch.bfloat16 if reduce_bf16 else torch.float32))
+    policy = f"FSDP2 MixedPrecisionPolicy(bf16, reduce {'bf16' if reduce_bf16 else 'fp32'})"
     if mode == "offload":
         kw["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
         policy += ", CPUOffloadPolicy"

@@ -15,7 +15,7 @@ cat >"$tmp/bin/python3" <<PY
 # bench/torch_fsdp_llm.py print (the keys of both); out of memory when
 # MG_FAKE_TORCH_OOM names the mode
 if [ "\$1" = "-m" ]; then
-	echo "\$*" >>"$tmp/torch_calls"
+	echo "REDUCE=\${REDUCE:-} \$*" >>"$tmp/torch_calls"
 	for a; do case \$a in "\${MG_FAKE_TORCH_OOM:-none}")
 		echo "torch.OutOfMemoryError: CUDA out of memory." >&2; exit 1 ;; esac; done
 	echo '{"img_s_total": {"median": 1000, "min": 900, "max": 1250, "p10": 910, "p90": 1200}, "tok_s_gpu": {"median": 1000, "min": 900, "max": 1250, "p10": 910, "p90": 1200}, "params": 2000000000, "policy": "MixedPrecisionPolicy(bf16, reduce bf16)", "driver_peak_rank": 8388608, "max_reserved_rank": 4194304, "max_allocated_rank": 3145728}'
@@ -39,7 +39,7 @@ fi
 line "$tmp/shard2.txt" '| bf16 | offload | FAILED |'
 
 bash "$bench/ddp_scaling.sh" "$fake" /nonexistent "$tmp/scale" 1 2 >"$tmp/scale.txt"
-line "$tmp/scale.txt" '| 224 | 2 | ddp_ds | 20.00 | 6400 | 100.0% | 6.40x | 5.12x | 100 | 0.500 | 0.100 |'
+line "$tmp/scale.txt" '| 224 | 2 | ddp_ds | 20.00 | 6400 (6400-6400) | 100.0% | 6.40x | 5.12x | 100 | 0.500 | 0.100 |'
 line "$tmp/scale.txt" '| 224 | 2 | PyTorch DDP | - | 1000.0 (fastest window 1250.0) | 16% of mgrun 1-GPU x N | 1 | - | - | - | - |'
 if MG_FAKE_FAIL=scale_ddp_rr_2_224 bash "$bench/ddp_scaling.sh" "$fake" \
 	/nonexistent "$tmp/scale2" 1 2 >"$tmp/scale2.txt" 2>&1; then
@@ -68,6 +68,15 @@ grep -q "strategy.shard=full --set strategy.update_in_backward=true" \
 	{ echo "fsdp_llm.sh: full_ubw did not set update_in_backward"; exit 1; }
 grep -q '^| hybrid (hybrid) | 8 | 204,800' "$tmp/llm.txt"
 line "$tmp/llm.txt" 'GEMM ceiling (bf16, mg_op_linear, same call): 800 TFLOP/s'
+# bf16 reductions on both sides: mgrun's reduce_dtype = param, PyTorch's
+# REDUCE=bf16 (its cached fp32 rows not reused)
+: >"$tmp/torch_calls"
+MG_FSDP_LLM_REDUCE=bf16 MG_FSDP_LLM_MODES=full \
+	bash "$bench/fsdp_llm.sh" "$fake" "$tmp/llm" 4 >"$tmp/llm3.txt"
+grep -q "strategy.reduce_dtype=param" /tmp/mgfsdpllm/fsdp_llm_full/args ||
+	{ echo "fsdp_llm.sh: bf16 did not set reduce_dtype"; exit 1; }
+[ "$(grep -c "^REDUCE=bf16 .*torch_fsdp_llm" "$tmp/torch_calls")" = 1 ] ||
+	{ echo "fsdp_llm.sh: PyTorch did not run once with REDUCE=bf16"; exit 1; }
 if MG_FAKE_FAIL=fsdp_llm_offload bash "$bench/fsdp_llm.sh" "$fake" \
 	"$tmp/llm2" 2 >"$tmp/llm2.txt" 2>&1; then
 	echo "fsdp_llm.sh: a failed mgrun run exited 0"; exit 1
