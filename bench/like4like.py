@@ -29,8 +29,10 @@ environment (defaults in brackets):
   MG_L4L_SIZES [28,100,224,500]  MG_L4L_PRECS [fp32,fp16,bf16]
   MG_L4L_COMPILE [224:fp32,224:bf16]  torch.compile cells, run last
   MG_L4L_LORA ["llama3.2-1b,2,512,qv llama3.2-1b,8,512,tt"]
-      cells shape,batch,seq,targets[,nf4]: nf4 is QLoRA (model.quant =
-      nf4), mgrun only (no bitsandbytes baseline on the GPU machines)
+      cells shape,batch,seq,targets[,nf4]: targets qv (q, v), tt (q, v,
+      o, gate, up, down: torchtune's) or all (the seven projections);
+      nf4 is QLoRA (model.quant = nf4), mgrun only (no bitsandbytes
+      baseline on the GPU machines)
   MG_L4L_FULL ["llama3.2-1b,8,512 llama3.2-1b,4,2048 llama3.2-3b,4,1024,ckpt"]
       cells shape,batch,seq[,ckpt]: ckpt = activation checkpointing on
       both sides
@@ -220,7 +222,8 @@ def lora(mgrun, out, results):
         quant = q[0] if q else "none"
         assert quant in ("none", "nf4") and len(q) <= 1, f"cell {cell}"
         b, s = int(b), int(s)
-        targets = {"qv": "q,v", "tt": "q,v,o,gate,up,down"}[tg]
+        targets = {"qv": "q,v", "tt": "q,v,o,gate,up,down",
+                   "all": "all"}[tg]
         name = f"l4l_lora_{shape}_{b}x{s}_{tg}" + ("_nf4" if q else "")
         steps = LORA_WARM + WINDOWS * LORA_STEPS
         sets = ["-c", os.path.join(ROOT, "conf", "llama_tiny.ini"),

@@ -10,7 +10,7 @@ LlamaForCausalLM with random weights in bf16, SDPA attention, peft LoRA
 bf16 autocast, labels = inputs (every token counted).
 
 usage: torch_lora_l4l.py SHAPE BATCH SEQ TARGETS [WINDOWS STEPS WARM]
-  SHAPE llama3.2-1b | llama3-8b; TARGETS qv | tt; prints one JSON line.
+  SHAPE llama3.2-1b | llama3-8b; TARGETS qv | tt | all (the seven projections); prints one JSON line.
 """
 import json
 import os
@@ -29,7 +29,9 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 TARGETS = {"qv": ["q_proj", "v_proj"],
-           "tt": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+           "tt": ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+           "all": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                   "down_proj"]}
 torch.cuda.init()
 torch.zeros(1, device="cuda")  # the context
 mem.context_ready().start()
