@@ -4,6 +4,11 @@
  * never writes its metrics. The trainer must refuse both, naming them.
  * BAD_CRASH dies of SIGSEGV in its first forward(): a sweep must report
  * such a child by the signal's name (tests/analysis/sweep_signal.sh).
+ * BAD_PART_OLD and BAD_PART_NEW never write their metrics either, and
+ * have an init_unit_part (ABI 1.7) that fails when called: built as
+ * ABI 1.6 (OLD) the core must not read it (a 1.6 plugin's ops end
+ * before it) and the run gets past setup to the metrics error; built
+ * as 1.7 (NEW) fsdp's setup calls it.
  */
 #include <signal.h>
 #include <string.h>
@@ -47,6 +52,15 @@ static int init_unit(void *self, int unit, struct mg_tensor *params,
 	return 0;
 }
 
+#if defined(BAD_PART_OLD) || defined(BAD_PART_NEW)
+static int init_part(void *self, int unit, struct mg_tensor *params,
+		     uint64_t seed, const int64_t *lo, const int64_t *hi)
+{
+	(void)self, (void)unit, (void)params, (void)seed, (void)lo, (void)hi;
+	return mg_error("init_unit_part called");
+}
+#endif
+
 static int forward(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
 		   struct mg_tensor *metrics)
 {
@@ -68,10 +82,19 @@ static const struct mg_model_ops ops = {
 	.init_unit = init_unit,
 	.forward = forward,
 	.backward = backward,
+#if defined(BAD_PART_OLD) || defined(BAD_PART_NEW)
+	.init_unit_part = init_part,
+#endif
 };
 
 static const struct mg_plugin desc = {
+#ifdef BAD_PART_OLD
+	.abi_major = MG_ABI_MAJOR,
+	.abi_minor = 6,
+	.struct_size = sizeof(struct mg_plugin),
+#else
 	MG_PLUGIN_HEADER,
+#endif
 	.kind = MG_PLUGIN_MODEL,
 	.name = PLUGIN_NAME,
 	.version = "0",
