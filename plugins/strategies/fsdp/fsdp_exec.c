@@ -381,6 +381,12 @@ void fsdp_release(void *self, int u, enum mg_phase ph)
 	/* grad_op keeps the gathered parameters for backward. */
 	if (ph == MG_PHASE_FORWARD && d->mode == FSDP_GRAD_OP)
 		return;
+	/* Nor does any mode free the unit backward starts with (the output
+	 * head, once the order is known): it would be gathered again at
+	 * once, with nothing to overlap (FSDP2 keeps its root so). */
+	const struct fsdp_order *bo = &d->order[1];
+	if (ph == MG_PHASE_FORWARD && bo->final && bo->n > 0 && bo->seq[0] == u)
+		return;
 	drop_pslot(d, u);
 }
 
