@@ -13,7 +13,8 @@ static const struct mg_option fsdp_options[] = {
 	MG_OPT_E("shard", "full", "full|grad_op|none|hybrid",
 		 "what is sharded: full (FULL_SHARD), grad_op "
 		 "(SHARD_GRAD_OP: parameters kept gathered from forward to "
-		 "backward), none (NO_SHARD: DDP by units), hybrid "
+		 "backward, a frozen LoRA base gathered once a run), none "
+		 "(NO_SHARD: DDP by units), hybrid "
 		 "(HYBRID_SHARD: full inside groups, replicated across)"),
 	MG_OPT_I("shard_group_size", "0", 0, 1 << 20,
 		 "hybrid: ranks per shard group (0: the ranks of one node); "
