@@ -24,42 +24,6 @@
 #include "runtime/cuda/cuda_device.h"
 #endif
 
-int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s, int unit,
-		 struct mg_tensor *params_host)
-{
-	if (unit < 0 || unit >= s->nunits)
-		return mg_error("init: unit %d out of range", unit);
-	int rc = ctx->model_ops->init_unit(
-		ctx->model, unit, params_host,
-		mg_rng_key(ctx->seed, (uint64_t)unit));
-	if (rc)
-		return mg_error_prefix("model init of unit '%s'",
-				       s->units[unit].name);
-	return 0;
-}
-
-int mg_init_unit_part(struct mg_ctx *ctx, const struct mg_model_spec *s,
-		      int unit, struct mg_tensor *params_host,
-		      const int64_t *lo, const int64_t *hi)
-{
-	/* The op is read only from a model built for ABI 1.7 or later: an
-	 * older plugin's ops struct ends before it. */
-	const struct mg_trainer *t = ctx->core;
-	if (!lo || !hi || !t ||
-	    t->s->plugin[MG_SEC_MODEL].desc->abi_minor < 7 ||
-	    !ctx->model_ops->init_unit_part)
-		return mg_init_unit(ctx, s, unit, params_host);
-	if (unit < 0 || unit >= s->nunits)
-		return mg_error("init: unit %d out of range", unit);
-	int rc = ctx->model_ops->init_unit_part(
-		ctx->model, unit, params_host,
-		mg_rng_key(ctx->seed, (uint64_t)unit), lo, hi);
-	if (rc)
-		return mg_error_prefix("model init of unit '%s'",
-				       s->units[unit].name);
-	return 0;
-}
-
 static int setup_run_dir(struct mg_trainer *t)
 {
 	const char *name = mg_opt_str(t->s->run, "name");
