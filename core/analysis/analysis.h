@@ -168,7 +168,8 @@ struct mg_run {
 	char *schema, *status, *config, *device, *precision;
 	int world;
 	double batch_size, total_steps;
-	double wall_s, train_s, samples_per_s;
+	/* setup_s: NAN in reports written before it existed */
+	double wall_s, setup_s, train_s, samples_per_s;
 	double step_median; /* s: steady steps of steps.csv, or the report */
 	/* report.json steps_per_epoch; epoch_s one epoch's training seconds:
 	 * train_s per epoch trained when the run trained one or more, else

@@ -115,6 +115,7 @@ static void build(struct rows *t, const struct mg_run *a,
 	timed(t, s, "step median", a, b, "step_s");
 	add(t, s, "train_s", a->train_s, b->train_s, PLAIN, U_SEC);
 	add(t, s, "wall_s", a->wall_s, b->wall_s, PLAIN, U_SEC);
+	add(t, s, "setup_s", a->setup_s, b->setup_s, PLAIN, U_SEC);
 	s = "phases (median s per step)";
 	for (int i = 0; i < MG_PH_COUNT; i++)
 		timed(t, s, ph_names[i], a, b, ph_cols[i]);

@@ -623,6 +623,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	r->total_steps = num(run, "total_steps", 0);
 	r->steps_per_epoch = num(run, "steps_per_epoch", 0);
 	r->wall_s = num(run, "wall_s", NAN);
+	r->setup_s = num(run, "setup_s", NAN);
 	r->train_s = num(run, "train_s", NAN);
 	r->samples_per_s = num(run, "samples_per_s", NAN);
 	r->test_acc = num(run, "test_accuracy", NAN);

@@ -555,6 +555,7 @@ static cJSON *run_json(const struct mg_sweep_run *sr, int rep)
 	const struct mg_run *r = &sr->run;
 	add_num(o, "train_s", r->train_s);
 	add_num(o, "wall_s", r->wall_s);
+	add_num(o, "setup_s", r->setup_s);
 	add_num(o, "samples_per_s", r->samples_per_s);
 	add_num(o, "step_median_s", r->step_median);
 	add_num(o, "test_accuracy", r->test_acc);

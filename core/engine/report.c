@@ -201,6 +201,15 @@ void mg_report_close(struct mg_report *rep)
 	rep->rank_rows = NULL;
 }
 
+/* Seconds from the process start to the first training step (plugins,
+ * the strategy's storage and initial values, the input pipeline): a
+ * large model's start, apart from its steps; until the loop begins, the
+ * time so far. */
+static double setup_seconds(const struct mg_run_view *rs)
+{
+	return (rs->t_loop > 0 ? rs->t_loop : mg_now()) - rs->t_begin;
+}
+
 /* The steady steps' wall times, sorted (a copy; NULL when none). */
 static double *sorted_step_times(const struct mg_report *rep)
 {
@@ -466,6 +475,7 @@ int mg_report_write_status(const struct mg_run_view *rs, const char *status,
 	cJSON_AddNumberToObject(run, "trainable_parameters",
 				(double)rs->trainable_parameters);
 	cJSON_AddNumberToObject(run, "wall_s", mg_now() - rs->t_begin);
+	cJSON_AddNumberToObject(run, "setup_s", setup_seconds(rs));
 	double samples = 0;
 	for (int i = 0; i < rs->nep; i++)
 		samples += (double)rs->ep[i].samples;
@@ -660,6 +670,8 @@ void mg_report_summary(const struct mg_run_view *rs, FILE *f)
 		rank_table(rs, f);
 	if (rs->profile_summary)
 		rs->profile_summary(rs->profile_arg, f);
-	fprintf(f, "wall time       %.1f s; report %s/report.json\n", wall,
-		rs->run_dir);
+	fprintf(f,
+		"wall time       %.1f s (setup %.1f s); report "
+		"%s/report.json\n",
+		wall, setup_seconds(rs), rs->run_dir);
 }

@@ -54,7 +54,8 @@ struct mg_run_view {
 	int64_t batch, steps_per_epoch, total_steps;
 	int64_t start_step; /* first step this process runs (resume) */
 	int64_t skipped_steps, trainable_parameters;
-	double t_begin;			      /* mg_now() at the start */
+	double t_begin; /* mg_now() at the start */
+	double t_loop;	/* mg_now() when the step loop began; 0 before */
 	const struct mg_epoch_stats *ep;      /* epochs done */
 	const struct mg_metric_spec *metrics; /* what the model declares */
 	int nep;

@@ -936,6 +936,7 @@ const struct mg_run_view *mg_run_view(struct mg_trainer *t)
 		.skipped_steps = t->skipped_steps,
 		.trainable_parameters = mg_spec_numel(&t->spec, MG_P_TRAIN),
 		.t_begin = t->t_begin,
+		.t_loop = t->t_loop,
 		.ep = t->ep,
 		.nep = t->nep,
 		.metrics = &t->mspec,
