@@ -332,6 +332,40 @@ tile_bounds(const fa_dims &a, const int32_t *pos, int n, int t0, int *lo_s,
 	*lomax = red_s[1];
 }
 
+/*
+ * acc[m] += A B for each of a warp's MW m-tiles (the forward's O += P V,
+ * dq's dq += dS K): A is key step kk of the m-tile's F32 score
+ * fragments s[m] (n-blocks 2kk and 2kk + 1 packed as one A fragment), B
+ * rows kk * 16.. of the [BC, HD] key-major tile in shared memory, read
+ * transposed, so each B fragment feeds all MW m-tiles.
+ */
+template <typename T, int HD, int MW>
+__device__ __forceinline__ void
+scores_times_tile(float (*acc)[HD / 8][4], const float (*s)[BC / 8][4], int kk,
+		  const T *tile, int lane)
+{
+	uint32_t pa[MW][4];
+#pragma unroll
+	for (int m = 0; m < MW; m++) {
+		const float(*s2)[4] = s[m] + 2 * kk;
+		pa[m][0] = pack2<T>(s2[0][0], s2[0][1]);
+		pa[m][1] = pack2<T>(s2[0][2], s2[0][3]);
+		pa[m][2] = pack2<T>(s2[1][0], s2[1][1]);
+		pa[m][3] = pack2<T>(s2[1][2], s2[1][3]);
+	}
+#pragma unroll
+	for (int d2 = 0; d2 < HD / 16; d2++) {
+		uint32_t b[4];
+		ldsm4t(b, tile + swz<HD>(kk * 16 + a_row(lane),
+					 d2 * 16 + a_col(lane)));
+#pragma unroll
+		for (int m = 0; m < MW; m++) {
+			mma<T>(acc[m][2 * d2], pa[m], b);
+			mma<T>(acc[m][2 * d2 + 1], pa[m], b + 2);
+		}
+	}
+}
+
 /* ---- forward -------------------------------------------------------- */
 
 /*
@@ -526,37 +560,9 @@ __global__ void __launch_bounds__(FT)
 			/* O += P V: the S accumulators of n-blocks 2kk and
 			 * 2kk + 1 are the A fragment of key step kk */
 #pragma unroll
-			for (int kk = 0; kk < BC / 16; kk++) {
-				uint32_t pa[MW][4];
-#pragma unroll
-				for (int mi = 0; mi < MW; mi++) {
-					const float(*sp)[4] = s[mi];
-					pa[mi][0] = pack2<T>(sp[2 * kk][0],
-							     sp[2 * kk][1]);
-					pa[mi][1] = pack2<T>(sp[2 * kk][2],
-							     sp[2 * kk][3]);
-					pa[mi][2] = pack2<T>(sp[2 * kk + 1][0],
-							     sp[2 * kk + 1][1]);
-					pa[mi][3] = pack2<T>(sp[2 * kk + 1][2],
-							     sp[2 * kk + 1][3]);
-				}
-#pragma unroll
-				for (int dp = 0; dp < HD / 16; dp++) {
-					uint32_t b[4];
-					ldsm4t(b,
-					       vt + swz<HD>(kk * 16 +
-								    a_row(lane),
-							    dp * 16 +
-								    a_col(lane)));
-#pragma unroll
-					for (int mi = 0; mi < MW; mi++) {
-						mma<T>(acc[mi][2 * dp], pa[mi],
-						       b);
-						mma<T>(acc[mi][2 * dp + 1],
-						       pa[mi], b + 2);
-					}
-				}
-			}
+			for (int kk = 0; kk < BC / 16; kk++)
+				scores_times_tile<T, HD, MW>(acc, s, kk, vt,
+							     lane);
 		}
 		__syncthreads(); /* the buffer is refilled next iteration */
 	}
@@ -818,6 +824,8 @@ __global__ void __launch_bounds__(FT)
 							}
 					}
 			}
+			/* dS = P (dP - D) in s, then dq += dS K (K read
+			 * transposed: keys are k) */
 #pragma unroll
 			for (int m = 0; m < MW; m++)
 #pragma unroll
@@ -832,35 +840,10 @@ __global__ void __launch_bounds__(FT)
 							p * (dp[m][nb][e] -
 							     dd[m][x]);
 					}
-					/* dq += dS K (K read transposed: keys are k) */
 #pragma unroll
-			for (int kk = 0; kk < BC / 16; kk++) {
-				uint32_t pa[MW][4];
-#pragma unroll
-				for (int m = 0; m < MW; m++) {
-					const float(*s2)[4] = s[m] + 2 * kk;
-					pa[m][0] = pack2<T>(s2[0][0], s2[0][1]);
-					pa[m][1] = pack2<T>(s2[0][2], s2[0][3]);
-					pa[m][2] = pack2<T>(s2[1][0], s2[1][1]);
-					pa[m][3] = pack2<T>(s2[1][2], s2[1][3]);
-				}
-#pragma unroll
-				for (int d2 = 0; d2 < HD / 16; d2++) {
-					uint32_t b[4];
-					ldsm4t(b,
-					       kt + swz<HD>(kk * 16 +
-								    a_row(lane),
-							    d2 * 16 +
-								    a_col(lane)));
-#pragma unroll
-					for (int m = 0; m < MW; m++) {
-						mma<T>(acc[m][2 * d2], pa[m],
-						       b);
-						mma<T>(acc[m][2 * d2 + 1],
-						       pa[m], b + 2);
-					}
-				}
-			}
+			for (int kk = 0; kk < BC / 16; kk++)
+				scores_times_tile<T, HD, MW>(acc, s, kk, kt,
+							     lane);
 		}
 		__syncthreads();
 	}
@@ -1091,8 +1074,9 @@ template <int HD> struct fa_bq {
 	static const int v = HD > 64 ? 32 : 64;
 };
 
-/* m-tiles per warp in the forward: 2 at hd 64 (registers allow it; one
- * measured 9% slower at Llama 3.2 1B, T 2048), 1 at hd 128. */
+/* m-tiles per warp in the forward and dq: 2 at hd 64 (registers allow
+ * it; one measured 9% slower in the forward and 8% in dq at Llama 3.2
+ * 1B, T 2048), 1 at hd 128. */
 template <int HD> struct fa_mw {
 	static const int v = HD > 64 ? 1 : 2;
 };
@@ -1179,11 +1163,8 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 		if (e != cudaSuccess)
 			return e;
 	} else {
-		/* two m-tiles a warp fit the registers at hd 64 only (one
-		 * a warp measured 8% slower at 1B T2048, NOTES.md) */
-		constexpr int MW = HD == 64 ? 2 : 1;
-		e = fa_dq_launch<T, HD, MW>(st, a, q, k, v, pos, lse, o, dout,
-					    dq, Dt);
+		e = fa_dq_launch<T, HD, fa_mw<HD>::v>(st, a, q, k, v, pos, lse,
+						      o, dout, dq, Dt);
 		if (e != cudaSuccess)
 			return e;
 	}
