@@ -6,38 +6,31 @@
 #include "engine/session.h"
 #include "engine/trainer.h"
 
-int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s, int unit,
-		 struct mg_tensor *params_host)
+int mg_init_unit_part(struct mg_ctx *ctx, const struct mg_model_spec *s,
+		      int unit, struct mg_tensor *params_host,
+		      const int64_t *lo, const int64_t *hi)
 {
 	if (unit < 0 || unit >= s->nunits)
 		return mg_error("init: unit %d out of range", unit);
-	int rc = ctx->model_ops->init_unit(
-		ctx->model, unit, params_host,
-		mg_rng_key(ctx->seed, (uint64_t)unit));
+	/* The op is read only from a model built for ABI 1.7 or later: an
+	 * older plugin's ops struct ends before it. */
+	const struct mg_trainer *t = ctx->core;
+	const struct mg_model_ops *o = ctx->model_ops;
+	const bool part = lo && hi && t &&
+			  t->s->plugin[MG_SEC_MODEL].desc->abi_minor >= 7 &&
+			  o->init_unit_part;
+	const uint64_t seed = mg_rng_key(ctx->seed, (uint64_t)unit);
+	int rc = part ? o->init_unit_part(ctx->model, unit, params_host, seed,
+					  lo, hi)
+		      : o->init_unit(ctx->model, unit, params_host, seed);
 	if (rc)
 		return mg_error_prefix("model init of unit '%s'",
 				       s->units[unit].name);
 	return 0;
 }
 
-int mg_init_unit_part(struct mg_ctx *ctx, const struct mg_model_spec *s,
-		      int unit, struct mg_tensor *params_host,
-		      const int64_t *lo, const int64_t *hi)
+int mg_init_unit(struct mg_ctx *ctx, const struct mg_model_spec *s, int unit,
+		 struct mg_tensor *params_host)
 {
-	/* The op is read only from a model built for ABI 1.7 or later: an
-	 * older plugin's ops struct ends before it. */
-	const struct mg_trainer *t = ctx->core;
-	if (!lo || !hi || !t ||
-	    t->s->plugin[MG_SEC_MODEL].desc->abi_minor < 7 ||
-	    !ctx->model_ops->init_unit_part)
-		return mg_init_unit(ctx, s, unit, params_host);
-	if (unit < 0 || unit >= s->nunits)
-		return mg_error("init: unit %d out of range", unit);
-	int rc = ctx->model_ops->init_unit_part(
-		ctx->model, unit, params_host,
-		mg_rng_key(ctx->seed, (uint64_t)unit), lo, hi);
-	if (rc)
-		return mg_error_prefix("model init of unit '%s'",
-				       s->units[unit].name);
-	return 0;
+	return mg_init_unit_part(ctx, s, unit, params_host, NULL, NULL);
 }

@@ -219,11 +219,11 @@ static int setup(struct mg_trainer *t)
 			t->s->plugin[MG_SEC_STRATEGY].desc->name);
 	/* a large model's start (initial values, pinned host state) is
 	 * worth knowing apart from the steps */
-	if (mg_now() - t_setup >= 1.0)
+	const double setup_s = mg_now() - t_setup;
+	if (setup_s >= 1.0)
 		mg_info("strategy '%s': setup took %.1f s (initial values, "
 			"storage)",
-			t->s->plugin[MG_SEC_STRATEGY].desc->name,
-			mg_now() - t_setup);
+			t->s->plugin[MG_SEC_STRATEGY].desc->name, setup_s);
 	int64_t cap = t->batch;
 	const struct mg_plugin *sp = t->s->plugin[MG_SEC_STRATEGY].desc;
 	if (sp->abi_minor >= 1 && t->strat->max_read)
