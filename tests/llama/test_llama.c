@@ -1435,8 +1435,7 @@ static void init_part_case(const char *lines, bool untouched)
 			}
 			if (bad || (untouched && spill))
 				fail("unit %d param %d [%lld, %lld) of %lld: "
-				     "%lld "
-				     "differ, %lld written outside",
+				     "%lld differ, %lld written outside",
 				     u, k, (long long)lo[k], (long long)hi[k],
 				     (long long)m, (long long)bad,
 				     (long long)spill);
