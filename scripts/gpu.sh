@@ -85,8 +85,8 @@
 #                        (bench/attention_vs_torch.py) with the ratio
 #
 # The GPU machine lacks inih, cJSON and OpenBLAS: their .debs (.deps/debs)
-# are unpacked with dpkg -x into /tmp/mgdeps. cuDNN, cuBLAS and the CUDA
-# runtime are found on the machine (the CUDA toolkit or PyTorch's nvidia-*
+# are unpacked with dpkg -x into $MG_GPU_TMP/mgdeps (default /tmp). cuDNN,
+# cuBLAS and the CUDA runtime are found on the machine (the CUDA toolkit or PyTorch's nvidia-*
 # pip packages). Binaries are run directly (ctest files hold this
 # machine's paths). Logs go to ./gpu-out, or under the device tool's $OUT
 # as one archive a mode, $OUT/gpu-MODE.tgz (that tool brings back at most
@@ -115,8 +115,20 @@ if [ -n "${OUT:-}" ]; then
 fi
 mkdir -p "$out"
 
+# Scratch space for runs and unpacked libraries; MG_GPU_TMP lets two
+# modes run at once on different GPUs (CUDA_VISIBLE_DEVICES) without
+# sharing run folders. The modes pass it unquoted inside sh -c strings,
+# so it must not hold blanks.
+tmp=${MG_GPU_TMP:-/tmp}
+case $tmp in *[[:space:]]*)
+	echo "MG_GPU_TMP must not contain blanks: '$tmp'" >&2
+	exit 2
+	;;
+esac
+mkdir -p "$tmp"
+
 # Runtime libraries that are not on the GPU machine.
-deps=/tmp/mgdeps
+deps=$tmp/mgdeps
 mkdir -p "$deps"
 for f in .deps/debs/*.deb; do
 	[ -e "$f" ] && dpkg -x "$f" "$deps"
@@ -210,7 +222,7 @@ if [ "$what" = train ] || [ "$what" = all ]; then
 	for prec in fp32 bf16 fp16; do
 		run train "train $prec" "$mgrun" -c conf/fashion_mnist_gpu.ini \
 			--set dataset.dir="$fashion" --set run.precision=$prec --set run.epochs="$epochs" \
-			--set run.out_dir=/tmp/mgruns --set run.name="train_$prec" \
+			--set run.out_dir=$tmp/mgruns --set run.name="train_$prec" \
 			--set run.log_every=1000
 	done
 	awk '/^== train/ {p=$3; sub(":", "", p)} /^epoch [0-9]+:/ {e=$0}
@@ -232,23 +244,23 @@ fi
 if [ "$what" = torch_check ] || [ "$what" = all ]; then
 	# one fp64 training step of mgrun's MobileNetV2 against torchvision's
 	run test_torch_check torch_check sh -c "'$build/tests/mobilenetv2/test_mobilenetv2' \
-		'$build/plugins/libmg_mobilenetv2.so' dump /tmp/mgstep.txt &&
-		python3 tests/mobilenetv2/torch_check.py /tmp/mgstep.txt"
+		'$build/plugins/libmg_mobilenetv2.so' dump $tmp/mgstep.txt &&
+		python3 tests/mobilenetv2/torch_check.py $tmp/mgstep.txt"
 	grep -E "^(FAIL|ok)|error" "$out/test_torch_check.log"
 fi
 if [ "$what" = compare ] || [ "$what" = all ]; then
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run bench_compare compare \
-		python3 bench/mbv2_vs_torch.py "$mgrun" /tmp/mgbench \
+		python3 bench/mbv2_vs_torch.py "$mgrun" $tmp/mgbench \
 		${1:-28,100,224,500} ${2:-fp32,fp16,bf16}
-	cp /tmp/mgbench/like4like.json "$out/bench_mbv2.json" 2>/dev/null
+	cp $tmp/mgbench/like4like.json "$out/bench_mbv2.json" 2>/dev/null
 	sed -n '/^== like4like tables/,$p' "$out/bench_compare.log"
 fi
 if [ "$what" = like4like ]; then
 	# bench/RESULTS.md's MobileNetV2 and LoRA tables, like for like
 	# (MG_L4L_* in bench/like4like.py narrow or widen it)
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-560} run bench_like4like like4like \
-		python3 bench/like4like.py "$mgrun" /tmp/mgl4l "$@"
-	cp /tmp/mgl4l/like4like.json "$out/" 2>/dev/null
+		python3 bench/like4like.py "$mgrun" $tmp/mgl4l "$@"
+	cp $tmp/mgl4l/like4like.json "$out/" 2>/dev/null
 	sed -n '/^== like4like tables/,$p' "$out/bench_like4like.log"
 fi
 if [ "$what" = llama ] || [ "$what" = all ]; then
@@ -258,11 +270,11 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 	# in fp32 and bf16 (tests/llama/train.sh's bar).
 	run test_gpu_ops llm "$bin/test_gpu_ops" llm
 	run test_llama_hf hf_check python3 tests/llama/hf_check.py "$mgrun" \
-		/tmp/mghf
+		$tmp/mghf
 	for prec in fp32 bf16; do
 		run test_llama_train "llama $prec" "$mgrun" -c conf/llama_tiny.ini \
 			--set run.device=cuda --set run.precision=$prec \
-			--set run.max_steps=${1:-120} --set run.out_dir=/tmp/mgllama \
+			--set run.max_steps=${1:-120} --set run.out_dir=$tmp/mgllama \
 			--set run.name=tiny_$prec --set run.log_every=40
 		# the same run with the fused kernels: the same losses within
 		# the precision's rounding
@@ -270,28 +282,28 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 			-c conf/llama_tiny.ini --set run.device=cuda \
 			--set run.precision=$prec --set model.kernels=fused \
 			--set model.flce_chunk=500 \
-			--set run.max_steps=${1:-120} --set run.out_dir=/tmp/mgllama \
+			--set run.max_steps=${1:-120} --set run.out_dir=$tmp/mgllama \
 			--set run.name=tiny_${prec}_fused --set run.log_every=40
 	done
 	# generation on the GPU from those checkpoints (mgrun generate,
 	# decode with the key/value cache): 16 greedy ids each; in fp32 the
 	# same ids as the CPU decoding the same checkpoint
 	for prec in fp32 bf16; do
-		gset="--set run.precision=$prec --set run.out_dir=/tmp/mgllama \
+		gset="--set run.precision=$prec --set run.out_dir=$tmp/mgllama \
 			--set run.name=tiny_$prec"
 		run test_llama_generate "generate $prec cuda" sh -c \
 			"'$mgrun' generate -c conf/llama_tiny.ini --set run.device=cuda \
 			$gset --ids --prompt '5 17 42 99 3' --greedy --max-new-tokens 16 \
-			>/tmp/mgllama/gen_$prec.cuda && cat /tmp/mgllama/gen_$prec.cuda"
+			>$tmp/mgllama/gen_$prec.cuda && cat $tmp/mgllama/gen_$prec.cuda"
 	done
 	run test_llama_generate "generate fp32 cpu" sh -c \
 		"'$mgrun' generate -c conf/llama_tiny.ini --set run.device=cpu \
-		--set run.precision=fp32 --set run.out_dir=/tmp/mgllama \
+		--set run.precision=fp32 --set run.out_dir=$tmp/mgllama \
 		--set run.name=tiny_fp32 --ids --prompt '5 17 42 99 3' --greedy \
-		--max-new-tokens 16 >/tmp/mgllama/gen_fp32.cpu && \
-		cat /tmp/mgllama/gen_fp32.cpu && \
-		[ \$(wc -w </tmp/mgllama/gen_bf16.cuda) -eq 16 ] && \
-		cmp /tmp/mgllama/gen_fp32.cpu /tmp/mgllama/gen_fp32.cuda"
+		--max-new-tokens 16 >$tmp/mgllama/gen_fp32.cpu && \
+		cat $tmp/mgllama/gen_fp32.cpu && \
+		[ \$(wc -w <$tmp/mgllama/gen_bf16.cuda) -eq 16 ] && \
+		cmp $tmp/mgllama/gen_fp32.cpu $tmp/mgllama/gen_fp32.cuda"
 	grep -E "^(ok|FAIL)|hf_check" "$out/test_llama_hf.log"
 	grep -E "^== llama|^epoch 1:|step time" "$out/test_llama_train.log"
 	grep -E "^== generate|^[0-9 ]+$|tokens/s" "$out/test_llama_generate.log"
@@ -305,23 +317,23 @@ if [ "$what" = text ] || [ "$what" = all ]; then
 		"$mgrun" .deps/text_corpus.jsonl .deps/tokenizers/llama3 \
 		.deps/tokenizers/llama2
 	run test_text peft_check python3 tests/llama/peft_check.py "$mgrun" \
-		/tmp/mgpeft
+		$tmp/mgpeft
 	run test_text export_check python3 tests/llama/export_check.py "$mgrun" \
-		/tmp/mgexport
+		$tmp/mgexport
 	run test_text "alpaca bf16" "$mgrun" -c conf/alpaca.ini \
 		--set run.device=cuda --set run.precision=bf16 \
-		--set run.max_steps=20 --set run.out_dir=/tmp/mgtext
+		--set run.max_steps=20 --set run.out_dir=$tmp/mgtext
 	grep -E "^== |equal|FAIL|MISMATCH|^ok|^epoch|tokens/s" "$out/test_text.log" | tail -60
 fi
 if [ "$what" = dpo ]; then
 	run test_dpo "pref ops" "$bin/test_gpu_ops" pref
 	run test_dpo dpo_check python3 tests/llama/dpo_check.py "$mgrun" \
-		/tmp/mgdpo_check
+		$tmp/mgdpo_check
 	for prec in fp32 bf16; do
 		run test_dpo "dpo $prec" "$mgrun" -c conf/dpo.ini \
 			--set run.device=cuda --set run.precision=$prec \
 			--set run.epochs=1 --set run.max_steps=${1:-30} \
-			--set run.out_dir=/tmp/mgdpo --set run.name=dpo_$prec
+			--set run.out_dir=$tmp/mgdpo --set run.name=dpo_$prec
 	done
 	grep -E "^== |^ok|FAIL|^epoch 1:|step time|captured" "$out/test_dpo.log"
 fi
@@ -331,7 +343,7 @@ if [ "$what" = qat ]; then
 	# MG_QAT_* as tests/llama/qat_vs_ptq.sh says
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run test_qat qat_vs_ptq \
 		tests/llama/qat_vs_ptq.sh "$mgrun" "$root/.deps/fortunes" \
-		"$root/.deps/tokenizers/llama2" /tmp/mgqat cuda
+		"$root/.deps/tokenizers/llama2" $tmp/mgqat cuda
 	grep -E "^(==|\||int4|PASS|FAIL|fq_)|held-out|checks," "$out/test_qat.log"
 fi
 if [ "$what" = lora ]; then
@@ -340,7 +352,7 @@ if [ "$what" = lora ]; then
 	sed -n '/^== like4like tables/,$p' "$out/bench_lora.log"
 fi
 if [ "$what" = qlora ]; then
-	run test_qlora qlora_check tests/gpu/qlora_check.sh "$mgrun" /tmp/mgqlora
+	run test_qlora qlora_check tests/gpu/qlora_check.sh "$mgrun" $tmp/mgqlora
 	grep -E "^(FAIL|SKIPPED|qlora|greedy|epoch 1:)|^  " "$out/test_qlora.log"
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run bench_qlora qlora \
 		bench/lora_vs_torch.sh "$mgrun" ${*:-llama3-8b,2,512,qv,nf4}
@@ -355,7 +367,7 @@ if [ "$what" = kernels ]; then
 				--set run.precision=$prec --set dataset.image_size=$size \
 				--set run.max_steps=40 --set run.eval=false \
 				--set run.checkpoint=false --set optimizer.warmup_steps=0 \
-				--set run.out_dir=/tmp/mgkernels --set run.name=k_${size}_$prec \
+				--set run.out_dir=$tmp/mgkernels --set run.name=k_${size}_$prec \
 				--set profile.enabled=true --set profile.first_step=20 \
 				--set profile.steps=10 --set profile.top_kernels=40
 		done
@@ -375,7 +387,7 @@ if [ "$what" = attention ]; then
 fi
 if [ "$what" = profile ] || [ "$what" = all ]; then
 	run test_profile profile tests/gpu/profile_check.sh "$mgrun" "$root" \
-		/tmp/mgprofile "$fashion"
+		$tmp/mgprofile "$fashion"
 	grep -E "^(ok|FAIL|PASS|SKIPPED|RESULT|profile|  )" "$out/test_profile.log"
 fi
 if [ "$what" = dist ]; then
@@ -384,19 +396,19 @@ if [ "$what" = dist ]; then
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run test_dist_equivalence \
 		equivalence tests/strategies/gpu_equivalence.sh "$mgrun" \
 		"$build/tests/strategies/ckpt_diff" tests/strategies "$fashion" \
-		/tmp/mgdist ${1:-2}
+		$tmp/mgdist ${1:-2}
 	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_equivalence.log"
 fi
 if [ "$what" = dist ] || [ "$what" = dist_llm ]; then
 	# the llama and LoRA scenarios (no data files needed)
 	run test_dist_llm equivalence_llm tests/strategies/gpu_equivalence_llm.sh \
 		"$mgrun" "$build/tests/strategies/ckpt_diff" tests/strategies \
-		/tmp/mgdistllm ${1:-2}
+		$tmp/mgdistllm ${1:-2}
 	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_llm.log"
 fi
 if [ "$what" = scale7b ]; then
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-3000} run test_scale7b scale7b \
-		tests/gpu/scale_7b_check.sh "$mgrun" /tmp/mgscale7b \
+		tests/gpu/scale_7b_check.sh "$mgrun" $tmp/mgscale7b \
 		"${1:-$(nvidia-smi -L | wc -l)}"
 	grep -E "^(PASS|FAIL)|losses|failure|: [0-9]+ s" "$out/test_scale7b.log"
 fi
@@ -426,7 +438,7 @@ if [ "$what" = lora_scaling ]; then
 fi
 if [ "$what" = techniques ]; then
 	# conf/sweep_techniques.ini's GPU arguments (its header), 1B shape
-	rm -rf /tmp/mgtech
+	rm -rf $tmp/mgtech
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-1500} run techniques techniques \
 		scripts/techniques.sh "$mgrun" --set run.device=cuda \
 		--set run.precision=bf16 --set model.preset=llama3.2-1b \
@@ -435,14 +447,14 @@ if [ "$what" = techniques ]; then
 		--set dataset.min_len=128 --set dataset.train_samples=4096 \
 		--set dataset.test_samples=128 --set run.batch_size=8 \
 		--set run.eval_batch_size=8 --set run.max_steps=200 \
-		--set run.cuda_graph=true --set run.out_dir=/tmp/mgtech \
+		--set run.cuda_graph=true --set run.out_dir=$tmp/mgtech \
 		${MG_TECH_ARGS:-}
 	run techniques ratios python3 bench/techniques_ratios.py \
-		/tmp/mgtech/sweep_techniques/sweep.json
+		$tmp/mgtech/sweep_techniques/sweep.json
 	sed -n '/^== sweep results/,/^files:/p' "$out/techniques.log"
 	sed -n '/^| technique | step median/,/^$/p' "$out/techniques.log"
-	cat /tmp/mgtech/sweep_techniques/quant.md 2>/dev/null
-	tar czf "$out/techniques.tgz" -C /tmp/mgtech --exclude='*.safetensors' \
+	cat $tmp/mgtech/sweep_techniques/quant.md 2>/dev/null
+	tar czf "$out/techniques.tgz" -C $tmp/mgtech --exclude='*.safetensors' \
 		sweep_techniques 2>/dev/null
 fi
 if [ "$what" = sweeps ]; then
@@ -461,9 +473,9 @@ if [ "$what" = sweeps ]; then
 		# shellcheck disable=SC2086
 		MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-550} run "$n" "sweep $n" \
 			"$mgrun" -c "$ini" $data \
-			--set run.out_dir=/tmp/mgsweeps ${MG_SWEEP_ARGS:-}
+			--set run.out_dir=$tmp/mgsweeps ${MG_SWEEP_ARGS:-}
 		mkdir -p "$out/$n"
-		dir=/tmp/mgsweeps/$n
+		dir=$tmp/mgsweeps/$n
 		cp "$dir"/*.* "$out/$n/" 2>/dev/null
 		tar czf "$out/$n/points.tgz" -C "$dir" --exclude='*.safetensors' \
 			points 2>/dev/null
