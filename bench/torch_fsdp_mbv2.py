@@ -70,6 +70,18 @@ else:
         policy = f"MixedPrecisionPolicy(bf16, reduce {'fp32' if reduce == 'fp32' else 'bf16'})"
     if mode == "offload":
         kw["offload_policy"] = CPUOffloadPolicy()
+    if bf16:
+        # BatchNorm keeps fp32 weights and running statistics (a bf16
+        # param_dtype fails: "Expected running_mean to have type
+        # BFloat16"), as under plain autocast: each BatchNorm is its own
+        # unit with an fp32 policy that leaves its bf16 input as it is.
+        bn = dict(kw, mp_policy=MixedPrecisionPolicy(
+            param_dtype=torch.float32, reduce_dtype=kw["mp_policy"].reduce_dtype,
+            cast_forward_inputs=False))
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                fully_shard(mod, **bn)
+        policy += " (BatchNorm fp32)"
     for blk in m.features:
         fully_shard(blk, **kw)
     fully_shard(m, **kw)
