@@ -5,11 +5,16 @@
 # Synthetic data on the GPU, batch 64 per GPU, SGD with momentum as
 # bench/sharding.sh runs mgrun.
 #
-# bf16 moves what mgrun moves: FSDP2 with MixedPrecisionPolicy(param_dtype
-# = bf16, reduce_dtype = bf16, or fp32 with REDUCE=fp32 as mgrun's
-# strategy.reduce_dtype = fp32), compute under bf16 autocast; DDP under
-# bf16 autocast with bf16_compress_hook (mgrun's ddp_ds reduces bf16
-# gradients). fp32: no policy, no hook.
+# bf16 in FSDP2's best working set-up for this network: fp32 parameters
+# (gathered as they are), compute under bf16 autocast, gradients reduced
+# in bf16 (MixedPrecisionPolicy(reduce_dtype = bf16), or fp32 with
+# REDUCE=fp32 as mgrun's strategy.reduce_dtype = fp32). BF16_PARAMS=1
+# gathers bf16 parameters as mgrun does (param_dtype = bf16); BatchNorm
+# then needs units of its own in fp32 (a bf16 BatchNorm weight fails
+# against its fp32 running statistics), and the 52 extra units made it
+# 2.2x slower on 4 H100s (bench/RESULTS.md, 2026-11-27, sixth session).
+# DDP: bf16 autocast with bf16_compress_hook (mgrun's ddp_ds reduces
+# bf16 gradients). fp32: no policy, no hook.
 #
 # Measured as bench/bench_stats.py says: W windows of S steps after
 # warm-up, timed with CUDA events on every rank (the slowest rank's window
@@ -63,14 +68,18 @@ else:
     else:
         mesh = init_device_mesh("cuda", (world,))
     kw = dict(mesh=mesh, reshard_after_forward=(mode != "grad_op"))
-    if bf16:
-        kw["mp_policy"] = MixedPrecisionPolicy(
-            param_dtype=torch.bfloat16,
-            reduce_dtype=torch.float32 if reduce == "fp32" else torch.bfloat16)
-        policy = f"MixedPrecisionPolicy(bf16, reduce {'fp32' if reduce == 'fp32' else 'bf16'})"
+    rdt = torch.float32 if reduce == "fp32" else torch.bfloat16
+    rname = "fp32" if reduce == "fp32" else "bf16"
+    if bf16 and os.environ.get("BF16_PARAMS", "0") == "1":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                               reduce_dtype=rdt)
+        policy = f"MixedPrecisionPolicy(bf16, reduce {rname})"
+    elif bf16:
+        kw["mp_policy"] = MixedPrecisionPolicy(reduce_dtype=rdt)
+        policy = f"MixedPrecisionPolicy(fp32 params, reduce {rname}), autocast"
     if mode == "offload":
         kw["offload_policy"] = CPUOffloadPolicy()
-    if bf16:
+    if bf16 and kw["mp_policy"].param_dtype == torch.bfloat16:
         # BatchNorm keeps fp32 weights and running statistics (a bf16
         # param_dtype fails: "Expected running_mean to have type
         # BFloat16"), as under plain autocast: each BatchNorm is its own
