@@ -27,6 +27,18 @@
 
 #include "dist/comm_internal.h"
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/runtime.h"
+
+/* Copy-engine all-gathers (struct mg_comm's window_alloc): NCCL 2.28's
+ * symmetric windows and zero-CTA policy. */
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define NC_WINDOWS 1
+struct nc_window {
+	char *ptr;
+	size_t bytes;
+	ncclWindow_t win;
+};
+#endif
 
 /* Timed collectives and timed waits per step (eager) and per graph;
  * beyond these they still run and are counted, but not timed. */
@@ -62,6 +74,16 @@ struct nccl_comm {
 	 * much over its init (or split) */
 	int64_t init_bytes;
 	struct mg_comm_family fam; /* split() parent and children */
+#ifdef NC_WINDOWS
+	/* Windows live on ce, a communicator over the same ranks whose CTA
+	 * policy is zero (the policy is per communicator, and the other
+	 * collectives must keep their kernels); all-gathers between two
+	 * windows are issued there. */
+	ncclComm_t ce;
+	struct nc_window *wins;
+	int nwins;
+	bool ce_told; /* the log said so once */
+#endif
 };
 
 static int nccl_fail(struct nccl_comm *n, ncclResult_t r, const char *call)
@@ -296,8 +318,22 @@ static int nccl_reduce_scatter(struct mg_comm *c, const void *send, void *recv,
 		      "ncclReduceScatter");
 }
 
+#ifdef NC_WINDOWS
+/* Whether [p, p + bytes) lies inside one of n's windows. */
+static bool nc_in_window(const struct nccl_comm *n, const void *p, size_t bytes)
+{
+	const char *q = p;
+	for (int i = 0; i < n->nwins; i++)
+		if (q >= n->wins[i].ptr &&
+		    q + bytes <= n->wins[i].ptr + n->wins[i].bytes)
+			return true;
+	return false;
+}
+#endif
+
 /* recv holds world * send_count elements; in place when send == recv +
- * rank * send_count. */
+ * rank * send_count. An all-gather between two windows goes to the
+ * zero-CTA communicator (window_alloc below). */
 static int nccl_all_gather(struct mg_comm *c, const void *send, void *recv,
 			   int64_t send_count, enum mg_dtype dt)
 {
@@ -308,9 +344,22 @@ static int nccl_all_gather(struct mg_comm *c, const void *send, void *recv,
 	    mg_comm_check_buf("nccl", "all_gather", recv, send_count) ||
 	    nc_begin(n, "all_gather", &slot))
 		return -1;
+	ncclComm_t nc = n->nc;
+#ifdef NC_WINDOWS
+	size_t sb = (size_t)send_count * mg_dtype_size(dt);
+	if (n->nwins && nc_in_window(n, send, sb) &&
+	    nc_in_window(n, recv, sb * (size_t)c->world)) {
+		nc = n->ce;
+		if (!n->ce_told)
+			mg_info("nccl: all-gathers between windows go to the "
+				"zero-CTA communicator (copy engines where "
+				"NCCL can)");
+		n->ce_told = true;
+	}
+#endif
 	ncclResult_t r = ncclSuccess;
 	if (send_count)
-		r = ncclAllGather(send, recv, (size_t)send_count, t, n->nc,
+		r = ncclAllGather(send, recv, (size_t)send_count, t, nc,
 				  n->stream);
 	return nc_end(n, slot, send_count * (int64_t)mg_dtype_size(dt), r,
 		      "ncclAllGather");
@@ -416,6 +465,120 @@ static int nccl_all_reduce_host(struct mg_comm *c, void *buf, int64_t count,
 	n->bytes += (int64_t)bytes;
 	return 0;
 }
+
+#ifdef NC_WINDOWS
+/*
+ * window_alloc: ncclMemAlloc'd memory registered as a symmetric window on
+ * n->ce (split from n->nc at the first call). NCCL's registration is
+ * collective, so the ranks first agree that every one of them has its
+ * memory: a rank out of memory makes all of them fail alike (and fall
+ * back alike) instead of leaving the others waiting in the registration.
+ */
+static int nccl_window_alloc(struct mg_comm *c, size_t bytes, void **ptr)
+{
+	struct nccl_comm *n = c->impl;
+	*ptr = NULL;
+	if (nc_not_capturing(n, "window_alloc"))
+		return -1;
+	int ver = 0;
+	NCCL_CHECK(n, ncclGetVersion(&ver), "ncclGetVersion");
+	if (ver < NCCL_VERSION(2, 28, 0))
+		return mg_error("nccl: copy-engine all-gathers need NCCL 2.28 "
+				"or later; this process runs %d.%d.%d",
+				ver / 10000, ver / 100 % 100, ver % 100);
+	void *p = NULL;
+	ncclResult_t r = ncclMemAlloc(&p, bytes);
+	struct nc_window *w =
+		realloc(n->wins, (size_t)(n->nwins + 1) * sizeof *w);
+	if (w)
+		n->wins = w;
+	int32_t failed = r != ncclSuccess || !w;
+	if (nccl_all_reduce_host(c, &failed, 1, MG_I32, MG_REDUCE_SUM) ||
+	    failed) {
+		if (p)
+			ncclMemFree(p);
+		if (!failed)
+			return -1; /* the agreement itself failed */
+		return mg_error("nccl: no window of %zu bytes: ncclMemAlloc "
+				"failed on %d rank(s)%s%s",
+				bytes, (int)failed,
+				r != ncclSuccess ? ", this one: " : "",
+				r != ncclSuccess ? ncclGetErrorString(r) : "");
+	}
+	if (!n->ce) {
+		ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+		cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+		int64_t before = mg_cuda_used_bytes();
+		r = ncclCommSplit(n->nc, 0, c->rank, &n->ce, &cfg);
+		if (r != ncclSuccess) {
+			n->ce = NULL;
+			ncclMemFree(p);
+			return nccl_fail(n, r, "ncclCommSplit (zero CTA)");
+		}
+		int64_t after = mg_cuda_used_bytes();
+		if (before >= 0 && after > before)
+			n->init_bytes += after - before;
+	}
+	ncclWindow_t win;
+	r = ncclCommWindowRegister(n->ce, p, bytes, &win,
+				   NCCL_WIN_COLL_SYMMETRIC);
+	if (r != ncclSuccess) {
+		ncclMemFree(p);
+		return nccl_fail(n, r, "ncclCommWindowRegister");
+	}
+	n->wins[n->nwins++] = (struct nc_window){p, bytes, win};
+	*ptr = p;
+	return 0;
+}
+
+/* Deregister and free window w, after the device is done with it. */
+static void nc_window_release(struct nccl_comm *n, struct nc_window *w)
+{
+	cudaDeviceSynchronize();
+	ncclResult_t r = ncclCommWindowDeregister(n->ce, w->win);
+	if (r == ncclSuccess)
+		r = ncclMemFree(w->ptr);
+	if (r != ncclSuccess) {
+		nccl_fail(n, r, "releasing a window");
+		mg_warn("%s", mg_last_error());
+	}
+}
+
+static void nccl_window_free(struct mg_comm *c, void *ptr)
+{
+	struct nccl_comm *n = c->impl;
+	for (int i = 0; i < n->nwins; i++)
+		if (n->wins[i].ptr == ptr) {
+			nc_window_release(n, &n->wins[i]);
+			memmove(&n->wins[i], &n->wins[i + 1],
+				(size_t)(n->nwins - i - 1) * sizeof *n->wins);
+			n->nwins--;
+			return;
+		}
+	mg_warn("nccl: window_free of %p, which is not a window of this "
+		"communicator",
+		ptr);
+}
+
+/* Teardown: windows still registered are released here (their mg_bufs
+ * become orphans that mg_buf_free only forgets), then ce goes. */
+static void nc_windows_destroy(struct mg_comm *c)
+{
+	struct nccl_comm *n = c->impl;
+	for (int i = 0; i < n->nwins; i++)
+		nc_window_release(n, &n->wins[i]);
+	if (n->nwins)
+		mg_buf_windows_orphan(c);
+	n->nwins = 0;
+	free(n->wins);
+	n->wins = NULL;
+	if (n->ce) {
+		ncclCommFinalize(n->ce);
+		ncclCommDestroy(n->ce);
+		n->ce = NULL;
+	}
+}
+#endif
 
 /* NCCL has no barrier: a one-element all-reduce the host waits for. */
 static int nccl_barrier(struct mg_comm *c)
@@ -556,6 +719,9 @@ static void nccl_destroy(struct mg_comm *c)
 	}
 	for (int i = 0; i < n->fam.nkids; i++)
 		((struct nccl_comm *)n->fam.kids[i]->impl)->fam.parent = NULL;
+#ifdef NC_WINDOWS
+	nc_windows_destroy(c);
+#endif
 	if (n->nc) {
 		cudaStreamSynchronize(n->stream);
 		ncclResult_t r = ncclCommFinalize(n->nc);
@@ -574,6 +740,10 @@ static void nccl_abort(struct mg_comm *c, int code)
 {
 	struct nccl_comm *n = c->impl;
 	fflush(NULL);
+#ifdef NC_WINDOWS
+	if (n->ce)
+		ncclCommAbort(n->ce);
+#endif
 	if (n->nc)
 		ncclCommAbort(n->nc);
 	_exit(code);
@@ -648,6 +818,10 @@ static struct mg_comm *nc_wrap(struct mg_device *dev, ncclComm_t nc)
 	c->capture = nccl_capture;
 	c->abort = nccl_abort;
 	c->supports = mg_comm_supports_std;
+#ifdef NC_WINDOWS
+	c->window_alloc = nccl_window_alloc;
+	c->window_free = nccl_window_free;
+#endif
 	return c;
 fail:
 	ncclCommDestroy(nc);

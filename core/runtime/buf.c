@@ -4,9 +4,12 @@
  * is counted in the context's stats under its category, so the report can
  * say where memory went.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "mg/comm.h"
 
 #include "runtime/runtime.h"
 #ifdef MG_HAVE_CUDA
@@ -64,6 +67,98 @@ int mg_buf_alloc(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 	return 0;
 }
 
+/*
+ * Buffers that live in a communicator's windows (mg_buf_alloc_comm):
+ * struct mg_buf has no room to say so (its size is ABI), so their
+ * addresses are kept here and mg_buf_free hands them back to the
+ * communicator. An orphan's communicator already released it.
+ */
+struct window {
+	void *ptr;
+	struct mg_comm *c; /* NULL: orphaned */
+};
+static struct window *windows;
+static int nwindows;
+static pthread_mutex_t windows_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int window_add(void *ptr, struct mg_comm *c)
+{
+	pthread_mutex_lock(&windows_lock);
+	struct window *w = realloc(windows, (size_t)(nwindows + 1) * sizeof *w);
+	if (w) {
+		windows = w;
+		windows[nwindows++] = (struct window){ptr, c};
+	}
+	pthread_mutex_unlock(&windows_lock);
+	return w ? 0 : -1;
+}
+
+/* Forget ptr's window; 1 (and its communicator, NULL for an orphan) if
+ * ptr was one. */
+static int window_take(void *ptr, struct mg_comm **c)
+{
+	int found = 0;
+	pthread_mutex_lock(&windows_lock);
+	for (int i = 0; i < nwindows; i++)
+		if (windows[i].ptr == ptr) {
+			*c = windows[i].c;
+			windows[i] = windows[--nwindows];
+			found = 1;
+			break;
+		}
+	pthread_mutex_unlock(&windows_lock);
+	return found;
+}
+
+void mg_buf_windows_orphan(const struct mg_comm *c)
+{
+	pthread_mutex_lock(&windows_lock);
+	for (int i = 0; i < nwindows; i++)
+		if (windows[i].c == c)
+			windows[i].c = NULL;
+	pthread_mutex_unlock(&windows_lock);
+}
+
+int mg_buf_alloc_comm(struct mg_ctx *ctx, struct mg_comm *c, struct mg_buf *b,
+		      size_t bytes, enum mg_mem_cat cat, bool *windowed)
+{
+	static atomic_bool told;
+	if (windowed)
+		*windowed = false;
+	if (!c || !c->window_alloc) {
+		if (!atomic_exchange(&told, true))
+			mg_info("%s: the %s communicator has no "
+				"copy-engine windows; ordinary memory, "
+				"all-gathers as before",
+				mg_mem_cat_name(cat),
+				c ? c->backend : "absent");
+		return mg_buf_alloc(ctx, b, bytes, cat);
+	}
+	memset(b, 0, sizeof *b);
+	void *p = NULL;
+	if (c->window_alloc(c, bytes ? bytes : 1, &p)) {
+		/* every rank failed alike (window_alloc agrees), so every
+		 * rank falls back alike */
+		if (!atomic_exchange(&told, true))
+			mg_warn("%s: no copy-engine window (%s); ordinary "
+				"device memory, all-gathers as kernels",
+				mg_mem_cat_name(cat), mg_last_error());
+		return mg_buf_alloc(ctx, b, bytes, cat);
+	}
+	if (window_add(p, c)) {
+		c->window_free(c, p);
+		return mg_error("out of memory registering a window");
+	}
+	b->ptr = p;
+	b->bytes = bytes;
+	b->cat = cat;
+	b->device = ctx->dev->kind; /* the communicator's ranks' memory */
+	account(ctx, b, 1);
+	if (windowed)
+		*windowed = true;
+	return 0;
+}
+
 int mg_buf_alloc_host(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 		      enum mg_mem_cat cat, bool pinned)
 {
@@ -111,6 +206,13 @@ void mg_buf_free(struct mg_ctx *ctx, struct mg_buf *b)
 	atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed);
 	if (b->device == ctx->dev->kind || b->pinned_host)
 		account(ctx, b, -1);
+	struct mg_comm *owner = NULL;
+	if (window_take(b->ptr, &owner)) {
+		if (owner)
+			owner->window_free(owner, b->ptr);
+		memset(b, 0, sizeof *b);
+		return;
+	}
 #ifdef MG_HAVE_CUDA
 	if (b->device == MG_DEV_CUDA)
 		mg_cuda_free(b->ptr);

@@ -92,6 +92,11 @@ void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
  * (NCCL's buffers): MG_MEM_LIBRARY follows. */
 void mg_stats_comm_device(struct mg_stats *s, int64_t bytes);
 
+/* buf.c: communicator c is going away and released the windows it had
+ * lent to mg_buf_alloc_comm itself; mg_buf_free of such a buffer then
+ * only forgets it. */
+void mg_buf_windows_orphan(const struct mg_comm *c);
+
 /* metrics.c: a declared metric's value from the sums (exp applied for
  * MG_SHOW_EXP; NAN when the denominator is 0), and all of a spec's
  * metrics as "loss 2.3726 ppl 10.73 acc 74.92%" into buf. */

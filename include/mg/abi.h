@@ -67,9 +67,16 @@ extern "C" {
  *        its shard's random values (every rank drew a 7B model's 6.7e9
  *        normals whole at startup); optional, so models and strategies
  *        built for 1.0-1.6 load unchanged
+ *   1.8  all-gathers on the GPU's copy engines: struct mg_comm's
+ *        window_alloc / window_free (appended; NCCL 2.28's symmetric
+ *        windows on a zero-CTA communicator) and mg_buf_alloc_comm
+ *        (device memory in such a window where the communicator has
+ *        one, ordinary memory otherwise). FSDP's all-gathers take SMs
+ *        from the GEMMs they overlap at 7B; only new entry points, so
+ *        plugins built for 1.0-1.7 load unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 7
+#define MG_ABI_MINOR 8
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

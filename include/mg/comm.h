@@ -10,6 +10,7 @@
 #define MG_COMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tensor.h"
@@ -101,6 +102,24 @@ struct mg_comm {
 	 */
 	bool (*supports)(const struct mg_comm *c, enum mg_comm_coll coll,
 			 enum mg_dtype dt, enum mg_reduce_op op);
+
+	/*
+	 * Added in ABI 1.8. Device memory that this communicator's
+	 * all-gathers can move on the GPU's copy engines, leaving every SM
+	 * to the compute they overlap. NCCL (2.28 or later, one node, every
+	 * GPU a direct peer) allocates it with ncclMemAlloc and registers
+	 * it as a symmetric window on a second communicator over the same
+	 * ranks whose CTA policy is zero; an all-gather whose send and
+	 * receive buffers both lie in windows, at the same offsets on every
+	 * rank, is issued there, and NCCL runs it without kernels where it
+	 * can. Collective: every rank calls it in the same order with the
+	 * same bytes, outside graph capture; all ranks get a window or none
+	 * does (-1, error set). NULL where a backend has no such memory
+	 * (self, mpi). Strategies call mg_buf_alloc_comm(), which falls back
+	 * to ordinary memory by itself; window_free is collective too.
+	 */
+	int (*window_alloc)(struct mg_comm *c, size_t bytes, void **ptr);
+	void (*window_free)(struct mg_comm *c, void *ptr);
 };
 
 #ifdef __cplusplus

@@ -102,6 +102,17 @@ MG_EXPORT int mg_buf_alloc_host(struct mg_ctx *ctx, struct mg_buf *b,
 MG_EXPORT int mg_buf_reserve(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 			     enum mg_mem_cat cat);
 MG_EXPORT void mg_buf_free(struct mg_ctx *ctx, struct mg_buf *b);
+struct mg_comm;
+/* Added in ABI 1.8. Like mg_buf_alloc, but in a window of c (struct
+ * mg_comm's window_alloc: memory its all-gathers move on copy engines)
+ * where c has windows; ordinary device memory otherwise, *windowed (may
+ * be NULL) saying which, the reason logged once a run. Collective over
+ * c: every rank calls it in the same order with the same bytes.
+ * mg_buf_free releases either kind (call it on every rank, in the same
+ * order, before c is destroyed). */
+MG_EXPORT int mg_buf_alloc_comm(struct mg_ctx *ctx, struct mg_comm *c,
+				struct mg_buf *b, size_t bytes,
+				enum mg_mem_cat cat, bool *windowed);
 /* How many buffers mg_buf_free (and so a growing mg_buf_reserve) has
  * released in this process so far. A CUDA graph captured before this
  * count last changed may replay addresses that are gone: the trainer

@@ -184,6 +184,12 @@ fsdp_modes)
 	run hybrid 4 "$mlp" --set strategy.name=fsdp --set strategy.shard=hybrid \
 		--set strategy.shard_group_size=2
 	same single hybrid 1e-10
+	# copy_engine on CPU ranks: the MPI communicator has no windows, so
+	# the run says so and trains exactly as without it.
+	run full_ce 4 "$mlp" --set strategy.name=fsdp \
+		--set strategy.copy_engine=true
+	grep -q "has no copy-engine windows" "$work/full_ce.log"
+	same full full_ce 0
 	# Sharding shows in memory: full holds about 1/4 of the parameter,
 	# gradient and optimizer bytes per rank, none all of them.
 	for cat in params grads optimizer; do

@@ -32,6 +32,13 @@ static const struct mg_option fsdp_options[] = {
 		 "links busy past a unit of short compute (an embedding, a "
 		 "small layer) at a gather buffer each (each as large as the "
 		 "largest unit; shard = grad_op holds every unit anyway)"),
+	MG_OPT_B("copy_engine", "false",
+		 "run the all-gathers on the GPUs' copy engines instead of "
+		 "NCCL kernels (NCCL 2.28 or later, one node): parameter "
+		 "shards and gather buffers live in NCCL symmetric windows, "
+		 "so the gathers leave every SM to the compute they overlap; "
+		 "where the communicator has no windows (CPU ranks, older "
+		 "NCCL) the log says so and gathers run as before"),
 	MG_OPT_B("update_in_backward", "false",
 		 "run each unit's optimizer update as soon as its gradient "
 		 "shard is final, during backward (torchtune's "
@@ -59,6 +66,7 @@ static int fsdp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 			      : 0;
 	d->drop_last = mg_opt_bool(o, "drop_last");
 	d->ubw = mg_opt_bool(o, "update_in_backward");
+	d->copy_engine = mg_opt_bool(o, "copy_engine");
 	d->group_opt = (int)mg_opt_int(o, "shard_group_size");
 	mg_sampler_init(&d->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
 	*self = d;
@@ -138,19 +146,45 @@ static int make_groups(struct fsdp *d)
 	return 0;
 }
 
+int fsdp_alloc_gathered(struct fsdp *d, struct mg_buf *b, size_t bytes,
+			enum mg_mem_cat cat)
+{
+	if (!d->copy_engine || d->group == 1)
+		return mg_buf_alloc(d->ctx, b, bytes, cat);
+	bool windowed = false;
+	if (mg_buf_alloc_comm(d->ctx, d->sc, b, bytes, cat, &windowed))
+		return -1;
+	if (!windowed)
+		d->copy_engine = false; /* said in the log; every rank alike */
+	return 0;
+}
+
+/* Shard storage; a window (copy_engine) only if all-gathers send from
+ * it. */
+static int alloc_shards(struct fsdp *d, struct mg_buf *b, size_t bytes,
+			bool sent)
+{
+	return sent ? fsdp_alloc_gathered(d, b, bytes, MG_MEM_PARAMS)
+		    : mg_buf_alloc(d->ctx, b, bytes, MG_MEM_PARAMS);
+}
+
 static int alloc_storage(struct fsdp *d)
 {
 	struct mg_ctx *ctx = d->ctx;
 	const struct mg_flat_layout *L = &d->L;
 	size_t ms = mg_dtype_size(d->master), cs = mg_dtype_size(d->compute);
 	d->nslots_state = ctx->optim ? mg_optim_state_slots(ctx->optim) : 0;
-	if (mg_buf_alloc(ctx, &d->master_buf, (size_t)L->n_master * ms + 1,
-			 MG_MEM_PARAMS) ||
-	    mg_buf_alloc(ctx, &d->lp_buf,
-			 (d->lp_inplace ? 0 : (size_t)L->n_lp * cs) + 1,
-			 MG_MEM_PARAMS) ||
-	    mg_buf_alloc(ctx, &d->packed_buf, (size_t)L->n_packed + 1,
-			 MG_MEM_PARAMS) ||
+	/* A flat's shard is sent from its lent dtype's copy (fsdp_shard):
+	 * only those buffers need to be windows. */
+	bool from_master = false;
+	for (int k = 0; k < L->nflats; k++)
+		from_master |= !L->flats[k].packed && !L->flats[k].lp;
+	size_t lp_bytes = (d->lp_inplace ? 0 : (size_t)L->n_lp * cs) + 1;
+	if (alloc_shards(d, &d->master_buf, (size_t)L->n_master * ms + 1,
+			 from_master) ||
+	    alloc_shards(d, &d->lp_buf, lp_bytes, lp_bytes > 1) ||
+	    alloc_shards(d, &d->packed_buf, (size_t)L->n_packed + 1,
+			 L->n_packed > 0) ||
 	    mg_buf_alloc(ctx, &d->gshard, (d->pooled ? 0 : L->gshard_bytes) + 1,
 			 MG_MEM_GRADS) ||
 	    mg_buf_alloc(ctx, &d->buffers, (size_t)L->n_buffers * ms + 1,
@@ -247,6 +281,10 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 			  d->reduce_fp32) ||
 	    alloc_storage(d))
 		return mg_error_prefix("fsdp");
+	if (d->copy_engine && d->group > 1)
+		mg_info("fsdp: copy_engine: parameter shards and gather "
+			"buffers are NCCL windows; all-gathers between them "
+			"run on the copy engines");
 	/* Accumulation: no_sync where the mode keeps full gradients
 	 * anyway (fsdp.h), reduce-scatter and sum elsewhere. */
 	d->nosync = d->accum > 1 && (d->group == 1 || d->mode == FSDP_GRAD_OP);

@@ -111,6 +111,7 @@ struct fsdp {
 	struct mg_comm *sc, *rc; /* shard group, replica group (may be
 				    ctx->comm or NULL when of size 1) */
 	bool own_sc, own_rc;
+	bool copy_engine; /* shards and gather slots in sc's windows */
 	enum mg_dtype master, compute;
 	const struct mg_model_spec *spec;
 	struct mg_flat_layout L;
@@ -154,6 +155,12 @@ struct fsdp {
 	size_t uslot_bytes;  /* the largest unit's gradient shards */
 	size_t *ushard_byte; /* per flat: its gradient shard in a uslot */
 };
+
+/* fsdp.c: device memory that all-gathers read or write: in a window of
+ * the shard group's communicator with copy_engine (their gathers then
+ * need no SMs), else ordinary. */
+int fsdp_alloc_gathered(struct fsdp *d, struct mg_buf *b, size_t bytes,
+			enum mg_mem_cat cat);
 
 /* fsdp_exec.c */
 int fsdp_exec_init(struct fsdp *d);

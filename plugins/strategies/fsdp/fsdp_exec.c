@@ -49,7 +49,10 @@ static int take_slot(struct fsdp *d, struct fsdp_slot **pool, int *n,
 	}
 	*pool = p;
 	memset(&p[*n], 0, sizeof p[*n]);
-	if (mg_buf_alloc(d->ctx, &p[*n].buf, bytes ? bytes : 1, cat)) {
+	if (cat == MG_MEM_GATHER
+		    ? fsdp_alloc_gathered(d, &p[*n].buf, bytes ? bytes : 1, cat)
+		    : mg_buf_alloc(d->ctx, &p[*n].buf, bytes ? bytes : 1,
+				   cat)) {
 		mg_error_prefix("fsdp: %s buffer of %zu bytes",
 				cat == MG_MEM_GRADS ? "gradient shard"
 						    : "gather",
@@ -69,11 +72,11 @@ static int take_pslot(struct fsdp *d, int u)
 	if (d->dedicated) {
 		struct fsdp_slot *s = &d->pslots[u];
 		if (!s->buf.ptr &&
-		    mg_buf_alloc(d->ctx, &s->buf,
-				 d->L.unit_full_bytes[u]
-					 ? d->L.unit_full_bytes[u]
-					 : 1,
-				 MG_MEM_GATHER))
+		    fsdp_alloc_gathered(d, &s->buf,
+					d->L.unit_full_bytes[u]
+						? d->L.unit_full_bytes[u]
+						: 1,
+					MG_MEM_GATHER))
 			return mg_error_prefix("fsdp: gather buffer");
 		s->owner = u;
 		un->slot = u;
@@ -633,11 +636,11 @@ int fsdp_exec_init(struct fsdp *d)
 			d->pslots[u].owner = -1;
 		/* lp_inplace: the slots hold the lp shards from the start. */
 		for (int u = 0; d->lp_inplace && u < s->nunits; u++)
-			if (mg_buf_alloc(d->ctx, &d->pslots[u].buf,
-					 L->unit_full_bytes[u]
-						 ? L->unit_full_bytes[u]
-						 : 1,
-					 MG_MEM_GATHER))
+			if (fsdp_alloc_gathered(d, &d->pslots[u].buf,
+						L->unit_full_bytes[u]
+							? L->unit_full_bytes[u]
+							: 1,
+						MG_MEM_GATHER))
 				return mg_error_prefix("fsdp: gather buffer");
 	}
 	for (int u = 0; u < s->nunits; u++) {
