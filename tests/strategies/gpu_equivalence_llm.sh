@@ -96,7 +96,8 @@ lora="--set model.lora_rank=4 --set model.lora_alpha=8
 # DPO: rows of preference pairs, the reference pass in every forward.
 dpo="$lora --set model.objective=dpo --set model.dpo_beta=0.5
 --set dataset.pairs=true --set dataset.prompt_frac=0.3"
-# MG_EQ_MODES / MG_EQ_STRATEGIES narrow a run (accum needs full's single).
+# MG_EQ_MODES / MG_EQ_STRATEGIES narrow a run (accum needs full's single;
+# MG_EQ_MODES=none leaves only the bf16 block below).
 # DPO with full fine-tuning: the reference a frozen copy of the start
 # (no clipping: the F32 gradient norm's rounding, equivalence.sh says why).
 dpo_full="--set model.objective=dpo --set model.dpo_beta=0.5
@@ -105,6 +106,7 @@ dpo_full="--set model.objective=dpo --set model.dpo_beta=0.5
 # ubw: fsdp's update_in_backward (each unit's AdamW update as its
 # gradient shard lands, pooled shards), without clipping.
 for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw}; do
+	[ "$mode" = none ] && continue
 	extra="" ref=single_$mode sx="" strategies=""
 	[ $mode = lora ] && extra=$lora
 	[ $mode = qlora ] && extra="$lora --set model.quant=nf4"
