@@ -78,6 +78,10 @@
 #                        a small model trained here on the fortune files
 #                        (tests/llama/qat_vs_ptq.sh; carry .deps/fortunes
 #                        and .deps/tokenizers)
+#     rmsnorm            seed 002's kernel swap: the fused add + RMSNorm
+#                        against mgrun's unfused ops (bench_gpu_ops
+#                        fused) and PyTorch's at micro-batches 8 and 32
+#                        (bench/rmsnorm_vs_torch.py)
 #     attention [bf16|f16]  the attention op tests (flash and tiled kernels
 #                        against the CPU twin), then the attention
 #                        micro-benchmark (bench_gpu_ops attention) and
@@ -384,6 +388,15 @@ if [ "$what" = attention ]; then
 	grep -E "FAIL|checks," "$out/test_gpu_ops.log" | tail -40
 	grep -vE "^ATTN" "$out/bench_attention.log" | grep -E "^ *(shape|llama)|FAIL|checks,|error"
 	sed -n '/^torch /,$p' "$out/bench_attention_torch.log"
+fi
+if [ "$what" = rmsnorm ]; then
+	# seed 002's kernel swap: mgrun's add + RMSNorm fused and unfused,
+	# then PyTorch's (the seed's unfused module, F.rms_norm, compiled)
+	run bench_fused bench_fused "$bin/bench_gpu_ops" fused
+	run bench_rmsnorm_torch "rmsnorm torch" python3 \
+		bench/rmsnorm_vs_torch.py "$out/bench_fused.log"
+	grep -E "^(unfused|fused)|FAIL|error" "$out/bench_fused.log"
+	sed -n '/^torch /,$p' "$out/bench_rmsnorm_torch.log"
 fi
 if [ "$what" = profile ] || [ "$what" = all ]; then
 	run test_profile profile tests/gpu/profile_check.sh "$mgrun" "$root" \
