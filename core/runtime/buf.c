@@ -4,7 +4,6 @@
  * is counted in the context's stats under its category, so the report can
  * say where memory went.
  */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,58 +66,6 @@ int mg_buf_alloc(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 	return 0;
 }
 
-/*
- * Buffers that live in a communicator's windows (mg_buf_alloc_comm):
- * struct mg_buf has no room to say so (its size is ABI), so their
- * addresses are kept here and mg_buf_free hands them back to the
- * communicator. An orphan's communicator already released it.
- */
-struct window {
-	void *ptr;
-	struct mg_comm *c; /* NULL: orphaned */
-};
-static struct window *windows;
-static int nwindows;
-static pthread_mutex_t windows_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int window_add(void *ptr, struct mg_comm *c)
-{
-	pthread_mutex_lock(&windows_lock);
-	struct window *w = realloc(windows, (size_t)(nwindows + 1) * sizeof *w);
-	if (w) {
-		windows = w;
-		windows[nwindows++] = (struct window){ptr, c};
-	}
-	pthread_mutex_unlock(&windows_lock);
-	return w ? 0 : -1;
-}
-
-/* Forget ptr's window; 1 (and its communicator, NULL for an orphan) if
- * ptr was one. */
-static int window_take(void *ptr, struct mg_comm **c)
-{
-	int found = 0;
-	pthread_mutex_lock(&windows_lock);
-	for (int i = 0; i < nwindows; i++)
-		if (windows[i].ptr == ptr) {
-			*c = windows[i].c;
-			windows[i] = windows[--nwindows];
-			found = 1;
-			break;
-		}
-	pthread_mutex_unlock(&windows_lock);
-	return found;
-}
-
-void mg_buf_windows_orphan(const struct mg_comm *c)
-{
-	pthread_mutex_lock(&windows_lock);
-	for (int i = 0; i < nwindows; i++)
-		if (windows[i].c == c)
-			windows[i].c = NULL;
-	pthread_mutex_unlock(&windows_lock);
-}
-
 int mg_buf_alloc_comm(struct mg_ctx *ctx, struct mg_comm *c, struct mg_buf *b,
 		      size_t bytes, enum mg_mem_cat cat, bool *windowed)
 {
@@ -145,7 +92,7 @@ int mg_buf_alloc_comm(struct mg_ctx *ctx, struct mg_comm *c, struct mg_buf *b,
 				mg_mem_cat_name(cat), mg_last_error());
 		return mg_buf_alloc(ctx, b, bytes, cat);
 	}
-	if (window_add(p, c)) {
+	if (mg_buf_window_add(p, c)) {
 		c->window_free(c, p);
 		return mg_error("out of memory registering a window");
 	}
@@ -207,7 +154,7 @@ void mg_buf_free(struct mg_ctx *ctx, struct mg_buf *b)
 	if (b->device == ctx->dev->kind || b->pinned_host)
 		account(ctx, b, -1);
 	struct mg_comm *owner = NULL;
-	if (window_take(b->ptr, &owner)) {
+	if (mg_buf_window_take(b->ptr, &owner)) {
 		if (owner)
 			owner->window_free(owner, b->ptr);
 		memset(b, 0, sizeof *b);

@@ -92,9 +92,13 @@ void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
  * (NCCL's buffers): MG_MEM_LIBRARY follows. */
 void mg_stats_comm_device(struct mg_stats *s, int64_t bytes);
 
-/* buf.c: communicator c is going away and released the windows it had
- * lent to mg_buf_alloc_comm itself; mg_buf_free of such a buffer then
- * only forgets it. */
+/* buf_window.c: the buffers mg_buf_alloc_comm took from communicators'
+ * windows. add records one (0, or -1 out of memory); take forgets ptr
+ * and returns 1 with its communicator (NULL for an orphan) if it was
+ * one; orphan: communicator c is going away and released its windows
+ * itself, so mg_buf_free of such a buffer only forgets it. */
+int mg_buf_window_add(void *ptr, struct mg_comm *c);
+int mg_buf_window_take(void *ptr, struct mg_comm **c);
 void mg_buf_windows_orphan(const struct mg_comm *c);
 
 /* metrics.c: a declared metric's value from the sums (exp applied for
