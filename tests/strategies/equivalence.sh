@@ -186,10 +186,12 @@ fsdp_modes)
 	same single hybrid 1e-10
 	# copy_engine on CPU ranks: the MPI communicator has no windows, so
 	# the run says so and trains exactly as without it.
-	run full_ce 4 "$mlp" --set strategy.name=fsdp \
-		--set strategy.copy_engine=true
-	grep -q "has no copy-engine windows" "$work/full_ce.log"
-	same full full_ce 0
+	for mode in full grad_op; do
+		run "${mode}_ce" 4 "$mlp" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" --set strategy.copy_engine=true
+		grep -q "has no copy-engine windows" "$work/${mode}_ce.log"
+		same "$mode" "${mode}_ce" 0
+	done
 	# Sharding shows in memory: full holds about 1/4 of the parameter,
 	# gradient and optimizer bytes per rank, none all of them.
 	for cat in params grads optimizer; do
