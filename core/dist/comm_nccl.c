@@ -322,11 +322,13 @@ static int nccl_reduce_scatter(struct mg_comm *c, const void *send, void *recv,
 /* Whether [p, p + bytes) lies inside one of n's windows. */
 static bool nc_in_window(const struct nccl_comm *n, const void *p, size_t bytes)
 {
-	const char *q = p;
-	for (int i = 0; i < n->nwins; i++)
-		if (q >= n->wins[i].ptr &&
-		    q + bytes <= n->wins[i].ptr + n->wins[i].bytes)
+	const uintptr_t q = (uintptr_t)p;
+	for (int i = 0; i < n->nwins; i++) {
+		const uintptr_t w = (uintptr_t)n->wins[i].ptr;
+		if (q >= w && bytes <= n->wins[i].bytes &&
+		    q - w <= n->wins[i].bytes - bytes)
 			return true;
+	}
 	return false;
 }
 #endif
@@ -499,10 +501,12 @@ static int nccl_window_alloc(struct mg_comm *c, size_t bytes, void **ptr)
 			ncclMemFree(p);
 		if (!failed)
 			return -1; /* the agreement itself failed */
-		return mg_error("nccl: no window of %zu bytes: ncclMemAlloc "
-				"failed on %d rank(s)%s%s",
+		return mg_error("nccl: no window of %zu bytes: %d rank(s) "
+				"could not allocate it%s%s",
 				bytes, (int)failed,
-				r != ncclSuccess ? ", this one: " : "",
+				r != ncclSuccess ? "; this one: ncclMemAlloc: "
+				: w		 ? ""
+						 : "; this one: host memory",
 				r != ncclSuccess ? ncclGetErrorString(r) : "");
 	}
 	if (!n->ce) {
