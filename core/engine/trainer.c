@@ -359,8 +359,18 @@ static int evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
 	memset(tot, 0, MG_METRIC_MAX * sizeof *tot);
 	ctx->training = false;
 	t->stats.paused = true; /* the report times training steps */
-	/* Each rank evaluates every world-th batch; sums are reduced. */
-	for (int64_t b = (int64_t)ctx->rank * eb; b < n; b += eb * ctx->world) {
+	/* Each rank evaluates every world-th batch; sums are reduced. Every
+	 * rank runs the same number of forwards, as a sharded model's
+	 * forward is collective (fsdp gathers each unit): a rank left
+	 * without a batch in the last round forwards the first one again
+	 * and drops its sums, instead of leaving the others waiting. */
+	const int64_t stride = eb * ctx->world;
+	const int64_t rounds = (n + stride - 1) / stride;
+	for (int64_t k = 0; k < rounds; k++) {
+		int64_t b = k * stride + (int64_t)ctx->rank * eb;
+		const bool spare = b >= n;
+		if (spare)
+			b = 0;
 		int64_t cnt = n - b < eb ? n - b : eb;
 		for (int64_t i = 0; i < cnt; i++)
 			t->in.idx[i] = b + i;
@@ -371,7 +381,7 @@ static int evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
 				      &mrow) ||
 		    read_metrics(t, 1, m))
 			return mg_error_prefix("evaluation");
-		for (int i = 0; i < MG_METRIC_MAX; i++)
+		for (int i = 0; i < MG_METRIC_MAX && !spare; i++)
 			tot[i] += m[i];
 	}
 	t->stats.paused = false;

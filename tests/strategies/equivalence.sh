@@ -41,6 +41,11 @@ norms() {
 	cut -d, -f6 "$work/$1/steps.csv" | tail -n +2
 }
 
+# The first epoch's test loss in a run's report.json.
+test_loss() {
+	grep -m1 '"test_loss"' "$work/$1/report.json" | sed 's/.*:[[:space:]]*//; s/,$//'
+}
+
 # Sum of one per-rank counter in a run's report.json.
 counter() {
 	grep "\"$2\":" "$work/$1/report.json" |
@@ -329,6 +334,18 @@ llama)
 	run fsdp_hybrid 4 "$llama" --set strategy.name=fsdp \
 		--set strategy.shard=hybrid --set strategy.shard_group_size=2
 	same single fsdp_hybrid 1e-10
+	# Evaluation where the last round leaves a rank without a batch (5
+	# test rows in batches of 2 over 4 ranks): fsdp's forward is
+	# collective, so that rank must still run one (it hung before), and
+	# the test loss is the one rank's.
+	set -- --set run.eval=true --set dataset.test_samples=5 \
+		--set run.eval_batch_size=2
+	run eval_single 1 "$llama" --set run.batch_size=16 "$@"
+	run eval_fsdp 4 "$llama" --set strategy.name=fsdp "$@"
+	a=$(test_loss eval_single) b=$(test_loss eval_fsdp)
+	echo "test loss: one rank $a, 4 fsdp ranks $b"
+	awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d
+		exit !(a != "" && b != "" && d <= 1e-6 * (a < 0 ? -a : a)) }'
 	# Prefetch depth: gathering 3 units ahead, or none, trains the same
 	# model; 3 ahead holds more gather buffers at its peak than 1 (so
 	# the option really gathers ahead), on demand no more than 1.
