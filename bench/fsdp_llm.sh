@@ -29,6 +29,9 @@
 # MG_FSDP_LLM_REDUCE (fp32: gradients reduced in fp32 on both sides;
 # bf16: mgrun's strategy.reduce_dtype = param and FSDP2's reduce_dtype
 # bf16, its MixedPrecisionPolicy default),
+# MG_FSDP_LLM_CKPT (0; 1: activation checkpointing on both sides, every
+# decoder layer: mgrun's model.activation_checkpointing, transformers'
+# gradient checkpointing; seed 002's micro-batches 16 and 32 need it),
 # MG_FSDP_LLM_SETS (more --set for mgrun), MG_FSDP_LLM_TORCH (1; 0 skips
 # PyTorch), MG_FSDP_LLM_TIMEOUT (420 s a run: a rank out of memory can
 # leave the others waiting in a collective), BENCH_GPU_OPS (path of
@@ -48,6 +51,12 @@ case $reduce in
 fp32) rsets= ;;
 bf16) rsets="--set strategy.reduce_dtype=param" ;;
 *) echo "MG_FSDP_LLM_REDUCE=$reduce: fp32 or bf16"; exit 2 ;;
+esac
+ckpt=${MG_FSDP_LLM_CKPT:-0}
+case $ckpt in
+0) csets= ;;
+1) csets="--set model.activation_checkpointing=true" ;;
+*) echo "MG_FSDP_LLM_CKPT=$ckpt: 0 or 1"; exit 2 ;;
 esac
 torch_too=${MG_FSDP_LLM_TORCH:-1}
 limit=${MG_FSDP_LLM_TIMEOUT:-420}
@@ -90,7 +99,7 @@ for mode in $modes; do
 	timeout "$limit" "$mgrun" -c "$here/fsdp_llm.ini" --set run.gpus="$g" \
 		--set run.batch_size="$b" --set model.num_layers="$layers" \
 		--set dataset.train_samples=$((b * g * (steps + 2))) \
-		--set run.max_steps="$steps" $sets $rsets $extra \
+		--set run.max_steps="$steps" $sets $rsets $csets $extra \
 		--set run.out_dir=/tmp/mgfsdpllm --set run.name="$run" \
 		>"$out/$run.log" 2>&1
 	rc=$?
@@ -106,11 +115,11 @@ for mode in $modes; do
 		tail -3 "$out/$run.log"
 	fi
 	tr='{"error": "not run"}'
-	cache=$out/torch_${tmode}_${b}_$reduce.json
+	cache=$out/torch_${tmode}_${b}_${reduce}_$ckpt.json
 	if [ "$torch_too" = 1 ] && [ -s "$cache" ]; then
 		tr=$(cat "$cache")
 	elif [ "$torch_too" = 1 ]; then
-		tr=$(LAYERS=$layers REDUCE=$reduce timeout "$limit" python3 -m torch.distributed.run \
+		tr=$(LAYERS=$layers REDUCE=$reduce CKPT=$ckpt timeout "$limit" python3 -m torch.distributed.run \
 			--standalone --nproc_per_node="$g" "$here/torch_fsdp_llm.py" \
 			"$tmode" "$b" 5 "$per" "$warm" \
 			2>"$out/torch_$run.err" | grep '^{' | tail -1)
@@ -126,8 +135,8 @@ for mode in $modes; do
 			echo "$tr" >"$cache"
 		fi
 	fi
-	printf '{"mode": "%s", "tmode": "%s", "world": %s, "mb": %s, "seq": 512, "ceiling": %s, "mgrun": %s, "torch": %s}\n' \
-		"$mode" "$tmode" "$g" "$b" "$ceiling" "$mg" "$tr" >>"$jsonl"
+	printf '{"mode": "%s", "tmode": "%s", "world": %s, "mb": %s, "seq": 512, "ckpt": %s, "ceiling": %s, "mgrun": %s, "torch": %s}\n' \
+		"$mode" "$tmode" "$g" "$b" "$ckpt" "$ceiling" "$mg" "$tr" >>"$jsonl"
 	echo "$mode: done"
 done
 

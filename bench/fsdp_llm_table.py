@@ -39,7 +39,8 @@ def main(jsonl):
         r = json.loads(line)
         ceiling = r.get("ceiling") or ceiling
         m, t = r["mgrun"], r["torch"]
-        row = [f"{r['mode']} ({r['tmode']})", str(r["mb"])]
+        ck = ", checkpointing" if r.get("ckpt") else ""
+        row = [f"{r['mode']} ({r['tmode']}){ck}", str(r["mb"])]
         tokens = r["mb"] * r["seq"]
         rate = None
         if m.get("oom"):

@@ -15,7 +15,9 @@
 #
 # Usage (torchrun): torch_fsdp_llm.py MODE MICRO_BATCH [WINDOWS STEPS WARM]
 #   MODE: full | grad_op | hybrid | ddp | offload
-#   env LAYERS (32: the 7B shape; fewer for a quick look), SEQ (512)
+#   env LAYERS (32: the 7B shape; fewer for a quick look), SEQ (512),
+#   CKPT (0; 1: transformers' gradient checkpointing of every decoder
+#   layer, non-reentrant, as mgrun's model.activation_checkpointing)
 import json
 import os
 import sys
@@ -49,6 +51,12 @@ cfg = LlamaConfig(**dict(LLAMA_SHAPES["llama2-7b"], num_hidden_layers=layers))
 cfg._attn_implementation = "sdpa"
 with torch.device("meta"):
     m = LlamaForCausalLM(cfg)
+ckpt = os.environ.get("CKPT", "0") == "1"
+if ckpt:
+    m.gradient_checkpointing_enable(
+        gradient_checkpointing_kwargs={"use_reentrant": False})
+    m.config.use_cache = False
+m.train()
 params = sum(p.numel() for p in m.parameters())
 policy = "DDP, bf16 autocast"
 if mode != "ddp":
@@ -71,6 +79,8 @@ if mode != "ddp":
     for layer in m.model.layers:
         fully_shard(layer, **kw)
     fully_shard(m, **kw)
+if ckpt:
+    policy += ", activation checkpointing"
 m.to_empty(device="cpu" if mode == "offload" else "cuda")
 with torch.no_grad():
     for p in m.parameters():
@@ -104,7 +114,8 @@ def step():
     opt.zero_grad(set_to_none=True)
 
 
-r = dict(mode=mode, world=world, mb=mb, seq=seq, layers=layers, params=params)
+r = dict(mode=mode, world=world, mb=mb, seq=seq, layers=layers, params=params,
+         ckpt=ckpt)
 try:
     try:
         step()
