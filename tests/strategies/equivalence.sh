@@ -357,6 +357,25 @@ llama)
 	run fsdp_hybrid 4 "$llama" --set strategy.name=fsdp \
 		--set strategy.shard=hybrid --set strategy.shard_group_size=2
 	same single fsdp_hybrid 1e-10
+	# Activation checkpointing under the sharded strategies: backward
+	# recomputes each layer, so fsdp gathers its unit again in the
+	# middle of backward (and grad_op keeps it), offload's device copy
+	# serves both passes; one rank without checkpointing is the oracle.
+	ck="--set model.activation_checkpointing=true"
+	for mode in full grad_op; do
+		# shellcheck disable=SC2086
+		run "ckpt_fsdp_$mode" 4 "$llama" --set strategy.name=fsdp \
+			--set strategy.shard="$mode" $ck
+		same single "ckpt_fsdp_$mode" 1e-10
+		# and it did checkpoint: less activation memory a rank
+		a=$(counter "fsdp_$mode" activations)
+		b=$(counter "ckpt_fsdp_$mode" activations)
+		echo "activation bytes (4 ranks): $a without, $b with checkpointing"
+		[ "$b" -lt "$a" ]
+	done
+	# shellcheck disable=SC2086
+	run ckpt_offload 4 "$llama" --set strategy.name=offload $ck
+	same single ckpt_offload 1e-10
 	# Evaluation where the last round leaves a rank without a batch (5
 	# test rows in batches of 2 over 4 ranks): fsdp's forward is
 	# collective, so that rank must still run one (it hung before), and
