@@ -74,6 +74,24 @@ def log(msg):
     print(f"[{elapsed():6.1f} s] {msg}", flush=True)
 
 
+# The host's 1-minute load average after each run: PyTorch's eager
+# MobileNetV2 is launch-bound, so other work on the host slows its windows
+# (2026-11-27: four jobs at once on one host moved them by up to 25%).
+LOADS = []
+
+
+def host_load_note():
+    """One line on how busy the host was, flagged when it was."""
+    if not LOADS:
+        return ""
+    cores = os.cpu_count() or 1
+    busy = max(LOADS) > cores / 4
+    return (f"host load (1-minute average after each run): "
+            f"{min(LOADS):.1f}-{max(LOADS):.1f} on {cores} cores"
+            + ("; BUSY: other work shared the host, launch-bound baselines "
+               "may have run slower than alone" if busy else ""))
+
+
 def sh(cmd, logpath, timeout=300):
     """Run cmd, its output to logpath; (exit code, output)."""
     try:
@@ -81,6 +99,8 @@ def sh(cmd, logpath, timeout=300):
         out, rc = p.stdout + p.stderr, p.returncode
     except subprocess.TimeoutExpired as e:
         out, rc = f"timed out after {timeout} s\n{e.stdout or ''}", 124
+    if hasattr(os, "getloadavg"):
+        LOADS.append(os.getloadavg()[0])
     with open(logpath, "w") as f:
         f.write(out)
     return rc, out
@@ -376,6 +396,7 @@ def main(argv):
         full(mgrun, out, results)
     if "mbv2" in what:
         mbv2_compile(out, results)
+    results["host_load"] = LOADS
     json.dump(results, open(os.path.join(out, "like4like.json"), "w"), indent=1)
     print("\n== like4like tables")
     if "mbv2" in results:
@@ -384,6 +405,9 @@ def main(argv):
         lora_table(results["lora"])
     if "full" in results:
         full_table(results["full"])
+    note = host_load_note()
+    if note:
+        print("\n" + note)
     bad = failures(results)
     for b in bad:
         print("FAILED:", b[:600])
