@@ -16,9 +16,12 @@ usage: bench/attention_vs_torch.py [BENCH_LOG] [bf16|f16]
   it, the mgrun times and the ratio torch / mgrun are printed too.
 Exit status 0, or 1 when PyTorch or CUDA is missing or a run fails.
 """
-import re
+import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_stats as bs  # noqa: E402
 
 SHAPES = [  # name, N, T, Hq, Hkv, hd (as bench_gpu_ops.c)
     ("llama3-8b-T512", 2, 512, 32, 8, 128),
@@ -33,19 +36,8 @@ MUL = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
 
 def read_mgrun(path):
     """{(shape, impl, dir): ms} from the ATTN lines of a bench log."""
-    res = {}
-    if not path:
-        return res
-    try:
-        with open(path) as f:
-            for line in f:
-                if not line.startswith("ATTN "):
-                    continue
-                kv = dict(re.findall(r"(\w+)=(\S+)", line))
-                res[(kv["shape"], kv["impl"], kv["dir"])] = float(kv["ms"])
-    except OSError as e:
-        print(f"cannot read {path}: {e}")
-    return res
+    return {(kv["shape"], kv["impl"], kv["dir"]): float(kv["ms"])
+            for kv in bs.read_tagged(path, "ATTN")}
 
 
 def main():

@@ -19,6 +19,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 
 
@@ -99,6 +100,22 @@ def mgrun_run(run_dir, warm, windows):
     s = summarize(windows_from_steps(mgrun_steps(run_dir), warm, windows))
     s["memory"] = mgrun_memory(run_dir)
     return s
+
+
+def read_tagged(path, tag):
+    """The key=value fields of every line of file `path` that starts with
+    `tag` and a blank (bench_gpu_ops' ATTN and RMSNORM lines), as dicts of
+    strings; [] without a path, and a message (not an exception) when the
+    file cannot be read, so a baseline script still prints its own side."""
+    if not path:
+        return []
+    try:
+        with open(path) as f:
+            return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in f
+                    if line.startswith(tag + " ")]
+    except OSError as e:
+        print(f"cannot read {path}: {e}")
+        return []
 
 
 def fmt_rate(r, digits=0):

@@ -19,9 +19,12 @@ usage: bench/rmsnorm_vs_torch.py [BENCH_LOG]
   it, mgrun's unfused and fused times and the ratios are printed too.
 Exit status 0, or 1 when PyTorch or CUDA is missing or a run fails.
 """
-import re
-import statistics
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_stats as bs  # noqa: E402
+import torch_measure as tm  # noqa: E402
 
 SHAPES = [(8 * 512, 4096), (32 * 512, 4096)]  # as bench_gpu_ops.c
 TRIALS, ITERS, WARM = 7, 10, 3
@@ -30,19 +33,9 @@ EPS = 1e-5
 
 def read_mgrun(path):
     """{(rows, impl): (ms, min, max)} from the RMSNORM lines of a log."""
-    res = {}
-    if not path:
-        return res
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("RMSNORM "):
-                    kv = dict(re.findall(r"(\w+)=(\S+)", line))
-                    res[(int(kv["rows"]), kv["impl"])] = tuple(
-                        float(kv[k]) for k in ("ms", "min", "max"))
-    except OSError as e:
-        print(f"cannot read {path}: {e}")
-    return res
+    return {(int(kv["rows"]), kv["impl"]):
+            tuple(float(kv[k]) for k in ("ms", "min", "max"))
+            for kv in bs.read_tagged(path, "RMSNORM")}
 
 
 def main():
@@ -99,21 +92,13 @@ def main():
                 for _ in range(WARM):
                     call()
                 torch.cuda.synchronize()
-                t = []
-                for _ in range(TRIALS):
-                    e0 = torch.cuda.Event(enable_timing=True)
-                    e1 = torch.cuda.Event(enable_timing=True)
-                    e0.record()
-                    for _ in range(ITERS):
-                        call()
-                    e1.record()
-                    e1.synchronize()
-                    t.append(e0.elapsed_time(e1) / ITERS)
+                t = tm.time_windows(call, TRIALS, ITERS)  # s per call
             except Exception as e:
                 print(f"FAIL {name} at [{R}, {D}]: {e}")
                 failed = True
                 continue
-            rows_out.append((R, D, name, statistics.median(t), min(t), max(t)))
+            rows_out.append((R, D, name, 1e3 * t["median"], 1e3 * t["min"],
+                             1e3 * t["max"]))
 
     print(f"\nresidual add + RMSNorm, forward and backward, bf16 stream, "
           f"fp32 weight; ms per call, median [fastest, slowest] of "

@@ -151,6 +151,22 @@ if len(sys.argv) > 2:
     check(m.method == "cudaMemGetInfo" and "NVML has no device 1" in m.why,
           f"no device: {m.method} {m.why}")
 
+# tagged key=value lines (bench_gpu_ops' ATTN / RMSNORM), read as the
+# *_vs_torch.py scripts read them
+with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+    f.write("RMSNORM rows=4096 dim=4096 impl=fused ms=0.1 min=0.09 max=0.2\n"
+            "residual add + RMSNorm ... RMSNORM rows=1\n"
+            "ATTN shape=x impl=flash dir=fwd ms=1.5\n"
+            "RMSNORM rows=16384 impl=unfused ms=0.5\n")
+rows = bs.read_tagged(f.name, "RMSNORM")
+check(len(rows) == 2 and rows[0]["impl"] == "fused" and rows[0]["max"] == "0.2"
+      and rows[1]["rows"] == "16384", f"tagged lines {rows}")
+check(bs.read_tagged(f.name, "ATTN") == [{"shape": "x", "impl": "flash",
+                                          "dir": "fwd", "ms": "1.5"}], "ATTN")
+check(bs.read_tagged(None, "ATTN") == [], "no log")
+check(bs.read_tagged(f.name + ".missing", "ATTN") == [], "unreadable log")
+os.unlink(f.name)
+
 # CUDA_VISIBLE_DEVICES picks NVML's device
 os.environ["CUDA_VISIBLE_DEVICES"] = "3,1"
 check(tm.nvml_index(1) == "1" and tm.nvml_index(0) == "3", "visible devices")
