@@ -22,6 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_stats as bs  # noqa: E402
+import torch_measure as tm  # noqa: E402
 
 SHAPES = [  # name, N, T, Hq, Hkv, hd (as bench_gpu_ops.c)
     ("llama3-8b-T512", 2, 512, 32, 8, 128),
@@ -43,15 +44,10 @@ def read_mgrun(path):
 def main():
     log = sys.argv[1] if len(sys.argv) > 1 else None
     dts = sys.argv[2] if len(sys.argv) > 2 else "bf16"
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError as e:
-        print(f"FAIL: no PyTorch ({e})")
+    torch = tm.cuda_torch()
+    if torch is None:
         return 1
-    if not torch.cuda.is_available():
-        print("FAIL: PyTorch sees no CUDA device")
-        return 1
+    import torch.nn.functional as F
     dtype = torch.bfloat16 if dts == "bf16" else torch.float16
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {dts}")
     try:
@@ -160,11 +156,11 @@ def main():
           f"{'torch/flash':>11s} {'torch/tiled':>11s}")
     for name, d, ms, lo, hi, tf, how in rows:
         fm = mg.get((name, "flash", d))
-        tm = mg.get((name, "tiled", d))
+        tiled_ms = mg.get((name, "tiled", d))
         fs = f"{fm:9.4f}" if fm else f"{'-':>9s}"
-        ts_ = f"{tm:9.4f}" if tm else f"{'-':>9s}"
+        ts_ = f"{tiled_ms:9.4f}" if tiled_ms else f"{'-':>9s}"
         rf = f"{ms / fm:10.2f}x" if fm else f"{'-':>11s}"
-        rt = f"{ms / tm:10.2f}x" if tm else f"{'-':>11s}"
+        rt = f"{ms / tiled_ms:10.2f}x" if tiled_ms else f"{'-':>11s}"
         print(f"{name:18s} {d:8s} {ms:9.4f} [{lo:8.4f}, {hi:8.4f}] "
               f"{tf:7.1f} {fs} {ts_} {rf} {rt}")
     gq = sorted(set(r[6] for r in rows))

@@ -40,13 +40,8 @@ def read_mgrun(path):
 
 def main():
     log = sys.argv[1] if len(sys.argv) > 1 else None
-    try:
-        import torch
-    except ImportError as e:
-        print(f"FAIL: no PyTorch ({e})")
-        return 1
-    if not torch.cuda.is_available():
-        print("FAIL: PyTorch sees no CUDA device")
+    torch = tm.cuda_torch()
+    if torch is None:
         return 1
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, bf16")
 

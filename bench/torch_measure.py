@@ -265,6 +265,20 @@ class DeviceMemory:
                 "why": self.why}
 
 
+def cuda_torch():
+    """torch, or None after printing why not (no PyTorch, no CUDA device):
+    the kernel benchmarks' first line, so they fail with a reason."""
+    try:
+        import torch
+    except ImportError as e:
+        print(f"FAIL: no PyTorch ({e})")
+        return None
+    if not torch.cuda.is_available():
+        print("FAIL: PyTorch sees no CUDA device")
+        return None
+    return torch
+
+
 def time_windows(step, windows=5, steps=20, mem=None):
     """Seconds per step of `windows` windows of `steps` steps, each timed
     with CUDA events around the window; summarised by bench_stats."""
