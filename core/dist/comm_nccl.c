@@ -335,7 +335,12 @@ static bool nc_in_window(const struct nccl_comm *n, const void *p, size_t bytes)
 
 /* recv holds world * send_count elements; in place when send == recv +
  * rank * send_count. An all-gather between two windows goes to the
- * zero-CTA communicator (window_alloc below). */
+ * zero-CTA communicator (window_alloc below), and only outside a CUDA
+ * graph capture: NCCL 2.28.3's copy-engine all-gathers replayed from a
+ * captured fsdp step hung on 2 H200s (tiny and 10 MB units; the same
+ * steps run eagerly passed), so the trainer does not capture while
+ * windows are lent (mg_buf_windows_live), and a capture that reaches
+ * one anyway fails here, before anything is enqueued. */
 static int nccl_all_gather(struct mg_comm *c, const void *send, void *recv,
 			   int64_t send_count, enum mg_dtype dt)
 {
@@ -343,14 +348,22 @@ static int nccl_all_gather(struct mg_comm *c, const void *send, void *recv,
 	ncclDataType_t t = ncclFloat32;
 	int slot;
 	if (nc_args("all_gather", send, send_count, dt, &t) ||
-	    mg_comm_check_buf("nccl", "all_gather", recv, send_count) ||
-	    nc_begin(n, "all_gather", &slot))
+	    mg_comm_check_buf("nccl", "all_gather", recv, send_count))
 		return -1;
 	ncclComm_t nc = n->nc;
 #ifdef NC_WINDOWS
 	size_t sb = (size_t)send_count * mg_dtype_size(dt);
-	if (n->nwins && nc_in_window(n, send, sb) &&
-	    nc_in_window(n, recv, sb * (size_t)c->world)) {
+	bool windowed = n->nwins && nc_in_window(n, send, sb) &&
+			nc_in_window(n, recv, sb * (size_t)c->world);
+	if (windowed && n->capturing)
+		return mg_error("nccl: copy-engine all-gathers are not "
+				"captured into CUDA graphs (NCCL's hung on "
+				"replay); steps with them run eagerly");
+#endif
+	if (nc_begin(n, "all_gather", &slot))
+		return -1;
+#ifdef NC_WINDOWS
+	if (windowed) {
 		nc = n->ce;
 		if (!n->ce_told)
 			mg_info("nccl: all-gathers between windows go to the "

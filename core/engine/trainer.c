@@ -544,6 +544,13 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 		mg_cuda_graph_free(t->graph);
 		t->graph = NULL;
 	}
+	if (t->use_graph && !t->graph && mg_buf_windows_live()) {
+		mg_info("run.cuda_graph: steps run eagerly while copy-engine "
+			"windows are lent (strategy.copy_engine): NCCL's "
+			"copy-engine all-gathers hung when replayed from a "
+			"captured step");
+		t->use_graph = false;
+	}
 	bool same = t->graph && graph_key_same(t, t->graph_key, ps, false);
 	/* Capture only a shape seen twice in a row: ragged token batches
 	 * change shape most steps, and a capture costs more than the eager

@@ -61,3 +61,15 @@ void mg_buf_windows_orphan(const struct mg_comm *c)
 			windows[i].c = NULL;
 	pthread_mutex_unlock(&windows_lock);
 }
+
+int mg_buf_windows_live(void)
+{
+	int n = 0;
+	if (!atomic_load(&ever))
+		return 0;
+	pthread_mutex_lock(&windows_lock);
+	for (int i = 0; i < nwindows; i++)
+		n += windows[i].c != NULL;
+	pthread_mutex_unlock(&windows_lock);
+	return n;
+}

@@ -100,6 +100,10 @@ void mg_stats_comm_device(struct mg_stats *s, int64_t bytes);
 int mg_buf_window_add(void *ptr, struct mg_comm *c);
 int mg_buf_window_take(void *ptr, struct mg_comm **c);
 void mg_buf_windows_orphan(const struct mg_comm *c);
+/* How many windows are lent and not handed back (orphans not counted):
+ * while any are, the trainer does not capture steps into CUDA graphs,
+ * since their all-gathers cannot be captured (comm_nccl.c says why). */
+int mg_buf_windows_live(void);
 
 /* metrics.c: a declared metric's value from the sums (exp applied for
  * MG_SHOW_EXP; NAN when the denominator is 0), and all of a spec's

@@ -75,16 +75,19 @@ same() {
 	fi
 }
 
-# copy_engine_used RUN: its shards were NCCL windows and all-gathers
-# went to the zero-CTA communicator; a process whose NCCL has no
-# windows (older than 2.28) says why and is not a failure.
+# copy_engine_used RUN: its shards were NCCL windows, all-gathers went
+# to the zero-CTA communicator, and the steps ran eagerly (replayed from
+# a CUDA graph, such all-gathers hung: comm_nccl.c); a process whose
+# NCCL has no windows (older than 2.28) says why and is not a failure.
 copy_engine_used() {
 	if grep -q "no copy-engine window" "$work/$1.log"; then
 		echo "SKIPPED: $1 ran without windows:" \
 			"$(grep -m1 "no copy-engine window" "$work/$1.log")"
 	elif grep -q "are NCCL windows" "$work/$1.log" &&
-		grep -q "go to the zero-CTA communicator" "$work/$1.log"; then
-		echo "PASS: $1 gathered between NCCL windows"
+		grep -q "go to the zero-CTA communicator" "$work/$1.log" &&
+		grep -q "steps run eagerly while copy-engine" "$work/$1.log" &&
+		! grep -q "step captured" "$work/$1.log"; then
+		echo "PASS: $1 gathered between NCCL windows, steps eager"
 	else
 		echo "FAIL: $1: no sign of windows or of a fallback in its log"
 		fails=$((fails + 1))

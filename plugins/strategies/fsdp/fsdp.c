@@ -38,7 +38,9 @@ static const struct mg_option fsdp_options[] = {
 		 "shards and gather buffers live in NCCL symmetric windows, "
 		 "so the gathers leave every SM to the compute they overlap; "
 		 "where the communicator has no windows (CPU ranks, older "
-		 "NCCL) the log says so and gathers run as before"),
+		 "NCCL) the log says so and gathers run as before; steps "
+		 "run eagerly, not as CUDA graphs (NCCL's copy-engine "
+		 "all-gathers hung on graph replay)"),
 	MG_OPT_B("update_in_backward", "false",
 		 "run each unit's optimizer update as soon as its gradient "
 		 "shard is final, during backward (torchtune's "
