@@ -61,4 +61,51 @@ __device__ __forceinline__ void rms_ldw(const W *w, int64_t v, float *out)
 		mgc_ldv(w, v * n + k, out + k * MGC_VEC(W));
 }
 
+/* This thread's part of sum(w dy x) over a row in the vector walk: the
+ * backward's per-row reduction, the same for rms_bwd_dx_vk and the fused
+ * rms_bwd_add_vk. */
+template <typename T, typename W>
+__device__ __forceinline__ float rms_vec_dot(const T *xr, const T *gr,
+					     const W *w, int64_t nv)
+{
+	constexpr int V = MGC_VEC(T);
+	float s = 0;
+	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+		float a[V], g[V], wv[V];
+		mgc_ldv(xr, v, a);
+		mgc_ldv(gr, v, g);
+		rms_ldw<T>(w, v, wv);
+#pragma unroll
+		for (int k = 0; k < V; k++)
+			s += wv[k] * g[k] * a[k];
+	}
+	return s;
+}
+
+/* The forward's second half in the vector walk, for rms_fwd_vk and the
+ * fused add_rms_vk: the block's sum of squares from this thread's ss,
+ * rstd (stored through rstd_out when given), then yr = w * T(src *
+ * rstd), T(.) rounding as the unfused ops' stores do. */
+template <typename T, typename W>
+__device__ __forceinline__ void rms_vec_scale(const T *src, const W *w, T *yr,
+					      float ss, float eps, int64_t nv,
+					      float *rstd_out, float *sh)
+{
+	constexpr int V = MGC_VEC(T);
+	ss = mgc_block_sum(ss, sh);
+	const float rs = 1.0f / sqrtf(ss / (float)(nv * V) + eps);
+	if (rstd_out && threadIdx.x == 0)
+		*rstd_out = rs;
+	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+		float a[V], wv[V];
+		mgc_ldv(src, v, a);
+		rms_ldw<T>(w, v, wv);
+#pragma unroll
+		for (int k = 0; k < V; k++)
+			a[k] = wv[k] *
+			       mgc_t<T>::load(mgc_t<T>::from(a[k] * rs));
+		mgc_stv(yr, v, a);
+	}
+}
+
 #endif

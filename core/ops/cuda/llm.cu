@@ -172,20 +172,8 @@ __global__ void rms_fwd_vk(const T *x, const W *w, float eps, T *y, float *rstd,
 		for (int k = 0; k < V; k++)
 			ss += a[k] * a[k];
 	}
-	ss = mgc_block_sum(ss, sh);
-	const float rs = 1.0f / sqrtf(ss / (float)(nv * V) + eps);
-	if (rstd && threadIdx.x == 0)
-		rstd[r] = rs;
-	T *yr = y + r * nv * V;
-	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
-		float a[V], wv[V];
-		mgc_ldv(xr, v, a);
-		rms_ldw<T>(w, v, wv);
-#pragma unroll
-		for (int k = 0; k < V; k++)
-			a[k] = wv[k] * rnd<T>(a[k] * rs);
-		mgc_stv(yr, v, a);
-	}
+	rms_vec_scale(xr, w, y + r * nv * V, ss, eps, nv,
+		      rstd ? rstd + r : NULL, sh);
 }
 
 template <typename T, typename W>
@@ -215,17 +203,7 @@ __global__ void rms_bwd_dx_vk(const T *x, const W *w, const float *rstd,
 	__shared__ float sh[32];
 	const int64_t r = blockIdx.x;
 	const T *xr = x + r * nv * V, *gr = dy + r * nv * V;
-	float s = 0;
-	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
-		float a[V], g[V], wv[V];
-		mgc_ldv(xr, v, a);
-		mgc_ldv(gr, v, g);
-		rms_ldw<T>(w, v, wv);
-#pragma unroll
-		for (int k = 0; k < V; k++)
-			s += wv[k] * g[k] * a[k];
-	}
-	s = mgc_block_sum(s, sh);
+	const float s = mgc_block_sum(rms_vec_dot(xr, gr, w, nv), sh);
 	const float rs = rstd[r], c = s * rs * rs * rs / (float)(nv * V);
 	T *o = dx + r * nv * V;
 	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {

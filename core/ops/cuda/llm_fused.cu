@@ -117,20 +117,8 @@ __global__ void add_rms_vk(const T *x, const T *r, const W *w, float eps, T *s,
 		}
 		mgc_stv(sr, v, a);
 	}
-	ss = mgc_block_sum(ss, sh);
-	const float rs = 1.0f / sqrtf(ss / (float)(nv * V) + eps);
-	if (rstd && threadIdx.x == 0)
-		rstd[row] = rs;
-	T *yr = y + row * nv * V;
-	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
-		float a[V], wv[V];
-		mgc_ldv(sr, v, a);
-		rms_ldw<T>(w, v, wv);
-#pragma unroll
-		for (int k = 0; k < V; k++)
-			a[k] = wv[k] * rnd<T>(a[k] * rs);
-		mgc_stv(yr, v, a);
-	}
+	rms_vec_scale(sr, w, y + row * nv * V, ss, eps, nv,
+		      rstd ? rstd + row : NULL, sh);
 }
 
 template <typename T>
@@ -234,17 +222,7 @@ __global__ void rms_bwd_add_vk(const T *x, const W *w, const float *rstd,
 	for (int64_t row = r0; row < r1; row++) {
 		const T *xr = x + row * D, *gr = dy + row * D,
 			*er = dres + row * D;
-		float s = 0;
-		for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
-			float a[V], g[V], wv[V];
-			mgc_ldv(xr, v, a);
-			mgc_ldv(gr, v, g);
-			rms_ldw<T>(w, v, wv);
-#pragma unroll
-			for (int k = 0; k < V; k++)
-				s += wv[k] * g[k] * a[k];
-		}
-		s = mgc_block_sum(s, sh);
+		const float s = mgc_block_sum(rms_vec_dot(xr, gr, w, nv), sh);
 		const float rs = rstd[row], c = s * rs * rs * rs / (float)D;
 		T *o = dx + row * D;
 		for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
