@@ -256,6 +256,17 @@ int mg_host_call(struct mg_ctx *ctx, void (*fn)(void *arg), void *arg)
 	return 0;
 }
 
+int mg_host_call_side(struct mg_ctx *ctx, void (*fn)(void *arg), void *arg)
+{
+#ifdef MG_HAVE_CUDA
+	if (ctx->dev->kind == MG_DEV_CUDA)
+		return mg_cuda_host_call_side(ctx->dev, fn, arg);
+#endif
+	(void)ctx;
+	fn(arg);
+	return 0;
+}
+
 int mg_device_sync(struct mg_ctx *ctx)
 {
 #ifdef MG_HAVE_CUDA

@@ -74,9 +74,15 @@ extern "C" {
  *        one, ordinary memory otherwise). FSDP's all-gathers take SMs
  *        from the GEMMs they overlap at 7B; only new entry points, so
  *        plugins built for 1.0-1.7 load unchanged
+ *   1.9  mg_host_call_side: host work on the side copy stream, which
+ *        the compute stream does not wait for until mg_copy_join (a
+ *        host call on the compute stream stalls it): offload's
+ *        update_in_backward runs each unit's host optimizer while
+ *        backward computes the next units; one new function, so
+ *        plugins built for 1.0-1.8 load unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 8
+#define MG_ABI_MINOR 9
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

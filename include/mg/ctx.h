@@ -161,6 +161,14 @@ MG_EXPORT int mg_copy_join(struct mg_ctx *ctx);
  * every replay. */
 MG_EXPORT int mg_host_call(struct mg_ctx *ctx, void (*fn)(void *arg),
 			   void *arg);
+/* Added in ABI 1.9. Run fn(arg) on a host thread once the side copy
+ * stream reaches this point (after the compute work queued so far and
+ * every mg_copy_async() issued before it); later mg_copy_async() calls
+ * wait for it to return, compute does not (until mg_copy_join()). Host
+ * work that overlaps the device's: offload's optimizer updating a unit
+ * while backward computes the next. The same rules as mg_host_call. */
+MG_EXPORT int mg_host_call_side(struct mg_ctx *ctx, void (*fn)(void *arg),
+				void *arg);
 
 #ifdef __cplusplus
 }

@@ -839,6 +839,33 @@ update_in_backward)
 	fi
 	grep -q "cannot clip: set optimizer.max_grad_norm = 0" "$work/clip.log" ||
 		{ cat "$work/clip.log"; echo "FAIL: clip error"; exit 1; }
+	# offload's update_in_backward (each unit's host update as its
+	# gradient shard reaches the host, on the side stream): the same
+	# arithmetic on the same values as after backward, so the same bits
+	# as offload without it on 4 ranks, and the single rank on 1 and 4
+	# ranks and with 2 micro-batches; clipping refused alike.
+	set -- --set optimizer.max_grad_norm=0 --set strategy.name=offload
+	run off_plain 4 "$llama" "$@"
+	set -- "$@" --set strategy.update_in_backward=true
+	run off_ubw 4 "$llama" "$@"
+	grep -q "offload: update_in_backward: each unit" "$work/off_ubw.log" ||
+		{ echo "FAIL: offload did not say update_in_backward"; exit 1; }
+	same off_plain off_ubw 0
+	same single off_ubw 1e-10
+	run off_ubw1 1 "$llama" --set run.batch_size=16 "$@"
+	same single off_ubw1 1e-10
+	run off_ubw_accum 2 "$llama" --set run.grad_accum=2 "$@"
+	same single off_ubw_accum 1e-10
+	[ "$(norms single)" = "$(norms off_ubw)" ] ||
+		{ echo "FAIL: offload gradient norms differ"; exit 1; }
+	if "$mgrun" -c "$llama" --set strategy.name=offload \
+		--set strategy.update_in_backward=true --set run.out_dir="$work" \
+		--set run.name=off_clip >"$work/off_clip.log" 2>&1; then
+		echo "FAIL: offload update_in_backward with clipping was accepted"
+		exit 1
+	fi
+	grep -q "offload: update_in_backward .* cannot clip" "$work/off_clip.log" ||
+		{ cat "$work/off_clip.log"; echo "FAIL: offload clip error"; exit 1; }
 	;;
 *)
 	echo "unknown scenario $scenario"

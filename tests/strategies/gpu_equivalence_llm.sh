@@ -106,8 +106,9 @@ dpo="$lora --set model.objective=dpo --set model.dpo_beta=0.5
 dpo_full="--set model.objective=dpo --set model.dpo_beta=0.5
 --set dataset.pairs=true --set dataset.prompt_frac=0.3
 --set model.tie_embeddings=no --set optimizer.max_grad_norm=0"
-# ubw: fsdp's update_in_backward (each unit's AdamW update as its
-# gradient shard lands, pooled shards), without clipping.
+# ubw: update_in_backward, without clipping: fsdp's (each unit's AdamW
+# update as its gradient shard lands, pooled shards) and offload's (each
+# unit's host update on the side stream while backward goes on).
 for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw}; do
 	[ "$mode" = none ] && continue
 	extra="" ref=single_$mode sx="" strategies=""
@@ -118,7 +119,7 @@ for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw}; do
 	if [ $mode = ubw ]; then
 		extra="--set optimizer.max_grad_norm=0"
 		sx="--set strategy.update_in_backward=true"
-		strategies="fsdp:full fsdp:grad_op fsdp:none"
+		strategies="fsdp:full fsdp:grad_op fsdp:none offload"
 	fi
 	if [ $mode = accum ]; then
 		extra="--set run.batch_size=2 --set run.grad_accum=2"

@@ -241,6 +241,18 @@ int mg_cuda_host_call(struct mg_device *dev, void (*fn)(void *), void *arg)
 	return 0;
 }
 
+/* The side stream runs fn after the compute work so far (as
+ * mg_cuda_copy_async orders its copies) and its own earlier copies. */
+int mg_cuda_host_call_side(struct mg_device *dev, void (*fn)(void *), void *arg)
+{
+	struct mg_cuda_device *cd = dev->impl;
+	MG_CUDA_CHECK(cudaEventRecord(cd->side_fork, cd->compute));
+	MG_CUDA_CHECK(cudaStreamWaitEvent(cd->side, cd->side_fork, 0));
+	MG_CUDA_CHECK(cudaLaunchHostFunc(cd->side, fn, arg));
+	cd->side_dirty = true;
+	return 0;
+}
+
 int mg_cuda_memset(struct mg_device *dev, void *dst, int v, size_t bytes)
 {
 	struct mg_cuda_device *cd = dev->impl;

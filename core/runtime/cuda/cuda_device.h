@@ -55,6 +55,8 @@ int mg_cuda_copy_async(struct mg_device *dev, void *dst, const void *src,
 		       size_t bytes);
 int mg_cuda_copy_join(struct mg_device *dev);
 int mg_cuda_host_call(struct mg_device *dev, void (*fn)(void *), void *arg);
+int mg_cuda_host_call_side(struct mg_device *dev, void (*fn)(void *),
+			   void *arg);
 int mg_cuda_memset(struct mg_device *dev, void *dst, int v, size_t bytes);
 int mg_cuda_sync(struct mg_device *dev);
 /* Bytes in use on the device as the driver sees it (cudaMemGetInfo). */

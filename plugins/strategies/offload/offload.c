@@ -22,6 +22,11 @@ static const struct mg_option off_options[] = {
 	MG_OPT_B("drop_last", "true",
 		 "skip the last incomplete global batch of an epoch (false: "
 		 "pad it by repeating samples)"),
+	MG_OPT_B("update_in_backward", "false",
+		 "run each unit's host optimizer as soon as its gradient "
+		 "shard is on the host, and copy its parameters back, while "
+		 "backward computes the next units (no gradient clipping, "
+		 "not with fp16)"),
 	MG_OPT_END,
 };
 
@@ -34,6 +39,7 @@ static int off_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 	d->reduce_fp32 = mg_opt_enum(o, "reduce_dtype") == 1;
 	d->threads = (int)mg_opt_int(o, "threads");
 	d->drop_last = mg_opt_bool(o, "drop_last");
+	d->ubw = mg_opt_bool(o, "update_in_backward");
 	mg_sampler_init(&d->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
 	*self = d;
 	return 0;
@@ -50,6 +56,9 @@ static void off_destroy(void *self)
 		mg_buf_free(d->ctx, bufs[i]);
 	for (int c = 0; c < d->nchunks; c++)
 		free(d->chunks[c].slices);
+	for (int u = 0; d->uchunks && u < d->spec->nunits; u++)
+		free(d->uchunks[u].slices);
+	free(d->uchunks);
 	if (d->hopt)
 		mg_host_optim_destroy(d->hopt);
 	free(d->unit_base);
@@ -176,11 +185,69 @@ static int keep_flat(void *arg, int k, const char *full)
 	return upload(d, k, off_dev_mine(d, k), mine, f->shard);
 }
 
+/* Chunk c takes trained flat k: its host slices (at most two, with
+ * weight decay and without); room for them was made by chunk_open. */
+static void chunk_add(struct offload *d, struct off_chunk *c, int k)
+{
+	const struct mg_flat *f = &d->L.flats[k];
+	c->last = k + 1;
+	for (int part = 0; part < 2; part++) {
+		int64_t a, b, lo = part ? f->n_decay : 0;
+		int64_t hi = part ? f->n : f->n_decay;
+		if (!mg_flat_shard_range(f, d->srank, lo, hi, &a, &b))
+			continue;
+		struct mg_optim_slice *s = &c->slices[c->nslices++];
+		s->dtype = d->master;
+		s->param = off_host(&d->h_master, f->master_off + a, d->master);
+		s->grad = (char *)d->h_grads.ptr + f->gshard_byte +
+			  (size_t)a * mg_dtype_size(f->grad);
+		s->grad_dtype = f->grad;
+		s->param_lp =
+			f->lp ? off_host(&d->h_lp, f->lp_off + a, d->compute)
+			      : NULL;
+		s->lp_dtype = d->compute;
+		s->n = b - a;
+		s->decay = part == 0;
+		for (int j = 0; j < d->nslots_state; j++)
+			s->state[j] = off_host(&d->h_state[j], f->train_off + a,
+					       d->master);
+	}
+}
+
+static int chunk_open(struct offload *d, struct off_chunk *c, int first,
+		      int nflats)
+{
+	c->d = d;
+	c->first = c->last = first;
+	c->nslices = 0;
+	c->slices = calloc(2 * (size_t)(nflats > 0 ? nflats : 1),
+			   sizeof *c->slices);
+	return c->slices ? 0 : mg_error("out of memory");
+}
+
 /* Host slices of trained flats, cut into chunks of about equal size: the
- * upload of one chunk overlaps the optimizer on the next. */
+ * upload of one chunk overlaps the optimizer on the next. With
+ * update_in_backward, one chunk a unit instead (its trained flats),
+ * updated as soon as the unit's gradient shard is on the host. */
 static int build_chunks(struct offload *d)
 {
 	const struct mg_flat_layout *L = &d->L;
+	if (d->ubw) {
+		const int nu = d->spec->nunits;
+		d->uchunks = calloc((size_t)nu + 1, sizeof *d->uchunks);
+		if (!d->uchunks)
+			return mg_error("out of memory");
+		for (int u = 0; u < nu; u++) {
+			const int k0 = L->unit_first[u],
+				  k1 = L->unit_first[u + 1];
+			if (chunk_open(d, &d->uchunks[u], k0, k1 - k0))
+				return -1;
+			for (int k = k0; k < k1; k++)
+				if (L->flats[k].train)
+					chunk_add(d, &d->uchunks[u], k);
+		}
+		return 0;
+	}
 	int64_t total = L->n_train, per = total / OFFLOAD_CHUNKS + 1, acc = 0;
 	struct off_chunk *c = NULL;
 	for (int k = 0; k < L->nflats; k++) {
@@ -189,39 +256,12 @@ static int build_chunks(struct offload *d)
 			continue;
 		if (!c || (acc >= per && d->nchunks < OFFLOAD_CHUNKS)) {
 			c = &d->chunks[d->nchunks++];
-			c->d = d;
-			c->first = k;
-			c->slices = calloc(2 * (size_t)L->nflats,
-					   sizeof *c->slices);
-			if (!c->slices)
-				return mg_error("out of memory");
+			if (chunk_open(d, c, k, L->nflats))
+				return -1;
 			acc = 0;
 		}
-		c->last = k + 1;
 		acc += f->shard;
-		for (int part = 0; part < 2; part++) {
-			int64_t a, b, lo = part ? f->n_decay : 0;
-			int64_t hi = part ? f->n : f->n_decay;
-			if (!mg_flat_shard_range(f, d->srank, lo, hi, &a, &b))
-				continue;
-			struct mg_optim_slice *s = &c->slices[c->nslices++];
-			s->dtype = d->master;
-			s->param = off_host(&d->h_master, f->master_off + a,
-					    d->master);
-			s->grad = (char *)d->h_grads.ptr + f->gshard_byte +
-				  (size_t)a * mg_dtype_size(f->grad);
-			s->grad_dtype = f->grad;
-			s->param_lp = f->lp ? off_host(&d->h_lp, f->lp_off + a,
-						       d->compute)
-					    : NULL;
-			s->lp_dtype = d->compute;
-			s->n = b - a;
-			s->decay = part == 0;
-			for (int j = 0; j < d->nslots_state; j++)
-				s->state[j] =
-					off_host(&d->h_state[j],
-						 f->train_off + a, d->master);
-		}
+		chunk_add(d, c, k);
 	}
 	return 0;
 }
@@ -250,6 +290,19 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	if (d->master != MG_F32 && d->master != MG_F64)
 		return mg_error("offload: master dtype %s (fp32 or fp64 only)",
 				mg_dtype_name(d->master));
+	if (d->ubw && ctx->optim && ctx->optim->max_grad_norm > 0)
+		return mg_error("offload: update_in_backward updates each unit "
+				"before the norm of the whole gradient is "
+				"known, so it cannot clip: set "
+				"optimizer.max_grad_norm = 0, or "
+				"update_in_backward = false");
+	if (d->ubw && d->compute == MG_F16)
+		return mg_error("offload: update_in_backward with fp16: loss "
+				"scaling skips a step whose gradients "
+				"overflow, and the units updated during "
+				"backward cannot be taken back; use bf16 or "
+				"fp32");
+	d->hp = ctx->optim;
 	int threads = d->threads ? d->threads : default_threads(ctx);
 	/* Where setup time goes (a 7B model on one GPU took 153 s to its
 	 * first step, 37 s on four): storage, most of it pinned host
@@ -268,6 +321,10 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	    build_chunks(d))
 		return mg_error_prefix("offload");
 	off_refresh_host_lp(d);
+	if (d->ubw)
+		mg_info("offload: update_in_backward: each unit's host update "
+			"starts as its gradient shard reaches the host, while "
+			"backward goes on");
 	mg_info("offload: optimizer state in %shost memory (%.1f MiB), "
 		"%d host thread(s), %s; storage %.1f s, initial values %.1f s",
 		ctx->dev->kind == MG_DEV_CUDA ? "pinned " : "",
@@ -320,6 +377,49 @@ static void chunk_update(void *arg)
 	}
 }
 
+/* Chunk ch's updated parameter shards back to the device, on the side
+ * stream after its host update. */
+static int chunk_upload(struct offload *d, const struct off_chunk *ch)
+{
+	const struct mg_flat_layout *L = &d->L;
+	for (int fi = ch->first; fi < ch->last; fi++) {
+		const struct mg_flat *f = &L->flats[fi];
+		if (!f->train)
+			continue;
+		size_t bytes = (size_t)f->shard * mg_dtype_size(f->lent);
+		const void *src =
+			f->lp ? off_host(&d->h_lp, f->lp_off, d->compute)
+			      : off_host(&d->h_master, f->master_off,
+					 d->master);
+		if (mg_copy_async(d->ctx, off_dev_mine(d, fi), src, bytes))
+			return -1;
+		mg_count(d->ctx, MG_C_H2D_BYTES, (int64_t)bytes);
+	}
+	return 0;
+}
+
+/* update_in_backward: unit u's gradient shard is being copied to the
+ * host (offload_pipe.c, the step's last micro-batch). On the side stream,
+ * after that copy: the step's optimizer values (once a step: the trainer
+ * wrote them to the device before compute), the unit's host update, and
+ * its parameters back, while the compute stream goes on with backward.
+ * The ranks all-gather the updated shards in off_step as without it. */
+int off_update_unit(struct offload *d, int u)
+{
+	struct mg_ctx *ctx = d->ctx;
+	struct off_chunk *ch = &d->uchunks[u];
+	if (!ch->nslices)
+		return 0;
+	if (!d->vals_sent && mg_copy_async(ctx, d->h_vals.ptr, ctx->optim_vals,
+					   sizeof(struct mg_optim_vals)))
+		return -1;
+	d->vals_sent = true;
+	if (mg_host_call_side(ctx, chunk_update, ch) || chunk_upload(d, ch))
+		return mg_error_prefix("offload: update of %s",
+				       d->spec->units[u].name);
+	return 0;
+}
+
 static int off_step(void *self, const struct mg_optim_hparams *h,
 		    struct mg_step_report *r)
 {
@@ -349,31 +449,19 @@ static int off_step(void *self, const struct mg_optim_hparams *h,
 		      c->wait(c))))
 			return mg_error_prefix("offload: gradient norm");
 	}
+	/* update_in_backward: every unit was updated and sent back on the
+	 * side stream during backward, even in a step that finalize marks
+	 * skipped (as fsdp's); the norm is still taken for the report. */
 	if (mg_optim_finalize(ctx, h, v) ||
-	    mg_copy_async(ctx, d->h_vals.ptr, v, sizeof *v) ||
-	    mg_copy_join(ctx))
+	    (!d->ubw && (mg_copy_async(ctx, d->h_vals.ptr, v, sizeof *v) ||
+			 mg_copy_join(ctx))))
 		return -1;
 	/* Chunk by chunk: the optimizer on the host, then its parameters
 	 * back to the device while the next chunk is updated. */
-	for (int k = 0; k < d->nchunks; k++) {
+	for (int k = 0; !d->ubw && k < d->nchunks; k++) {
 		struct off_chunk *ch = &d->chunks[k];
-		if (mg_host_call(ctx, chunk_update, ch))
+		if (mg_host_call(ctx, chunk_update, ch) || chunk_upload(d, ch))
 			return -1;
-		for (int fi = ch->first; fi < ch->last; fi++) {
-			const struct mg_flat *f = &L->flats[fi];
-			if (!f->train)
-				continue;
-			size_t bytes =
-				(size_t)f->shard * mg_dtype_size(f->lent);
-			const void *src =
-				f->lp ? off_host(&d->h_lp, f->lp_off,
-						 d->compute)
-				      : off_host(&d->h_master, f->master_off,
-						 d->master);
-			if (mg_copy_async(ctx, off_dev_mine(d, fi), src, bytes))
-				return -1;
-			mg_count(ctx, MG_C_H2D_BYTES, (int64_t)bytes);
-		}
 	}
 	if (mg_copy_join(ctx))
 		return -1;

@@ -89,6 +89,13 @@ struct offload {
 	const struct mg_optim_hparams *hp; /* the step's (stable) settings */
 	struct off_chunk chunks[OFFLOAD_CHUNKS];
 	int nchunks;
+	/* update_in_backward: a chunk a unit, updated on the side stream as
+	 * soon as the unit's gradient shard is on the host (offload_pipe.c
+	 * issue) while backward goes on; the step's optimizer values are
+	 * copied to h_vals before the first of them. */
+	bool ubw;
+	struct off_chunk *uchunks;
+	bool vals_sent;
 	volatile int host_error; /* set by a failing host call */
 	char host_msg[256];
 	struct off_unit *units;
@@ -109,6 +116,10 @@ static inline bool off_uses_gshard(const struct offload *d)
 {
 	return d->world > 1 || d->accum > 1;
 }
+
+/* offload.c: update_in_backward's host update of unit u, queued on the
+ * side stream after its gradient shard's copy to the host. */
+int off_update_unit(struct offload *d, int u);
 
 /* offload_pipe.c */
 int off_pipe_init(struct offload *d);

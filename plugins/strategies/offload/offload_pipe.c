@@ -137,6 +137,10 @@ static int issue(struct offload *d, int u, enum off_gstate gs)
 		un->scratch = un->acc;
 		un->acc = true;
 	}
+	/* The shard is the step's whole gradient (O_COPY only comes in
+	 * the last micro-batch): update the unit now. */
+	if (gs == O_COPY && d->ubw && off_update_unit(d, u))
+		return -1;
 	return 0;
 }
 
@@ -353,6 +357,7 @@ void off_pipe_begin_step(struct offload *d)
 	d->epoch = 0;
 	d->micro = 0;
 	d->final = d->accum <= 1;
+	d->vals_sent = false;
 }
 
 int off_pipe_init(struct offload *d)
