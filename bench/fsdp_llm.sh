@@ -16,8 +16,9 @@
 # hybrid (2 replicas, GPUS/2 each; 4+ GPUs) | hybrid, none | DDP,
 # offload | FSDP2 CPUOffloadPolicy, and full_ubw / grad_op_ubw (fsdp's
 # update_in_backward: each unit's AdamW update as its gradient shard
-# lands, no whole gradient shard held) | full / grad_op (PyTorch's row
-# measured once and shown for both). A run that cannot fit says so (both
+# lands, no whole gradient shard held) | full / grad_op, offload_ubw
+# (offload's: each unit's host update while backward goes on) | offload
+# (PyTorch's row measured once and shown for each). A run that cannot fit says so (both
 # sides report out of memory rather than fail the table).
 #
 # Environment: MG_FSDP_LLM_MODES ("full full_ubw grad_op grad_op_ubw
@@ -91,6 +92,9 @@ for mode in $modes; do
 		sets="--set strategy.shard=hybrid --set strategy.shard_group_size=$((g / 2))" ;;
 	none) sets="--set strategy.shard=none" b=$ddp_mb tmode=ddp ;;
 	offload) sets="--set strategy.name=offload" ;;
+	offload_ubw)
+		tmode=offload
+		sets="--set strategy.name=offload --set strategy.update_in_backward=true" ;;
 	*) echo "unknown mode $mode"; status=1; continue ;;
 	esac
 	run=fsdp_llm_$mode

@@ -16,6 +16,11 @@
  * stream work (side-stream copies, a host call), so the step can still be
  * one CUDA graph.
  *
+ * With update_in_backward the host optimizer does not wait for the step:
+ * each unit's update (and its upload) is queued on the side stream as
+ * soon as its gradient shard's copy to the host is, and runs while
+ * backward computes the next units (offload.c off_update_unit).
+ *
  * Gradient accumulation (run.grad_accum = K): each micro-batch's unit
  * gradients go through the pipeline as above, but land in the device's
  * gradient shard (this rank's 1/N, in the reduce dtype), summed: the
