@@ -435,3 +435,22 @@ void mg_flat_views_free(struct mg_flat_views *v)
 	free(v->trains);
 	memset(v, 0, sizeof *v);
 }
+
+int mg_flat_ubw_check(const struct mg_ctx *ctx, const char *who)
+{
+	if (ctx->optim && ctx->optim->max_grad_norm > 0)
+		return mg_error("%s: update_in_backward updates each unit "
+				"before the norm of the whole gradient is "
+				"known, so it cannot clip: set "
+				"optimizer.max_grad_norm = 0, or "
+				"update_in_backward = false",
+				who);
+	if (ctx->compute_dtype == MG_F16)
+		return mg_error("%s: update_in_backward with fp16: loss "
+				"scaling skips a step whose gradients "
+				"overflow, and the units updated during "
+				"backward cannot be taken back; use bf16 or "
+				"fp32",
+				who);
+	return 0;
+}

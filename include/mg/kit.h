@@ -24,12 +24,14 @@
  *        mg_flat_layout.n_packed, mg_flat_host_bytes)
  *   1.2  mg_flat_init_shard: a rank's shard of the initial values only
  *        (the model's init_unit_part, ABI 1.7)
+ *   1.3  mg_flat_ubw_check: the rules of update_in_backward (no
+ *        clipping, no fp16), shared by fsdp and offload
  */
 #ifndef MG_KIT_H
 #define MG_KIT_H
 
 #define MG_KIT_VERSION_MAJOR 1
-#define MG_KIT_VERSION_MINOR 2
+#define MG_KIT_VERSION_MINOR 3
 
 #include "kit/ddp.h"
 #include "kit/flat.h"

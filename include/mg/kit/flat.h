@@ -163,6 +163,14 @@ int mg_flat_init_shard(struct mg_flat_layout *L, struct mg_ctx *ctx, int srank,
 		       int (*keep)(void *arg, int k, const char *full),
 		       void *arg, void *bufs_dev);
 
+/* Added in kit 1.3: whether a strategy named `who` may update each unit
+ * as its gradient shard lands (update_in_backward): 0, or -1 with the
+ * error said. Not with gradient clipping (the whole gradient's norm is
+ * not known while units update), nor with fp16 (loss scaling skips a
+ * step whose gradients overflow, and updated units cannot be taken
+ * back). fsdp and offload share it. */
+int mg_flat_ubw_check(const struct mg_ctx *ctx, const char *who);
+
 /* Initial values of unit u as the model makes them, packed into full
  * padded flats in host memory (master dtype): out[k] for the unit's k-th
  * flat holds mg_flat_host_bytes (flat->shard * group elements), gaps

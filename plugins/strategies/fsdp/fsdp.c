@@ -263,18 +263,8 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 	d->compute = ctx->compute_dtype;
 	d->dedicated = d->mode == FSDP_GRAD_OP;
 	d->accum = ctx->micro_count > 1 ? ctx->micro_count : 1;
-	if (d->ubw && ctx->optim && ctx->optim->max_grad_norm > 0)
-		return mg_error("fsdp: update_in_backward updates each unit "
-				"before the norm of the whole gradient is "
-				"known, so it cannot clip: set "
-				"optimizer.max_grad_norm = 0, or "
-				"update_in_backward = false");
-	if (d->ubw && d->compute == MG_F16)
-		return mg_error("fsdp: update_in_backward with fp16: loss "
-				"scaling skips a step whose gradients "
-				"overflow, and the units updated during "
-				"backward cannot be taken back; use bf16 or "
-				"fp32");
+	if (d->ubw && mg_flat_ubw_check(ctx, "fsdp"))
+		return -1;
 	if (make_groups(d))
 		return mg_error_prefix("fsdp");
 	d->pooled = d->ubw && d->group > 1 && d->accum == 1;

@@ -290,18 +290,8 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	if (d->master != MG_F32 && d->master != MG_F64)
 		return mg_error("offload: master dtype %s (fp32 or fp64 only)",
 				mg_dtype_name(d->master));
-	if (d->ubw && ctx->optim && ctx->optim->max_grad_norm > 0)
-		return mg_error("offload: update_in_backward updates each unit "
-				"before the norm of the whole gradient is "
-				"known, so it cannot clip: set "
-				"optimizer.max_grad_norm = 0, or "
-				"update_in_backward = false");
-	if (d->ubw && d->compute == MG_F16)
-		return mg_error("offload: update_in_backward with fp16: loss "
-				"scaling skips a step whose gradients "
-				"overflow, and the units updated during "
-				"backward cannot be taken back; use bf16 or "
-				"fp32");
+	if (d->ubw && mg_flat_ubw_check(ctx, "offload"))
+		return -1;
 	d->hp = ctx->optim;
 	int threads = d->threads ? d->threads : default_threads(ctx);
 	/* Where setup time goes (a 7B model on one GPU took 153 s to its
