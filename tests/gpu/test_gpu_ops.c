@@ -3,7 +3,7 @@
  *
  *   test_gpu_ops [conv|depthwise|batchnorm|elementwise|pool|linear|
  *                 dropout|loss|pref|resize|optim|llm|attention|nf4|qat|
- *                 fused|
+ *                 fused|side|
  *                 determinism|graph|all]
  *
  * For every op and dtype (F64, F32, F16, BF16) on MobileNetV2's shapes
@@ -2083,6 +2083,72 @@ static void probe_dispatch(void)
 	gt_free(&y);
 }
 
+/* ------------------------------------------------------------------ */
+/* mg_host_call_side (ABI 1.9): on the side stream, a device buffer's
+ * copy to pinned host memory, host work on it, and the copy back run in
+ * that order, after the compute work queued before them: x = 2x + 1,
+ * 8 rounds (offload's update_in_backward: gradient down, host update,
+ * parameters up). */
+
+struct side_job {
+	float *h;
+	int64_t n;
+	int calls;
+};
+
+static void side_plus1(void *arg)
+{
+	struct side_job *j = arg;
+	for (int64_t i = 0; i < j->n; i++)
+		j->h[i] += 1;
+	j->calls++;
+}
+
+static void test_side(void)
+{
+	const int64_t n = 1 << 20;
+	struct gt x, y;
+	struct mg_buf host;
+	gt_make(&x, MG_F32, MG_F32, 1, n, 0, 0, 0);
+	gt_make(&y, MG_F32, MG_F32, 1, n, 0, 0, 0);
+	/* small integers: every round is exact in F32 */
+	for (int64_t i = 0; i < n; i++)
+		x.v[i] = (double)(i % 17 - 8);
+	gt_upload(&x);
+	int rc = mg_buf_alloc_host(&gt_gpu, &host, (size_t)n * sizeof(float),
+				   MG_MEM_OTHER, true);
+	struct side_job job = {host.ptr, n, 0};
+	for (int r = 0; r < 8 && !rc; r++) {
+		/* compute first (y = x + x), which the side stream's copy
+		 * of y must wait for; then y + 1 on the host, back into x */
+		rc = mg_op_add(&gt_gpu, &x.g, &x.g, &y.g) ||
+		     mg_copy_async(&gt_gpu, host.ptr, y.g.data,
+				   (size_t)n * sizeof(float)) ||
+		     mg_host_call_side(&gt_gpu, side_plus1, &job) ||
+		     mg_copy_async(&gt_gpu, x.g.data, host.ptr,
+				   (size_t)n * sizeof(float)) ||
+		     mg_copy_join(&gt_gpu);
+	}
+	rc = rc || mg_device_sync(&gt_gpu);
+	if (!gt_ok(rc, "host_call_side")) {
+		/* x_8 = 2^8 x_0 + 255 */
+		double *got = gt_read(&x), worst = 0;
+		for (int64_t i = 0; i < n; i++) {
+			const double e = fabs(
+				got[i] - (256.0 * (double)(i % 17 - 8) + 255));
+			worst = e > worst ? e : worst;
+		}
+		free(got);
+		gt_report("host_call_side: copy down, host work, copy up, "
+			  "8 rounds",
+			  MG_F32, worst, 0, 0,
+			  job.calls == 8 ? "" : "host calls != 8");
+	}
+	mg_buf_free(&gt_gpu, &host);
+	gt_free(&x);
+	gt_free(&y);
+}
+
 int main(int argc, char **argv)
 {
 	const char *which = argc > 1 ? argv[1] : "all";
@@ -2109,6 +2175,7 @@ int main(int argc, char **argv)
 	RUN("nf4", test_nf4());
 	RUN("qat", test_qat());
 	RUN("fused", test_fused());
+	RUN("side", test_side());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;
