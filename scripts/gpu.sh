@@ -197,7 +197,7 @@ run() {
 
 bin=$build/tests/gpu
 groups="conv depthwise batchnorm elementwise pool linear dropout loss pref
-resize optim convert determinism graph llm attention nf4 qat fused"
+resize optim convert determinism graph llm attention nf4 qat fused side"
 [ $# -gt 0 ] && groups="$*"
 if [ "$what" = tests ] || [ "$what" = all ]; then
 	# One process per group: a crash in one still lets the others run.
