@@ -544,12 +544,14 @@ static int launch_compute(struct mg_trainer *t, int64_t step,
 		mg_cuda_graph_free(t->graph);
 		t->graph = NULL;
 	}
-	if (t->use_graph && !t->graph && mg_buf_windows_live()) {
+	if (t->use_graph && mg_buf_windows_live()) {
 		mg_info("run.cuda_graph: steps run eagerly while copy-engine "
 			"windows are lent (strategy.copy_engine): NCCL's "
 			"copy-engine all-gathers hung when replayed from a "
 			"captured step");
 		t->use_graph = false;
+		mg_cuda_graph_free(t->graph); /* captured before the windows */
+		t->graph = NULL;
 	}
 	bool same = t->graph && graph_key_same(t, t->graph_key, ps, false);
 	/* Capture only a shape seen twice in a row: ragged token batches
