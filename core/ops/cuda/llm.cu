@@ -20,6 +20,7 @@
 #include "ops/cuda/cuda_colsum.cuh"
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
+#include "ops/cuda/cuda_rms.cuh"
 
 namespace
 {
@@ -127,14 +128,8 @@ void embed_bwd(cudaStream_t st, const int32_t *keys, const int32_t *rows,
 }
 
 /* ---- rmsnorm ------------------------------------------------------ */
-
-static int row_threads(int64_t D)
-{
-	int th = 32;
-	while (th < 256 && th * 4 < D)
-		th *= 2;
-	return th;
-}
+/* Each kernel has an element walk and a vector walk (cuda_rms.cuh); the
+ * fused ones in llm_fused.cu walk a row the same way. */
 
 /* y = w * T(x * rstd) (Hugging Face casts the normalised row to the
  * input dtype before the weight multiplies it). */
@@ -160,6 +155,27 @@ __global__ void rms_fwd_k(const T *x, const W *w, float eps, T *y, float *rstd,
 				       rnd<T>(mgc_ld(xr, d) * rs));
 }
 
+/* rms_fwd_k in 16-byte vectors of nv a row. */
+template <typename T, typename W>
+__global__ void rms_fwd_vk(const T *x, const W *w, float eps, T *y, float *rstd,
+			   int64_t nv)
+{
+	constexpr int V = MGC_VEC(T);
+	__shared__ float sh[32];
+	const int64_t r = blockIdx.x;
+	const T *xr = x + r * nv * V;
+	float ss = 0;
+	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+		float a[V];
+		mgc_ldv(xr, v, a);
+#pragma unroll
+		for (int k = 0; k < V; k++)
+			ss += a[k] * a[k];
+	}
+	rms_vec_scale(xr, w, y + r * nv * V, ss, eps, nv,
+		      rstd ? rstd + r : NULL, sh);
+}
+
 template <typename T, typename W>
 __global__ void rms_bwd_dx_k(const T *x, const W *w, const float *rstd,
 			     const T *dy, T *dx, int64_t D)
@@ -176,6 +192,28 @@ __global__ void rms_bwd_dx_k(const T *x, const W *w, const float *rstd,
 	for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
 		o[d] = mgc_t<T>::from(rs * mgc_ld(w, d) * mgc_ld(gr, d) -
 				      mgc_ld(xr, d) * c);
+}
+
+/* rms_bwd_dx_k in 16-byte vectors of nv a row. */
+template <typename T, typename W>
+__global__ void rms_bwd_dx_vk(const T *x, const W *w, const float *rstd,
+			      const T *dy, T *dx, int64_t nv)
+{
+	constexpr int V = MGC_VEC(T);
+	__shared__ float sh[32];
+	const int64_t r = blockIdx.x;
+	const T *xr = x + r * nv * V, *gr = dy + r * nv * V;
+	const float s = mgc_block_sum(rms_vec_dot(xr, gr, w, nv), sh);
+	const float rs = rstd[r], c = s * rs * rs * rs / (float)(nv * V);
+	T *o = dx + r * nv * V;
+	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+		float a[V], g[V], wv[V];
+		rms_vec_ld3(xr, gr, w, v, a, g, wv);
+#pragma unroll
+		for (int k = 0; k < V; k++)
+			a[k] = rs * wv[k] * g[k] - a[k] * c;
+		mgc_stv(o, v, a);
+	}
 }
 
 /* Rows per dw partial sum: 32, more when the rows would need more than
@@ -207,7 +245,20 @@ template <typename T>
 void rms_fwd(cudaStream_t st, const void *x, const void *w, bool wf32,
 	     float eps, void *y, float *rstd, int64_t R, int64_t D)
 {
-	const int th = row_threads(D);
+	if (rms_vec_ok<T>(D, x, w, y, NULL, NULL)) {
+		const int64_t nv = D / MGC_VEC(T);
+		const int th = rms_vec_threads(nv);
+		if (wf32)
+			rms_fwd_vk<T, float><<<(unsigned)R, th, 0, st>>>(
+				(const T *)x, (const float *)w, eps, (T *)y,
+				rstd, nv);
+		else
+			rms_fwd_vk<T, T><<<(unsigned)R, th, 0, st>>>(
+				(const T *)x, (const T *)w, eps, (T *)y, rstd,
+				nv);
+		return;
+	}
+	const int th = rms_row_threads(D);
 	if (wf32)
 		rms_fwd_k<T, float><<<(unsigned)R, th, 0, st>>>(
 			(const T *)x, (const float *)w, eps, (T *)y, rstd, D);
@@ -221,8 +272,20 @@ void rms_bwd(cudaStream_t st, const void *x, const void *w, bool wf32,
 	     const float *rstd, const void *dy, void *dx, void *dw, float *part,
 	     int64_t R, int64_t D)
 {
-	const int th = row_threads(D);
-	if (dx && wf32)
+	const int th = rms_row_threads(D);
+	const int64_t nv = D / MGC_VEC(T);
+	if (dx && rms_vec_ok<T>(D, x, w, dy, dx, NULL)) {
+		if (wf32)
+			rms_bwd_dx_vk<T, float>
+				<<<(unsigned)R, rms_vec_threads(nv), 0, st>>>(
+					(const T *)x, (const float *)w, rstd,
+					(const T *)dy, (T *)dx, nv);
+		else
+			rms_bwd_dx_vk<T, T>
+				<<<(unsigned)R, rms_vec_threads(nv), 0, st>>>(
+					(const T *)x, (const T *)w, rstd,
+					(const T *)dy, (T *)dx, nv);
+	} else if (dx && wf32)
 		rms_bwd_dx_k<T, float><<<(unsigned)R, th, 0, st>>>(
 			(const T *)x, (const float *)w, rstd, (const T *)dy,
 			(T *)dx, D);

@@ -4,7 +4,9 @@
  *
  * add_rmsnorm: one block a row writes s = x + r (rounded to T, as
  * mg_op_add) and y = w * T(s * rstd) with the unfused kernel's thread
- * count and reduction order, so it matches add then rmsnorm bitwise.
+ * count and reduction order (cuda_rms.cuh: both walk a row one element
+ * or one 16-byte vector at a time, the same way), so it matches add
+ * then rmsnorm bitwise.
  *
  * rmsnorm_backward_add: one block per segment of rows computes each
  * row's dx = dres + T(norm gradient) and accumulates the weight
@@ -29,6 +31,7 @@
 #include "ops/cuda/cuda_colsum.cuh"
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_llm.h"
+#include "ops/cuda/cuda_rms.cuh"
 
 namespace
 {
@@ -55,15 +58,6 @@ const int XENT_TH = 512;
 template <typename T> __device__ __forceinline__ float rnd(float v)
 {
 	return mgc_t<T>::load(mgc_t<T>::from(v));
-}
-
-/* The unfused rmsnorm's threads per row (llm.cu row_threads). */
-static int row_threads(int64_t D)
-{
-	int th = 32;
-	while (th < 256 && th * 4 < D)
-		th *= 2;
-	return th;
 }
 
 static int64_t rows_of(const struct mg_tensor *t)
@@ -99,12 +93,53 @@ __global__ void add_rms_k(const T *x, const T *r, const W *w, float eps, T *s,
 				       rnd<T>(mgc_ld(sr, d) * rs));
 }
 
+/* add_rms_k in 16-byte vectors of nv a row, summing in rms_fwd_vk's
+ * order. s may be x or r: each vector is read before it is written, by
+ * the same thread. */
+template <typename T, typename W>
+__global__ void add_rms_vk(const T *x, const T *r, const W *w, float eps, T *s,
+			   T *y, float *rstd, int64_t nv)
+{
+	constexpr int V = MGC_VEC(T);
+	__shared__ float sh[32];
+	const int64_t row = blockIdx.x;
+	const T *xr = x + row * nv * V, *rr = r + row * nv * V;
+	T *sr = s + row * nv * V;
+	float ss = 0;
+	for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+		float a[V], b[V];
+		mgc_ldv(xr, v, a);
+		mgc_ldv(rr, v, b);
+#pragma unroll
+		for (int k = 0; k < V; k++) {
+			a[k] = rnd<T>(a[k] + b[k]);
+			ss += a[k] * a[k];
+		}
+		mgc_stv(sr, v, a);
+	}
+	rms_vec_scale(sr, w, y + row * nv * V, ss, eps, nv,
+		      rstd ? rstd + row : NULL, sh);
+}
+
 template <typename T>
 void add_rms(cudaStream_t st, const void *x, const void *r, const void *w,
 	     bool wf32, float eps, void *s, void *y, float *rstd, int64_t R,
 	     int64_t D)
 {
-	const int th = row_threads(D);
+	if (rms_vec_ok<T>(D, x, r, w, s, y)) {
+		const int64_t nv = D / MGC_VEC(T);
+		const int th = rms_vec_threads(nv);
+		if (wf32)
+			add_rms_vk<T, float><<<(unsigned)R, th, 0, st>>>(
+				(const T *)x, (const T *)r, (const float *)w,
+				eps, (T *)s, (T *)y, rstd, nv);
+		else
+			add_rms_vk<T, T><<<(unsigned)R, th, 0, st>>>(
+				(const T *)x, (const T *)r, (const T *)w, eps,
+				(T *)s, (T *)y, rstd, nv);
+		return;
+	}
+	const int th = rms_row_threads(D);
 	if (wf32)
 		add_rms_k<T, float><<<(unsigned)R, th, 0, st>>>(
 			(const T *)x, (const T *)r, (const float *)w, eps,
@@ -129,6 +164,20 @@ static int64_t seg_rows(int64_t R)
 	return seg;
 }
 
+/* Block blockIdx.x's rows [r0, *r1) of R, seg a block, and (with
+ * partials) its D shared-memory sums zeroed; either walk starts so. */
+__device__ __forceinline__ int64_t seg_begin(float *acc, bool part, int64_t D,
+					     int64_t R, int64_t seg,
+					     int64_t *r1)
+{
+	const int64_t r0 = (int64_t)blockIdx.x * seg;
+	*r1 = r0 + seg < R ? r0 + seg : R;
+	if (part)
+		for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+			acc[d] = 0;
+	return r0;
+}
+
 /* Rows [blockIdx.x seg, +seg): dx = dres + T(rs w dy - x c); with part,
  * part[blockIdx.x, d] = sum over the rows of dy x rs (shared memory
  * acc[D], column d owned by thread d % blockDim.x). */
@@ -139,11 +188,8 @@ __global__ void rms_bwd_add_k(const T *x, const W *w, const float *rstd,
 {
 	extern __shared__ float acc[];
 	__shared__ float sh[32];
-	const int64_t r0 = (int64_t)blockIdx.x * seg;
-	const int64_t r1 = r0 + seg < R ? r0 + seg : R;
-	if (part)
-		for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
-			acc[d] = 0;
+	int64_t r1;
+	const int64_t r0 = seg_begin(acc, part != NULL, D, R, seg, &r1);
 	for (int64_t row = r0; row < r1; row++) {
 		const T *xr = x + row * D, *gr = dy + row * D,
 			*er = dres + row * D;
@@ -166,15 +212,71 @@ __global__ void rms_bwd_add_k(const T *x, const W *w, const float *rstd,
 			part[(int64_t)blockIdx.x * D + d] = acc[d];
 }
 
+/* rms_bwd_add_k in 16-byte vectors of nv a row, each row's sum in
+ * rms_bwd_dx_vk's order. The partials live in shared memory as acc[k nv
+ * + v] (element k of vector v), so a warp's updates hit consecutive
+ * words; each column still adds its rows in order, as rms_bwd_add_k. */
+template <typename T, typename W>
+__global__ void rms_bwd_add_vk(const T *x, const W *w, const float *rstd,
+			       const T *dy, const T *dres, T *dx, float *part,
+			       int64_t R, int64_t nv, int64_t seg)
+{
+	constexpr int V = MGC_VEC(T);
+	extern __shared__ float acc[];
+	__shared__ float sh[32];
+	const int64_t D = nv * V;
+	int64_t r1;
+	const int64_t r0 = seg_begin(acc, part != NULL, D, R, seg, &r1);
+	for (int64_t row = r0; row < r1; row++) {
+		const T *xr = x + row * D, *gr = dy + row * D,
+			*er = dres + row * D;
+		const float s = mgc_block_sum(rms_vec_dot(xr, gr, w, nv), sh);
+		const float rs = rstd[row], c = s * rs * rs * rs / (float)D;
+		T *o = dx + row * D;
+		for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+			float a[V], g[V], wv[V], e[V];
+			rms_vec_ld3(xr, gr, w, v, a, g, wv);
+			mgc_ldv(er, v, e);
+#pragma unroll
+			for (int k = 0; k < V; k++) {
+				const float n =
+					rnd<T>(rs * wv[k] * g[k] - a[k] * c);
+				if (part)
+					acc[k * nv + v] += g[k] * (a[k] * rs);
+				e[k] = e[k] + n;
+			}
+			mgc_stv(o, v, e);
+		}
+	}
+	if (part)
+		for (int64_t v = threadIdx.x; v < nv; v += blockDim.x)
+#pragma unroll
+			for (int k = 0; k < V; k++)
+				part[(int64_t)blockIdx.x * D + v * V + k] =
+					acc[k * nv + v];
+}
+
 template <typename T>
 void rms_bwd_add(cudaStream_t st, const void *x, const void *w, bool wf32,
 		 const float *rstd, const void *dy, const void *dres, void *dx,
 		 void *dw, float *part, int64_t R, int64_t D)
 {
 	const int64_t seg = seg_rows(R), S = (R + seg - 1) / seg;
-	const int th = row_threads(D);
+	const int th = rms_row_threads(D);
 	const size_t shm = part ? (size_t)D * sizeof(float) : 0;
-	if (wf32)
+	if (rms_vec_ok<T>(D, x, w, dy, dres, dx)) {
+		const int64_t nv = D / MGC_VEC(T);
+		const int tv = rms_vec_threads(nv);
+		if (wf32)
+			rms_bwd_add_vk<T, float><<<(unsigned)S, tv, shm, st>>>(
+				(const T *)x, (const float *)w, rstd,
+				(const T *)dy, (const T *)dres, (T *)dx, part,
+				R, nv, seg);
+		else
+			rms_bwd_add_vk<T, T><<<(unsigned)S, tv, shm, st>>>(
+				(const T *)x, (const T *)w, rstd, (const T *)dy,
+				(const T *)dres, (T *)dx, part, R, nv, seg);
+	} else if (wf32)
 		rms_bwd_add_k<T, float><<<(unsigned)S, th, shm, st>>>(
 			(const T *)x, (const float *)w, rstd, (const T *)dy,
 			(const T *)dres, (T *)dx, part, R, D, seg);
