@@ -31,7 +31,7 @@ def params_of(jsonl, r):
 def main(jsonl):
     print("| mode (PyTorch) | micro-batch/GPU | mgrun tok/s/GPU | model TFLOP/s/GPU "
           "| of GEMM ceiling | mgrun GiB/rank: driver (accounted) | grads | gather | optimizer "
-          "| host pinned | PyTorch tok/s/GPU | PyTorch GiB/rank: driver (reserved / "
+          "| host GiB: pinned (pageable) | PyTorch tok/s/GPU | PyTorch GiB/rank: driver (reserved / "
           "allocated) | vs median | vs fastest |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     ceiling = None
@@ -57,7 +57,7 @@ def main(jsonl):
                     "-" if tf is None or not r.get("ceiling") else f"{100 * tf / r['ceiling']:.0f}%",
                     f"{gib(m['memory']['driver_peak'])} ({gib(m['memory']['accounted_peak'])})",
                     gib(c.get("grads")), gib(c.get("gather")), gib(c.get("optimizer")),
-                    gib(c.get("host_pinned"))]
+                    f"{gib(c.get('host_pinned'))} ({gib(c.get('host_pageable'))})"]
         if t.get("oom"):
             row += ["out of memory", "-", "-", "-"]
         elif "error" in t:

@@ -254,6 +254,80 @@ static void cpu_model(char *out, size_t cap)
 	fclose(f);
 }
 
+/* The memory nodes the host has (/sys), 0 if unknown. */
+static int numa_nodes(void)
+{
+	int n = 0;
+	char path[64];
+	for (;; n++) {
+		snprintf(path, sizeof(path), "/sys/devices/system/node/node%d",
+			 n);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			break;
+		fclose(f);
+	}
+	return n;
+}
+
+/* The arrays above were first touched by one thread (init), so on a host
+ * with several memory nodes their pages all sit on that thread's node.
+ * offload zeroes its state on the pool first (mg_host_optim_zero), which
+ * spreads each page to the node of the thread that updates it: the same
+ * bound and engine rows at the largest size, on arrays placed that way. */
+static int placed(int64_t n, struct mg_host_optim *all,
+		  const struct runner *base, int cores)
+{
+	struct arrays b = {.n = n};
+	float **f32[] = {&b.p, &b.m, &b.q, &b.g};
+	for (size_t i = 0; i < sizeof f32 / sizeof *f32; i++)
+		*f32[i] = xalloc((size_t)n * 4);
+	b.gb = xalloc((size_t)n * 2);
+	b.lp = xalloc((size_t)n * 2);
+	int rc = 0;
+	for (size_t i = 0; i < sizeof f32 / sizeof *f32; i++)
+		rc |= mg_host_optim_zero(all, *f32[i], (size_t)n * 4);
+	rc |= mg_host_optim_zero(all, b.gb, (size_t)n * 2);
+	rc |= mg_host_optim_zero(all, b.lp, (size_t)n * 2);
+	if (rc) {
+		fprintf(stderr, "bench_host_optim: %s\n", mg_last_error());
+		return -1;
+	}
+	init(&b, n);
+	printf("\npages first touched by the pool's threads "
+	       "(mg_host_optim_zero, "
+	       "as offload places its state); %d memory node(s)\n",
+	       numa_nodes());
+	char ps[16], label[64];
+	snprintf(ps, sizeof(ps), "%lldM", (long long)(n >> 20));
+	double tbn, t;
+	TIME_MEDIAN(tbn, traffic_run(b.p, b.g, b.m, b.q, n, cores));
+	snprintf(label, sizeof(label), "bound, %d threads", cores);
+	printf("%-7s %-10s %-24s %9.2f %10.1f %7.1f %9s %8s\n", ps, "traffic",
+	       label, 1e3 * tbn, n / tbn / 1e6, n / tbn * 28 / 1e9, "", "");
+	struct runner r = *base;
+	r.a = &b;
+	r.n = n;
+	r.eng = all;
+	r.v = V_ENGINE;
+	r.bf16 = true;
+	TIME_MEDIAN(t, rc |= step(&r));
+	if (rc) {
+		fprintf(stderr, "bench_host_optim: %s\n", mg_last_error());
+		return -1;
+	}
+	snprintf(label, sizeof(label), "%s, %d threads", mg_host_optim_isa(all),
+		 cores);
+	printf("%-7s %-10s %-24s %9.2f %10.1f %7.1f %9s %7.0f%%\n", ps,
+	       "bf16/bf16", label, 1e3 * t, n / t / 1e6, n / t * 28 / 1e9, "",
+	       100 * tbn / t);
+	for (size_t i = 0; i < sizeof f32 / sizeof *f32; i++)
+		free(*f32[i]);
+	free(b.gb);
+	free(b.lp);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int64_t sizes[16];
@@ -386,6 +460,9 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+	const struct runner r_base = {.h = &h, .vals = &vals, .k = &k};
+	if (placed(nmax, all, &r_base, cores) != 0)
+		return 1;
 	/* Keep the results observable. */
 	double sum = 0;
 	for (int64_t i = 0; i < nmax; i += 4099)

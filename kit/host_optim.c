@@ -456,6 +456,7 @@ struct job {
 	int use; /* threads with work */
 	int64_t total;
 	enum isa isa;
+	char *zero; /* set: the job zeroes total bytes here instead */
 };
 
 /* Elements [i0, i1) of slice s. */
@@ -511,6 +512,10 @@ static int64_t share_start(const struct job *j, int t)
 static void run_share(const struct job *j, int t)
 {
 	int64_t lo = share_start(j, t), hi = share_start(j, t + 1), off = 0;
+	if (j->zero) {
+		memset(j->zero + lo, 0, (size_t)(hi - lo));
+		return;
+	}
 	for (int k = 0; k < j->n && off < hi; k++) {
 		int64_t end = off + j->s[k].n;
 		int64_t a = lo > off ? lo : off, b = hi < end ? hi : end;
@@ -681,6 +686,31 @@ int mg_host_optim_threads(const struct mg_host_optim *o)
 	return o->threads;
 }
 
+/* Job j on up to want threads (at least one, at most the pool), the
+ * caller taking share 0; returns when every share is done. */
+static void pool_run(struct mg_host_optim *o, struct job *j, int64_t want)
+{
+	j->use = want < 1 ? 1 : want > o->nw + 1 ? o->nw + 1 : (int)want;
+	if (j->use == 1) {
+		run_share(j, 0);
+		return;
+	}
+	pthread_mutex_lock(&o->run_mu);
+	pthread_mutex_lock(&o->mu);
+	o->job = j;
+	o->pending = o->nw;
+	o->gen++;
+	pthread_cond_broadcast(&o->wake);
+	pthread_mutex_unlock(&o->mu);
+	run_share(j, 0);
+	pthread_mutex_lock(&o->mu);
+	while (o->pending > 0)
+		pthread_cond_wait(&o->done, &o->mu);
+	o->job = NULL;
+	pthread_mutex_unlock(&o->mu);
+	pthread_mutex_unlock(&o->run_mu);
+}
+
 static int check_slice(const struct mg_optim_hparams *h,
 		       const struct mg_optim_slice *s, int i)
 {
@@ -727,25 +757,19 @@ int mg_host_optim_run(struct mg_host_optim *o, const struct mg_optim_hparams *h,
 		return 0;
 	struct job j = {
 		.h = h, .v = v, .s = s, .n = n, .total = total, .isa = o->isa};
-	int64_t use = total / GRAIN;
-	j.use = use < 1 ? 1 : use > o->nw + 1 ? o->nw + 1 : (int)use;
-	if (j.use == 1) {
-		run_share(&j, 0);
+	pool_run(o, &j, total / GRAIN);
+	return 0;
+}
+
+int mg_host_optim_zero(struct mg_host_optim *o, void *p, size_t bytes)
+{
+	if (!p && bytes)
+		return mg_error("host optimizer: zeroing %zu bytes at NULL",
+				bytes);
+	if (!bytes)
 		return 0;
-	}
-	pthread_mutex_lock(&o->run_mu);
-	pthread_mutex_lock(&o->mu);
-	o->job = &j;
-	o->pending = o->nw;
-	o->gen++;
-	pthread_cond_broadcast(&o->wake);
-	pthread_mutex_unlock(&o->mu);
-	run_share(&j, 0);
-	pthread_mutex_lock(&o->mu);
-	while (o->pending > 0)
-		pthread_cond_wait(&o->done, &o->mu);
-	o->job = NULL;
-	pthread_mutex_unlock(&o->mu);
-	pthread_mutex_unlock(&o->run_mu);
+	struct job j = {.total = (int64_t)bytes, .zero = p, .isa = o->isa};
+	/* As many threads as a run over the same floats would use. */
+	pool_run(o, &j, (int64_t)(bytes / sizeof(float)) / GRAIN);
 	return 0;
 }

@@ -75,8 +75,8 @@ static void collect_mem_cats(struct mg_sweep *sw)
 		const struct mg_sweep_run *sr = &sw->runs[i];
 		for (int k = 0; has_run(sr) && k < sr->run.nmem; k++) {
 			const char *n = sr->run.mem[k].name;
-			bool seen = !strcmp(n, "total") ||
-				    !strcmp(n, "host_pinned");
+			bool seen =
+				!strcmp(n, "total") || !strncmp(n, "host_", 5);
 			for (int j = 0; j < sw->nmem_cats && !seen; j++)
 				seen = !strcmp(sw->mem_cats[j], n);
 			if (seen)

@@ -323,6 +323,7 @@ enum {
 	ROW_MEM = ROW_COUNT + MG_C_COUNT,
 	ROW_MEM_TOTAL = ROW_MEM + MG_MEM_CAT_COUNT,
 	ROW_PINNED,
+	ROW_PAGEABLE,
 	ROW_COMM_BUSY,
 	ROW_DRV_METHOD, /* the driver's view (devmem.h); peak -1: none */
 	ROW_DRV_PEAK,
@@ -341,6 +342,7 @@ static void fill_row(const struct mg_run_view *rs, double *row)
 		row[ROW_MEM + i] = (double)st->mem_peak[i];
 	row[ROW_MEM_TOTAL] = (double)st->mem_total_peak;
 	row[ROW_PINNED] = (double)st->host_pinned_peak;
+	row[ROW_PAGEABLE] = (double)st->host_pageable_peak;
 	row[ROW_COMM_BUSY] = st->comm_busy_total;
 	row[ROW_DRV_METHOD] = st->devmem ? (double)st->devmem->method : 0;
 	row[ROW_DRV_PEAK] =
@@ -416,6 +418,7 @@ static cJSON *rank_json(const double *row, int rank)
 					row[ROW_MEM + i]);
 	cJSON_AddNumberToObject(m, "total", row[ROW_MEM_TOTAL]);
 	cJSON_AddNumberToObject(m, "host_pinned", row[ROW_PINNED]);
+	cJSON_AddNumberToObject(m, "host_pageable", row[ROW_PAGEABLE]);
 	device_memory_json(r, row);
 	return r;
 }

@@ -24,11 +24,19 @@ uint64_t mg_buf_frees(void)
 	return atomic_load_explicit(&frees, memory_order_relaxed);
 }
 
+/* Device memory goes by category; host memory beside a GPU is counted
+ * apart, pinned or pageable (on the CPU device, host memory is the
+ * device's). */
 static void account(struct mg_ctx *ctx, const struct mg_buf *b, int sign)
 {
-	if (ctx && ctx->stats)
-		mg_stats_mem(ctx->stats, b->cat, sign * (int64_t)b->bytes,
-			     b->pinned_host);
+	if (!ctx || !ctx->stats)
+		return;
+	enum mg_stats_host host = MG_STATS_DEVICE;
+	if (b->pinned_host)
+		host = MG_STATS_PINNED;
+	else if (b->device == MG_DEV_CPU && ctx->dev->kind != MG_DEV_CPU)
+		host = MG_STATS_PAGEABLE;
+	mg_stats_mem(ctx->stats, b->cat, sign * (int64_t)b->bytes, host);
 }
 
 static void *host_alloc(size_t bytes)
@@ -132,8 +140,7 @@ int mg_buf_alloc_host(struct mg_ctx *ctx, struct mg_buf *b, size_t bytes,
 		return mg_error(
 			"out of host memory allocating %zu bytes for %s", bytes,
 			mg_mem_cat_name(cat));
-	if (ctx->dev->kind == MG_DEV_CPU)
-		account(ctx, b, 1); /* host memory is the device's memory */
+	account(ctx, b, 1);
 	return 0;
 }
 
@@ -151,8 +158,7 @@ void mg_buf_free(struct mg_ctx *ctx, struct mg_buf *b)
 	if (!b->ptr)
 		return;
 	atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed);
-	if (b->device == ctx->dev->kind || b->pinned_host)
-		account(ctx, b, -1);
+	account(ctx, b, -1);
 	struct mg_comm *owner = NULL;
 	if (mg_buf_window_take(b->ptr, &owner)) {
 		if (owner)

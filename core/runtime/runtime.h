@@ -25,6 +25,7 @@ struct mg_stats {
 	int64_t mem_cur[MG_MEM_CAT_COUNT], mem_peak[MG_MEM_CAT_COUNT];
 	int64_t mem_total_cur, mem_total_peak;
 	int64_t host_pinned_cur, host_pinned_peak;
+	int64_t host_pageable_cur, host_pageable_peak;
 	/* The driver's view of this process's device memory (devmem.h;
 	 * NULL on the CPU), and the communicator's device bytes already in
 	 * MG_MEM_LIBRARY (mg_stats_comm_device). */
@@ -86,8 +87,11 @@ void mg_stats_step_end(struct mg_ctx *ctx);
 void mg_stats_capture(struct mg_stats *s, bool begin, bool ok);
 /* One replay of the captured step was launched. */
 void mg_stats_replay(struct mg_stats *s);
+/* Where accounted bytes live: the device (or, on the CPU device, host
+ * memory), or host memory beside a GPU, pinned or pageable. */
+enum mg_stats_host { MG_STATS_DEVICE, MG_STATS_PINNED, MG_STATS_PAGEABLE };
 void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
-		  int pinned_host);
+		  enum mg_stats_host host);
 /* The communicator now holds bytes of device memory outside mg_buf
  * (NCCL's buffers): MG_MEM_LIBRARY follows. */
 void mg_stats_comm_device(struct mg_stats *s, int64_t bytes);

@@ -179,14 +179,21 @@ void mg_stats_comm_device(struct mg_stats *s, int64_t bytes)
 {
 	if (bytes == s->comm_device_bytes)
 		return;
-	mg_stats_mem(s, MG_MEM_LIBRARY, bytes - s->comm_device_bytes, 0);
+	mg_stats_mem(s, MG_MEM_LIBRARY, bytes - s->comm_device_bytes,
+		     MG_STATS_DEVICE);
 	s->comm_device_bytes = bytes;
 }
 
 void mg_stats_mem(struct mg_stats *s, enum mg_mem_cat c, int64_t delta,
-		  int pinned_host)
+		  enum mg_stats_host host)
 {
-	if (pinned_host) {
+	if (host == MG_STATS_PAGEABLE) {
+		s->host_pageable_cur += delta;
+		if (s->host_pageable_cur > s->host_pageable_peak)
+			s->host_pageable_peak = s->host_pageable_cur;
+		return;
+	}
+	if (host == MG_STATS_PINNED) {
 		s->host_pinned_cur += delta;
 		if (s->host_pinned_cur > s->host_pinned_peak)
 			s->host_pinned_peak = s->host_pinned_cur;

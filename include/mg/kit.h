@@ -26,12 +26,14 @@
  *        (the model's init_unit_part, ABI 1.7)
  *   1.3  mg_flat_ubw_check: the rules of update_in_backward (no
  *        clipping, no fp16), shared by fsdp and offload
+ *   1.4  mg_host_optim_zero: host state zeroed (first touched) by the
+ *        threads that update it
  */
 #ifndef MG_KIT_H
 #define MG_KIT_H
 
 #define MG_KIT_VERSION_MAJOR 1
-#define MG_KIT_VERSION_MINOR 3
+#define MG_KIT_VERSION_MINOR 4
 
 #include "kit/ddp.h"
 #include "kit/flat.h"

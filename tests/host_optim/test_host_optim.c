@@ -738,12 +738,63 @@ static void print_context(FILE *f)
 	fprintf(f, " (seed %llu) %s", (unsigned long long)seed, where);
 }
 
+/* mg_host_optim_zero: every byte of the range zero, not one byte
+ * around it touched, for sizes below, at and above one thread's share,
+ * odd offsets and lengths, on pools of 1, 3 and 8 threads; NULL refused
+ * unless empty. */
+static void test_zero(void)
+{
+	static const size_t lens[] = {
+		0, 1, 63, 4096, 65537, 1000003, 4 * 16384 * 9 + 5};
+	const size_t guard = 64;
+	char label[96];
+	for (int ti = 0; ti < 3; ti++) {
+		const int threads = ti == 0 ? 1 : ti == 1 ? 3 : 8;
+		struct mg_host_optim *o = pool("scalar", threads);
+		if (!o)
+			return;
+		for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+			const size_t n = lens[li], off = 1 + li % 7;
+			snprintf(label, sizeof label,
+				 "zero %zu bytes at +%zu, "
+				 "%d threads",
+				 n, off, threads);
+			where = label;
+			unsigned char *b = malloc(n + off + guard);
+			if (!b) {
+				fail("out of memory");
+				break;
+			}
+			memset(b, 0xa5, n + off + guard);
+			if (mg_host_optim_zero(o, b + off, n) != 0)
+				fail("%s", mg_last_error());
+			for (size_t i = 0; i < n + off + guard; i++) {
+				const int want =
+					i >= off && i < off + n ? 0 : 0xa5;
+				if (b[i] != want) {
+					fail("byte %zu is 0x%02x, not 0x%02x",
+					     i, b[i], want);
+					break;
+				}
+			}
+			free(b);
+		}
+		where = "zero NULL";
+		if (mg_host_optim_zero(o, NULL, 0) != 0)
+			fail("NULL, 0 bytes: %s", mg_last_error());
+		if (mg_host_optim_zero(o, NULL, 8) == 0)
+			fail("NULL, 8 bytes accepted");
+		mg_host_optim_destroy(o);
+	}
+	where = "";
+}
+
 int main(int argc, char **argv)
 {
 	fail_context = print_context;
 	if (argc != 2) {
 		fprintf(stderr, "usage: test_host_optim "
-				"adamw|sgd|slices|skip|errors|pool\n");
+				"adamw|sgd|slices|skip|errors|pool|zero\n");
 		return 2;
 	}
 	const char *s = getenv("MG_TEST_SEED");
@@ -763,6 +814,8 @@ int main(int argc, char **argv)
 		test_errors();
 	else if (!strcmp(t, "pool"))
 		test_pool();
+	else if (!strcmp(t, "zero"))
+		test_zero();
 	else {
 		fprintf(stderr, "unknown test '%s'\n", t);
 		return 2;

@@ -51,6 +51,14 @@ int mg_host_optim_run(struct mg_host_optim *o, const struct mg_optim_hparams *h,
 		      const struct mg_optim_vals *v,
 		      const struct mg_optim_slice *s, int n);
 
+/* Zero bytes at p on the pool's threads, each its even share, as a run
+ * over as many floats would split them. Why: a page is placed on the
+ * memory node of the thread that first touches it, so state zeroed here
+ * before the first update is spread over the host's memory nodes as the
+ * update reads it, not all on the node of one allocating thread (whose
+ * bandwidth then bounds every update). Returns 0, or -1 for NULL. */
+int mg_host_optim_zero(struct mg_host_optim *o, void *p, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

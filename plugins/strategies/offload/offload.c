@@ -86,8 +86,17 @@ static int alloc_storage(struct offload *d)
 	    (off_uses_gshard(d) &&
 	     mg_buf_alloc(ctx, &d->gshard, L->gshard_bytes + 1, MG_MEM_GRADS)))
 		return -1;
+	/* Pinned: what copies read or write (the low-precision copy going
+	 * up, the gradient shards coming down, and the master where a
+	 * trained flat is lent in the master dtype, uploaded from it). The
+	 * moments and a master only the host reads stay pageable: pinning
+	 * them would only cost setup time and locked memory (54 GB of
+	 * moments at 7B). place_host_state zeroes them. */
+	bool master_dma = false;
+	for (int k = 0; k < L->nflats; k++)
+		master_dma |= L->flats[k].train && !L->flats[k].lp;
 	if (mg_buf_alloc_host(ctx, &d->h_master, (size_t)L->n_master * ms + 1,
-			      MG_MEM_PARAMS, true) ||
+			      MG_MEM_PARAMS, master_dma) ||
 	    mg_buf_alloc_host(ctx, &d->h_lp, (size_t)L->n_lp * cs + 1,
 			      MG_MEM_PARAMS, true) ||
 	    mg_buf_alloc_host(ctx, &d->h_grads, L->gshard_bytes + 1,
@@ -96,12 +105,55 @@ static int alloc_storage(struct offload *d)
 			      MG_MEM_OTHER, true))
 		return -1;
 	memset(d->h_grads.ptr, 0, d->h_grads.bytes);
-	for (int k = 0; k < d->nslots_state; k++) {
+	for (int k = 0; k < d->nslots_state; k++)
 		if (mg_buf_alloc_host(ctx, &d->h_state[k],
 				      (size_t)L->n_train * ms + 1, MG_MEM_OPTIM,
-				      true))
+				      false))
 			return -1;
-		memset(d->h_state[k].ptr, 0, d->h_state[k].bytes);
+	return 0;
+}
+
+/* Where chunk ch's slices start in host buffer `which` (-1: the master,
+ * j >= 0: state slot j). */
+static char *chunk_start(const struct off_chunk *ch, int which)
+{
+	const struct mg_optim_slice *s = &ch->slices[0];
+	return (char *)(which < 0 ? s->param : s->state[which]);
+}
+
+/* Zero the pageable host state (the moments, and the master unless it
+ * is pinned) on the optimizer's threads, chunk by chunk as the step
+ * updates them: a page lands on the memory node of the thread that
+ * first touches it, so each chunk's pages are spread as its update
+ * reads them (mg_host_optim_zero). Runs before the initial values are
+ * written. Every byte of each buffer is zeroed, the gaps included. */
+static int place_host_state(struct offload *d)
+{
+	const int nch = d->ubw ? d->spec->nunits : d->nchunks;
+	const struct off_chunk *chunks = d->ubw ? d->uchunks : d->chunks;
+	for (int which = -1; which < d->nslots_state; which++) {
+		const struct mg_buf *b =
+			which < 0 ? &d->h_master : &d->h_state[which];
+		if (b->pinned_host)
+			continue; /* already touched by the allocation */
+		char *from = b->ptr, *end = (char *)b->ptr + b->bytes;
+		for (int c = 0; c < nch; c++) {
+			if (!chunks[c].nslices)
+				continue;
+			int next = c + 1;
+			while (next < nch && !chunks[next].nslices)
+				next++;
+			char *to = next < nch
+					   ? chunk_start(&chunks[next], which)
+					   : end;
+			if (mg_host_optim_zero(d->hopt, from,
+					       (size_t)(to - from)))
+				return -1;
+			from = to;
+		}
+		if (from < end &&
+		    mg_host_optim_zero(d->hopt, from, (size_t)(end - from)))
+			return -1;
 	}
 	return 0;
 }
@@ -301,25 +353,26 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	if (mg_flat_build(&d->L, spec, d->master, d->compute, d->world,
 			  d->reduce_fp32) ||
 	    alloc_storage(d) || off_pipe_init(d) ||
-	    mg_host_optim_create(threads, &d->hopt))
+	    mg_host_optim_create(threads, &d->hopt) || build_chunks(d) ||
+	    place_host_state(d))
 		return mg_error_prefix("offload");
 	const double t1 = mg_now();
 	if (mg_flat_init_shard(&d->L, ctx, d->srank, MG_FLAT_INIT_FROZEN_WHOLE,
 			       keep_flat, d, d->buffers.ptr) ||
-	    (d->world > 1 &&
-	     (gather_params(d) || ctx->comm->wait(ctx->comm))) ||
-	    build_chunks(d))
+	    (d->world > 1 && (gather_params(d) || ctx->comm->wait(ctx->comm))))
 		return mg_error_prefix("offload");
 	off_refresh_host_lp(d);
 	if (d->ubw)
 		mg_info("offload: update_in_backward: each unit's host update "
 			"starts as its gradient shard reaches the host, while "
 			"backward goes on");
-	mg_info("offload: optimizer state in %shost memory (%.1f MiB), "
-		"%d host thread(s), %s; storage %.1f s, initial values %.1f s",
-		ctx->dev->kind == MG_DEV_CUDA ? "pinned " : "",
+	mg_info("offload: optimizer state in host memory (%.1f MiB, %.1f MiB "
+		"of it pinned), %d host thread(s), %s; storage %.1f s, "
+		"initial values %.1f s",
 		(double)(d->h_master.bytes + d->h_state[0].bytes +
 			 d->h_state[1].bytes) /
+			1048576.0,
+		(double)(d->h_master.pinned_host ? d->h_master.bytes : 0) /
 			1048576.0,
 		mg_host_optim_threads(d->hopt), mg_host_optim_isa(d->hopt),
 		t1 - t0, mg_now() - t1);

@@ -6,8 +6,9 @@
  *
  * The device keeps only what compute needs: every unit's full parameters
  * in the compute dtype, and transient full gradients while backward runs.
- * fp32 master weights and the optimizer's moments live in pinned host
- * memory. As backward completes a unit, its gradients are reduce-scattered
+ * fp32 master weights and the optimizer's moments live in host memory
+ * (pageable, placed by the optimizer's threads; pinned: only what copies
+ * touch). As backward completes a unit, its gradients are reduce-scattered
  * over the ranks (each rank owns one shard of every flat parameter) and
  * the rank's shard is copied to the host while backward goes on. The step
  * runs the optimizer on the host (host_optim: SIMD, all cores) in chunks,
@@ -87,7 +88,9 @@ struct offload {
 	struct mg_buf *gslots;
 	int *gslot_owner;
 	int ngslots;
-	/* Host (pinned). */
+	/* Host: h_lp and h_grads pinned (copies), h_master pinned only when
+	 * uploaded from (a trained flat lent in the master dtype), the
+	 * moments pageable (offload.c alloc_storage). */
 	struct mg_buf h_master, h_lp, h_grads, h_state[2];
 	struct mg_buf h_vals; /* this step's optimizer values */
 	struct mg_host_optim *hopt;
