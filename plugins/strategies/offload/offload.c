@@ -126,7 +126,9 @@ static char *chunk_start(const struct off_chunk *ch, int which)
  * updates them: a page lands on the memory node of the thread that
  * first touches it, so each chunk's pages are spread as its update
  * reads them (mg_host_optim_zero). Runs before the initial values are
- * written. Every byte of each buffer is zeroed, the gaps included. */
+ * written. Every byte of each buffer is zeroed, the gaps included.
+ * Chunks hold flats in order and the layout places shards in flat order
+ * (kit/flat.c place_shards), so each chunk starts past the one before. */
 static int place_host_state(struct offload *d)
 {
 	const int nch = d->ubw ? d->spec->nunits : d->nchunks;
