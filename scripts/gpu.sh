@@ -190,6 +190,16 @@ run() {
 	local t0=$SECONDS
 	timeout "${MG_GPU_TIMEOUT:-300}" "$@" >>"$out/$log.log" 2>&1
 	local rc=$?
+	if [ $rc -eq 124 ]; then
+		# timeout signals its own process group, but a nested timeout
+		# (the bench scripts limit each run) makes a group of its own,
+		# out of reach: its mgrun or PyTorch run would go on beside the
+		# next command (the eighth session's disturbed row). Stop what
+		# is left of this one first.
+		pkill -TERM -f "$build/core/mgrun|bench/torch_" 2>/dev/null
+		sleep 5
+		pkill -KILL -f "$build/core/mgrun|bench/torch_" 2>/dev/null
+	fi
 	echo "== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/$log.log"
 	[ $rc -ne 0 ] && [ $rc -ne 77 ] && status=1
 	return 0
