@@ -31,7 +31,8 @@ cat >"$out/$name/report.json" <<JSON
 {"run": {"trainable_parameters": 1000000000},
  "ranks": [{"memory_peak_bytes": {"total": 2097152, "params": 1048576,
  "grads": 1, "optimizer": 1, "gather": 0, "activations": 5,
- "input": 0, "other": 0, "libraries": 33554432, "host_pinned": 7},
+ "input": 0, "other": 0, "libraries": 33554432, "host_pinned": 7,
+ "host_pageable": 3221225472},
  "counters": {
   "h2d_bytes": 100},
  "comm": {
