@@ -1,6 +1,6 @@
 /*
  * host_optim.c - how fast the host optimizer engine of offload strategies
- * (plugins/strategies/common/host_optim.c) runs an AdamW step over F32
+ * (kit/host_optim.c) runs an AdamW step over F32
  * master weights in host memory: a plain scalar C loop, the engine's
  * vector path on one thread and on every core, against a memory-bound
  * estimate (a kernel with the same memory traffic and no arithmetic).

@@ -251,26 +251,29 @@ int mg_copy_join(struct mg_ctx *ctx)
 	return 0;
 }
 
-int mg_host_call(struct mg_ctx *ctx, void (*fn)(void *arg), void *arg)
+/* fn(arg) on the compute or the side stream; on the CPU, now. */
+static int host_call(struct mg_ctx *ctx, void (*fn)(void *arg), void *arg,
+		     bool side)
 {
 #ifdef MG_HAVE_CUDA
 	if (ctx->dev->kind == MG_DEV_CUDA)
-		return mg_cuda_host_call(ctx->dev, fn, arg);
+		return side ? mg_cuda_host_call_side(ctx->dev, fn, arg)
+			    : mg_cuda_host_call(ctx->dev, fn, arg);
 #endif
 	(void)ctx;
+	(void)side;
 	fn(arg);
 	return 0;
 }
 
+int mg_host_call(struct mg_ctx *ctx, void (*fn)(void *arg), void *arg)
+{
+	return host_call(ctx, fn, arg, false);
+}
+
 int mg_host_call_side(struct mg_ctx *ctx, void (*fn)(void *arg), void *arg)
 {
-#ifdef MG_HAVE_CUDA
-	if (ctx->dev->kind == MG_DEV_CUDA)
-		return mg_cuda_host_call_side(ctx->dev, fn, arg);
-#endif
-	(void)ctx;
-	fn(arg);
-	return 0;
+	return host_call(ctx, fn, arg, true);
 }
 
 int mg_device_sync(struct mg_ctx *ctx)

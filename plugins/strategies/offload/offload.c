@@ -542,7 +542,7 @@ static const struct mg_plugin off_plugin = {
 	.name = "offload",
 	.version = "1.0",
 	.description = "ZeRO-Offload: master weights and optimizer state in "
-		       "pinned host memory, gradients copied out as backward "
+		       "host memory, gradients copied out as backward "
 		       "completes each unit, a SIMD multi-threaded optimizer "
 		       "on the CPU; sharded across ranks",
 	.options = off_options,
