@@ -72,6 +72,23 @@ def ratios(ours, base):
             "vs_fastest": ours["median"] / base["max"]}
 
 
+def pool(rates):
+    """Several processes' throughputs (per_second dicts) as one cell: the
+    median of their median windows, the slowest and fastest window of
+    any of them, and each process's median (the spread between
+    processes); a single process passes through with procs [its median]."""
+    assert rates, "no processes"
+    meds = [r["median"] for r in rates]
+    return {"median": quantile(meds, 0.5), "min": min(r["min"] for r in rates),
+            "max": max(r["max"] for r in rates), "procs": meds}
+
+
+def fmt_procs(r):
+    """' [a / b / c]': each process's median, when there were several."""
+    procs = r.get("procs") or []
+    return " [" + " / ".join(f"{v:,.0f}" for v in procs) + "]" if len(procs) > 1 else ""
+
+
 def mgrun_steps(run_dir):
     """step_s of every step of an mgrun run (steps.csv, by column name)."""
     with open(os.path.join(run_dir, "steps.csv")) as f:

@@ -7,9 +7,11 @@ allocator's.
 The model and step are ../shared/baselines/torch_lora.py's: HF
 LlamaForCausalLM with random weights in bf16, SDPA attention, peft LoRA
 (r = 8, alpha = 16, no dropout) with fp32 adapter weights, fused AdamW,
-bf16 autocast, labels = inputs (every token counted).
+bf16 autocast, labels = inputs (every token counted). MODE eager, or
+compile (torch.compile of the peft model); SDPA on the fastest backend
+that runs at the model's shape (bench/torch_llm_best.py), named in the row.
 
-usage: torch_lora_l4l.py SHAPE BATCH SEQ TARGETS [WINDOWS STEPS WARM]
+usage: torch_lora_l4l.py SHAPE BATCH SEQ TARGETS [WINDOWS STEPS WARM [MODE]]
   SHAPE llama3.2-1b | llama3-8b; TARGETS qv | tt | all (the seven projections); prints one JSON line.
 """
 import json
@@ -17,11 +19,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_llm_best as best  # noqa: E402
 import torch_measure as tm  # noqa: E402
 from llama_shapes import LLAMA_SHAPES  # noqa: E402
 
 shape, batch, seq, targets = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 windows, steps, warm = (int(v) for v in (sys.argv[5:8] or (5, 4, 3)))
+mode = sys.argv[8] if len(sys.argv) > 8 else "eager"
 mem = tm.DeviceMemory().open()  # before CUDA starts
 
 import torch  # noqa: E402
@@ -49,16 +53,19 @@ for n, p in m.named_parameters():
 opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=3e-4,
                         fused=True)
 x = torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda")
+backend, attn_row = best.choose_attention(torch, cfg, batch, seq)
+fm, attn = best.set_up(torch, m, mode, backend)
 
 
 def step():
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        loss = m(input_ids=x, labels=x).loss
+    with attn(), torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = fm(input_ids=x, labels=x).loss
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
 
 
 r = dict(shape=shape, batch=batch, seq=seq, targets=targets, tokens=batch * seq,
+         mode=mode, attention=backend, attention_probe=attn_row,
          **tm.measure(step, windows, steps, warm, mem), torch=torch.__version__)
 print(json.dumps(r), flush=True)

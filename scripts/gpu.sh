@@ -13,9 +13,11 @@
 #     compare [sizes] [precs]  mgrun against PyTorch (bench/mbv2_vs_torch.py)
 #     like4like [mbv2] [lora] [full]  bench/RESULTS.md's MobileNetV2,
 #                        LoRA and full fine-tuning tables (default: the
-#                        first two), both sides measured the same way
-#                        (bench/like4like.py; about 7 minutes on one
-#                        H100), printed as markdown
+#                        first two) against PyTorch at its best (graphed
+#                        MobileNetV2, compiled transformers/peft), both
+#                        sides measured the same way, the bf16 GEMM
+#                        ceiling on random data first
+#                        (bench/like4like.py), printed as markdown
 #     llama [steps]      LLM ops vs CPU twins, llama vs transformers
 #                        (tests/llama/hf_check.py), tiny llama training
 #     text               mgrun tokenize against HF tokenizers
@@ -272,6 +274,12 @@ fi
 if [ "$what" = like4like ]; then
 	# bench/RESULTS.md's MobileNetV2 and LoRA tables, like for like
 	# (MG_L4L_* in bench/like4like.py narrow or widen it)
+	# The bf16 GEMM ceiling on random data first: the MFU columns'
+	# yardstick, measured in the same call.
+	run bench_gemm gemm "$bin/bench_gpu_ops" gemm
+	ceiling=$(sed -n 's/^GEMM ceiling bf16: \([0-9.]*\) TFLOP.*/\1/p' \
+		"$out/bench_gemm.log" | tail -1)
+	export MG_L4L_CEILING=${ceiling:-0}
 	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-560} run bench_like4like like4like \
 		python3 bench/like4like.py "$mgrun" $tmp/mgl4l "$@"
 	cp $tmp/mgl4l/like4like.json "$out/" 2>/dev/null

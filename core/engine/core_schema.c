@@ -17,6 +17,11 @@ const struct mg_option mg_run_schema[] = {
 		 "type; fp16, bf16 (cuda): activations and gradients in half "
 		 "precision, fp32 master weights and optimizer state, dynamic "
 		 "loss scaling for fp16"),
+	MG_OPT_B("tf32", "false",
+		 "cuda: let fp32 convolutions and matrix products use the "
+		 "tensor cores' TF32 mode (inputs rounded to 10 mantissa bits, "
+		 "fp32 accumulation), as PyTorch does for convolutions by "
+		 "default; off, fp32 is exact fp32"),
 	MG_OPT_I("epochs", "1", 1, 100000, "training epochs"),
 	MG_OPT_I("max_steps", "0", 0, 1e12,
 		 "stop after this many optimizer steps in total (0: run all "
@@ -32,6 +37,11 @@ const struct mg_option mg_run_schema[] = {
 		 "capture the training step (transform, forward, backward, "
 		 "optimizer) as a CUDA graph after two eager steps and replay "
 		 "it: removes per-kernel launch overhead (cuda)"),
+	MG_OPT_B("static_batch", "false",
+		 "benchmarks: read, copy and transform the first step's batch "
+		 "once and train on it every step, so the step is timed alone, "
+		 "as benchmarks that replay one static device batch time it; "
+		 "needs run.eval = false (not for training a model)"),
 	MG_OPT_I("batch_size", "64", 1, 1 << 20,
 		 "samples per rank per step (the global batch is this times "
 		 "the ranks that compute different samples)"),

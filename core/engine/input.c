@@ -11,6 +11,12 @@
  * buffer is page-locked and copies are asynchronous; without, the CUDA
  * driver stages pageable memory and the host waits for each copy (the
  * seed paper's pin_memory switch).
+ *
+ * run.static_batch keeps each slot's first batch (read, copied and, for
+ * images, transformed once) and trains on it every step: the training
+ * step alone, as benchmarks that replay one static device batch measure
+ * it (PyTorch's CUDA-graph pattern), to set beside the same run through
+ * the pipeline.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -57,10 +63,17 @@ int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 	size_t in_sample = mg_dtype_size(ctx->compute_dtype);
 	for (int i = 0; i < l->input_ndim; i++)
 		in_sample *= (size_t)l->input_shape[i];
+	in->input_sample = in_sample;
 	size_t lab = (size_t)l->label_len * sizeof(int32_t);
 	size_t total = (size_t)cap * (size_t)slots;
 	in->cap = cap;
 	in->slots = slots;
+	in->static_batch = mg_opt_bool(t->s->run, "static_batch");
+	/* Evaluation reads through slot 0: it would overwrite the kept batch
+	 * (and a kept batch has nothing to say about held-out data). */
+	if (in->static_batch && mg_opt_bool(t->s->run, "eval"))
+		return mg_error("run.static_batch = true trains on one kept "
+				"batch: set run.eval = false");
 	in->idx = calloc(total, sizeof *in->idx);
 	in->slot = calloc((size_t)slots, sizeof *in->slot);
 	if (!in->idx || !in->slot)
@@ -85,7 +98,9 @@ int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 		    mg_buf_alloc(ctx, &in->lens_dev, sizeof(int32_t) * total,
 				 MG_MEM_INPUT))
 			return -1;
-	} else if (mg_buf_alloc(ctx, &in->input_dev, in_sample * (size_t)cap,
+	} else if (mg_buf_alloc(ctx, &in->input_dev,
+				in_sample * (size_t)cap *
+					(size_t)(in->static_batch ? slots : 1),
 				MG_MEM_INPUT))
 		return -1;
 #ifdef MG_HAVE_CUDA
@@ -218,6 +233,8 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split, int slot,
 		return mg_error("input: batch of %lld (slot %d) exceeds the "
 				"%lld-sample buffers",
 				(long long)n, slot, (long long)in->cap);
+	if (in->slot[slot].kept)
+		return 0; /* run.static_batch: the slot keeps its batch */
 	mg_timer_start(ctx, MG_T_DATA);
 #ifdef MG_HAVE_CUDA
 	/* The previous copy out of the staging buffer must be done. */
@@ -282,6 +299,7 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split, int slot,
 	}
 #endif
 	in->slot[slot].fetched = n;
+	in->slot[slot].kept = in->static_batch && in->tokens;
 	mg_count(ctx, MG_C_H2D_BYTES, (int64_t)(raw_bytes + lab_bytes + extra));
 	return 0;
 }
@@ -331,11 +349,16 @@ int mg_input_transform(struct mg_trainer *t, int slot, int64_t begin,
 	struct mg_tensor raw = slice(
 		(char *)in->raw_dev.ptr + off * in->raw_sample, l->raw_dtype,
 		ctx->dev->kind, l->raw_ndim, l->raw_shape, begin, count);
+	/* One input buffer, or one a slot for kept batches. */
 	struct mg_tensor input =
-		slice(in->input_dev.ptr, ctx->compute_dtype, ctx->dev->kind,
-		      l->input_ndim, l->input_shape, 0, count);
-	if (t->data->transform(t->inst[MG_SEC_DATASET], ctx, &raw, &input))
+		slice((char *)in->input_dev.ptr +
+			      (in->static_batch ? off * in->input_sample : 0),
+		      ctx->compute_dtype, ctx->dev->kind, l->input_ndim,
+		      l->input_shape, 0, count);
+	if (!in->slot[slot].kept &&
+	    t->data->transform(t->inst[MG_SEC_DATASET], ctx, &raw, &input))
 		return mg_error_prefix("dataset transform");
+	in->slot[slot].kept = in->static_batch;
 	int64_t lshape[1] = {l->label_len};
 	batch->input = input;
 	batch->labels = slice((int32_t *)in->labels_dev.ptr +

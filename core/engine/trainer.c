@@ -20,6 +20,7 @@
 #include "engine/core_schema.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
+#include "ops/ops_tune.h"
 #ifdef MG_HAVE_CUDA
 #include "runtime/cuda/cuda_device.h"
 #endif
@@ -150,6 +151,8 @@ static int setup(struct mg_trainer *t)
 	ctx->cache_dir = t->cache_dir;
 	ctx->dev = &t->dev;
 	ctx->comm = t->comm;
+	if (mgo_allow_tf32(ctx, mg_opt_bool(run, "tf32")))
+		return -1;
 	switch (mg_opt_enum(run, "precision")) {
 	case MG_PREC_FP64:
 		ctx->compute_dtype = ctx->master_dtype = MG_F64;

@@ -25,6 +25,9 @@ struct mg_input_slot {
 	int64_t label_tokens;
 	/* tokens (not padding) of the rows this rank computes */
 	int64_t row_tokens;
+	/* run.static_batch: the slot holds its batch for good (read once;
+	 * images transformed once, into the slot's own input buffer) */
+	bool kept;
 };
 
 /*
@@ -37,10 +40,11 @@ struct mg_input_slot {
  */
 struct mg_input {
 	struct mg_sample_layout lay;
-	bool tokens;			     /* lay.seq_len > 0 */
-	int64_t cap;			     /* samples a slot holds */
-	int slots;			     /* micro-batch slots */
-	size_t raw_sample;		     /* bytes of one raw sample */
+	bool tokens;	     /* lay.seq_len > 0 */
+	int64_t cap;	     /* samples a slot holds */
+	int slots;	     /* micro-batch slots */
+	size_t raw_sample;   /* bytes of one raw sample */
+	size_t input_sample; /* bytes of one transformed (model input) sample */
 	struct mg_buf raw_host, labels_host; /* host staging */
 	struct mg_buf raw_dev, labels_dev, input_dev;
 	/* token data: positions (I32 rows) and row lengths (I32) */
@@ -49,6 +53,8 @@ struct mg_input {
 	struct mg_input_slot *slot;
 	void *copied; /* CUDA event: staging buffer copied out */
 	bool copy_pending;
+	/* run.static_batch: every step trains on the first step's batch */
+	bool static_batch;
 };
 
 struct mg_profile; /* profile.c */

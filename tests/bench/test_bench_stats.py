@@ -74,6 +74,16 @@ check(r["vs_fastest"] <= r["vs_median"], "fastest window is the harder bar")
 check(bs.fmt_rate({"median": 1234.4, "min": 1000, "max": 1500.2}) ==
       "1,234 (1,000-1,500)", "rate format")
 
+# processes pooled: median of their medians, the extreme windows of any,
+# each process's median kept; one process passes through
+p3 = bs.pool([{"median": 10, "min": 9, "max": 11}, {"median": 14, "min": 12, "max": 15},
+              {"median": 12, "min": 8, "max": 13}])
+check(p3 == {"median": 12, "min": 8, "max": 15, "procs": [10, 14, 12]}, f"pool {p3}")
+check(bs.fmt_procs(p3) == " [10 / 14 / 12]", "process medians format")
+p1 = bs.pool([{"median": 10, "min": 9, "max": 11}])
+check(p1["median"] == 10 and bs.fmt_procs(p1) == "", f"one process {p1}")
+check(bs.ratios(p1, p3)["vs_fastest"] == 10 / 15, "ratio against the pooled fastest window")
+
 with tempfile.TemporaryDirectory() as d:
     # an mgrun run without the driver's figure: not measured, not 0
     with open(f"{d}/steps.csv", "w") as f:
