@@ -36,7 +36,7 @@ torch.cuda.init()
 torch.zeros(1, device="cuda")  # the context
 mem.context_ready().start()
 cfg = LlamaConfig(**LLAMA_SHAPES[shape])
-cfg._attn_implementation = "sdpa"
+cfg._attn_implementation = best.register_causal_sdpa()
 with torch.device("cuda"):
     m = LlamaForCausalLM(cfg)
 if ckpt:

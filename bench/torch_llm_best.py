@@ -67,6 +67,29 @@ def choose_attention(torch, cfg, batch, seq):
     return min(ok, key=ok.get), {"asked": want, "fwd_bwd_ms": tried}
 
 
+CAUSAL_SDPA = "sdpa_causal"
+
+
+def register_causal_sdpa():
+    """transformers' SDPA attention told the rows are causal and unpadded,
+    registered as CAUSAL_SDPA (set config._attn_implementation to it).
+    Eager transformers already calls SDPA with is_causal=True and no mask
+    for such rows; under torch.compile it builds a [batch, 1, T, T]
+    boolean mask instead, which the flash backend cannot take (and the
+    others run slower with). The benchmark rows have no padding, so
+    dropping the mask is exact - what a user who packs rows does."""
+    import transformers
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def causal(module, query, key, value, attention_mask, **kwargs):
+        return sdpa_attention_forward(module, query, key, value, None, **kwargs)
+    transformers.AttentionInterface.register(CAUSAL_SDPA, causal)
+    masks = getattr(transformers, "AttentionMaskInterface", None)
+    if masks is not None:  # no mask built at all (transformers 4.53+)
+        masks.register(CAUSAL_SDPA, lambda *a, **k: None)
+    return CAUSAL_SDPA
+
+
 def set_up(torch, model, mode, backend):
     """The model as the step calls it, and a context manager factory that
     pins SDPA to `backend` (entered around tracing and every step, so the
