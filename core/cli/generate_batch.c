@@ -40,12 +40,21 @@ static int read_prompt(struct gen *g, const char *file, int ln,
 	const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
 	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "ids");
 	int rc = 0;
+	char key[128];
 	p->line = ln;
 	if (!cJSON_IsObject(o)) {
 		fprintf(stderr,
 			"mgrun generate: %s:%d: not a JSON object (each line: "
 			"{\"prompt\": TEXT} or {\"ids\": [ID, ...]})\n",
 			f, ln);
+		rc = 2;
+	} else if (mg_json_nul_string(text, n, key, sizeof key) < n) {
+		/* cJSON's strings end at the NUL: the prompt would be cut */
+		fprintf(stderr,
+			"mgrun generate: %s:%d: field \"%s\" holds a NUL "
+			"character (\\u0000 or a 0 byte), which would cut "
+			"the prompt there\n",
+			f, ln, key);
 		rc = 2;
 	} else if (!!pr == !!ids) {
 		fprintf(stderr,
@@ -122,7 +131,7 @@ int gen_read_prompts(struct gen *g)
 {
 	size_t len = 0;
 	const char *file = g->o.prompts;
-	char *buf = mg_cli_read_all("generate", file, &len);
+	char *buf = mg_cli_read_all("generate", file, MG_CLI_PROMPTS_MAX, &len);
 	if (!buf)
 		return 2;
 	struct gen_prompt *ps = NULL;

@@ -91,6 +91,18 @@ hostile unknown 's/"q_proj"/"qq_proj"/' "unknown target 'qq_proj'"
 hostile rank 's/"r":[^,]*,/"r": 4,/' 'lora_A.weight. has rank 8 (rows'
 hostile notjson 's/{/[/' 'not a JSON object'
 hostile peft 's/"LORA"/"IA3"/' 'peft_type is not LORA'
+# adapter_config.json a FIFO or a link to /dev/zero: refused at once
+mkdir -p "$work/fifo" "$work/zero"
+mkfifo "$work/fifo/adapter_config.json"
+ln -s /dev/zero "$work/zero/adapter_config.json"
+for d in fifo zero; do
+	# shellcheck disable=SC2086
+	timeout 60 "$mgrun" generate -c "$base" $S --set run.name=base --ids \
+		--prompt "$P" --adapter "$work/$d" >"$work/$d.out" 2>"$work/$d.err"
+	rc=$?
+	[ $rc -eq 2 ] && grep -q "$d/adapter_config.json: not a regular file" \
+		"$work/$d.err" || fail "$d adapter_config.json: exit $rc: $(cat "$work/$d.err")"
+done
 gen nodir "$base" --set run.name=base --adapter "$work/absent"
 [ $rc -eq 2 ] || fail "a missing folder: exit $rc"
 grep -q "$work/absent/adapter_config.json" "$work/nodir.err" ||

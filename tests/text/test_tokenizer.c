@@ -7,12 +7,15 @@
  * tokens (lstrip, rstrip, single_word, leftmost-longest, normalized),
  * Split behaviours and Metaspace, decoders, the errors (an unknown
  * component named, malformed JSON with its offset, invalid UTF-8 with its
- * offset) and encode on several threads at once.
+ * offset), special files where a file belongs (refused, not waited on
+ * or read without end) and encode on several threads at once.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mg/log.h"
 #include "mg/tokenizer.h"
@@ -217,6 +220,55 @@ static void errors(void)
 		     "cannot open");
 }
 
+/* A FIFO (would block in open) or a link to /dev/zero (would read until
+ * memory runs out) as tokenizer.json or tokenizer_config.json, and a
+ * folder named tokenizer.json: each refused naming the file. The alarm
+ * turns a hang into a failure. */
+static void special_files(void)
+{
+	char root[] = "/tmp/mg_tok_special_XXXXXX", d[600], p[700], sp[600];
+	if (!mkdtemp(root)) {
+		fprintf(stderr, "FAIL: mkdtemp\n");
+		fails++;
+		return;
+	}
+	snprintf(sp, sizeof sp, "%s/sp/tokenizer.json", data_dir);
+	static const char *const cfg[] = {"fifo", "zero", "fifo", "dir"};
+	alarm(60);
+	for (int k = 0; k < 4; k++) {
+		snprintf(d, sizeof d, "%s/%d", root, k);
+		mkdir(d, 0700);
+		/* k = 0: tokenizer.json itself a FIFO; 3: a folder */
+		snprintf(p, sizeof p, "%s/tokenizer.json", d);
+		int ok = k == 0	  ? mkfifo(p, 0600)
+			 : k == 3 ? mkdir(p, 0700)
+				  : symlink(sp, p);
+		snprintf(p, sizeof p, "%s/tokenizer_config.json", d);
+		if (k == 1)
+			ok |= symlink("/dev/zero", p);
+		else if (k == 2)
+			ok |= mkfifo(p, 0600);
+		if (ok) {
+			fprintf(stderr, "FAIL: cannot make %s\n", p);
+			fails++;
+			continue;
+		}
+		const char *want = k == 0   ? "tokenizer.json: not a regular "
+					      "file"
+				   : k == 3 ? "tokenizer.json: a directory"
+					    : "tokenizer_config.json: not a "
+					      "regular file";
+		struct mg_tokenizer *t = mg_tokenizer_load(d);
+		expect_error(!t, cfg[k], want, NULL);
+		mg_tokenizer_free(t);
+	}
+	alarm(0);
+	char cmd[700];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+	if (system(cmd))
+		fprintf(stderr, "cannot remove %s\n", root);
+}
+
 /* One tokenizer, several threads: each must get the serial ids. */
 struct job {
 	const struct mg_tokenizer *t;
@@ -270,6 +322,7 @@ int main(int argc, char **argv)
 	added();
 	split();
 	errors();
+	special_files();
 	threads();
 	if (fails)
 		fprintf(stderr, "%d failures\n", fails);
