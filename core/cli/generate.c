@@ -726,6 +726,22 @@ int gen_continue(struct gen *g, struct mg_ids *ids, uint64_t key, bool stream,
 	}
 	const double t1 = mg_now();
 	while (!rc && d->made < g->o.max_new) {
+		/* NaN or infinite weights (or adapters) make NaN logits, which
+		 * every comparison in sample() passes over: it would print id
+		 * 0 and succeed. */
+		int64_t bad = 0;
+		while (bad < V && isfinite(g->z[bad]))
+			bad++;
+		if (bad < V) {
+			fprintf(stderr,
+				"mgrun generate: token %lld: the model's "
+				"logits are not finite (id %lld: %g); are its "
+				"weights or adapter NaN or infinite?\n",
+				(long long)d->made + 1, (long long)bad,
+				(double)g->z[bad]);
+			rc = 1;
+			break;
+		}
 		const int32_t id =
 			sample(g->z, V, &g->o, key, (uint64_t)d->made, g->cand);
 		if (is_stop(g, id)) {
