@@ -4,7 +4,8 @@
 # (no download): a folder a glob matches is left out, but a dangling
 # symbolic link, a FIFO (must not block) and a gzip file cut short or
 # with a changed byte are each refused with exit 1 naming the file,
-# never trained on as a shorter corpus.
+# never trained on as a shorter corpus. And the instruct dataset's errors
+# read as written (their context added once, not garbled).
 set -u
 mgrun=$1 repo=$2 work=$3
 rm -rf "$work"
@@ -78,5 +79,20 @@ bad gzip_crc 'bad.txt.gz' "bad.txt.gz: corrupt gzip data"
 cp "$work/a.txt.gz" "$work/d/ok.txt.gz"
 run gzip_good 'ok.txt.gz'
 [ $rc -eq 0 ] || fail "a whole gzip file: exit $rc: $(tail -3 "$work/gzip_good.log")"
+# the instruct dataset's errors with their context added once, not
+# formatted into their own buffer (garbled)
+printf '{"instruction": "ab", "output": "ba"}\n' >"$work/d/i.jsonl"
+sed -e 's/^name = text/name = instruct/' -e '/^separator/d' \
+	-e 's/^seq_len = 16/max_seq_len = 8/' "$work/t.ini" >"$work/i.ini"
+timeout 60 "$mgrun" -c "$work/i.ini" --set dataset.train="$work/d/i.jsonl" \
+	--set dataset.columns=instruction >"$work/cols.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "): instruct: columns: 'instruction' is not field=column" \
+	"$work/cols.log" || fail "instruct columns: exit $rc: $(tail -2 "$work/cols.log")"
+timeout 60 "$mgrun" -c "$work/i.ini" --set dataset.train="$work/d/i.jsonl" \
+	--set dataset.truncation=drop >"$work/drop.log" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "): $work/d/i.jsonl: no sample left: 0 without" \
+	"$work/drop.log" || fail "instruct no sample: exit $rc: $(tail -2 "$work/drop.log")"
 [ $fails -eq 0 ] || exit 1
 echo "text files: all checks passed"
