@@ -793,6 +793,8 @@ char *gen_new_text(const struct gen *g, const struct mg_ids *ids, int64_t n0)
 		if (r) {
 			memcpy(r, all + from, alen - from);
 			r[alen - from] = 0;
+		} else {
+			fprintf(stderr, "mgrun generate: out of memory\n");
 		}
 	}
 	free(p);

@@ -190,7 +190,8 @@ static int answer(struct gen *g, int i, const struct gen_prompt *p,
 		  const struct mg_ids *ids, const struct gen_done *d)
 {
 	cJSON *o = cJSON_CreateObject();
-	int rc = o ? 0 : 1;
+	int rc = 0;
+	bool decoded = true; /* else gen_new_text said why */
 	const int64_t n0 = p->ids.n;
 	if (o) {
 		cJSON_AddNumberToObject(o, "index", i);
@@ -200,8 +201,7 @@ static int answer(struct gen *g, int i, const struct gen_prompt *p,
 					      cJSON_Duplicate(p->id, true));
 		if (g->tok) {
 			char *text = gen_new_text(g, ids, n0);
-			if (!text)
-				rc = 1;
+			decoded = text != NULL;
 			cJSON_AddStringToObject(o, "completion",
 						text ? text : "");
 			free(text);
@@ -214,15 +214,14 @@ static int answer(struct gen *g, int i, const struct gen_prompt *p,
 		cJSON_AddNumberToObject(o, "new_tokens", (double)d->made);
 		cJSON_AddStringToObject(o, "stop", d->why);
 	}
-	char *line = rc ? NULL : cJSON_PrintUnformatted(o);
+	char *line = o && decoded ? cJSON_PrintUnformatted(o) : NULL;
 	if (line) {
 		printf("%s\n", line);
 		fflush(stdout);
 	} else {
 		fprintf(stderr,
-			"mgrun generate: prompt %d: no answer written "
-			"(out of memory)\n",
-			i);
+			"mgrun generate: prompt %d: no answer written%s\n", i,
+			decoded ? " (out of memory)" : "");
 		rc = 1;
 	}
 	cJSON_free(line);

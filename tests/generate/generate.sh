@@ -230,6 +230,14 @@ for c in "b1:2: not a JSON object" \
 done
 gen pp.out pp.err --prompts "$work/prompts.jsonl" --prompt "1 2"
 [ $rc -eq 2 ] || fail "--prompts with --prompt: exit $rc"
+# an answer the tokenizer cannot decode (ids past its 11 tokens) says
+# so, not "out of memory"
+printf '{"ids": [5, 17, 42]}\n' >"$work/dec.jsonl"
+gen dec.out dec.err --tokenizer "$repo/tests/text/data/sp" --prompts \
+	"$work/dec.jsonl" --greedy --max-new-tokens 2
+[ $rc -eq 1 ] && grep -q "decoding the text: .*not in the vocabulary" "$work/dec.err" &&
+	! grep -q "out of memory" "$work/dec.err" ||
+	fail "a decode failure: exit $rc: $(cat "$work/dec.err")"
 # a FIFO or a folder as the prompts file is refused, not waited on; a
 # NUL byte in an --ids prompt file would cut the ids
 mkfifo "$work/fifo.jsonl"
