@@ -334,11 +334,13 @@ static int load_json(struct mg_tokenizer *t, const cJSON *j)
 	    tok_parse_model(t, m) ||
 	    parse_added(t,
 			cJSON_GetObjectItemCaseSensitive(j, "added_tokens")) ||
-	    tok_parse_post(
-		    t, cJSON_GetObjectItemCaseSensitive(j, "post_processor")) ||
 	    tok_parse_decoder(t,
 			      cJSON_GetObjectItemCaseSensitive(j, "decoder")) ||
-	    build_id_table(t) || tok_addset_build(t, &t->add_raw, 0) ||
+	    build_id_table(t) ||
+	    /* after the id table: its ids are checked against it */
+	    tok_parse_post(
+		    t, cJSON_GetObjectItemCaseSensitive(j, "post_processor")) ||
+	    tok_addset_build(t, &t->add_raw, 0) ||
 	    tok_addset_build(t, &t->add_norm, 1))
 		return -1;
 	if (!(t->word_re = tok_regex_compile("\\w", "single_word")))

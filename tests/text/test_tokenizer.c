@@ -7,7 +7,8 @@
  * tokens (lstrip, rstrip, single_word, leftmost-longest, normalized),
  * Split behaviours and Metaspace, decoders, the errors (an unknown
  * component named, malformed JSON with its offset, invalid UTF-8 with its
- * offset), special files where a file belongs (refused, not waited on
+ * offset, post-processor ids outside the vocabulary), special files
+ * where a file belongs (refused, not waited on
  * or read without end) and encode on several threads at once.
  */
 #include <pthread.h>
@@ -269,6 +270,44 @@ static void special_files(void)
 		fprintf(stderr, "cannot remove %s\n", root);
 }
 
+/* The post-processor's special token ids must be in the vocabulary
+ * (they are added to every text): sp/tokenizer.json with its BOS id [1]
+ * replaced by one past the end, a negative and a fractional id. */
+static void post_ids(void)
+{
+	char src[600], text[8192], path[] = "/tmp/mg_tok_post_XXXXXX";
+	snprintf(src, sizeof src, "%s/sp/tokenizer.json", data_dir);
+	FILE *f = fopen(src, "rb");
+	size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+	if (f)
+		fclose(f);
+	text[n] = 0;
+	char *at = strstr(text, "\"ids\": [1]");
+	int fd = mkstemp(path);
+	if (!at || fd < 0) {
+		fprintf(stderr, "FAIL: post_ids: cannot set up\n");
+		fails++;
+		return;
+	}
+	close(fd);
+	static const char *const bad[] = {"11", "-1", "1.5"};
+	for (int k = 0; k < 3; k++) {
+		f = fopen(path, "wb");
+		fprintf(f, "%.*s\"ids\": [%s]%s", (int)(at - text), text,
+			bad[k], at + strlen("\"ids\": [1]"));
+		fclose(f);
+		char want[128];
+		snprintf(want, sizeof want,
+			 "post_processor: special token '<s>': id %s is not in "
+			 "the vocabulary (ids 0 to 10)",
+			 bad[k]);
+		struct mg_tokenizer *t = mg_tokenizer_load(path);
+		expect_error(!t, bad[k], want, NULL);
+		mg_tokenizer_free(t);
+	}
+	unlink(path);
+}
+
 /* One tokenizer, several threads: each must get the serial ids. */
 struct job {
 	const struct mg_tokenizer *t;
@@ -323,6 +362,7 @@ int main(int argc, char **argv)
 	split();
 	errors();
 	special_files();
+	post_ids();
 	threads();
 	if (fails)
 		fprintf(stderr, "%d failures\n", fails);
