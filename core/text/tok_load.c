@@ -380,7 +380,8 @@ struct mg_tokenizer *mg_tokenizer_load(const char *path)
 	int rc = j ? 0 : -1;
 	if (!rc && load_json(t, j))
 		rc = mg_error_prefix("%s", json_path);
-	if (!rc && !stat(cfg_path, &st)) {
+	/* lstat: a dangling link is named, not taken for no config */
+	if (!rc && !lstat(cfg_path, &st)) {
 		cbuf = mg_file_read(cfg_path, TOK_CONFIG_MAX, 0, &clen);
 		cfg = cbuf ? parse_json(cfg_path, cbuf, clen) : NULL;
 		if (!cfg)

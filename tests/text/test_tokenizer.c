@@ -222,9 +222,9 @@ static void errors(void)
 }
 
 /* A FIFO (would block in open) or a link to /dev/zero (would read until
- * memory runs out) as tokenizer.json or tokenizer_config.json, and a
- * folder named tokenizer.json: each refused naming the file. The alarm
- * turns a hang into a failure. */
+ * memory runs out) as tokenizer.json or tokenizer_config.json, a folder
+ * named tokenizer.json and a dangling link as tokenizer_config.json: each
+ * refused naming the file. The alarm turns a hang into a failure. */
 static void special_files(void)
 {
 	char root[] = "/tmp/mg_tok_special_XXXXXX", d[600], p[700], sp[600];
@@ -234,9 +234,16 @@ static void special_files(void)
 		return;
 	}
 	snprintf(sp, sizeof sp, "%s/sp/tokenizer.json", data_dir);
-	static const char *const cfg[] = {"fifo", "zero", "fifo", "dir"};
+	static const char *const cfg[] = {"fifo", "zero", "fifo", "dir",
+					  "dangling"};
+	static const char *const want[] = {
+		"tokenizer.json: not a regular file",
+		"tokenizer_config.json: not a regular file",
+		"tokenizer_config.json: not a regular file",
+		"tokenizer.json: a directory",
+		"tokenizer_config.json: cannot open"};
 	alarm(60);
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < 5; k++) {
 		snprintf(d, sizeof d, "%s/%d", root, k);
 		mkdir(d, 0700);
 		/* k = 0: tokenizer.json itself a FIFO; 3: a folder */
@@ -249,18 +256,15 @@ static void special_files(void)
 			ok |= symlink("/dev/zero", p);
 		else if (k == 2)
 			ok |= mkfifo(p, 0600);
+		else if (k == 4) /* formerly ignored as no config */
+			ok |= symlink("nowhere.json", p);
 		if (ok) {
 			fprintf(stderr, "FAIL: cannot make %s\n", p);
 			fails++;
 			continue;
 		}
-		const char *want = k == 0   ? "tokenizer.json: not a regular "
-					      "file"
-				   : k == 3 ? "tokenizer.json: a directory"
-					    : "tokenizer_config.json: not a "
-					      "regular file";
 		struct mg_tokenizer *t = mg_tokenizer_load(d);
-		expect_error(!t, cfg[k], want, NULL);
+		expect_error(!t, cfg[k], want[k], NULL);
 		mg_tokenizer_free(t);
 	}
 	alarm(0);
