@@ -49,76 +49,19 @@ static const char *const phase_cols[MG_PH_COUNT] = {"data_s",
 /*
  * Read a whole run artefact into *text (NUL-terminated). Returns 0, 1
  * when the file does not exist (an artefact a run may lack), or -1 with
- * the reason in mg_error(): not a regular file (a FIFO would block in
- * open(), /dev/zero would never end: opened O_NONBLOCK and refused by
- * fstat), more than max bytes, or a read error.
+ * the reason in mg_error(): not a regular file (a FIFO, /dev/zero),
+ * more than max bytes, or a read error (mg_file_read, libmg's one reader
+ * of whole files).
  */
 static int slurp(const char *path, size_t max, char **text, size_t *len)
 {
-	*text = NULL;
-	*len = 0;
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT
-			       ? 1
-			       : mg_error("%s: %s", path, strerror(errno));
 	struct stat st;
-	int e = fstat(fd, &st) ? errno : 0;
-	if (e || !S_ISREG(st.st_mode)) {
-		bool dir = !e && S_ISDIR(st.st_mode);
-		close(fd);
-		return mg_error("%s: %s", path,
-				e     ? strerror(e)
-				: dir ? "a directory, not a file"
-				      : "not a regular file (a FIFO or a "
-					"device?), refused");
-	}
-	if ((uintmax_t)st.st_size > max) {
-		close(fd);
-		return mg_error("%s: %lld bytes, more than a run's file may "
-				"have (%zu MiB); not written by mgrun?",
-				path, (long long)st.st_size, (size_t)max >> 20);
-	}
-	/* The size may change while reading (a run still writing): read to
-	 * the end, but never past max. */
-	size_t cap = (size_t)st.st_size + 4096, n = 0;
-	char *buf = malloc(cap + 1);
-	ssize_t got = 0;
-	while (buf) {
-		if (n == cap) {
-			if (cap > max) /* grew past max */
-				break;
-			cap = 2 * cap > (size_t)max + 1 ? (size_t)max + 1
-							: 2 * cap;
-			char *nb = realloc(buf, cap + 1);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			buf = nb;
-		}
-		got = read(fd, buf + n, cap - n);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			break;
-		n += (size_t)got;
-	}
-	e = got < 0 ? errno : 0;
-	close(fd);
-	if (!buf)
-		return mg_error("%s: out of memory", path);
-	if (e || n > max) {
-		free(buf);
-		return e ? mg_error("%s: %s", path, strerror(e))
-			 : mg_error("%s: grew past %zu MiB while being read",
-				    path, (size_t)max >> 20);
-	}
-	buf[n] = 0;
-	*text = buf;
-	*len = n;
-	return 0;
+	*len = 0;
+	*text = NULL;
+	if (lstat(path, &st) && errno == ENOENT)
+		return 1;
+	*text = mg_file_read(path, max, 0, len);
+	return *text ? 0 : -1;
 }
 
 int mg_csv_col(const struct mg_csv *c, const char *name)

@@ -132,7 +132,7 @@ int mg_cli_adapter_read(const char *dir, struct mg_cli_adapter *a)
 	char path[4200];
 	snprintf(path, sizeof path, "%s/adapter_config.json", dir);
 	size_t len;
-	char *text = mg_cli_read_all("generate --adapter", path, &len);
+	char *text = mg_cli_read_all("generate --adapter", path, 1 << 20, &len);
 	if (!text)
 		return 2;
 	cJSON *c = cJSON_ParseWithLength(text, len);

@@ -18,9 +18,13 @@ int mg_cli_single_process(const struct mg_session *s, const char *cmd);
  * stdout); returns the saved descriptor (or -1) for restore. */
 int mg_cli_stdout_to_stderr(void);
 void mg_cli_stdout_restore(int saved);
-/* The whole file (or stdin for "-"), NUL-terminated; NULL after an
- * error on stderr under "mgrun CMD:". */
-char *mg_cli_read_all(const char *cmd, const char *path, size_t *len);
+/* The whole file (or stdin for "-"), NUL-terminated, through
+ * mg_file_read (FIFOs and devices refused, at most max bytes); NULL after
+ * an error on stderr under "mgrun CMD:". */
+#define MG_CLI_PROMPTS_MAX (1ull << 30) /* --prompt-file, --prompts */
+#define MG_CLI_COPY_MAX (1ull << 30)	/* export's tokenizer files */
+char *mg_cli_read_all(const char *cmd, const char *path, size_t max,
+		      size_t *len);
 
 /* generate --adapter DIR (adapter.c): a PEFT adapter's config as the
  * model's --set overrides (lora_rank, lora_alpha, lora_targets, rslora,

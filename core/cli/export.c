@@ -254,7 +254,7 @@ static void said_weights(const char *dir)
 static int copy_file(const char *src, const char *dir, const char *name)
 {
 	size_t len;
-	char *b = mg_cli_read_all("export", src, &len);
+	char *b = mg_cli_read_all("export", src, MG_CLI_COPY_MAX, &len);
 	if (!b)
 		return 1;
 	char path[4400];

@@ -249,42 +249,12 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 	return 0;
 }
 
-char *mg_cli_read_all(const char *cmd, const char *path, size_t *len)
+char *mg_cli_read_all(const char *cmd, const char *path, size_t max,
+		      size_t *len)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-	if (!f) {
-		fprintf(stderr, "mgrun %s: %s: %s\n", cmd, path,
-			strerror(errno));
-		return NULL;
-	}
-	size_t cap = 4096, n = 0;
-	char *b = malloc(cap);
-	while (b) {
-		if (n + 1 >= cap) {
-			char *nb = realloc(b, cap *= 2);
-			if (!nb) {
-				free(b);
-				b = NULL;
-				break;
-			}
-			b = nb;
-		}
-		size_t r = fread(b + n, 1, cap - n - 1, f);
-		n += r;
-		if (r == 0)
-			break;
-	}
-	bool err = ferror(f);
-	if (f != stdin)
-		fclose(f);
-	if (!b || err) {
-		fprintf(stderr, "mgrun %s: %s: %s\n", cmd, path,
-			b ? "read error" : "out of memory");
-		free(b);
-		return NULL;
-	}
-	b[n] = 0;
-	*len = n;
+	char *b = mg_file_read(path, max, MG_FILE_DASH_STDIN, len);
+	if (!b)
+		fprintf(stderr, "mgrun %s: %s\n", cmd, mg_last_error());
 	return b;
 }
 
@@ -549,13 +519,22 @@ static int load_prompt(struct gen *g)
 	char *file = NULL;
 	size_t len = text ? strlen(text) : 0;
 	if (g->o.prompt_file) {
-		file = mg_cli_read_all("generate", g->o.prompt_file, &len);
+		file = mg_cli_read_all("generate", g->o.prompt_file,
+				       MG_CLI_PROMPTS_MAX, &len);
 		if (!file)
 			return 2;
 		text = file;
 	}
 	int rc = 0;
-	if (g->o.ids_mode) {
+	const char *nul = memchr(text, 0, len);
+	if (g->o.ids_mode && nul) {
+		/* the ids are parsed as a C string: those past it lost */
+		fprintf(stderr,
+			"mgrun generate: %s: a NUL byte at byte offset %zu "
+			"would cut the ids there\n",
+			g->o.prompt_file, (size_t)(nul - text));
+		rc = 2;
+	} else if (g->o.ids_mode) {
 		rc = gen_parse_ids("--ids", text, &g->ids) ? 2 : 0;
 	} else if (mg_tokenizer_encode(g->tok, text, len, MG_TOK_ADD_SPECIAL,
 				       &g->ids)) {
@@ -747,6 +726,22 @@ int gen_continue(struct gen *g, struct mg_ids *ids, uint64_t key, bool stream,
 	}
 	const double t1 = mg_now();
 	while (!rc && d->made < g->o.max_new) {
+		/* NaN or infinite weights (or adapters) make NaN logits, which
+		 * every comparison in sample() passes over: it would print id
+		 * 0 and succeed. */
+		int64_t bad = 0;
+		while (bad < V && isfinite(g->z[bad]))
+			bad++;
+		if (bad < V) {
+			fprintf(stderr,
+				"mgrun generate: token %lld: the model's "
+				"logits are not finite (id %lld: %g); are its "
+				"weights or adapter NaN or infinite?\n",
+				(long long)d->made + 1, (long long)bad,
+				(double)g->z[bad]);
+			rc = 1;
+			break;
+		}
 		const int32_t id =
 			sample(g->z, V, &g->o, key, (uint64_t)d->made, g->cand);
 		if (is_stop(g, id)) {
@@ -798,6 +793,8 @@ char *gen_new_text(const struct gen *g, const struct mg_ids *ids, int64_t n0)
 		if (r) {
 			memcpy(r, all + from, alen - from);
 			r[alen - from] = 0;
+		} else {
+			fprintf(stderr, "mgrun generate: out of memory\n");
 		}
 	}
 	free(p);

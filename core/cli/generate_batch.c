@@ -40,12 +40,21 @@ static int read_prompt(struct gen *g, const char *file, int ln,
 	const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
 	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "ids");
 	int rc = 0;
+	char key[128];
 	p->line = ln;
 	if (!cJSON_IsObject(o)) {
 		fprintf(stderr,
 			"mgrun generate: %s:%d: not a JSON object (each line: "
 			"{\"prompt\": TEXT} or {\"ids\": [ID, ...]})\n",
 			f, ln);
+		rc = 2;
+	} else if (mg_json_nul_string(text, n, key, sizeof key) < n) {
+		/* cJSON's strings end at the NUL: the prompt would be cut */
+		fprintf(stderr,
+			"mgrun generate: %s:%d: field \"%s\" holds a NUL "
+			"character (\\u0000 or a 0 byte), which would cut "
+			"the prompt there\n",
+			f, ln, key);
 		rc = 2;
 	} else if (!!pr == !!ids) {
 		fprintf(stderr,
@@ -122,7 +131,7 @@ int gen_read_prompts(struct gen *g)
 {
 	size_t len = 0;
 	const char *file = g->o.prompts;
-	char *buf = mg_cli_read_all("generate", file, &len);
+	char *buf = mg_cli_read_all("generate", file, MG_CLI_PROMPTS_MAX, &len);
 	if (!buf)
 		return 2;
 	struct gen_prompt *ps = NULL;
@@ -181,7 +190,8 @@ static int answer(struct gen *g, int i, const struct gen_prompt *p,
 		  const struct mg_ids *ids, const struct gen_done *d)
 {
 	cJSON *o = cJSON_CreateObject();
-	int rc = o ? 0 : 1;
+	int rc = 0;
+	bool decoded = true; /* else gen_new_text said why */
 	const int64_t n0 = p->ids.n;
 	if (o) {
 		cJSON_AddNumberToObject(o, "index", i);
@@ -191,8 +201,7 @@ static int answer(struct gen *g, int i, const struct gen_prompt *p,
 					      cJSON_Duplicate(p->id, true));
 		if (g->tok) {
 			char *text = gen_new_text(g, ids, n0);
-			if (!text)
-				rc = 1;
+			decoded = text != NULL;
 			cJSON_AddStringToObject(o, "completion",
 						text ? text : "");
 			free(text);
@@ -205,15 +214,14 @@ static int answer(struct gen *g, int i, const struct gen_prompt *p,
 		cJSON_AddNumberToObject(o, "new_tokens", (double)d->made);
 		cJSON_AddStringToObject(o, "stop", d->why);
 	}
-	char *line = rc ? NULL : cJSON_PrintUnformatted(o);
+	char *line = o && decoded ? cJSON_PrintUnformatted(o) : NULL;
 	if (line) {
 		printf("%s\n", line);
 		fflush(stdout);
 	} else {
 		fprintf(stderr,
-			"mgrun generate: prompt %d: no answer written "
-			"(out of memory)\n",
-			i);
+			"mgrun generate: prompt %d: no answer written%s\n", i,
+			decoded ? " (out of memory)" : "");
 		rc = 1;
 	}
 	cJSON_free(line);

@@ -12,39 +12,14 @@
 #include <sys/stat.h>
 
 #include "mg/log.h"
+#include "mg/tensor_file.h"
 #include "tok_internal.h"
 
-static char *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		mg_error("%s: cannot open", path);
-		return NULL;
-	}
-	size_t cap = 1 << 16, n = 0;
-	char *b = malloc(cap + 1);
-	while (b) {
-		size_t r = fread(b + n, 1, cap - n, f);
-		n += r;
-		if (n < cap)
-			break;
-		char *nb = realloc(b, cap * 2 + 1);
-		if (!nb)
-			free(b);
-		b = nb;
-		cap *= 2;
-	}
-	int err = ferror(f);
-	fclose(f);
-	if (!b || err) {
-		free(b);
-		mg_error("%s: read error", path);
-		return NULL;
-	}
-	b[n] = 0;
-	*len = n;
-	return b;
-}
+/* Bounds on what mg_file_read takes: Llama 3's tokenizer.json is 9 MB,
+ * the largest vocabularies' a few tens; a config with a chat template is
+ * kilobytes. */
+#define TOK_JSON_MAX (1ull << 30)
+#define TOK_CONFIG_MAX (64ull << 20)
 
 static cJSON *parse_json(const char *path, const char *buf, size_t len)
 {
@@ -359,11 +334,13 @@ static int load_json(struct mg_tokenizer *t, const cJSON *j)
 	    tok_parse_model(t, m) ||
 	    parse_added(t,
 			cJSON_GetObjectItemCaseSensitive(j, "added_tokens")) ||
-	    tok_parse_post(
-		    t, cJSON_GetObjectItemCaseSensitive(j, "post_processor")) ||
 	    tok_parse_decoder(t,
 			      cJSON_GetObjectItemCaseSensitive(j, "decoder")) ||
-	    build_id_table(t) || tok_addset_build(t, &t->add_raw, 0) ||
+	    build_id_table(t) ||
+	    /* after the id table: its ids are checked against it */
+	    tok_parse_post(
+		    t, cJSON_GetObjectItemCaseSensitive(j, "post_processor")) ||
+	    tok_addset_build(t, &t->add_raw, 0) ||
 	    tok_addset_build(t, &t->add_norm, 1))
 		return -1;
 	if (!(t->word_re = tok_regex_compile("\\w", "single_word")))
@@ -397,13 +374,15 @@ struct mg_tokenizer *mg_tokenizer_load(const char *path)
 			sl ? (int)(sl - path + 1) : 0, path);
 	}
 	size_t len = 0, clen = 0;
-	char *buf = read_file(json_path, &len), *cbuf = NULL;
+	char *buf = mg_file_read(json_path, TOK_JSON_MAX, 0, &len),
+	     *cbuf = NULL;
 	cJSON *j = buf ? parse_json(json_path, buf, len) : NULL, *cfg = NULL;
 	int rc = j ? 0 : -1;
 	if (!rc && load_json(t, j))
 		rc = mg_error_prefix("%s", json_path);
-	if (!rc && !stat(cfg_path, &st)) {
-		cbuf = read_file(cfg_path, &clen);
+	/* lstat: a dangling link is named, not taken for no config */
+	if (!rc && !lstat(cfg_path, &st)) {
+		cbuf = mg_file_read(cfg_path, TOK_CONFIG_MAX, 0, &clen);
 		cfg = cbuf ? parse_json(cfg_path, cbuf, clen) : NULL;
 		if (!cfg)
 			rc = -1;

@@ -11,7 +11,11 @@
 #include "mg/log.h"
 #include "tok_internal.h"
 
-static int add_ids(int32_t **v, int *n, const cJSON *ids)
+/* The ids of special token `name`, each one the vocabulary has: an id
+ * past it would be added to every encoded text and index past the
+ * model's embedding. */
+static int add_ids(const struct mg_tokenizer *t, const char *name, int32_t **v,
+		   int *n, const cJSON *ids)
 {
 	const cJSON *x;
 	cJSON_ArrayForEach(x, ids)
@@ -19,6 +23,13 @@ static int add_ids(int32_t **v, int *n, const cJSON *ids)
 		if (!cJSON_IsNumber(x))
 			return mg_error("post_processor: special token ids "
 					"must be numbers");
+		const double d = x->valuedouble;
+		if (!(d >= 0 && d < (double)t->nid && d == (int64_t)d) ||
+		    !t->id_tok[(int64_t)d])
+			return mg_error("post_processor: special token '%s': "
+					"id %.17g is not in the vocabulary "
+					"(ids 0 to %lld)",
+					name, d, (long long)t->nid - 1);
 		int32_t *nv = realloc(*v, (size_t)(*n + 1) * sizeof *nv);
 		if (!nv)
 			return mg_error("tokenizer: out of memory");
@@ -59,8 +70,10 @@ static int template(struct mg_tokenizer *t, const cJSON *j)
 			return mg_error("post_processor: special token '%s' "
 					"has no ids in special_tokens",
 					id->valuestring);
-		if (seen_a ? add_ids(&t->post_post, &t->npost_post, ids)
-			   : add_ids(&t->post_pre, &t->npost_pre, ids))
+		if (seen_a ? add_ids(t, id->valuestring, &t->post_post,
+				     &t->npost_post, ids)
+			   : add_ids(t, id->valuestring, &t->post_pre,
+				     &t->npost_pre, ids))
 			return -1;
 	}
 	if (!seen_a)

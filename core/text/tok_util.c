@@ -3,6 +3,7 @@
  * (id, id)->merge hash tables (open addressing, built once at load),
  * UTF-8 helpers, and the per-call scratch buffers encode grows.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,6 +203,87 @@ size_t tok_utf8_valid(const char *s, size_t len)
 size_t mg_utf8_valid(const char *s, size_t len)
 {
 	return tok_utf8_valid(s, len);
+}
+
+/* The scan of mg_json_nul_string: per nesting level whether it is an
+ * object, the name of the container (the key that introduced it) and the
+ * last key seen in it; levels deeper than this go unnamed. */
+#define NUL_SCAN_DEPTH 64
+struct nul_level {
+	const char *name, *last;
+	size_t nlen, llen;
+	bool obj;
+};
+
+size_t mg_json_nul_string(const char *s, size_t len, char *key, size_t keycap)
+{
+	struct nul_level st[NUL_SCAN_DEPTH];
+	int d = -1;
+	for (size_t i = 0; i < len; i++) {
+		const char c = s[i];
+		if (c == '{' || c == '[') {
+			d++;
+			if (d >= NUL_SCAN_DEPTH)
+				continue;
+			struct nul_level *l = &st[d], *up = d ? l - 1 : NULL;
+			l->obj = c == '{';
+			l->last = NULL;
+			l->llen = 0;
+			l->name = !up ? NULL : up->obj ? up->last : up->name;
+			l->nlen = !up ? 0 : up->obj ? up->llen : up->nlen;
+			continue;
+		}
+		if (c == '}' || c == ']') {
+			d--;
+			continue;
+		}
+		if (c != '"')
+			continue;
+		const size_t q = i;
+		bool nul = false;
+		for (i++; i < len && s[i] != '"'; i++) {
+			if (!s[i]) {
+				nul = true;
+			} else if (s[i] == '\\' && i + 1 < len) {
+				nul |= s[i + 1] == 'u' && i + 5 < len &&
+				       !memcmp(s + i + 2, "0000", 4);
+				i++; /* the escaped character */
+			}
+		}
+		const char *str = s + q + 1;
+		const size_t slen = (i < len ? i : len) - q - 1;
+		size_t j = i + 1;
+		while (j < len && s[j] && strchr(" \t\r\n", s[j]))
+			j++;
+		const bool in = d >= 0 && d < NUL_SCAN_DEPTH;
+		const bool is_key = in && st[d].obj && j < len && s[j] == ':';
+		if (is_key) {
+			st[d].last = str;
+			st[d].llen = slen;
+		}
+		if (nul) {
+			/* the key itself, the key of this value, or that of
+			 * the array holding it */
+			const char *n = str;
+			size_t nl = slen;
+			if (!is_key) {
+				n = !in		? NULL
+				    : st[d].obj ? st[d].last
+						: st[d].name;
+				nl = !in	 ? 0
+				     : st[d].obj ? st[d].llen
+						 : st[d].nlen;
+			}
+			if (keycap) {
+				nl = n ? (nl < keycap - 1 ? nl : keycap - 1)
+				       : 0;
+				memcpy(key, n ? n : "", nl);
+				key[nl] = 0;
+			}
+			return q;
+		}
+	}
+	return len;
 }
 
 /* Decode one character of valid UTF-8; returns its byte length. */

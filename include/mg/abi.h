@@ -80,9 +80,15 @@ extern "C" {
  *        update_in_backward runs each unit's host optimizer while
  *        backward computes the next units; one new function, so
  *        plugins built for 1.0-1.8 load unchanged
+ *   1.10 mg_file_read (mg/tensor_file.h): whole user files read with
+ *        FIFOs and devices refused, a size cap and truncated gzip
+ *        streams refused, for the text datasets and llama's configs;
+ *        and mg_json_nul_string (mg/tokenizer.h): strings with a NUL
+ *        that C strings would cut; new functions only, so plugins
+ *        built for 1.0-1.9 load unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 9
+#define MG_ABI_MINOR 10
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

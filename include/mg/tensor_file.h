@@ -64,6 +64,23 @@ MG_EXPORT int mg_file_write_atomic(const char *path, const void *data,
 				   size_t len);
 
 /*
+ * Added in ABI 1.10: the whole of file path in memory, NUL-terminated
+ * (the NUL not counted in *len; free() it), the one reader of user files
+ * (tokenizers, configs, adapters, prompts, text data). NULL after
+ * mg_error() naming the file when it cannot be opened, is not a regular
+ * file (a FIFO, a device such as /dev/zero, a directory: refused without
+ * blocking), holds more than max bytes, or cannot be read. Flags:
+ * MG_FILE_GUNZIP gunzips a file starting with the gzip magic (at most max
+ * bytes out), and a stream that is corrupt or ends before its trailer
+ * (a truncated file) is an error naming the file and the offset;
+ * MG_FILE_DASH_STDIN reads path "-" from standard input (a pipe too).
+ */
+#define MG_FILE_GUNZIP 1u
+#define MG_FILE_DASH_STDIN 2u
+MG_EXPORT char *mg_file_read(const char *path, size_t max, unsigned flags,
+			     size_t *len);
+
+/*
  * Added in ABI 1.6: a model's weights as transformers' save_pretrained
  * writes them, in files of at most max_shard_bytes of tensor data.
  * Tensors come in groups (an mg_tensor_writer filled as above, whose

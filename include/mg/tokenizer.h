@@ -90,6 +90,18 @@ MG_EXPORT int mg_tokenizer_decode(const struct mg_tokenizer *t,
  * that report bad data by file and offset before tokenizing. */
 MG_EXPORT size_t mg_utf8_valid(const char *s, size_t len);
 
+/* Added in ABI 1.10: the first string of JSON text s[0..len) that holds a
+ * NUL character (a \u0000 escape or a raw 0 byte), which a C string
+ * (cJSON's valuestring) silently cuts there. Returns the offset of its
+ * opening quote, or len when no string holds one; the field it belongs
+ * to is copied into key (at most keycap bytes with the NUL, as written in
+ * the file): the object key it is the value of, the key naming the array
+ * that holds it, or the key itself; "" at the top level. For readers
+ * that refuse such text by file, line and field; s should be valid JSON
+ * (parse it first). */
+MG_EXPORT size_t mg_json_nul_string(const char *s, size_t len, char *key,
+				    size_t keycap);
+
 /* One past the largest id (model vocabulary and added tokens). */
 MG_EXPORT int64_t mg_tokenizer_vocab_size(const struct mg_tokenizer *t);
 /* The id of a token string (vocabulary or added), or -1. */

@@ -73,16 +73,22 @@ static struct td_tok byte_tok(void)
 
 static const char *tmp;
 
-static char *write_file(const char *name, const char *text)
+/* n bytes of text (0 bytes included) as tmp/name. */
+static char *write_file_n(const char *name, const char *text, size_t n)
 {
 	static char path[8][1024];
 	static int k;
 	char *p = path[k++ % 8];
 	snprintf(p, 1024, "%s/%s", tmp, name);
 	FILE *f = fopen(p, "wb");
-	fputs(text, f);
+	fwrite(text, 1, n, f);
 	fclose(f);
 	return p;
+}
+
+static char *write_file(const char *name, const char *text)
+{
+	return write_file_n(name, text, strlen(text));
 }
 
 /* Parse text as a data file and render record i. 0 or -1 (error set). */
@@ -434,9 +440,10 @@ static void case_truncation(void)
 	free(data);
 }
 
-static void expect_error(const char *name, const char *text, const char *want)
+static void expect_error_n(const char *name, const char *text, size_t n,
+			   const char *want)
 {
-	char *path = write_file(name, text);
+	char *path = write_file_n(name, text, n);
 	struct td_buf b;
 	struct td_records r;
 	int rc = td_read_file(path, &b);
@@ -460,6 +467,11 @@ static void expect_error(const char *name, const char *text, const char *want)
 		fail("%s: no error, expected '%s'", name, want);
 	else
 		CHECK_HAS(mg_last_error(), want);
+}
+
+static void expect_error(const char *name, const char *text, const char *want)
+{
+	expect_error_n(name, text, strlen(text), want);
 }
 
 static void case_bad_data(void)
@@ -494,6 +506,33 @@ static void case_bad_data(void)
 		     "sample 0 is not a JSON object");
 	expect_error("unknown.jsonl", "{\"text\": \"x\"}\n",
 		     "cannot tell the format");
+	/* A NUL in a string (escaped or raw) would cut the field there:
+	 * refused with the line and the field, nested ones by their key;
+	 * an escaped backslash before u0000 is no NUL. */
+	expect_error(
+		"nul.jsonl",
+		"{\"instruction\": \"a\", \"output\": \"b\"}\n"
+		"{\"instruction\": \"a\\u0000 cut\", \"output\": \"b\"}\n",
+		"nul.jsonl:2: field \"instruction\" holds a NUL character");
+	static const char raw[] = "[{\"input\": \"a\", \"output\": \"b\"},\n"
+				  "\n{\"input\": \"a\", \"output\": \"b\0c\"}]";
+	expect_error_n("nul.json", raw, sizeof raw - 1,
+		       "nul.json:3: field \"output\" holds a NUL character");
+	expect_error("nul_chat.jsonl",
+		     "{\"conversations\": [{\"from\": \"human\", \"value\": "
+		     "\"x\"}, {\"from\": \"gpt\", \"value\": \"y\\u0000\"}]}\n",
+		     "nul_chat.jsonl:1: field \"value\" holds a NUL");
+	expect_error("nul_list.jsonl", "{\"tags\": [\"x\", \"\\u0000\"]}\n",
+		     "nul_list.jsonl:1: field \"tags\" holds a NUL");
+	struct td_buf nb;
+	struct td_records nr;
+	char *np = write_file("backslash.jsonl",
+			      "{\"instruction\": \"a\\\\u0000\", "
+			      "\"output\": \"b\"}\n");
+	CHECK(!td_read_file(np, &nb));
+	CHECK(!td_parse_records(np, &nb, &nr));
+	td_records_free(&nr);
+	td_buf_free(&nb);
 	struct td_columns c;
 	CHECK(td_columns_parse("instruction", &c) != 0);
 	CHECK_HAS(mg_last_error(), "not field=column");
@@ -524,23 +563,67 @@ static void case_gzip(void)
 	CHECK_INT(r.n, 2);
 	td_records_free(&r);
 	td_buf_free(&b);
-	/* A cut gzip stream is an error, not a crash. */
+	/* A gzip file cut anywhere (JSON Lines: a cut at a row boundary
+	 * would parse as fewer rows) is an error naming the file and saying
+	 * it ends early, and a byte changed anywhere past the 10-byte header
+	 * (deflate data, CRC, length) is an error too, never a shorter or
+	 * an "empty" file. Every cut and every byte is tried. */
+	snprintf(path, sizeof path, "%s/rows.jsonl.gz", tmp);
+	g = gzopen(path, "wb");
+	for (int i = 0; i < 200; i++)
+		gzprintf(g, "{\"instruction\": \"q%d\", \"output\": \"a%d\"}\n",
+			 i, i * 7);
+	gzclose(g);
 	FILE *f = fopen(path, "rb");
-	char buf[4096];
-	size_t n = fread(buf, 1, sizeof buf, f);
+	static unsigned char gz[1 << 16];
+	size_t n = fread(gz, 1, sizeof gz, f);
 	fclose(f);
-	f = fopen(path, "wb");
-	fwrite(buf, 1, n / 2, f);
-	fclose(f);
-	if (!td_read_file(path, &b)) {
-		/* zlib may hand out the part it could decode: then the JSON
-		 * is incomplete. */
-		int rc = td_parse_records(path, &b, &r);
-		CHECK(rc != 0);
-		if (!rc)
-			td_records_free(&r);
-		td_buf_free(&b);
+	CHECK(n > 20 && n < sizeof gz);
+	char cut[1024];
+	snprintf(cut, sizeof cut, "%s/cut.jsonl.gz", tmp);
+	for (size_t k = 2; k < n; k++) {
+		f = fopen(cut, "wb");
+		fwrite(gz, 1, k, f);
+		fclose(f);
+		if (!td_read_file(cut, &b)) {
+			fail("gzip cut at %zu of %zu bytes: read as %zu bytes",
+			     k, n, b.len);
+			td_buf_free(&b);
+			break;
+		}
+		if (!strstr(mg_last_error(), "cut.jsonl.gz: gzip data ends "
+					     "early")) {
+			fail("gzip cut at %zu: '%s'", k, mg_last_error());
+			break;
+		}
 	}
+	for (size_t k = 10; k < n; k++) {
+		gz[k] ^= 0x55;
+		f = fopen(cut, "wb");
+		fwrite(gz, 1, n, f);
+		fclose(f);
+		gz[k] ^= 0x55;
+		if (!td_read_file(cut, &b)) {
+			fail("gzip byte %zu of %zu changed: read as %zu bytes",
+			     k, n, b.len);
+			td_buf_free(&b);
+			break;
+		}
+		const char *e = mg_last_error();
+		if (!strstr(e, "cut.jsonl.gz: ") || strstr(e, "empty file") ||
+		    !(strstr(e, "corrupt gzip data") ||
+		      strstr(e, "ends early"))) {
+			fail("gzip byte %zu changed: '%s'", k, e);
+			break;
+		}
+	}
+	/* A FIFO is refused at once, not waited on. */
+	snprintf(cut, sizeof cut, "%s/fifo.jsonl", tmp);
+	CHECK(!mkfifo(cut, 0600));
+	alarm(20);
+	CHECK(td_read_file(cut, &b) != 0);
+	alarm(0);
+	CHECK_HAS(mg_last_error(), "fifo.jsonl: not a regular file");
 }
 
 static void case_cache(void)

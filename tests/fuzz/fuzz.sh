@@ -39,8 +39,10 @@ safetensors)
 core/runtime/nf4.c"
 	libs="-lcjson -lm -lpthread" ;;
 report)
-	srcs="core/analysis/run_load.c core/runtime/series.c core/runtime/log.c"
-	libs="-lcjson -lm" ;;
+	# file_read.c: the artefacts are read with mg_file_read
+	srcs="core/analysis/run_load.c core/runtime/series.c core/runtime/log.c
+core/runtime/file_read.c"
+	libs="-lcjson -lm -lz" ;;
 *)
 	echo "fuzz.sh: unknown target '$target'" >&2
 	exit 2 ;;

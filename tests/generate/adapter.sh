@@ -91,6 +91,33 @@ hostile unknown 's/"q_proj"/"qq_proj"/' "unknown target 'qq_proj'"
 hostile rank 's/"r":[^,]*,/"r": 4,/' 'lora_A.weight. has rank 8 (rows'
 hostile notjson 's/{/[/' 'not a JSON object'
 hostile peft 's/"LORA"/"IA3"/' 'peft_type is not LORA'
+# NaN adapter weights make NaN logits: an error, not token 0 and exit 0
+mkdir -p "$work/nan"
+cp "$ad/adapter_config.json" "$work/nan/"
+python3 -c 'import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+assert all(v["dtype"] == "F32" for k, v in json.loads(b[8:8 + n]).items()
+           if k != "__metadata__")
+b[8 + n:] = struct.pack("<f", float("nan")) * ((len(b) - 8 - n) // 4)
+open(sys.argv[2], "wb").write(b)' "$ad/adapter_model.safetensors" \
+	"$work/nan/adapter_model.safetensors" || fail "cannot write the NaN adapter"
+gen nan "$base" --set run.name=base --adapter "$work/nan"
+[ $rc -eq 1 ] && ! grep -q "[0-9]" "$work/nan.out" &&
+	grep -q "token 1: the model's logits are not finite" "$work/nan.err" ||
+	fail "NaN adapter: exit $rc, stdout '$(cat "$work/nan.out")': $(cat "$work/nan.err")"
+# adapter_config.json a FIFO or a link to /dev/zero: refused at once
+mkdir -p "$work/fifo" "$work/zero"
+mkfifo "$work/fifo/adapter_config.json"
+ln -s /dev/zero "$work/zero/adapter_config.json"
+for d in fifo zero; do
+	# shellcheck disable=SC2086
+	timeout 60 "$mgrun" generate -c "$base" $S --set run.name=base --ids \
+		--prompt "$P" --adapter "$work/$d" >"$work/$d.out" 2>"$work/$d.err"
+	rc=$?
+	[ $rc -eq 2 ] && grep -q "$d/adapter_config.json: not a regular file" \
+		"$work/$d.err" || fail "$d adapter_config.json: exit $rc: $(cat "$work/$d.err")"
+done
 gen nodir "$base" --set run.name=base --adapter "$work/absent"
 [ $rc -eq 2 ] || fail "a missing folder: exit $rc"
 grep -q "$work/absent/adapter_config.json" "$work/nodir.err" ||

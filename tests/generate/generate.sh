@@ -216,7 +216,10 @@ printf '{"ids": [1, -2]}\n' >"$work/b4.jsonl"
 printf '{"ids": [1], "prompt": "x"}\n' >"$work/b5.jsonl"
 printf '{"ids": []}\n' >"$work/b6.jsonl"
 printf '\n  \n' >"$work/b7.jsonl"
+printf '{"ids": [1]}\n{"prompt": "a\\u0000b"}\n' >"$work/b8.jsonl"
+printf '{"ids": [1], "id": "x\000y"}\n' >"$work/b9.jsonl"
 for c in "b1:2: not a JSON object" \
+	"b8:2: field \"prompt\" holds a NUL character" "b9:1: field \"id\" holds a NUL" \
 	"b2:2: token 1 of the prompt, id 300, is outside the model's vocabulary of 256" \
 	"b3:2: a text prompt needs a tokenizer" "b4:1: ids.1. is not a token id" \
 	"b5:1: give one of" "b6:1: the prompt has no tokens" "b7.jsonl: no prompts"; do
@@ -227,6 +230,30 @@ for c in "b1:2: not a JSON object" \
 done
 gen pp.out pp.err --prompts "$work/prompts.jsonl" --prompt "1 2"
 [ $rc -eq 2 ] || fail "--prompts with --prompt: exit $rc"
+# an answer the tokenizer cannot decode (ids past its 11 tokens) says
+# so, not "out of memory"
+printf '{"ids": [5, 17, 42]}\n' >"$work/dec.jsonl"
+gen dec.out dec.err --tokenizer "$repo/tests/text/data/sp" --prompts \
+	"$work/dec.jsonl" --greedy --max-new-tokens 2
+[ $rc -eq 1 ] && grep -q "decoding the text: .*not in the vocabulary" "$work/dec.err" &&
+	! grep -q "out of memory" "$work/dec.err" ||
+	fail "a decode failure: exit $rc: $(cat "$work/dec.err")"
+# a FIFO or a folder as the prompts file is refused, not waited on; a
+# NUL byte in an --ids prompt file would cut the ids
+mkfifo "$work/fifo.jsonl"
+for a in "--prompts $work/fifo.jsonl" "--prompt-file $work/fifo.jsonl" \
+	"--prompts $work"; do
+	# shellcheck disable=SC2086
+	timeout 60 "$mgrun" generate -c "$ini" $S --ids $a --greedy \
+		>"$work/ff.out" 2>"$work/ff.err"
+	rc=$?
+	[ $rc -eq 2 ] && grep -Eq "not a regular file|a directory" "$work/ff.err" ||
+		fail "$a: exit $rc: $(cat "$work/ff.err")"
+done
+printf '5 17\000 42\n' >"$work/nul.txt"
+gen nul.out nul.err --ids --prompt-file "$work/nul.txt" --greedy
+[ $rc -eq 2 ] && grep -q "nul.txt: a NUL byte at byte offset 4" "$work/nul.err" ||
+	fail "a NUL in --prompt-file: exit $rc: $(cat "$work/nul.err")"
 # no prompt, two prompts
 gen p.out p.err --ids
 [ $rc -eq 2 ] || fail "no prompt: exit $rc"

@@ -157,6 +157,11 @@ bad_configs = {
 }
 for name, c in bad_configs.items():
     folder(name, config=c, files={"model.safetensors": weights()})
+# numbers past a double's range, which JSON parsers read as infinity
+for name, key in (("theta_inf", "rope_theta"), ("eps_inf", "rms_norm_eps"),
+                  ("std_inf", "initializer_range")):
+    folder(name, raw_config=json.dumps(cfg(**{key: 12345.5})).replace(
+        "12345.5", "1e999"), files={"model.safetensors": weights()})
 folder("config_not_json", raw_config='{"model_type": "llama", ',
        files={"model.safetensors": weights()})
 folder("config_array", raw_config="[1, 2]",

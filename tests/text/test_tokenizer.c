@@ -7,12 +7,16 @@
  * tokens (lstrip, rstrip, single_word, leftmost-longest, normalized),
  * Split behaviours and Metaspace, decoders, the errors (an unknown
  * component named, malformed JSON with its offset, invalid UTF-8 with its
- * offset) and encode on several threads at once.
+ * offset, post-processor ids outside the vocabulary), special files
+ * where a file belongs (refused, not waited on
+ * or read without end) and encode on several threads at once.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mg/log.h"
 #include "mg/tokenizer.h"
@@ -217,6 +221,97 @@ static void errors(void)
 		     "cannot open");
 }
 
+/* A FIFO (would block in open) or a link to /dev/zero (would read until
+ * memory runs out) as tokenizer.json or tokenizer_config.json, a folder
+ * named tokenizer.json and a dangling link as tokenizer_config.json: each
+ * refused naming the file. The alarm turns a hang into a failure. */
+static void special_files(void)
+{
+	char root[] = "/tmp/mg_tok_special_XXXXXX", d[600], p[700], sp[600];
+	if (!mkdtemp(root)) {
+		fprintf(stderr, "FAIL: mkdtemp\n");
+		fails++;
+		return;
+	}
+	snprintf(sp, sizeof sp, "%s/sp/tokenizer.json", data_dir);
+	static const char *const cfg[] = {"fifo", "zero", "fifo", "dir",
+					  "dangling"};
+	static const char *const want[] = {
+		"tokenizer.json: not a regular file",
+		"tokenizer_config.json: not a regular file",
+		"tokenizer_config.json: not a regular file",
+		"tokenizer.json: a directory",
+		"tokenizer_config.json: cannot open"};
+	alarm(60);
+	for (int k = 0; k < 5; k++) {
+		snprintf(d, sizeof d, "%s/%d", root, k);
+		mkdir(d, 0700);
+		/* k = 0: tokenizer.json itself a FIFO; 3: a folder */
+		snprintf(p, sizeof p, "%s/tokenizer.json", d);
+		int ok = k == 0	  ? mkfifo(p, 0600)
+			 : k == 3 ? mkdir(p, 0700)
+				  : symlink(sp, p);
+		snprintf(p, sizeof p, "%s/tokenizer_config.json", d);
+		if (k == 1)
+			ok |= symlink("/dev/zero", p);
+		else if (k == 2)
+			ok |= mkfifo(p, 0600);
+		else if (k == 4) /* formerly ignored as no config */
+			ok |= symlink("nowhere.json", p);
+		if (ok) {
+			fprintf(stderr, "FAIL: cannot make %s\n", p);
+			fails++;
+			continue;
+		}
+		struct mg_tokenizer *t = mg_tokenizer_load(d);
+		expect_error(!t, cfg[k], want[k], NULL);
+		mg_tokenizer_free(t);
+	}
+	alarm(0);
+	char cmd[700];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+	if (system(cmd))
+		fprintf(stderr, "cannot remove %s\n", root);
+}
+
+/* The post-processor's special token ids must be in the vocabulary
+ * (they are added to every text): sp/tokenizer.json with its BOS id [1]
+ * replaced by one past the end, a negative and a fractional id. */
+static void post_ids(void)
+{
+	char src[600], text[8192], path[] = "/tmp/mg_tok_post_XXXXXX";
+	snprintf(src, sizeof src, "%s/sp/tokenizer.json", data_dir);
+	FILE *f = fopen(src, "rb");
+	size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+	if (f)
+		fclose(f);
+	text[n] = 0;
+	char *at = strstr(text, "\"ids\": [1]");
+	int fd = mkstemp(path);
+	if (!at || fd < 0) {
+		fprintf(stderr, "FAIL: post_ids: cannot set up\n");
+		fails++;
+		return;
+	}
+	close(fd);
+	static const char *const bad[] = {"11", "-1", "1.5"};
+	for (int k = 0; k < 3; k++) {
+		f = fopen(path, "wb");
+		fprintf(f, "%.*s\"ids\": [%s]%s", (int)(at - text), text,
+			bad[k], at + strlen("\"ids\": [1]"));
+		fclose(f);
+		char want[128];
+		snprintf(want, sizeof want,
+			 "post_processor: special token '<s>': id %s is not in "
+			 "the vocabulary (ids 0 to 10)",
+			 bad[k]);
+		struct mg_tokenizer *t = mg_tokenizer_load(path);
+		expect_error(!t, bad[k], want, NULL);
+		mg_tokenizer_free(t);
+	}
+	unlink(path);
+}
+
 /* One tokenizer, several threads: each must get the serial ids. */
 struct job {
 	const struct mg_tokenizer *t;
@@ -270,6 +365,8 @@ int main(int argc, char **argv)
 	added();
 	split();
 	errors();
+	special_files();
+	post_ids();
 	threads();
 	if (fails)
 		fprintf(stderr, "%d failures\n", fails);

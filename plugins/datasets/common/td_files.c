@@ -5,12 +5,9 @@
  * for arrays) instead of failing later inside the tokenizer.
  */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <zlib.h>
 
 #include "mg/mg.h"
 #include "mg/tokenizer.h"
@@ -25,55 +22,15 @@ void td_buf_free(struct td_buf *b)
 	b->len = 0;
 }
 
-/* gzread handles plain files too (it passes them through), so one loop
- * reads both. */
+/* Through mg_file_read: FIFOs and devices refused, a gzip file that is
+ * truncated or corrupt an error naming it (not a shorter file). */
 int td_read_file(const char *path, struct td_buf *out)
 {
-	struct stat st;
 	memset(out, 0, sizeof *out);
-	if (stat(path, &st))
-		return mg_error("%s: %s", path, strerror(errno));
-	if (!S_ISREG(st.st_mode))
-		return mg_error("%s: not a regular file", path);
-	gzFile f = gzopen(path, "rb");
-	if (!f)
-		return mg_error("%s: %s", path, strerror(errno));
-	gzbuffer(f, 1 << 17);
-	size_t cap = (size_t)st.st_size + 1 + 4096, len = 0;
-	char *p = malloc(cap);
-	int rc = p ? 0 : mg_error("%s: out of memory", path);
-	while (!rc) {
-		if (cap - len < 65537) {
-			if (cap > TD_MAX_FILE) {
-				rc = mg_error("%s: more than 8 GiB of text",
-					      path);
-				break;
-			}
-			char *q = realloc(p, cap * 2);
-			if (!q) {
-				rc = mg_error("%s: out of memory", path);
-				break;
-			}
-			p = q;
-			cap *= 2;
-		}
-		int k = gzread(f, p + len, (unsigned)(cap - len - 1));
-		if (k < 0) {
-			int e;
-			const char *m = gzerror(f, &e);
-			rc = mg_error("%s: corrupt gzip data (%s)", path, m);
-		} else if (k == 0) {
-			break;
-		} else {
-			len += (size_t)k;
-		}
-	}
-	gzclose(f);
-	if (rc) {
-		free(p);
-		return rc;
-	}
-	p[len] = 0;
+	size_t len;
+	char *p = mg_file_read(path, TD_MAX_FILE, MG_FILE_GUNZIP, &len);
+	if (!p)
+		return -1;
 	if (strspn(p, " \t\r\n") == len) {
 		free(p);
 		return mg_error("%s: empty file", path);
@@ -95,6 +52,24 @@ static int64_t line_of(const char *s, size_t off)
 	for (size_t i = 0; i < off; i++)
 		line += s[i] == '\n';
 	return line;
+}
+
+/* A string holding a NUL (\u0000 or a raw 0 byte) would be cut there
+ * by every C string after cJSON, the rest of the field silently lost:
+ * refused naming the file, the line and the field. */
+static int nul_check(const char *path, const char *s, size_t n,
+		     const char *base, int64_t line)
+{
+	char key[128];
+	size_t at = mg_json_nul_string(s, n, key, sizeof key);
+	if (at == n)
+		return 0;
+	if (!line)
+		line = line_of(base, (size_t)(s - base) + at);
+	return mg_error("%s:%lld: field \"%s\" holds a NUL character "
+			"(\\u0000 or a 0 byte), which would cut its text "
+			"there",
+			path, (long long)line, key);
 }
 
 static int push(struct td_records *r, int64_t *cap, cJSON *rec, int64_t line)
@@ -136,6 +111,8 @@ static int parse_array(const char *path, const struct td_buf *b,
 	r->nowned = 1;
 	if (!cJSON_IsArray(root))
 		return mg_error("%s: not a JSON array of objects", path);
+	if (nul_check(path, b->data, b->len, b->data, 0))
+		return -1;
 	int64_t cap = 0, i = 0;
 	cJSON *v;
 	/* Records' lines are not tracked by cJSON: report indices. */
@@ -189,6 +166,8 @@ static int parse_lines(const char *path, const struct td_buf *b,
 		if (!cJSON_IsObject(j))
 			return mg_error("%s:%lld: not a JSON object", path,
 					(long long)line);
+		if (nul_check(path, s, n, b->data, line))
+			return -1;
 		if (push(r, &cap, j, line))
 			return -1;
 	}

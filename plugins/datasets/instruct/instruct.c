@@ -112,7 +112,7 @@ static int load_pairs(const struct cfg *g, const struct td_records *r,
 		rc = td_encode_pairs(g->tok, s, r->n, g->max_len, g->max_prompt,
 				     g->drop, path, c);
 		if (rc)
-			rc = mg_error("%s: %s", path, mg_last_error());
+			rc = mg_error_prefix("%s", path);
 	}
 	for (int64_t i = 0; s && i < 2 * r->n; i++)
 		td_sample_free(&s[i]);
@@ -189,7 +189,7 @@ static int load_file(const struct cfg *g, const char *path, struct td_corpus *c,
 		rc = td_encode_samples(g->tok, s, r.n, g->max_len, g->drop,
 				       g->train_all, path, c);
 		if (rc)
-			rc = mg_error("%s: %s", path, mg_last_error());
+			rc = mg_error_prefix("%s", path);
 	}
 	for (int64_t i = 0; s && i < r.n; i++)
 		td_sample_free(&s[i]);
@@ -247,7 +247,7 @@ static int build(struct instruct *d, const struct mg_opts *o,
 	if (!train[0])
 		return mg_error("instruct: dataset.train names no file");
 	if (td_columns_parse(g.colspec, &g.cols))
-		return mg_error("instruct: %s", mg_last_error());
+		return mg_error_prefix("instruct");
 	g.tpl = td_pick_template((enum td_template)mg_opt_enum(o, "template"),
 				 tok);
 	d->seq_len = g.max_len;

@@ -9,6 +9,7 @@
  * into blocks of seq_len tokens. Whole documents are held out, so the
  * validation loss measures text the model never saw.
  */
+#include <errno.h>
 #include <fnmatch.h>
 #include <glob.h>
 #include <stdio.h>
@@ -100,18 +101,32 @@ static int expand(const char *files, const char *dir, const char *exclude,
 	}
 	if (!rc && g->gl_pathc == 0)
 		rc = mg_error("text: dataset.files names no file");
-	/* Drop excluded names and what is not a regular file. */
+	/* Drop excluded names and folders (a glob's matches); a name that
+	 * cannot be read (a dangling symbolic link) is an error naming it,
+	 * not a file silently left out, and a FIFO or device is refused by
+	 * td_read_file. */
 	size_t w = 0;
 	for (size_t i = 0; !rc && i < g->gl_pathc; i++) {
 		struct stat st;
 		char *f = g->gl_pathv[i];
+		if (excluded(f, exclude))
+			continue;
+		if (stat(f, &st)) {
+			struct stat lst;
+			rc = !lstat(f, &lst) && S_ISLNK(lst.st_mode)
+				     ? mg_error("text: files: %s: a symbolic "
+						"link to nothing (%s)",
+						f, strerror(errno))
+				     : mg_error("text: files: %s: %s", f,
+						strerror(errno));
+			break;
+		}
+		if (S_ISDIR(st.st_mode))
+			continue;
 		/* Swap kept names to the front: globfree still sees every
 		 * pointer once. */
-		if (!excluded(f, exclude) && !stat(f, &st) &&
-		    S_ISREG(st.st_mode)) {
-			g->gl_pathv[i] = g->gl_pathv[w];
-			g->gl_pathv[w++] = f;
-		}
+		g->gl_pathv[i] = g->gl_pathv[w];
+		g->gl_pathv[w++] = f;
 	}
 	if (!rc && w == 0)
 		rc = mg_error("text: every file named was excluded");

@@ -62,8 +62,8 @@ static inline int64_t llama_max_proj(const struct llama_cfg *c)
 }
 /* inv_freq[j] for j < head_dim / 2, rope scaling applied. */
 void llama_inv_freq(const struct llama_cfg *c, float *out);
-/* A regular file of at most cap bytes, NUL-terminated (free it); NULL
- * after mg_error() named the file and the reason. */
+/* A regular file of at most cap bytes (mg_file_read), NUL-terminated
+ * (free it); NULL after mg_error() named the file and the reason. */
 char *llama_read_file(const char *path, size_t cap);
 /* Check a configuration's consistency; errors name the field. */
 int llama_cfg_check(const struct llama_cfg *c);

@@ -161,6 +161,11 @@ static int json_num(const cJSON *j, const char *key, double *out,
 		return 0;
 	if (!cJSON_IsNumber(v))
 		return mg_error("%s: '%s' is not a number", path, key);
+	/* cJSON reads 1e999 as infinity: a NaN norm or rotation later */
+	if (!isfinite(v->valuedouble))
+		return mg_error("%s: '%s' is not a finite number (it "
+				"overflows a double)",
+				path, key);
 	*out = v->valuedouble;
 	return 0;
 }
@@ -206,32 +211,8 @@ static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
 
 char *llama_read_file(const char *path, size_t cap)
 {
-	struct stat st;
-	if (stat(path, &st)) {
-		mg_error("%s: %s", path, strerror(errno));
-		return NULL;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		mg_error("%s: not a regular file", path);
-		return NULL;
-	}
-	if ((size_t)st.st_size > cap) {
-		mg_error("%s: %lld bytes, more than a config file should be",
-			 path, (long long)st.st_size);
-		return NULL;
-	}
-	FILE *f = fopen(path, "rb");
-	char *buf = malloc((size_t)st.st_size + 1);
-	size_t n = f && buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-	if (f)
-		fclose(f);
-	if (!f || !buf || n != (size_t)st.st_size) {
-		free(buf);
-		mg_error("%s: cannot read: %s", path, strerror(errno));
-		return NULL;
-	}
-	buf[n] = 0;
-	return buf;
+	size_t len;
+	return mg_file_read(path, cap, 0, &len);
 }
 
 int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
