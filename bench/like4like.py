@@ -395,8 +395,11 @@ def mfu(rate, flops_tok):
 
 
 def attn_of(t):
-    first = t.get("first") if t else None
-    return f" ({first['attention']})" if first and first.get("attention") else ""
+    """' (backend)': the SDPA backend(s) the baseline's processes chose
+    (each times the candidates itself; near-equal ones can differ)."""
+    names = [r.get("attention") for r in runs_of(t) if "error" not in r and "skip" not in r]
+    names = sorted({n for n in names if n})
+    return f" ({', '.join(names)})" if names else ""
 
 
 def lora(mgrun, out, results):

@@ -18,7 +18,7 @@ def sdpa_backends(torch):
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 
 
-def time_sdpa(torch, backend, batch, heads, kv_heads, seq, head_dim, reps=10):
+def time_sdpa(torch, backend, batch, heads, kv_heads, seq, head_dim, reps=30):
     """Median ms of causal SDPA forward + backward in bf16 with one
     backend on random inputs (grouped heads expanded as HF's sdpa path
     does); raises where the backend cannot run the shape."""
@@ -32,7 +32,7 @@ def time_sdpa(torch, backend, batch, heads, kv_heads, seq, head_dim, reps=10):
     rep = heads // kv_heads
     times = []
     with sdpa_kernel([sdpa_backends(torch)[backend]]):
-        for i in range(reps + 3):
+        for i in range(reps + 5):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             o = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1),
@@ -40,7 +40,7 @@ def time_sdpa(torch, backend, batch, heads, kv_heads, seq, head_dim, reps=10):
             o.backward(torch.ones_like(o))
             b.record()
             b.synchronize()
-            if i >= 3:
+            if i >= 5:
                 times.append(a.elapsed_time(b))
     times.sort()
     return times[len(times) // 2]
