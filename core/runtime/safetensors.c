@@ -113,6 +113,36 @@ static int parse_entry(struct mg_st_file *f, const cJSON *item,
 	return 0;
 }
 
+static int cmp_str_ptr(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int cmp_entry_name(const void *a, const void *b)
+{
+	const struct mg_st_entry *x = *(const struct mg_st_entry *const *)a,
+				 *y = *(const struct mg_st_entry *const *)b;
+	return strcmp(x->name, y->name);
+}
+
+/* f->by_name: the entries sorted by name; a name twice is an error. */
+static int index_names(struct mg_st_file *f)
+{
+	f->by_name = malloc(((size_t)f->nentries + 1) * sizeof *f->by_name);
+	if (!f->by_name)
+		return mg_error("%s: out of memory", f->path);
+	for (int i = 0; i < f->nentries; i++)
+		f->by_name[i] = &f->entries[i];
+	qsort(f->by_name, (size_t)f->nentries, sizeof *f->by_name,
+	      cmp_entry_name);
+	for (int i = 1; i < f->nentries; i++)
+		if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name))
+			return mg_error("%s: tensor '%s' appears twice in the "
+					"header",
+					f->path, f->by_name[i]->name);
+	return 0;
+}
+
 static int parse_meta(struct mg_st_file *f, const cJSON *it)
 {
 	if (f->meta_keys)
@@ -130,15 +160,25 @@ static int parse_meta(struct mg_st_file *f, const cJSON *it)
 		if (!cJSON_IsString(m))
 			return mg_error("%s: __metadata__ '%s' is not a string",
 					f->path, m->string);
-		for (int i = 0; i < f->nmeta; i++)
-			if (!strcmp(f->meta_keys[i], m->string))
-				return mg_error("%s: __metadata__ '%s' appears "
-						"twice",
-						f->path, m->string);
 		f->meta_keys[f->nmeta] = strdup(m->string);
 		f->meta_vals[f->nmeta++] = strdup(m->valuestring);
+		if (!f->meta_keys[f->nmeta - 1] || !f->meta_vals[f->nmeta - 1])
+			return mg_error("%s: out of memory", f->path);
 	}
-	return 0;
+	/* Duplicates by sorting a copy of the keys (a hostile header may
+	 * hold many: no pairwise comparison). */
+	const char **k = malloc(((size_t)f->nmeta + 1) * sizeof *k);
+	if (!k)
+		return mg_error("%s: out of memory", f->path);
+	memcpy(k, f->meta_keys, (size_t)f->nmeta * sizeof *k);
+	qsort(k, (size_t)f->nmeta, sizeof *k, cmp_str_ptr);
+	int rc = 0;
+	for (int i = 1; i < f->nmeta && !rc; i++)
+		if (!strcmp(k[i - 1], k[i]))
+			rc = mg_error("%s: __metadata__ '%s' appears twice",
+				      f->path, k[i]);
+	free(k);
+	return rc;
 }
 
 static int parse_header(struct mg_st_file *f, const char *json, size_t hlen)
@@ -163,16 +203,11 @@ static int parse_header(struct mg_st_file *f, const char *json, size_t hlen)
 			rc = parse_meta(f, it);
 			continue;
 		}
-		for (int i = 0; i < f->nentries && !rc; i++)
-			if (!strcmp(f->entries[i].name, it->string))
-				rc = mg_error("%s: tensor '%s' appears twice "
-					      "in the header",
-					      f->path, it->string);
-		if (!rc)
-			rc = parse_entry(f, it, &f->entries[f->nentries++],
-					 base, dlen);
+		rc = parse_entry(f, it, &f->entries[f->nentries++], base, dlen);
 	}
 	cJSON_Delete(root);
+	if (!rc)
+		rc = index_names(f);
 	if (rc)
 		return rc;
 	/* Entries must not overlap: sort a copy by offset and walk it
@@ -250,10 +285,14 @@ int mg_st_open(struct mg_st_file *f, const char *path)
 const struct mg_st_entry *mg_st_find(const struct mg_st_file *f,
 				     const char *name)
 {
-	for (int i = 0; i < f->nentries; i++)
-		if (!strcmp(f->entries[i].name, name))
-			return &f->entries[i];
-	return NULL;
+	if (!f->by_name || !name)
+		return NULL;
+	struct mg_st_entry key = {.name = name};
+	const struct mg_st_entry *kp = &key;
+	const struct mg_st_entry **hit =
+		bsearch(&kp, f->by_name, (size_t)f->nentries,
+			sizeof *f->by_name, cmp_entry_name);
+	return hit ? *hit : NULL;
 }
 
 const char *mg_st_meta(const struct mg_st_file *f, const char *key)
@@ -275,6 +314,7 @@ void mg_st_close(struct mg_st_file *f)
 		free(f->meta_vals[i]);
 	}
 	free(f->entries);
+	free(f->by_name);
 	free(f->meta_keys);
 	free(f->meta_vals);
 	free(f->path);

@@ -28,6 +28,9 @@ struct mg_st_file {
 	size_t size;
 	int nentries;
 	struct mg_st_entry *entries;
+	/* the entries sorted by name: duplicates found, names looked up, in
+	 * O(n log n) */
+	const struct mg_st_entry **by_name;
 	int nmeta;
 	char **meta_keys, **meta_vals;
 };

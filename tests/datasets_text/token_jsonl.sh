@@ -142,6 +142,22 @@ printf '{"input_ids": [1, 2]}{"input_ids": [3, 4]}\n' >"$work/two_objects.jsonl"
 bad two_objects ':1: not JSON (at byte 22 of the line)'
 printf '{"input_ids": [1, 2]}\000{"input_ids": [3, 4]}\n' >"$work/nul.jsonl"
 bad nul ':1: a NUL byte at byte 22 of the line'
+# a line far longer than any row the run keeps (seq_len 16): refused
+# before it is parsed (a 24 MB line peaked at 1 GB), with or without its
+# newline; a row 4 times seq_len is still read and cut (in the training
+# and the held-out split: the same file)
+python3 -c 'print("{\"input_ids\": [1, 2, 3]}"); print("{\"input_ids\": [" + ", ".join(["7"] * 100000) + "]}")' \
+	>"$work/line_huge.jsonl"
+bad line_huge ':2: a line of more than 75776 bytes: longer than 16 times seq_len 16'
+python3 -c 'import sys; sys.stdout.write("{\"input_ids\": [" + "1, " * 3000000)' \
+	>"$work/line_endless.jsonl"
+bad line_endless ':1: a line of more than 75776 bytes'
+python3 -c 'print("{\"input_ids\": [" + ", ".join(str(i % 60 + 1) for i in range(64)) + "]}")' \
+	>"$work/row_long.jsonl"
+cases=$((cases + 1))
+run row_long --set dataset.train="$work/row_long.jsonl"
+[ $rc -eq 0 ] && grep -q "2 rows cut to seq_len 16" "$work/row_long.log" ||
+	fail "row_long: exit $rc: $(tail -3 "$work/row_long.log")"
 # no token carries loss: refused, not trained to a NaN loss
 printf '{"input_ids": [1, 2, 3], "labels": [-100, -100, -100]}\n{"input_ids": [4]}\n' \
 	>"$work/no_loss.jsonl"

@@ -154,6 +154,10 @@ bad_configs = {
     "params_overflow": cfg(vocab_size=2**24, hidden_size=2**20, head_dim=64),
     "theta_string": cfg(rope_theta="1e4"),
     "eps_negative": cfg(rms_norm_eps=-1e-5),
+    # sizes in range that the weights contradict: refused when the folder
+    # is opened, before the model's 2^22 x 16 embedding is allocated
+    "vocab_lie": cfg(vocab_size=2**22),
+    "layers_lie": cfg(num_hidden_layers=3),
 }
 for name, c in bad_configs.items():
     folder(name, config=c, files={"model.safetensors": weights()})

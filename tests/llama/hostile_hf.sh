@@ -112,7 +112,9 @@ M=model.safetensors I=model.safetensors.index.json
 S2=model-00002-of-00002.safetensors
 hf dtype_int $M "tensor 'model.norm.weight': convert: I32 to F32 is not supported"
 hf tensor_missing $M "has no tensor 'model.layers.0.mlp.up_proj.weight'"
-hf tensor_shape $M "tensor 'model.layers.0.mlp.up_proj.weight' is \[16, 24\], config.json makes it \[24, 16\]"
+hf tensor_shape $M "tensor 'model.layers.0.mlp.up_proj.weight' is \[16, 24\], but $work/tensor_shape/config.json makes it \[24, 16\]"
+hf vocab_lie $M "tensor 'model.embed_tokens.weight' is \[64, 16\], but $work/vocab_lie/config.json makes it \[4194304, 16\]"
+hf layers_lie $M "has no tensor 'model.layers.1.input_layernorm.weight'"
 hf shard_missing $I "maps 'model.layers.0.[a-z_.]*' to $S2: $work/shard_missing/$S2: No such file or directory"
 hf shard_wrong $S2 "has no tensor 'model.layers.0.mlp.down_proj.weight' (model.safetensors.index.json maps it there)"
 hf shard_dtype $S2 "tensor 'model.layers.0.self_attn.k_proj.weight': convert: I32 to F32 is not supported"

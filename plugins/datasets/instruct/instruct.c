@@ -19,6 +19,10 @@
 #include "mg/mg.h"
 #include "textdata.h"
 
+/* Bytes a token can stand for at most, for the row bound above: real
+ * vocabularies' longest tokens (runs of spaces, dashes) are under 256. */
+#define INSTRUCT_MAX_TOKEN_BYTES 256
+
 struct instruct {
 	struct td_rows rows[2];
 	int64_t seq_len, vocab;
@@ -176,9 +180,23 @@ static int load_file(const struct cfg *g, const char *path, struct td_corpus *c,
 		rc || *pairs ? NULL : calloc((size_t)r.n + 1, sizeof *s);
 	if (!rc && !*pairs && !s)
 		rc = mg_error("out of memory");
-	for (int64_t i = 0; !rc && s && i < r.n; i++)
+	for (int64_t i = 0; !rc && s && i < r.n; i++) {
 		rc = td_render(&r, i, fmt, g->tpl, &g->cols, g->tok->bos,
 			       g->tok->eos, &s[i]);
+		/* Tokenizing a row costs its bytes, whatever max_seq_len
+		 * keeps of it: a row more than any max_seq_len tokens could
+		 * hold is refused before it is tokenized. */
+		if (!rc &&
+		    s[i].len / INSTRUCT_MAX_TOKEN_BYTES > (size_t)g->max_len)
+			rc = mg_error(
+				"%s:%lld: a sample of %zu bytes, more than "
+				"max_seq_len %lld tokens can hold even "
+				"at %d bytes a token: shorten or split "
+				"it",
+				path, (long long)r.line[i], s[i].len,
+				(long long)g->max_len,
+				INSTRUCT_MAX_TOKEN_BYTES);
+	}
 	if (!rc && s) {
 		static const char *fn[] = {"auto",    "alpaca",	  "samsum",
 					   "grammar", "sharegpt", "messages"};

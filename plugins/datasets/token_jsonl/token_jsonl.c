@@ -47,6 +47,11 @@ struct tj {
 /* The largest vocabulary the option allows: an id past it is refused
  * where it is read rather than grown into a table no model has. */
 #define TJ_MAX_VOCAB (1 << 24)
+/* Lines: rows up to TJ_MAX_OVER x seq_len tokens are read (and cut), of
+ * up to TJ_FIELD_BYTES bytes a token: three arrays (input_ids, labels,
+ * position_ids) of numbers up to 11 characters and a separator. */
+#define TJ_MAX_OVER 16
+#define TJ_FIELD_BYTES 40
 
 static const struct mg_option tj_options[] = {
 	MG_OPT_P("train", "", "JSON Lines file of training rows"),
@@ -213,6 +218,33 @@ static int parse_line(struct tj *d, struct split *s, const char *text,
 	return rc;
 }
 
+/* One line into *buf (NUL-terminated; NUL bytes inside kept and
+ * counted), as getline, but reading no more than max + 1 bytes of it:
+ * returns its length, max + 1 when it is longer (the rest unread), -1 at
+ * the end of the file, -2 out of memory. */
+static ssize_t line_bounded(FILE *f, char **buf, size_t *cap, size_t max)
+{
+	size_t n = 0;
+	int ch = 0;
+	while (n <= max && (ch = getc_unlocked(f)) != EOF) {
+		if (n + 2 > *cap) {
+			size_t nc = *cap ? *cap * 2 : 65536;
+			char *p = realloc(*buf, nc);
+			if (!p)
+				return -2;
+			*buf = p;
+			*cap = nc;
+		}
+		(*buf)[n++] = (char)ch;
+		if (ch == '\n')
+			break;
+	}
+	if (n == 0 && ch == EOF)
+		return -1;
+	(*buf)[n] = 0;
+	return (ssize_t)n;
+}
+
 static int load(struct tj *d, struct split *s, const char *path)
 {
 	struct stat st;
@@ -229,8 +261,28 @@ static int load(struct tj *d, struct split *s, const char *path)
 	int64_t line = 0;
 	int rc = 0;
 	d->counted = 0;
-	while (!rc && (len = getline(&buf, &cap, f)) >= 0) {
+	/* A line longer than any row the run keeps is refused before it is
+	 * parsed: cJSON takes ~40 bytes of memory a number (a 24 MB line
+	 * peaked at 1 GB). Rows up to TJ_MAX_OVER times seq_len are cut
+	 * to it as before. */
+	const size_t max_line =
+		(size_t)d->seq_len * TJ_MAX_OVER * TJ_FIELD_BYTES + (1 << 16);
+	while (!rc && (len = line_bounded(f, &buf, &cap, max_line)) != -1) {
+		if (len == -2) {
+			rc = mg_error("token_jsonl: %s: out of memory", path);
+			break;
+		}
 		line++;
+		if ((size_t)len > max_line) {
+			rc = mg_error(
+				"token_jsonl: %s:%lld: a line of more than "
+				"%zu bytes: longer than %d times "
+				"seq_len %lld tokens could be; shorten "
+				"or split the row",
+				path, (long long)line, max_line, TJ_MAX_OVER,
+				(long long)d->seq_len);
+			break;
+		}
 		if (strspn(buf, " \t\r\n") == (size_t)len)
 			continue; /* blank line */
 		rc = parse_line(d, s, buf, (size_t)len, path, line);

@@ -22,7 +22,8 @@
 
 struct llama_hf {
 	char dir[4096];
-	cJSON *index; /* weight_map, or NULL for one file */
+	cJSON *index;	/* weight_map, or NULL for one file */
+	bool quantized; /* config.json: bitsandbytes 4-bit */
 	int nshards;
 	char *shard_name[MAX_SHARDS];
 	struct mg_tensor_file *shard[MAX_SHARDS];
@@ -34,7 +35,7 @@ static bool is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int llama_hf_open(struct llama *m)
+static int hf_open(struct llama *m)
 {
 	struct llama_hf *h = calloc(1, sizeof *h);
 	if (!h)
@@ -48,6 +49,7 @@ int llama_hf_open(struct llama *m)
 	free(cfg);
 	if (q < 0)
 		return -1;
+	h->quantized = q > 0;
 	snprintf(path, sizeof path, "%s/model.safetensors.index.json", h->dir);
 	if (!is_file(path)) {
 		snprintf(path, sizeof path, "%s/model.safetensors", h->dir);
@@ -71,6 +73,16 @@ int llama_hf_open(struct llama *m)
 				path);
 	}
 	h->index = j;
+	return 0;
+}
+
+static int check_shapes(struct llama *m);
+
+/* Open the folder, then check its tensors' shapes against config.json. */
+int llama_hf_open(struct llama *m)
+{
+	if (hf_open(m) || check_shapes(m))
+		return -1;
 	return 0;
 }
 
@@ -263,5 +275,108 @@ int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 	if (mg_tensor_convert_host(dst, &src))
 		return mg_error_prefix("llama: %s: tensor '%s'",
 				       mg_tensor_file_path(f), name);
+	return 0;
+}
+
+/* "[a, b]" of a shape, into buf. */
+static const char *shape_str(int ndim, const int64_t *shape, char *buf,
+			     size_t len)
+{
+	size_t u = (size_t)snprintf(buf, len, "[");
+	for (int i = 0; i < ndim && u < len; i++)
+		u += (size_t)snprintf(buf + u, len - u, "%s%lld", i ? ", " : "",
+				      (long long)shape[i]);
+	if (u < len)
+		snprintf(buf + u, len - u, "]");
+	return buf;
+}
+
+/* Every float tensor the model reads, its header shape against the one
+ * config.json implies, when the folder is opened: a config.json that lies
+ * about a size is refused before the model is allocated (a lie about one
+ * size made mgrun allocate 12.6 GB first). Only headers are read.
+ * Quantized forms (bitsandbytes' packed bytes, int4) have shapes of their
+ * own and are checked where they are read. A tensor the folder lacks in
+ * every form is refused here too. */
+static int check_shapes(struct llama *m)
+{
+	const struct llama_cfg *c = &m->c;
+	const int64_t D = c->dim, q = c->heads * c->head_dim,
+		      kv = c->kv_heads * c->head_dim;
+	static const char *const lname[] = {
+		"input_layernorm.weight",  "self_attn.q_proj.weight",
+		"self_attn.k_proj.weight", "self_attn.v_proj.weight",
+		"self_attn.o_proj.weight", "post_attention_layernorm.weight",
+		"mlp.gate_proj.weight",	   "mlp.up_proj.weight",
+		"mlp.down_proj.weight"};
+	const int64_t lshape[][2] = {{D, 0},	  {q, D},      {kv, D},
+				     {kv, D},	  {D, q},      {D, 0},
+				     {c->ffn, D}, {c->ffn, D}, {D, c->ffn}};
+	const int nl = (int)(sizeof lname / sizeof *lname);
+	const int64_t total = c->layers * nl + 3;
+	for (int64_t k = 0; k < total; k++) {
+		char name[160];
+		int64_t want[2];
+		if (k < c->layers * nl) {
+			int i = (int)(k % nl);
+			snprintf(name, sizeof name, "model.layers.%lld.%s",
+				 (long long)(k / nl), lname[i]);
+			want[0] = lshape[i][0], want[1] = lshape[i][1];
+		} else if (k == c->layers * nl) {
+			snprintf(name, sizeof name,
+				 "model.embed_tokens.weight");
+			want[0] = c->vocab, want[1] = D;
+		} else if (k == c->layers * nl + 1) {
+			snprintf(name, sizeof name, "model.norm.weight");
+			want[0] = D, want[1] = 0;
+		} else {
+			if (c->tie_embeddings)
+				continue;
+			snprintf(name, sizeof name, "lm_head.weight");
+			want[0] = c->vocab, want[1] = D;
+		}
+		struct mg_tensor t;
+		const char *path = NULL;
+		int rc = hf_get(m->hf, name, &t, &path);
+		if (rc < 0)
+			return -1;
+		if (rc == 0) {
+			/* absent: fine in a quantized folder (its own names),
+			 * or where the int4 form stands in */
+			const char *where =
+				path; /* NULL: the index maps none */
+			char qn[200];
+			snprintf(qn, sizeof qn, "%s_int4", name);
+			if (m->hf->quantized ||
+			    hf_get(m->hf, qn, &t, &path) > 0)
+				continue;
+			if (!where)
+				return mg_error(
+					"llama: %s/model.safetensors."
+					"index.json maps no (valid) file "
+					"to '%s'",
+					m->hf->dir, name);
+			return mg_error(
+				"llama: %s has no tensor '%s'%s", where, name,
+				m->hf->index ? " (model.safetensors.index."
+					       "json maps it there)"
+					     : "");
+		}
+		if (t.dtype != MG_F32 && t.dtype != MG_F16 &&
+		    t.dtype != MG_BF16 && t.dtype != MG_F64)
+			continue;
+		const int nd = want[1] ? 2 : 1;
+		bool same = t.ndim == nd && t.shape[0] == want[0] &&
+			    (nd == 1 || t.shape[1] == want[1]);
+		if (!same) {
+			char a[96], b[96];
+			return mg_error("llama: %s: tensor '%s' is %s, but "
+					"%s/config.json makes it %s",
+					path, name,
+					shape_str(t.ndim, t.shape, a, sizeof a),
+					m->hf->dir,
+					shape_str(nd, want, b, sizeof b));
+		}
+	}
 	return 0;
 }
