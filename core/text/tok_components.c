@@ -191,7 +191,8 @@ int tok_parse_pretokenizer(struct mg_tokenizer *t, const cJSON *j)
 		p.type = TOK_P_SPLIT;
 		p.invert = jbool(j, "invert", 0);
 		if (re &&
-		    !(p.re = tok_regex_compile(re, "pre_tokenizer Split")))
+		    (!(p.re = tok_regex_compile(re, "pre_tokenizer Split")) ||
+		     !(p.pattern = dup(re))))
 			return -1;
 		if (s && !(p.literal = dup(s)))
 			return -1;
@@ -199,7 +200,8 @@ int tok_parse_pretokenizer(struct mg_tokenizer *t, const cJSON *j)
 		p.type = TOK_P_BYTELEVEL;
 		p.add_prefix_space = jbool(j, "add_prefix_space", 1);
 		if (jbool(j, "use_regex", 1) &&
-		    !(p.re = tok_regex_compile(gpt2_re, "ByteLevel")))
+		    (!(p.re = tok_regex_compile(gpt2_re, "ByteLevel")) ||
+		     !(p.pattern = dup(gpt2_re))))
 			return -1;
 		t->bytelevel = 1;
 	} else if (!strcmp(type, "Metaspace")) {

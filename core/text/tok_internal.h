@@ -62,6 +62,7 @@ enum { TOK_PREPEND_ALWAYS, TOK_PREPEND_FIRST, TOK_PREPEND_NEVER };
 struct tok_pre {
 	enum tok_pre_type type;
 	pcre2_code *re; /* Split regex, ByteLevel's GPT-2 regex, or NULL */
+	char *pattern;	/* re's source, for the errors of a match */
 	char *literal;	/* Split with a String pattern */
 	enum tok_behavior behavior;
 	int invert;
@@ -137,6 +138,7 @@ struct mg_tokenizer {
 	struct mg_tokenizer_specials sp;
 	char *chat_template;
 	char digest[17];
+	char *path; /* the tokenizer.json read, for errors */
 };
 
 /* Per-call growable buffers, so a const tokenizer serves many threads. */
@@ -153,6 +155,8 @@ struct tok_scratch {
 	size_t alen, acap;
 	struct tok_pieces p[2];
 	pcre2_match_data *md;
+	pcre2_match_context *mctx; /* match limits sized to each piece */
+	pcre2_jit_stack *jit;	   /* grown for long pieces */
 	/* BPE */
 	struct tok_sym {
 		int32_t id, prev, next, len;

@@ -378,6 +378,8 @@ struct mg_tokenizer *mg_tokenizer_load(const char *path)
 	     *cbuf = NULL;
 	cJSON *j = buf ? parse_json(json_path, buf, len) : NULL, *cfg = NULL;
 	int rc = j ? 0 : -1;
+	if (!rc && !(t->path = strdup(json_path)))
+		rc = mg_error("tokenizer: out of memory");
 	if (!rc && load_json(t, j))
 		rc = mg_error_prefix("%s", json_path);
 	/* lstat: a dangling link is named, not taken for no config */
@@ -428,6 +430,7 @@ void mg_tokenizer_free(struct mg_tokenizer *t)
 		if (t->pre[i].re)
 			pcre2_code_free(t->pre[i].re);
 		free(t->pre[i].literal);
+		free(t->pre[i].pattern);
 	}
 	free(t->pre);
 	for (int i = 0; i < t->ndec; i++) {
@@ -447,6 +450,7 @@ void mg_tokenizer_free(struct mg_tokenizer *t)
 	if (t->word_re)
 		pcre2_code_free(t->word_re);
 	free(t->chat_template);
+	free(t->path);
 	free(t);
 }
 

@@ -6,6 +6,7 @@
  * into the per-call arena; s->p[0] holds the current list.
  */
 #include <string.h>
+#include <time.h>
 
 #include "mg/log.h"
 #include "tok_internal.h"
@@ -87,32 +88,80 @@ static size_t apply_behavior(struct tok_piece *v, size_t n, enum tok_behavior b)
 	return n;
 }
 
+/* This thread's CPU time: the budget counts work, not a busy host's waits. */
+static double cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The regex's limits for a piece of len bytes. PCRE2's default match
+ * limit (10 million steps a call) refused a run of 10 million spaces
+ * under Llama 3's pattern, whose \s*[\r\n]+ backtracks over the whole
+ * run at each try (HF tokenizes it): the limit grows with the piece, and
+ * so does the JIT's stack. A pattern can still be quadratic within the
+ * limit of every call (a lookahead that scans to the end of the piece
+ * from each start), so the piece's work also has a time budget,
+ * TOK_REGEX_BASE_S plus TOK_REGEX_PER_BYTE_S a byte: a hundred times
+ * what real pre-tokenizer patterns take. */
+#define TOK_REGEX_BASE_S 2.0
+#define TOK_REGEX_PER_BYTE_S 2e-6
+static int regex_limits(struct tok_scratch *s, size_t len)
+{
+	if (!s->md && !(s->md = pcre2_match_data_create(1, NULL)))
+		return mg_error("tokenizer: out of memory");
+	if (!s->mctx && !(s->mctx = pcre2_match_context_create(NULL)))
+		return mg_error("tokenizer: out of memory");
+	double lim = 1e7 + 64.0 * (double)len;
+	pcre2_set_match_limit(s->mctx, lim > 4e9 ? 4000000000u : (uint32_t)lim);
+	if (len > (1u << 16) && !s->jit) {
+		s->jit = pcre2_jit_stack_create(32 << 10, 64 << 20, NULL);
+		if (!s->jit)
+			return mg_error("tokenizer: out of memory");
+		pcre2_jit_stack_assign(s->mctx, NULL, s->jit);
+	}
+	return 0;
+}
+
 /* Split arena[base..base+len) by re (or the literal when re is NULL)
- * into out. */
-static int split_piece(pcre2_code *re, const char *lit, struct tok_scratch *s,
-		       size_t base, size_t len, enum tok_behavior b, int invert,
-		       int first, struct tok_pieces *out)
+ * into out; t and pattern name the tokenizer and the regex in errors. */
+static int split_piece(const struct mg_tokenizer *t, pcre2_code *re,
+		       const char *pattern, const char *lit,
+		       struct tok_scratch *s, size_t base, size_t len,
+		       enum tok_behavior b, int invert, int first,
+		       struct tok_pieces *out)
 {
 	size_t k0 = out->n, prev = 0, pos = 0;
 	const char *p = s->arena + base;
-	if (re && !s->md) {
-		s->md = pcre2_match_data_create(1, NULL);
-		if (!s->md)
-			return mg_error("tokenizer: out of memory");
-	}
+	if (re && regex_limits(s, len))
+		return -1;
+	const double t0 = re ? cpu_s() : 0,
+		     budget = TOK_REGEX_BASE_S +
+			      TOK_REGEX_PER_BYTE_S * (double)len;
+	unsigned calls = 0;
 	size_t ll = lit ? strlen(lit) : 0;
 	while (pos < len) {
 		size_t ms, me;
 		if (re) {
-			int rc = pcre2_match(re, (PCRE2_SPTR)p, len, pos,
-					     PCRE2_NO_UTF_CHECK, s->md, NULL);
+			int rc =
+				pcre2_match(re, (PCRE2_SPTR)p, len, pos,
+					    PCRE2_NO_UTF_CHECK, s->md, s->mctx);
 			if (rc == PCRE2_ERROR_NOMATCH)
 				break;
-			if (rc < 0) {
-				PCRE2_UCHAR msg[256];
-				pcre2_get_error_message(rc, msg, sizeof msg);
-				return mg_error("tokenizer: regex: %s",
-						(char *)msg);
+			if (rc < 0 ||
+			    (++calls % 64 == 0 && cpu_s() - t0 > budget)) {
+				PCRE2_UCHAR msg[256] = "more than its time "
+						       "budget";
+				if (rc < 0)
+					pcre2_get_error_message(rc, msg,
+								sizeof msg);
+				return mg_error(
+					"tokenizer %s: pre-tokenizer regex "
+					"/%.200s/ on a piece of %zu bytes "
+					"(at byte %zu): %s",
+					t->path ? t->path : "", pattern, len,
+					pos, (char *)msg);
 			}
 			PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
 			ms = ov[0];
@@ -194,8 +243,8 @@ static int metaspace(const struct tok_pre *m, struct tok_scratch *s,
 	s->alen += o;
 	if (!m->split)
 		return o ? tok_pieces_push(out, base, o, in->first) : 0;
-	return split_piece(NULL, m->rep, s, base, o, TOK_MERGED_NEXT, 0,
-			   in->first, out);
+	return split_piece(NULL, NULL, NULL, m->rep, s, base, o,
+			   TOK_MERGED_NEXT, 0, in->first, out);
 }
 
 int tok_pretokenize(const struct mg_tokenizer *t, struct tok_scratch *s)
@@ -208,8 +257,9 @@ int tok_pretokenize(const struct mg_tokenizer *t, struct tok_scratch *s)
 			struct tok_piece pc = in->v[i];
 			switch (m->type) {
 			case TOK_P_SPLIT:
-				if (split_piece(m->re, m->literal, s, pc.off,
-						pc.len, m->behavior, m->invert,
+				if (split_piece(t, m->re, m->pattern,
+						m->literal, s, pc.off, pc.len,
+						m->behavior, m->invert,
 						pc.first, out))
 					return -1;
 				break;
@@ -222,8 +272,9 @@ int tok_pretokenize(const struct mg_tokenizer *t, struct tok_scratch *s)
 					pc.len++;
 				}
 				if (m->re) {
-					if (split_piece(m->re, NULL, s, pc.off,
-							pc.len, TOK_ISOLATED, 0,
+					if (split_piece(t, m->re, m->pattern,
+							NULL, s, pc.off, pc.len,
+							TOK_ISOLATED, 0,
 							pc.first, out))
 						return -1;
 				} else if (tok_pieces_push(out, pc.off, pc.len,

@@ -366,6 +366,10 @@ void tok_scratch_free(struct tok_scratch *s)
 	free(s->p[1].v);
 	if (s->md)
 		pcre2_match_data_free(s->md);
+	if (s->mctx)
+		pcre2_match_context_free(s->mctx);
+	if (s->jit)
+		pcre2_jit_stack_free(s->jit);
 	free(s->sym);
 	free(s->heap);
 	memset(s, 0, sizeof *s);

@@ -57,4 +57,27 @@ check unknown_component 1 "" "unknown.json: pre_tokenizer: unsupported type 'Dig
 	"" -- --tokenizer "$data/unknown.json"
 check missing 1 "" "data/nowhere: cannot open" "" -- \
 	--tokenizer "$data/nowhere"
+# A run of 12 million spaces through Llama 3's whitespace alternatives:
+# PCRE2's default match limit refused it (its \s*[\r\n]+ backtracks over
+# the run), HF tokenizes it; here the spaces are removed, "a" and "b" left.
+out=$(python3 -c "print('a' + ' ' * 12000000 + 'b')" |
+	"$mgrun" tokenize --tokenizer "$data/ws_removed.json" 2>&1)
+if [ "$out" = "0 1" ]; then echo "ok whitespace_run"; else
+	echo "FAIL whitespace_run: [$(printf '%s' "$out" | cut -c1-200)]"
+	fails=$((fails + 1))
+fi
+# A pattern whose every match scans to the end of the piece (quadratic in
+# total, each call within its limit) stops at the piece's time budget,
+# naming the file and the pattern, instead of running for hours.
+out=$(python3 -c "print('a' * 1000000)" | timeout 120 "$mgrun" tokenize \
+	--tokenizer "$data/quadratic.json" 2>&1)
+rc=$?
+if [ $rc = 1 ] && printf '%s' "$out" | grep -qF \
+	"line 1: tokenizer $data/quadratic.json: pre-tokenizer regex /a(?=[^b]*\$)/ on a piece of 1000000 bytes (at byte " &&
+	printf '%s' "$out" | grep -qF "): more than its time budget"; then
+	echo "ok quadratic_regex"
+else
+	echo "FAIL quadratic_regex: exit $rc: [$(printf '%s' "$out" | cut -c1-300)]"
+	fails=$((fails + 1))
+fi
 [ $fails = 0 ] || { echo "$fails failures"; exit 1; }
