@@ -9,7 +9,9 @@
 #  slow   every rank sleeps before each collective of step 3, so that
 #         step lasts longer than the timeout while no single wait does:
 #         the run must finish, with the same parameters as a run with the
-#         watchdog off (watchdog on and no stall changes nothing).
+#         watchdog off;
+#  on     the default timeout and no stall: the same run as with the
+#         watchdog off, tensor for tensor.
 set -eu
 mpiexec=$1 mgrun=$2 ckdiff=$3 ini=$4 work=$5
 rm -rf "$work"
@@ -90,6 +92,16 @@ echo "stall: exit $rc $took s after the stall began (timeout $T s): $msg"
 # --- slow: a step longer than the timeout, no wait longer than it.
 job off 300 --set run.collective_timeout_s=0
 [ "$rc" -eq 0 ] || { cat "$work/off.log"; fail "the run without watchdog failed"; }
+# --- on: the default timeout, no stall: the same run as without it.
+job on 300
+[ "$rc" -eq 0 ] || { cat "$work/on.log"; fail "the run with the watchdog on failed (exit $rc)"; }
+grep -Eq "collective_timeout_s += 600 +; default" "$work/on/report.json" ||
+	fail "run.collective_timeout_s is not 600 by default in report.json"
+for p in param/ optim/; do
+	"$ckdiff" "$work/off/checkpoint.safetensors" \
+		"$work/on/checkpoint.safetensors" 0 $p ||
+		fail "the run with the watchdog on trained something else ($p)"
+done
 S=2 T=4
 MG_TEST_STALL_RANK=all MG_TEST_STALL_STEP=3 MG_TEST_STALL_S=$S \
 	job slow 300 --set run.collective_timeout_s=$T
