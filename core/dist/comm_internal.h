@@ -108,6 +108,10 @@ struct mg_comm *mg_comm_nccl_create(const struct mg_dist_env *e,
 				    struct mg_device *dev);
 /* A fresh ncclUniqueId as 256 hex digits (n >= 257), for MG_NCCL_ID. */
 int mg_nccl_unique_id_hex(char *out, size_t n);
+/* For the watchdog's thread: 1 while collectives waited for on c (an
+ * NCCL communicator) have not completed on the device, 0 once they have
+ * (or none was issued), -1 on a device error. */
+int mg_comm_nccl_pending(const struct mg_comm *c);
 #endif
 
 /*

@@ -56,8 +56,11 @@ enum { NC_EAGER = 0, NC_GRAPH = 1 };
 struct nccl_comm {
 	struct mg_device *dev;
 	ncclComm_t nc;
-	cudaStream_t stream;	 /* communication stream */
-	cudaEvent_t fork, join;	 /* ordering only (no timing) */
+	cudaStream_t stream;	/* communication stream */
+	cudaEvent_t fork, join; /* ordering only (no timing) */
+	/* Recorded after each wait's collectives (an external node inside a
+	 * capture, so every replay records it): what the watchdog polls. */
+	cudaEvent_t progress;
 	struct nc_pool ops[2];	 /* [NC_EAGER], [NC_GRAPH] */
 	struct nc_pool waits[2]; /* same, for wait() */
 	bool capturing;		 /* between capture BEGIN and END/ABORT */
@@ -417,8 +420,31 @@ static int nccl_wait(struct mg_comm *c)
 	}
 	MG_CUDA_CHECK(cudaEventRecord(n->join, n->stream));
 	MG_CUDA_CHECK(cudaStreamWaitEvent(compute, n->join, 0));
+	if (nc_record(n, n->progress, n->stream))
+		return -1;
 	n->dirty = false;
 	return 0;
+}
+
+/* The watchdog's probe (comm_internal.h). It runs on the watchdog's
+ * thread, hence the device made current there, and in relaxed capture
+ * mode, as PyTorch's NCCL watchdog does: a query from another thread must
+ * not invalidate a capture of the step in progress on the main one. */
+int mg_comm_nccl_pending(const struct mg_comm *c)
+{
+	const struct nccl_comm *n = c->impl;
+	if (cudaSetDevice(n->dev->ordinal) != cudaSuccess)
+		return -1;
+	enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+	if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess)
+		return -1;
+	cudaError_t e = cudaEventQuery(n->progress);
+	cudaThreadExchangeStreamCaptureMode(&mode);
+	if (e == cudaErrorNotReady)
+		return 1;
+	if (e != cudaSuccess)
+		cudaGetLastError(); /* this thread's, not the trainer's */
+	return e == cudaSuccess ? 0 : -1;
 }
 
 /* Blocking calls cannot be captured: they synchronise the host. */
@@ -719,6 +745,8 @@ static void nc_free(struct nccl_comm *n)
 		cudaEventDestroy(n->fork);
 	if (n->join)
 		cudaEventDestroy(n->join);
+	if (n->progress)
+		cudaEventDestroy(n->progress);
 	if (n->stream)
 		cudaStreamDestroy(n->stream);
 	if (n->scratch)
@@ -811,6 +839,9 @@ static struct mg_comm *nc_wrap(struct mg_device *dev, ncclComm_t nc)
 		e = cudaEventCreateWithFlags(&n->fork, cudaEventDisableTiming);
 	if (e == cudaSuccess)
 		e = cudaEventCreateWithFlags(&n->join, cudaEventDisableTiming);
+	if (e == cudaSuccess)
+		e = cudaEventCreateWithFlags(&n->progress,
+					     cudaEventDisableTiming);
 	if (e != cudaSuccess) {
 		mg_cuda_fail(e, "communication stream and events", __FILE__,
 			     __LINE__);

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mg/mg.h"
 
@@ -77,5 +78,25 @@ struct mg_comm *mg_comm_create(const struct mg_dist_env *e,
 
 /* comm_self.c: the one-rank communicator. */
 struct mg_comm *mg_comm_self(void);
+
+/*
+ * watchdog.c: the collective watchdog. mg_watchdog_wrap() returns a
+ * communicator that forwards to world (owned by it from then on) and
+ * aborts the job, naming this rank, the collective and the step, when
+ * one call (or, on NCCL, the device work of a wait) makes no progress
+ * for timeout_s; world itself when timeout_s <= 0; NULL with the error
+ * set (world untouched). One per process. The abort exits with
+ * MG_EXIT_WATCHDOG after a line holding MG_WATCHDOG_MARK, which mgrun's
+ * launcher looks for.
+ */
+#define MG_EXIT_WATCHDOG 75 /* EX_TEMPFAIL: a resubmit may well work */
+#define MG_WATCHDOG_MARK "collective watchdog:"
+struct mg_comm *mg_watchdog_wrap(struct mg_comm *world, double timeout_s);
+/* Where the job is, for the message: step (-1 before training) and a
+ * static phase name ("setup", "training", "evaluation", "checkpoint"). */
+void mg_watchdog_at(int64_t step, const char *phase);
+/* Calls armed while on are not timed: a wait whose length is not a
+ * collective's (the other ranks waiting for rank 0's checkpoint write). */
+void mg_watchdog_untimed(bool on);
 
 #endif

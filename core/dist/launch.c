@@ -17,6 +17,12 @@
  * processes are its business: they are not signalled, and the launcher
  * does not wait for them to close the pipes they inherited.
  *
+ * A rank stopped by the collective watchdog (exit MG_EXIT_WATCHDOG, a line
+ * holding MG_WATCHDOG_MARK) is the exception to stopping at once: the
+ * ranks that wait for a stalled peer time out together, so the launcher
+ * gives the others WATCHDOG_SETTLE_S to report too, then names the ranks
+ * that timed out and those that did not - the ones they waited for.
+ *
  * One mg_launch() per process at a time: the handlers' state is global.
  */
 #include <arpa/inet.h>
@@ -47,6 +53,8 @@ extern char **environ;
  * SIGKILL; a second interrupt does not wait */
 #define INTERRUPT_GRACE_S 60.0
 #define DRAIN_MAX (2 << 20) /* see stream_read() */
+/* after a first collective watchdog report, for the other ranks' */
+#define WATCHDOG_SETTLE_S 5.0
 
 /* One of a rank's output pipes and its not yet relayed partial line. */
 struct stream {
@@ -62,6 +70,8 @@ struct rank {
 	int status; /* waitpid status once !alive */
 	struct stream s[2];
 	char last[LAST_LINE_MAX]; /* last non-empty output line */
+	char wd[LAST_LINE_MAX];	  /* its collective watchdog line, if any */
+	bool timed_out;		  /* stopped by its collective watchdog */
 };
 
 struct launcher {
@@ -78,6 +88,7 @@ struct launcher {
 	int interrupted;   /* SIGINT or SIGTERM the launcher got, or 0 */
 	int stopped;	   /* ranks alive when the interrupt came */
 	int sigs_seen;	   /* of sig_count, handled already */
+	double wd_until;   /* collecting watchdog reports until then */
 	struct pollfd *pf; /* supervise()'s poll set: the self-pipe, then */
 	struct rank **pr;  /* the open streams and their ranks */
 };
@@ -350,6 +361,8 @@ static void note_line(struct rank *r, const char *p, size_t n)
 	}
 	memcpy(r->last, p, n);
 	r->last[n] = 0;
+	if (strstr(r->last, MG_WATCHDOG_MARK))
+		memcpy(r->wd, r->last, n + 1);
 }
 
 /* Relay the complete lines in s->buf (all of it when `all`: end of
@@ -460,6 +473,20 @@ static void report_failure(struct launcher *l, struct rank *r, int i)
 					: "",
 			 WCOREDUMP(st) ? ", core dumped" : "");
 	}
+	if (st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == MG_EXIT_WATCHDOG &&
+	    r->wd[0]) {
+		fprintf(stderr,
+			"mgrun: rank %d (pid %d) was stopped by its collective "
+			"watchdog: \"%s\"\n",
+			i, (int)r->pid, r->wd);
+		if (l->alive > 0)
+			fprintf(stderr,
+				"mgrun: waiting up to %.0f s for the other "
+				"ranks' watchdogs, to tell which rank "
+				"stalled\n",
+				WATCHDOG_SETTLE_S);
+		return;
+	}
 	if (r->last[0])
 		fprintf(stderr,
 			"mgrun: rank %d (pid %d) %s; its last line: "
@@ -474,8 +501,58 @@ static void report_failure(struct launcher *l, struct rank *r, int i)
 			l->alive, l->alive == 1 ? "" : "s");
 }
 
+/* The ranks that timed out (timed_out == want), as "0, 2, 3" (cut after
+ * a few dozen). How many there are. */
+static int rank_list(const struct launcher *l, bool want, char *out, size_t n)
+{
+	size_t len = 0;
+	int count = 0;
+
+	out[0] = 0;
+	for (int i = 0; i < l->n; i++) {
+		if (l->r[i].timed_out != want)
+			continue;
+		if (len + 16 < n)
+			len += (size_t)snprintf(out + len, n - len, "%s%d",
+						count ? ", " : "", i);
+		else if (len + 5 < n && out[len - 1] != '.')
+			len += (size_t)snprintf(out + len, n - len, ", ...");
+		count++;
+	}
+	return count;
+}
+
+/* After the settling time: which ranks timed out in a collective, and
+ * which did not - those the others waited for. */
+static void report_watchdog(struct launcher *l)
+{
+	char yes[256], no[256];
+	int ny = rank_list(l, true, yes, sizeof yes);
+	int nn = rank_list(l, false, no, sizeof no);
+
+	if (nn == 0)
+		fprintf(stderr,
+			"mgrun: collective watchdog: every rank timed out in "
+			"a collective, none stalled outside one: a lost "
+			"connection or a hung device, not a slow rank\n");
+	else
+		fprintf(stderr,
+			"mgrun: collective watchdog: rank%s %s timed out "
+			"waiting in a collective; rank%s %s did not within "
+			"%.0f s: %s the rank%s the others waited for (stalled "
+			"before or inside the collective)\n",
+			ny == 1 ? "" : "s", yes, nn == 1 ? "" : "s", no,
+			WATCHDOG_SETTLE_S, nn == 1 ? "that is" : "those are",
+			nn == 1 ? "" : "s");
+	if (l->alive > 0)
+		fprintf(stderr, "mgrun: stopping the other %d rank%s\n",
+			l->alive, l->alive == 1 ? "" : "s");
+}
+
 /* Collect ranks that ended (never blocks); the first failure outside a
- * shutdown is reported and stops the job. */
+ * shutdown is reported and stops the job, at once or, when the
+ * collective watchdog stopped it, after the others' watchdogs had time
+ * to report (supervise()). */
 static void reap(struct launcher *l)
 {
 	for (int i = 0; i < l->n; i++) {
@@ -499,6 +576,20 @@ static void reap(struct launcher *l)
 			/* What it wrote before dying is in the pipes now. */
 			stream_read(l, r, &r->s[0], true);
 			stream_read(l, r, &r->s[1], true);
+			r->timed_out =
+				WIFEXITED(r->status) &&
+				WEXITSTATUS(r->status) == MG_EXIT_WATCHDOG &&
+				r->wd[0];
+			if (r->timed_out && l->wd_until > 0)
+				continue; /* one more for report_watchdog */
+			if (r->timed_out && !l->failed) {
+				report_failure(l, r, i);
+				l->failed = true;
+				l->wd_until = now_s() + WATCHDOG_SETTLE_S;
+				continue;
+			}
+			if (l->wd_until > 0)
+				report_watchdog(l);
 			report_failure(l, r, i);
 			l->failed = true;
 			stop_all(l);
@@ -542,9 +633,14 @@ static void supervise(struct launcher *l, int sig_rfd)
 
 		handle_interrupts(l);
 		reap(l);
+		now = now_s();
+		if (l->wd_until > 0 && !l->stopping &&
+		    (now >= l->wd_until || l->alive == 0)) {
+			report_watchdog(l);
+			stop_all(l);
+		}
 		if (l->alive == 0)
 			break;
-		now = now_s();
 		if (l->stopping && !l->killed && now >= l->kill_at) {
 			for (int i = 0; i < l->n; i++)
 				if (l->r[i].alive)
@@ -576,6 +672,8 @@ static void supervise(struct launcher *l, int sig_rfd)
 			wake = l->kill_at;
 		if (l->killed && l->give_up < wake)
 			wake = l->give_up;
+		if (l->wd_until > 0 && !l->stopping && l->wd_until < wake)
+			wake = l->wd_until;
 		timeout = (int)((wake - now) * 1000.0) + 1;
 
 		pf[0] = (struct pollfd){.fd = sig_rfd, .events = POLLIN};
@@ -815,7 +913,9 @@ int mg_launch(const struct mg_launch_opts *o)
 	if (l.interrupted)
 		fprintf(stderr, "mgrun: interrupted; stopped %d rank%s\n",
 			l.stopped, l.stopped == 1 ? "" : "s");
-	if (l.failed)
+	if (l.failed && l.wd_until > 0)
+		rc = MG_EXIT_WATCHDOG; /* scripts can tell a hang from a crash */
+	else if (l.failed)
 		rc = 1;
 	else if (l.interrupted)
 		rc = 128 + l.interrupted;

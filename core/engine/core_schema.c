@@ -67,6 +67,13 @@ const struct mg_option mg_run_schema[] = {
 		 "also checkpoint after the step during which this many "
 		 "seconds passed since the last checkpoint: bounds the work a "
 		 "kill -9 or a crash loses, whatever the step time (0: off)"),
+	MG_OPT_F("collective_timeout_s", "600", 0, 1e9,
+		 "several ranks: stop the whole job, naming the rank, the "
+		 "collective and the step, when one collective (or the wait "
+		 "for one) makes no progress for this many seconds - a peer "
+		 "stuck in a kernel or a lost connection - instead of hanging "
+		 "until the scheduler kills it; each wait is timed on its own, "
+		 "so a slow step is never stopped (0: off)"),
 	MG_OPT_B("checkpoint", "true", "write checkpoints"),
 	MG_OPT_P("out_dir", "",
 		 "folder that holds run directories (empty: runs/ in the "

@@ -140,6 +140,16 @@ static int setup(struct mg_trainer *t)
 	if (!t->comm)
 		return mg_error_prefix("communicator for rank %d of %d (%s)",
 				       env.rank, env.world, env.source);
+	/* A rank that stalls must not hang the others: from the first
+	 * collective on (configuration agreement included). */
+	double wd_s = mg_opt_float(run, "collective_timeout_s");
+	if (env.world > 1 && wd_s > 0) {
+		struct mg_comm *w = mg_watchdog_wrap(t->comm, wd_s);
+		if (!w)
+			return -1;
+		t->comm = w;
+		t->watchdog = true;
+	}
 	/* before any collective whose size the configuration sets */
 	if (mg_config_agree(t->s, t->comm, env.rank, env.world))
 		return -1;
@@ -361,6 +371,7 @@ static int evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
 	struct mg_tensor mrow = metrics_row(t, 0);
 	memset(tot, 0, MG_METRIC_MAX * sizeof *tot);
 	ctx->training = false;
+	mg_watchdog_at(ctx->step, "evaluation");
 	t->stats.paused = true; /* the report times training steps */
 	/* Each rank evaluates every world-th batch; sums are reduced. Every
 	 * rank runs the same number of forwards, as a sharded model's
@@ -393,6 +404,7 @@ static int evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
 		return mg_error_prefix("evaluation metrics");
 	if (n > 0 && check_metrics(t, tot, max_count(t, n), "in evaluation"))
 		return -1;
+	mg_watchdog_at(ctx->step, "training");
 	return 0;
 }
 
@@ -800,6 +812,28 @@ static int step_agreed(struct mg_trainer *t, double ck_secs, bool *ck_due)
 	return (int)v[0];
 }
 
+/*
+ * The checkpoint after step `next_step - 1`. Only rank 0 writes, so with
+ * the collective watchdog on, the others would wait for the write (minutes
+ * for a large model) in their next collective and could be stopped as
+ * stalled: they wait for it in an untimed barrier here instead.
+ */
+static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
+{
+	mg_watchdog_at(next_step - 1, "checkpoint");
+	int rc = mg_trainer_save_checkpoint(t, next_step);
+	if (!rc && t->watchdog) {
+		mg_watchdog_untimed(true);
+		if (t->comm->barrier(t->comm))
+			rc = mg_error_prefix(
+				"after the checkpoint at step %lld",
+				(long long)next_step);
+		mg_watchdog_untimed(false);
+	}
+	mg_watchdog_at(next_step - 1, "training");
+	return rc;
+}
+
 static int run_loop(struct mg_trainer *t)
 {
 	struct mg_ctx *ctx = &t->ctx;
@@ -829,6 +863,7 @@ static int run_loop(struct mg_trainer *t)
 		ctx->epoch = step / t->steps_per_epoch;
 		ctx->step = step;
 		ctx->training = true;
+		mg_watchdog_at(step, "training");
 		int64_t step_samples = 0; /* over every rank */
 		for (int mi = 0; mi < t->accum; mi++) {
 			mg_count(ctx, MG_C_SAMPLES_COMPUTED,
@@ -904,7 +939,7 @@ static int run_loop(struct mg_trainer *t)
 		/* The rows a checkpoint covers reach the disk before it. */
 		if (ck_now && t->rep.csv)
 			fflush(t->rep.csv);
-		if (ck_now && mg_trainer_save_checkpoint(t, step + 1))
+		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
 		if (ck_now)
 			t->ck_last = mg_now();

@@ -66,6 +66,7 @@ struct mg_trainer {
 	struct mg_device dev;
 	struct mg_stats stats;
 	struct mg_comm *comm;
+	bool watchdog; /* comm is wrapped by the collective watchdog */
 	void *inst[MG_SEC_PLUGIN_COUNT];
 	const struct mg_model_ops *model;
 	const struct mg_dataset_ops *data;

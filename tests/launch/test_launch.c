@@ -3,7 +3,8 @@
  * environment of every launcher family (env.c), mgrun's local launcher
  * (launch.c: variables, output relay, failure reports, stopping the
  * other ranks, Ctrl-C, no process left behind) and the TCP rendezvous
- * (rendezvous.c).
+ * (rendezvous.c), and the launcher's report of ranks the collective
+ * watchdog (watchdog.c) stopped.
  *
  * Usage: test_launch [CASE...]   (no argument: every case)
  *        test_launch --list
@@ -297,6 +298,56 @@ static int child_rdv(int rank, bool mismatch)
 	return 0;
 }
 
+/*
+ * "watchdog", "watchdog_all": the real collective watchdog (1 s) around a
+ * stand-in communicator whose barrier never completes, as when a peer
+ * never joins. Rank 1 stalls before the barrier ("watchdog") or waits
+ * in it like the others ("watchdog_all"); the others' watchdogs must
+ * end them, and the launcher must name who stalled.
+ */
+static int fake_barrier(struct mg_comm *c)
+{
+	(void)c;
+	sleep_long();
+	return 0;
+}
+
+static void fake_abort(struct mg_comm *c, int code)
+{
+	(void)c;
+	fflush(NULL);
+	_exit(code);
+}
+
+static void fake_destroy(struct mg_comm *c)
+{
+	(void)c;
+}
+
+static int child_watchdog(int rank, int world, const char *dir, bool all)
+{
+	static struct mg_comm fake;
+	fake.rank = rank;
+	fake.world = world;
+	fake.backend = "fake";
+	fake.barrier = fake_barrier;
+	fake.abort = fake_abort;
+	fake.destroy = fake_destroy;
+	struct mg_comm *c = mg_watchdog_wrap(&fake, 1.0);
+	if (!c) {
+		fprintf(stderr, "[rank %d] error: %s\n", rank, mg_last_error());
+		return 1;
+	}
+	write_pid_file(dir, rank);
+	wait_pid_files(dir, world, 20);
+	mg_watchdog_at(3, "training");
+	if (rank == 1 && !all)
+		sleep_long(); /* stalled outside any collective */
+	c->barrier(c);
+	fprintf(stderr, "[rank %d] BAD: the barrier returned\n", rank);
+	return 1;
+}
+
 static int child_main(int argc, char **argv)
 {
 	const char *mode, *dir;
@@ -313,6 +364,9 @@ static int child_main(int argc, char **argv)
 		return child_env(rank, world);
 	if (!strcmp(mode, "rdv") || !strcmp(mode, "rdv_mismatch"))
 		return child_rdv(rank, !strcmp(mode, "rdv_mismatch"));
+	if (!strcmp(mode, "watchdog") || !strcmp(mode, "watchdog_all"))
+		return child_watchdog(rank, world, dir,
+				      !strcmp(mode, "watchdog_all"));
 
 	if (!strcmp(mode, "stubborn"))
 		signal(SIGTERM, SIG_IGN);
@@ -578,6 +632,54 @@ static void t_launch_fail_status(void)
 	CHECK(!strstr(r.err, "SIGKILL"));
 	CHECK(!strstr(r.out, "boom")); /* quiet: nothing relayed */
 	check_no_rank_left(dir, 4);
+	run_free(&r);
+	remove_dir(dir);
+}
+
+/* A rank that stalls outside a collective: the others' watchdogs stop
+ * them after 1 s, the launcher waits for every report it can get, names
+ * the ranks that timed out and the one that did not, stops it and exits
+ * with the watchdog's status. */
+static void t_launch_watchdog(void)
+{
+	char dir[PATH_MAX];
+	struct run r;
+
+	make_dir(dir, sizeof dir);
+	r = launch("watchdog", dir, 3, 1.0, true);
+	CHECK_INT(r.rc, MG_EXIT_WATCHDOG);
+	/* 1 s timeout + up to 5 s settling + 1 s grace, with room */
+	CHECK(r.seconds >= 1.0);
+	CHECK(r.seconds < 15);
+	CHECK_HAS(r.err, ") was stopped by its collective watchdog: \"[rank ");
+	CHECK_HAS(r.err, "] error: collective watchdog: rank ");
+	CHECK_HAS(r.err, "barrier on the world communicator made no "
+			 "progress for 1.");
+	CHECK_HAS(r.err, " s at step 3 (training); a peer rank never joined");
+	CHECK_HAS(r.err, "mgrun: collective watchdog: ranks 0, 2 timed out "
+			 "waiting in a collective; rank 1 did not within 5 s: "
+			 "that is the rank the others waited for");
+	CHECK_HAS(r.err, "mgrun: stopping the other 1 rank");
+	CHECK(!strstr(r.err, "BAD"));
+	check_no_rank_left(dir, 3);
+	run_free(&r);
+	remove_dir(dir);
+}
+
+/* Every rank times out: no rank is blamed, and the launcher does not
+ * wait out the settling time once all have reported. */
+static void t_launch_watchdog_all(void)
+{
+	char dir[PATH_MAX];
+	struct run r;
+
+	make_dir(dir, sizeof dir);
+	r = launch("watchdog_all", dir, 3, 1.0, true);
+	CHECK_INT(r.rc, MG_EXIT_WATCHDOG);
+	CHECK(r.seconds < 5);
+	CHECK_HAS(r.err, "mgrun: collective watchdog: every rank timed out");
+	CHECK(!strstr(r.err, "did not within"));
+	check_no_rank_left(dir, 3);
 	run_free(&r);
 	remove_dir(dir);
 }
@@ -1107,6 +1209,8 @@ static const struct {
 	{"launch_not_found", t_launch_not_found},
 	{"launch_fail_status", t_launch_fail_status},
 	{"launch_killed", t_launch_killed},
+	{"launch_watchdog", t_launch_watchdog},
+	{"launch_watchdog_all", t_launch_watchdog_all},
 	{"launch_stubborn", t_launch_stubborn},
 	{"launch_sigint", t_launch_sigint},
 	{"launch_sigterm", t_launch_sigterm},
