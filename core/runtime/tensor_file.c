@@ -465,7 +465,28 @@ static bool shard_name(const char *stem, const char *name, int *k, int *n)
 	return !strcmp(name + sl, tail);
 }
 
-/* Files of an earlier export that the new one does not name. */
+/* A file a killed export leaves: its shards before the rename
+ * (STEM-NNNNN.safetensors.part) and the temporary files of a write
+ * (STEM....safetensors.tmp, .part.tmp, .index.json.tmp). Once this
+ * export's own files are renamed, any such name is stale. */
+static bool leftover_name(const char *stem, const char *name)
+{
+	const size_t sl = strlen(stem), nl = strlen(name);
+	static const char *const tails[] = {
+		".safetensors.part", ".safetensors.part.tmp",
+		".safetensors.tmp", ".safetensors.index.json.tmp"};
+	if (strncmp(name, stem, sl) || (name[sl] != '-' && name[sl] != '.'))
+		return false;
+	for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
+		const size_t tl = strlen(tails[i]);
+		if (nl >= sl + tl && !strcmp(name + nl - tl, tails[i]))
+			return true;
+	}
+	return false;
+}
+
+/* Files of an earlier export that the new one does not name, and what a
+ * killed one left behind. */
 static int remove_stale(const struct mg_shard_writer *s)
 {
 	DIR *d = opendir(s->dir);
@@ -487,7 +508,7 @@ static int remove_stale(const struct mg_shard_writer *s)
 			stale = s->nfiles == 1 || n != s->nfiles || k < 1 ||
 				k > n;
 		else
-			stale = false;
+			stale = leftover_name(s->stem, e->d_name);
 		snprintf(path, sizeof path, "%s/%s", s->dir, e->d_name);
 		if (stale && unlink(path) && errno != ENOENT)
 			rc = mg_error("%s: stale file of an earlier export: "

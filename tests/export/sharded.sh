@@ -83,6 +83,18 @@ export_t s40000 --max-shard-size 5GB
 model.safetensors" ] || fail "sharded -> one file: left $(ls "$work/s40000")"
 cmp -s "$work/one/model.safetensors" "$work/s40000/model.safetensors" ||
 	fail "one file written twice differs"
+# what a killed export leaves (shards before their rename, temporary
+# files of a write) is removed by the next export into the folder; a
+# user's file of another name is not
+for f in model-00007.safetensors.part model-00002.safetensors.part.tmp \
+	model.safetensors.tmp model.safetensors.index.json.tmp notes.part; do
+	echo x >"$work/s40000/$f"
+done
+export_t s40000 --max-shard-size 40KB
+$check "$work/one" "$work/s40000" 40000 3 || fail "after a kill: layout"
+[ "$(cd "$work/s40000" && ls | grep -c '\.part\|\.tmp')" = 1 ] &&
+	[ -e "$work/s40000/notes.part" ] ||
+	fail "after a kill: left $(ls "$work/s40000")"
 export_t one2 --max-shard-size 2GB
 mv "$work/one2/model.safetensors" "$work/one2/stale"
 export_t one2 --max-shard-size 30000
