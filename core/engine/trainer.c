@@ -996,6 +996,7 @@ static void teardown(struct mg_trainer *t)
 			t->s->plugin[i].desc->destroy(t->inst[i]);
 	}
 	mg_spec_free(&t->spec);
+	mg_fingerprint_free(&t->fp);
 #ifdef MG_HAVE_CUDA
 	mg_cuda_device_free(&t->dev);
 #endif
@@ -1178,6 +1179,9 @@ int mg_train(struct mg_session *s, bool resume)
 	/* before reading the checkpoint another run may be writing */
 	if (!rc && t.ctx.rank == 0)
 		rc = mg_run_lock_take(&t.lock, t.run_dir);
+	/* after setup: the plugins have read their files */
+	if (!rc && (resume || t.ctx.rank == 0))
+		rc = mg_fingerprint_make(&t.fp, s, t.run_dir, t.cache_dir);
 	if (!rc && resume)
 		rc = mg_trainer_load_checkpoint(&t);
 	bool reporting = false;

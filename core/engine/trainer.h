@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdio.h>
 
+#include "engine/fingerprint.h"
 #include "engine/report.h"
 #include "engine/run_lock.h"
 #include "engine/session.h"
@@ -116,6 +117,8 @@ struct mg_trainer {
 	int stop_sig;		 /* SIGINT/SIGTERM that stopped the loop */
 	int64_t stop_step;	 /* the step it stopped before */
 	double ck_last;		 /* mg_now() of the last checkpoint */
+	/* the experiment, recorded in checkpoints, compared on --resume */
+	struct mg_fingerprint fp;
 };
 
 /* input.c */

@@ -49,6 +49,11 @@ int mg_trainer_save_checkpoint(struct mg_trainer *t, int64_t next_step)
 				  t->s->plugin[MG_SEC_MODEL].desc->name);
 		mg_st_writer_meta(&ck.w, "strategy",
 				  t->s->plugin[MG_SEC_STRATEGY].desc->name);
+		/* The experiment (fingerprint.h), compared on --resume. */
+		if (t->fp.config)
+			mg_st_writer_meta(&ck.w, "experiment", t->fp.config);
+		if (t->fp.files)
+			mg_st_writer_meta(&ck.w, "input_files", t->fp.files);
 		snprintf(path, sizeof path, "%s/" MG_CKPT_FILE, t->run_dir);
 		rc = mg_st_writer_save(&ck.w, path) ||
 		     mg_peft_export(&ck.w, t->s->plugin[MG_SEC_MODEL].desc,
@@ -195,8 +200,24 @@ int mg_trainer_load_checkpoint(struct mg_trainer *t)
 		rc = mg_error("%s holds model '%s', this run is '%s'", path,
 			      model ? model : "?",
 			      t->s->plugin[MG_SEC_MODEL].desc->name);
+	/* The experiment first: a changed option is named as such, not
+	 * by the data order or size it changes. */
+	else if (!t->eval_only &&
+		 mg_fingerprint_check(&t->fp, path,
+				      mg_st_meta(&ck.f, "experiment"),
+				      mg_st_meta(&ck.f, "input_files"),
+				      t->s->resume_changed))
+		rc = -1;
 	else if (!(rc = load_counters(t, &ck.f)))
 		rc = t->strat->load(t->inst[MG_SEC_STRATEGY], &ck);
+	/* A tensor the checkpoint holds and this model did not take
+	 * would vanish from the next checkpoint (lora_targets narrowed). */
+	const char *left = rc ? NULL : mg_ckpt_unread(&ck);
+	if (left)
+		rc = mg_error("%s holds tensor '%s', which this run's model "
+			      "does not load (its options changed?): refusing "
+			      "to drop it",
+			      path, left);
 	mg_ckpt_free(&ck);
 	if (rc)
 		return mg_error_prefix("--resume");
