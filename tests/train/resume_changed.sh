@@ -27,7 +27,6 @@ bad() {
 }
 bad "is at step 6, beyond this run's 4 steps \(run.max_steps or run.epochs lowered\?\)" \
 	--set run.max_steps=4
-bad "is at step 6 of 6: the run is complete, nothing to resume" --set run.max_steps=6
 bad "written with a global batch of 16 .*this run has 32 \(resuming would change the data order\)" \
 	--set run.batch_size=32
 bad "written for another experiment: dataset.limit_train = 1024 then, 512 now" \
@@ -45,5 +44,10 @@ set -e
 	{ echo "$out"; echo "--resume-changed without --resume: exit $rc"; exit 1; }
 run --resume --resume-changed optimizer.lr --set optimizer.lr=0.1 \
 	--set run.stop_after=1 | grep -q "resumed from .* at step 6"
-run --resume --set optimizer.lr=0.1 | grep -q "resumed from .* at step 7"
+run --resume --set optimizer.lr=0.1 >"$work/last.log"
+grep -q "resumed from .* at step 7" "$work/last.log"
+# finished (report.json says so): nothing left to resume
+cp "$work/r/report.json" "$work/report.before"
+bad "is at step 12 of 12: the run is complete, nothing to resume" \
+	--set optimizer.lr=0.1
 echo "resume with a changed configuration refused with its reason"
