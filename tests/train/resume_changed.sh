@@ -43,7 +43,8 @@ set -e
 [ $rc -eq 2 ] && echo "$out" | grep -q -- "--resume-changed goes with --resume" ||
 	{ echo "$out"; echo "--resume-changed without --resume: exit $rc"; exit 1; }
 run --resume --resume-changed optimizer.lr --set optimizer.lr=0.1 \
-	--set run.stop_after=1 | grep -q "resumed from .* at step 6"
+	--set run.stop_after=1 >"$work/named.log"
+grep -q "resumed from .* at step 6" "$work/named.log"
 run --resume --set optimizer.lr=0.1 >"$work/last.log"
 grep -q "resumed from .* at step 7" "$work/last.log"
 # finished (report.json says so): nothing left to resume
