@@ -55,7 +55,15 @@ static void usage(FILE *f)
 		"                        group value) as if written in "
 		"their sections\n"
 		"  --resume              continue from the run directory's "
-		"checkpoint\n"
+		"checkpoint; refused\n"
+		"                        when an option that changes what is "
+		"trained or a\n"
+		"                        file the run reads differs from the "
+		"checkpoint's\n"
+		"  --resume-changed LIST with --resume: the options "
+		"(SECTION.KEY) and files\n"
+		"                        that were changed on purpose, "
+		"comma-separated\n"
 		"  --eval-only           the test split's metrics of the run "
 		"directory's\n"
 		"                        checkpoint (or of the initial "
@@ -190,6 +198,7 @@ int mg_main(int argc, char **argv)
 		OPT_NO_SWEEP,
 		OPT_REPLOT,
 		OPT_EVAL_ONLY,
+		OPT_RESUME_CHANGED,
 	};
 	static const struct option longopts[] = {
 		{"config", required_argument, 0, 'c'},
@@ -206,10 +215,12 @@ int mg_main(int argc, char **argv)
 		{"no-sweep", no_argument, 0, OPT_NO_SWEEP},
 		{"replot", no_argument, 0, OPT_REPLOT},
 		{"eval-only", no_argument, 0, OPT_EVAL_ONLY},
+		{"resume-changed", required_argument, 0, OPT_RESUME_CHANGED},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
-	const char *ini = NULL, *plugin_path = NULL, *help_plugin = NULL;
+	const char *ini = NULL, *plugin_path = NULL, *help_plugin = NULL,
+		   *resume_changed = NULL;
 	const char **sets = calloc((size_t)argc + 1, sizeof *sets);
 	int nsets = 0, resume = 0, print = 0, list = 0, help_config = 0, c;
 	const char *sweeps[MG_SWEEP_MAX_AXES];
@@ -245,6 +256,9 @@ int mg_main(int argc, char **argv)
 			break;
 		case OPT_EVAL_ONLY:
 			eval_only = 1;
+			break;
+		case OPT_RESUME_CHANGED:
+			resume_changed = optarg;
 			break;
 		case OPT_SWEEP:
 			if (nsweeps == MG_SWEEP_MAX_AXES) {
@@ -378,6 +392,10 @@ int mg_main(int argc, char **argv)
 				"with --resume, --replot or a sweep\n");
 		rc = 2;
 	}
+	if (!rc && resume_changed && !resume) {
+		fprintf(stderr, "mgrun: --resume-changed goes with --resume\n");
+		rc = 2;
+	}
 	if (!rc && plan.naxes && resume) {
 		fprintf(stderr, "mgrun: --resume does not apply to a sweep: "
 				"run it again to continue it\n");
@@ -413,8 +431,10 @@ int mg_main(int argc, char **argv)
 			rc = rc ? rc : launch_ranks(&s, argc, argv);
 		else if (eval_only)
 			rc = mg_eval_only(&s);
-		else
+		else {
+			s.resume_changed = resume_changed;
 			rc = mg_train(&s, resume);
+		}
 	} else if (rc < 0) {
 		fprintf(stderr, "mgrun: %s\n", mg_last_error());
 		rc = 1;

@@ -191,6 +191,12 @@ mg_opts_build(const struct mg_config *cfg, const char *section,
 MG_INTERNAL void mg_opts_free(struct mg_opts *o);
 
 const char *mg_opts_section(const struct mg_opts *o);
+/* The section's values in schema order, for whoever must see them all
+ * (the checkpoint's fingerprint of the experiment): the count (0 for
+ * NULL), and value i's name, canonical text (PATH: resolved) and type. */
+size_t mg_opts_count(const struct mg_opts *o);
+const char *mg_opts_at(const struct mg_opts *o, size_t i, const char **text,
+		       enum mg_opt_type *type);
 /* Where a key's value was written; NULL when it was defaulted. Aborts for
  * an undeclared key, like the accessors. For the engine's cross-key checks:
  *	mg_diag_add(d, mg_opts_where(o, "batch"), "run", "batch", ...) */

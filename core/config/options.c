@@ -555,6 +555,19 @@ const char *mg_opts_section(const struct mg_opts *o)
 	return o->section;
 }
 
+size_t mg_opts_count(const struct mg_opts *o)
+{
+	return o ? o->n : 0;
+}
+
+const char *mg_opts_at(const struct mg_opts *o, size_t i, const char **text,
+		       enum mg_opt_type *type)
+{
+	*text = o->v[i].text ? o->v[i].text : "";
+	*type = o->v[i].type;
+	return o->v[i].name;
+}
+
 const struct mg_loc *mg_opts_where(const struct mg_opts *o, const char *key)
 {
 	const struct opt_val *v = lookup(o, key, __func__);

@@ -19,7 +19,18 @@ int mg_ckpt_open_read(struct mg_ckpt *ck, struct mg_ctx *ctx, const char *path)
 {
 	memset(ck, 0, sizeof *ck);
 	ck->ctx = ctx;
-	return mg_st_open(&ck->f, path);
+	if (mg_st_open(&ck->f, path))
+		return -1;
+	ck->got = calloc((size_t)ck->f.nentries + 1, sizeof *ck->got);
+	return ck->got ? 0 : mg_error("out of memory");
+}
+
+const char *mg_ckpt_unread(const struct mg_ckpt *ck)
+{
+	for (int i = 0; ck->got && i < ck->f.nentries; i++)
+		if (!ck->got[i])
+			return ck->f.entries[i].name;
+	return NULL;
 }
 
 void mg_ckpt_free(struct mg_ckpt *ck)
@@ -30,6 +41,8 @@ void mg_ckpt_free(struct mg_ckpt *ck)
 		mg_st_close(&ck->f);
 	free(ck->scratch);
 	ck->scratch = NULL;
+	free(ck->got);
+	ck->got = NULL;
 }
 
 static void *scratch(struct mg_ckpt *ck, size_t bytes)
@@ -101,6 +114,8 @@ int mg_ckpt_get(struct mg_ckpt *ck, const char *name, struct mg_tensor *t)
 		return mg_error("checkpoint %s: tensor '%s' has another shape "
 				"than the model declares (model changed?)",
 				ck->f.path, name);
+	if (ck->got)
+		ck->got[e - ck->f.entries] = true;
 	int64_t n = mg_tensor_numel(t);
 	size_t bytes = mg_tensor_bytes(t);
 	void *dst = t->data;

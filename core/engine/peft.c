@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/crash_point.h"
 #include "engine/peft.h"
 #include "mg/tensor_file.h"
 
@@ -120,6 +121,8 @@ int mg_peft_export(const struct mg_st_writer *w, const struct mg_plugin *model,
 			 dir);
 		mg_st_writer_meta(&out, "format", "pt");
 		rc = mg_st_writer_save(&out, path);
+		if (!rc)
+			mg_crash_point("adapter_model");
 	}
 	mg_st_writer_free(&out);
 	if (rc) {
@@ -151,5 +154,7 @@ int mg_peft_export(const struct mg_st_writer *w, const struct mg_plugin *model,
 	rc = text ? mg_file_write_atomic(path, text, strlen(text))
 		  : mg_error("out of memory");
 	free(text);
+	if (!rc)
+		mg_crash_point("adapter_config");
 	return rc ? mg_error_prefix("PEFT adapter") : 0;
 }

@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/report.h"
+#include "mg/tensor_file.h"
 #include "runtime/devmem.h"
 
 #define REPORT_SCHEMA "mgrun-report-2"
@@ -423,6 +425,20 @@ static cJSON *rank_json(const double *row, int rank)
 	return r;
 }
 
+bool mg_report_has_status(const char *run_dir, const char *status)
+{
+	char path[PATH_MAX + 16];
+	size_t len;
+	snprintf(path, sizeof path, "%s/report.json", run_dir);
+	char *text = mg_file_read(path, 64 << 20, 0, &len);
+	cJSON *root = text ? cJSON_Parse(text) : NULL;
+	const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "status");
+	bool has = cJSON_IsString(st) && !strcmp(st->valuestring, status);
+	cJSON_Delete(root);
+	free(text);
+	return has;
+}
+
 int mg_report_write(const struct mg_run_view *rs, bool final)
 {
 	return mg_report_write_status(rs, final ? "finished" : "running", NULL,
@@ -481,7 +497,7 @@ int mg_report_write_status(const struct mg_run_view *rs, const char *status,
 	cJSON_AddNumberToObject(run, "setup_s", setup_seconds(rs));
 	double samples = 0;
 	for (int i = 0; i < rs->nep; i++)
-		samples += (double)rs->ep[i].samples;
+		samples += (double)rs->ep[i].here_samples;
 	cJSON_AddNumberToObject(run, "train_s", rep->train_s);
 	cJSON_AddNumberToObject(run, "samples_per_s",
 				rep->train_s > 0 ? samples / rep->train_s : 0);
@@ -615,8 +631,8 @@ void mg_report_summary(const struct mg_run_view *rs, FILE *f)
 	double samples = 0, tokens = 0,
 	       steps = (double)(rs->total_steps - rs->start_step);
 	for (int i = 0; i < rs->nep; i++) {
-		samples += (double)rs->ep[i].samples;
-		tokens += (double)rs->ep[i].tokens;
+		samples += (double)rs->ep[i].here_samples;
+		tokens += (double)rs->ep[i].here_tokens;
 	}
 	double wall = mg_now() - rs->t_begin;
 	fprintf(f,

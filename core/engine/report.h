@@ -27,8 +27,12 @@ struct mg_epoch_stats {
 	double test_loss, test_acc;
 	/* the model's metric sums, for its declared metrics */
 	double train_sums[MG_METRIC_MAX], test_sums[MG_METRIC_MAX];
-	double seconds;
+	double seconds; /* over every process that trained the epoch */
 	int has_test;
+	/* samples (rows) and label tokens this process trained of it: a
+	 * resumed run's epochs include earlier processes' (restored from
+	 * the checkpoint), its throughput only this one's */
+	int64_t here_samples, here_tokens;
 };
 
 /* What report.c keeps between calls (zeroed at the start). */
@@ -77,6 +81,9 @@ int mg_report_write(const struct mg_run_view *r, bool final);
  * "failed") and, when not NULL, an "error" message. collective: every
  * rank calls it (the per-rank rows are gathered); otherwise only rank
  * 0's own numbers are written, for a run that fails on one rank. */
+/* True when RUN_DIR/report.json is readable and has this status (how
+ * --resume tells a finished run from one a crash cut short). */
+bool mg_report_has_status(const char *run_dir, const char *status);
 int mg_report_write_status(const struct mg_run_view *r, const char *status,
 			   const char *error, bool collective);
 /* Closes steps.csv and frees the report's state. */

@@ -25,6 +25,8 @@ struct mg_session {
 	struct mg_opts *run, *optim, *profile;
 	struct mg_opts *opts[MG_SEC_PLUGIN_COUNT];
 	struct mg_loaded_plugin plugin[MG_SEC_PLUGIN_COUNT];
+	/* --resume-changed: options and files a resume may find changed */
+	const char *resume_changed;
 };
 
 extern const char *const mg_section_names[MG_SEC_PLUGIN_COUNT];

@@ -18,6 +18,7 @@
 #include "dist/dist.h"
 #include "engine/config_agree.h"
 #include "engine/core_schema.h"
+#include "engine/crash_point.h"
 #include "engine/signals.h"
 #include "engine/trainer.h"
 #include "ops/ops_tune.h"
@@ -729,23 +730,29 @@ static double ratio(const double *m, int num)
 	return m[MG_METRIC_COUNT] > 0 ? m[num] / m[MG_METRIC_COUNT] : NAN;
 }
 
-static int end_of_epoch(struct mg_trainer *t, int64_t step, double *ep_m,
-			int64_t ep_steps, int64_t ep_samples, double ep_t0,
-			bool eval_on)
+/* The epoch of `step` ends: its statistics over every process that
+ * trained it (t->ep_*), the evaluation, the line on stdout. */
+static int end_of_epoch(struct mg_trainer *t, int64_t step, bool eval_on)
 {
 	mg_progress_end(t);
+	const double *ep_m = t->ep_m, *base = t->ep_base_m;
+	bool tok = t->mspec.per_token;
 	struct mg_epoch_stats e = {
 		.epoch = step / t->steps_per_epoch,
-		.steps = ep_steps,
+		.steps = t->ep_steps,
 		/* per-token: rows; otherwise what the loss counted (as
 		 * before ABI 1.3) */
-		.samples = t->mspec.per_token ? ep_samples
-					      : (int64_t)ep_m[MG_METRIC_COUNT],
-		.tokens =
-			t->mspec.per_token ? (int64_t)ep_m[MG_METRIC_COUNT] : 0,
+		.samples = tok ? t->ep_samples : (int64_t)ep_m[MG_METRIC_COUNT],
+		.tokens = tok ? (int64_t)ep_m[MG_METRIC_COUNT] : 0,
 		.train_loss = ratio(ep_m, MG_METRIC_LOSS_SUM),
 		.train_acc = ratio(ep_m, MG_METRIC_CORRECT),
-		.seconds = mg_now() - ep_t0,
+		.seconds = t->ep_secs + mg_now() - t->ep_t0,
+		.here_samples = tok ? t->ep_samples - t->ep_base_samples
+				    : (int64_t)(ep_m[MG_METRIC_COUNT] -
+						base[MG_METRIC_COUNT]),
+		.here_tokens = tok ? (int64_t)(ep_m[MG_METRIC_COUNT] -
+					       base[MG_METRIC_COUNT])
+				   : 0,
 	};
 	memcpy(e.train_sums, ep_m, sizeof e.train_sums);
 	if (eval_on) {
@@ -834,6 +841,16 @@ static int save_checkpoint(struct mg_trainer *t, int64_t next_step)
 	return rc;
 }
 
+/* A new epoch opens: nothing of it trained yet. */
+static void epoch_reset(struct mg_trainer *t)
+{
+	memset(t->ep_m, 0, sizeof t->ep_m);
+	memset(t->ep_base_m, 0, sizeof t->ep_base_m);
+	t->ep_steps = t->ep_samples = t->ep_base_samples = 0;
+	t->ep_secs = 0;
+	t->ep_t0 = mg_now();
+}
+
 static int run_loop(struct mg_trainer *t)
 {
 	struct mg_ctx *ctx = &t->ctx;
@@ -847,8 +864,7 @@ static int run_loop(struct mg_trainer *t)
 	int64_t end = t->total_steps;
 	if (stop_after > 0 && t->start_step + stop_after < end)
 		end = t->start_step + stop_after;
-	double ep_m[MG_METRIC_MAX] = {0}, ep_t0 = mg_now();
-	int64_t ep_steps = 0, ep_samples = 0;
+	t->ep_t0 = mg_now();
 	bool fetched = false;
 	for (int64_t step = t->start_step; step < end; step++) {
 		mg_profile_step_begin(t, step); /* before t0: opens CUPTI */
@@ -905,9 +921,9 @@ static int run_loop(struct mg_trainer *t)
 					"diverged (lower optimizer.lr?)",
 					loss, (long long)step);
 		for (int i = 0; i < MG_METRIC_MAX; i++)
-			ep_m[i] += m[i];
-		ep_steps++;
-		ep_samples += step_samples;
+			t->ep_m[i] += m[i];
+		t->ep_steps++;
+		t->ep_samples += step_samples;
 		/* Steady steps exclude the eager warm-up and capture steps
 		 * and the re-capture after each evaluation. */
 		if (mg_report_step_time(&t->rep, dt,
@@ -918,13 +934,10 @@ static int run_loop(struct mg_trainer *t)
 			       skipped, dt);
 		mg_progress_step(t, step, m, lr, m[MG_METRIC_COUNT] / dt);
 		if (epoch_end) {
-			if (end_of_epoch(t, step, ep_m, ep_steps, ep_samples,
-					 ep_t0, eval_on))
+			if (end_of_epoch(t, step, eval_on))
 				return -1;
-			memset(ep_m, 0, sizeof ep_m);
-			ep_steps = 0;
-			ep_samples = 0;
-			ep_t0 = mg_now();
+			mg_crash_point("epoch_end");
+			epoch_reset(t);
 		}
 		/* SIGINT/SIGTERM: this step is the last (not when it ends
 		 * the run anyway), with a checkpoint. */
@@ -937,24 +950,50 @@ static int run_loop(struct mg_trainer *t)
 			      (stop || ck_due || epoch_end || step + 1 == end ||
 			       (ck_every > 0 && (step + 1) % ck_every == 0));
 		/* The rows a checkpoint covers reach the disk before it. */
-		if (ck_now && t->rep.csv)
+		if (ck_now && t->rep.csv) {
 			fflush(t->rep.csv);
+			mg_crash_point("steps_csv");
+		}
 		if (ck_now && save_checkpoint(t, step + 1))
 			return -1;
 		if (ck_now)
 			t->ck_last = mg_now();
 		if (epoch_end && mg_report_write(mg_run_view(t), false))
 			return -1;
+		if (epoch_end)
+			mg_crash_point("report_epoch");
 		if (stop) {
 			t->stop_sig = stop;
 			t->stop_step = step + 1;
 			return 0;
 		}
 	}
-	if (end < t->total_steps && t->ctx.rank == 0)
+	t->stopped = end < t->total_steps;
+	if (t->stopped && t->ctx.rank == 0)
 		mg_info("stopped after step %lld of %lld (run.stop_after); "
 			"continue with --resume",
 			(long long)end, (long long)t->total_steps);
+	return 0;
+}
+
+/* --resume of a checkpoint at the run's last step whose final writes a
+ * crash cut short: the last epoch's end (its evaluation) when the
+ * checkpoint does not record it, then the checkpoint again (it writes
+ * the adapter folder); mg_train writes the final report. */
+static int finish_run(struct mg_trainer *t)
+{
+	int64_t last = t->total_steps - 1;
+	bool recorded = t->nep > 0 && !t->ep_steps &&
+			t->ep[t->nep - 1].epoch == last / t->steps_per_epoch;
+	if (!recorded && end_of_epoch(t, last, mg_opt_bool(t->s->run, "eval")))
+		return -1;
+	epoch_reset(t);
+	if (mg_opt_bool(t->s->run, "checkpoint") &&
+	    save_checkpoint(t, t->total_steps))
+		return -1;
+	if (t->ctx.rank == 0)
+		mg_info("the run's last step was checkpointed: its final "
+			"writes completed");
 	return 0;
 }
 
@@ -1031,6 +1070,7 @@ static void teardown(struct mg_trainer *t)
 			t->s->plugin[i].desc->destroy(t->inst[i]);
 	}
 	mg_spec_free(&t->spec);
+	mg_fingerprint_free(&t->fp);
 #ifdef MG_HAVE_CUDA
 	mg_cuda_device_free(&t->dev);
 #endif
@@ -1208,11 +1248,21 @@ int mg_train(struct mg_session *s, bool resume)
 	memset(&t, 0, sizeof t);
 	t.s = s;
 	t.t_begin = mg_now();
+	int rc = mg_crash_points_check();
+	if (rc > 0) /* MG_TEST_CRASH_AT=list */
+		return 0;
+	if (rc) {
+		mg_log(MG_LOG_ERROR, "%s", mg_last_error());
+		return 1;
+	}
 	mg_stop_install();
-	int rc = setup(&t);
+	rc = setup(&t);
 	/* before reading the checkpoint another run may be writing */
 	if (!rc && t.ctx.rank == 0)
 		rc = mg_run_lock_take(&t.lock, t.run_dir);
+	/* after setup: the plugins have read their files */
+	if (!rc && (resume || t.ctx.rank == 0))
+		rc = mg_fingerprint_make(&t.fp, s, t.run_dir, t.cache_dir);
 	if (!rc && resume)
 		rc = mg_trainer_load_checkpoint(&t);
 	bool reporting = false;
@@ -1242,13 +1292,18 @@ int mg_train(struct mg_session *s, bool resume)
 	if (!rc) /* before the first CUDA graph capture */
 		rc = mg_profile_init(&t);
 	if (!rc)
-		rc = run_loop(&t);
+		rc = t.finishing ? finish_run(&t) : run_loop(&t);
 	if (!rc)
 		rc = mg_profile_finish(&t);
 	if (!rc && t.stop_sig)
 		rc = end_interrupted(&t);
+	else if (!rc && t.stopped) /* not finished: "stopped" */
+		rc = mg_report_write_status(mg_run_view(&t), "stopped", NULL,
+					    true);
 	else if (!rc)
 		rc = mg_report_write(mg_run_view(&t), true);
+	if (!rc)
+		mg_crash_point("report_final");
 	if (!rc && !t.stop_sig && t.ctx.rank == 0)
 		mg_report_summary(mg_run_view(&t), stdout);
 	if (rc) {

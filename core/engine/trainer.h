@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdio.h>
 
+#include "engine/fingerprint.h"
 #include "engine/report.h"
 #include "engine/run_lock.h"
 #include "engine/session.h"
@@ -117,6 +118,17 @@ struct mg_trainer {
 	int stop_sig;		 /* SIGINT/SIGTERM that stopped the loop */
 	int64_t stop_step;	 /* the step it stopped before */
 	double ck_last;		 /* mg_now() of the last checkpoint */
+	/* the experiment, recorded in checkpoints, compared on --resume */
+	struct mg_fingerprint fp;
+	/* The open epoch's sums, steps and samples (all ranks), with what
+	 * earlier processes trained of it (restored from the checkpoint):
+	 * its train loss averages every step, not only this process's. */
+	double ep_m[MG_METRIC_MAX], ep_base_m[MG_METRIC_MAX];
+	int64_t ep_steps, ep_samples, ep_base_samples;
+	double ep_t0, ep_secs; /* this process's start of it; seconds before */
+	bool finishing; /* the checkpoint is the run's last step: complete
+			 * the final writes (evaluation, adapter, report) */
+	bool stopped;	/* run.stop_after ended this process early */
 };
 
 /* input.c */
@@ -173,6 +185,10 @@ void mg_progress_end(struct mg_trainer *t);
 #define MG_CKPT_FORMAT "mgrun-checkpoint-1"
 int mg_trainer_save_checkpoint(struct mg_trainer *t, int64_t next_step);
 int mg_trainer_load_checkpoint(struct mg_trainer *t);
+/* trainer_epochs.c: the epochs done and the open one's sums, as
+ * checkpoint metadata text and back (report.json covers the whole run) */
+char *mg_epochs_text(const struct mg_trainer *t);
+int mg_epochs_parse(struct mg_trainer *t, const char *text, const char *path);
 
 /* trainer.c */
 const char *mg_device_desc(const struct mg_trainer *t);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/ckpt.h"
+#include "engine/crash_point.h"
 #include "engine/peft.h"
 #include "engine/trainer.h"
 
@@ -49,10 +50,26 @@ int mg_trainer_save_checkpoint(struct mg_trainer *t, int64_t next_step)
 				  t->s->plugin[MG_SEC_MODEL].desc->name);
 		mg_st_writer_meta(&ck.w, "strategy",
 				  t->s->plugin[MG_SEC_STRATEGY].desc->name);
+		/* The experiment (fingerprint.h), compared on --resume. */
+		if (t->fp.config)
+			mg_st_writer_meta(&ck.w, "experiment", t->fp.config);
+		if (t->fp.files)
+			mg_st_writer_meta(&ck.w, "input_files", t->fp.files);
+		/* The epochs so far, for the report of a resumed run. */
+		char *ep = mg_epochs_text(t);
+		rc = ep ? mg_st_writer_meta(&ck.w, "epochs", ep)
+			: mg_error("out of memory");
+		free(ep);
+		/* The adapter folder before the checkpoint: a checkpoint in
+		 * place has its adapter complete, and a crash before its
+		 * rename leaves the older one, which --resume continues. */
 		snprintf(path, sizeof path, "%s/" MG_CKPT_FILE, t->run_dir);
-		rc = mg_st_writer_save(&ck.w, path) ||
+		rc = rc ||
 		     mg_peft_export(&ck.w, t->s->plugin[MG_SEC_MODEL].desc,
-				    t->s->opts[MG_SEC_MODEL], t->run_dir);
+				    t->s->opts[MG_SEC_MODEL], t->run_dir) ||
+		     mg_st_writer_save(&ck.w, path);
+		if (!rc)
+			mg_crash_point("checkpoint");
 	}
 	mg_ckpt_free(&ck);
 	return rc ? mg_error_prefix("checkpoint at step %lld",
@@ -165,14 +182,28 @@ static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
 				"steps (run.max_steps or run.epochs lowered?)",
 				f->path, (long long)next,
 				(long long)t->total_steps);
-	if (next == t->total_steps && !t->eval_only)
-		return mg_error("%s is at step %lld of %lld: the run is "
-				"complete, nothing to resume (raise "
-				"run.max_steps or run.epochs to train on)",
-				f->path, (long long)next,
-				(long long)t->total_steps);
+	/* At the last step: a run whose final writes a crash cut short
+	 * (no report.json saying "finished") is completed, a finished one
+	 * refused. Rank 0's run directory decides for every rank. */
+	if (next == t->total_steps && !t->eval_only) {
+		double done = t->ctx.rank == 0 &&
+			      mg_report_has_status(t->run_dir, "finished");
+		if (t->ctx.world > 1 &&
+		    t->comm->all_reduce_host(t->comm, &done, 1, MG_F64,
+					     MG_REDUCE_MAX))
+			return -1;
+		if (done)
+			return mg_error("%s is at step %lld of %lld: the run "
+					"is complete, nothing to resume (raise "
+					"run.max_steps or run.epochs to train "
+					"on)",
+					f->path, (long long)next,
+					(long long)t->total_steps);
+		t->finishing = true;
+	}
 	t->start_step = next;
-	return 0;
+	const char *ep = mg_st_meta(f, "epochs");
+	return ep ? mg_epochs_parse(t, ep, f->path) : 0;
 }
 
 int mg_trainer_load_checkpoint(struct mg_trainer *t)
@@ -195,8 +226,24 @@ int mg_trainer_load_checkpoint(struct mg_trainer *t)
 		rc = mg_error("%s holds model '%s', this run is '%s'", path,
 			      model ? model : "?",
 			      t->s->plugin[MG_SEC_MODEL].desc->name);
+	/* The experiment first: a changed option is named as such, not
+	 * by the data order or size it changes. */
+	else if (!t->eval_only &&
+		 mg_fingerprint_check(&t->fp, path,
+				      mg_st_meta(&ck.f, "experiment"),
+				      mg_st_meta(&ck.f, "input_files"),
+				      t->s->resume_changed))
+		rc = -1;
 	else if (!(rc = load_counters(t, &ck.f)))
 		rc = t->strat->load(t->inst[MG_SEC_STRATEGY], &ck);
+	/* A tensor the checkpoint holds and this model did not take
+	 * would vanish from the next checkpoint (lora_targets narrowed). */
+	const char *left = rc ? NULL : mg_ckpt_unread(&ck);
+	if (left)
+		rc = mg_error("%s holds tensor '%s', which this run's model "
+			      "does not load (its options changed?): refusing "
+			      "to drop it",
+			      path, left);
 	mg_ckpt_free(&ck);
 	if (rc)
 		return mg_error_prefix("--resume");

@@ -20,6 +20,7 @@
 
 #include "mg/log.h"
 #include "mg/tensor_file.h"
+#include "runtime/input_files.h"
 
 /* Read all of fd (plain bytes) into a NUL-terminated buffer of at most
  * max bytes; hint: the expected size. */
@@ -172,9 +173,11 @@ char *mg_file_read(const char *path, size_t max, unsigned flags, size_t *len)
 	unsigned char magic[2];
 	bool gz = (flags & MG_FILE_GUNZIP) && pread(fd, magic, 2, 0) == 2 &&
 		  magic[0] == 0x1f && magic[1] == 0x8b;
-	if (gz)
-		return read_gzip(fd, path, max, (size_t)st.st_size, len);
-	char *b = read_plain(fd, path, max, (size_t)st.st_size, len);
-	close(fd);
+	char *b = gz ? read_gzip(fd, path, max, (size_t)st.st_size, len)
+		     : read_plain(fd, path, max, (size_t)st.st_size, len);
+	if (!gz)
+		close(fd);
+	if (b) /* what the run read, for the checkpoint's fingerprint */
+		mg_input_files_note(path);
 	return b;
 }

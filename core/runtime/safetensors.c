@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/input_files.h"
 #include "runtime/runtime.h"
 #include "runtime/safetensors.h"
 
@@ -279,6 +280,8 @@ int mg_st_open(struct mg_st_file *f, const char *path)
 	int rc = st_open(f, path);
 	if (rc)
 		mg_st_close(f);
+	else /* what the run read, for the checkpoint's fingerprint */
+		mg_input_files_note(path);
 	return rc;
 }
 

@@ -35,13 +35,14 @@ idx)
 	libs="-lz" ;;
 safetensors)
 	# nf4.c: mg_tensor_bytes sizes NF4 tensors by their blob layout
+	# input_files.c: mg_st_open notes the files a run reads
 	srcs="core/runtime/safetensors.c core/runtime/log.c core/runtime/tensor.c
-core/runtime/nf4.c"
+core/runtime/nf4.c core/runtime/input_files.c"
 	libs="-lcjson -lm -lpthread" ;;
 report)
 	# file_read.c: the artefacts are read with mg_file_read
 	srcs="core/analysis/run_load.c core/runtime/series.c core/runtime/log.c
-core/runtime/file_read.c"
+core/runtime/file_read.c core/runtime/input_files.c"
 	libs="-lcjson -lm -lz" ;;
 *)
 	echo "fuzz.sh: unknown target '$target'" >&2
