@@ -61,6 +61,7 @@ static const char *const may_change[] = {
 	"run.batch_size",
 	"run.pin_memory",
 	"run.cuda_graph",
+	"run.collective_timeout_s",
 	"model.path",
 	"dataset.path",
 	"profile.",
