@@ -28,7 +28,7 @@
 #define JJ_MAX_CALL_DEPTH 40	    /* nested macro calls */
 #define JJ_MAX_OUTPUT (64u << 20)   /* bytes rendered */
 #define JJ_MAX_ARENA (512ull << 20) /* bytes of values per render */
-#define JJ_MAX_STEPS 5000000ll	    /* loop iterations + macro calls */
+#define JJ_MAX_STEPS 1000000ll	    /* loop iterations + macro calls */
 #define JJ_MAX_SOURCE (16u << 20)   /* template bytes */
 
 /* ---- arena ---- */

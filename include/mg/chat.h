@@ -29,7 +29,7 @@
  * value (its attribute, calling it, arithmetic) fails as jinja2's default
  * Undefined does, printing it gives ""; recursive loops, call blocks,
  * include/extends/import are refused at parse. Caps (nesting depth,
- * macro recursion, 20M loop iterations, 64 MiB of output, 512 MiB of
+ * macro recursion, 1M loop iterations, 64 MiB of output, 512 MiB of
  * values) end hostile templates with an error.
  *
  * Errors name the template line: "chat template line N: ...". A parsed
