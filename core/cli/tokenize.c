@@ -2,8 +2,14 @@
  * tokenize.c - `mgrun tokenize`: text on standard input to ids (one line
  * of space-separated ids per input line), or ids back to text with
  * --decode (one JSON string per line). With --json each input line is a
- * JSON string, so texts may hold newlines. Exit 0, 1 on bad input (the
- * line named), 2 on bad usage.
+ * JSON string, so texts may hold newlines. With --chat each input line is
+ * a JSON object {"messages": [...], "add_generation_prompt": ..., "tools":
+ * ...} rendered with the tokenizer's chat_template (mg/chat.h), printed
+ * as a JSON string (--text) or as ids encoded as transformers'
+ * apply_chat_template(tokenize=True) encodes it: special tokens in the
+ * text recognised, add_special_tokens=False (the template writes the
+ * BOS). Exit 0, 1 on bad input or a template that raises (the line
+ * named), 2 on bad usage or a template that does not parse.
  */
 #include <getopt.h>
 #include <stdint.h>
@@ -12,6 +18,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
+#include "mg/chat.h"
 #include "mg/log.h"
 #include "mg/tokenizer.h"
 
@@ -24,6 +33,8 @@ static void usage(FILE *f)
 		"[--no-special] [--no-added]\n"
 		"       mgrun tokenize --tokenizer PATH --decode "
 		"[--skip-special]\n"
+		"       mgrun tokenize --tokenizer PATH --chat [--text] "
+		"[--no-added]\n"
 		"\n"
 		"Reads standard input one line at a time and prints one line "
 		"per input line.\n"
@@ -38,7 +49,19 @@ static void usage(FILE *f)
 		"  --decode          input lines are ids; print each text as "
 		"a JSON string\n"
 		"  --skip-special    with --decode: leave special tokens "
-		"out\n");
+		"out\n"
+		"  --chat            input lines are JSON objects "
+		"{\"messages\": "
+		"[...],\n"
+		"                    \"add_generation_prompt\": true|false, "
+		"\"tools\": [...]}\n"
+		"                    rendered with tokenizer_config.json's "
+		"chat_template;\n"
+		"                    prints their ids (no BOS added: the "
+		"template "
+		"writes it)\n"
+		"  --text            with --chat: print the rendered text as a "
+		"JSON string\n");
 }
 
 static int hex4(const char *p, unsigned *v)
@@ -304,9 +327,89 @@ static int decode_lines(const struct mg_tokenizer *t, unsigned flags)
 	return rc;
 }
 
+static void print_ids(const struct mg_ids *ids)
+{
+	for (int64_t i = 0; i < ids->n; i++)
+		printf(i ? " %d" : "%d", ids->v[i]);
+	putchar('\n');
+}
+
+/* --chat: one JSON object per line, rendered with the chat template. */
+static int chat_lines(const struct mg_tokenizer *t, int text, unsigned flags)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	long lineno = 0;
+	struct mg_ids ids = {0};
+	int rc = 0;
+	while (!rc && (n = getline(&line, &cap, stdin)) >= 0) {
+		lineno++;
+		cJSON *j = cJSON_ParseWithLength(line, (size_t)n);
+		const cJSON *m =
+			cJSON_GetObjectItemCaseSensitive(j, "messages");
+		const cJSON *g = cJSON_GetObjectItemCaseSensitive(
+			j, "add_generation_prompt");
+		const char *bad = !cJSON_IsObject(j)  ? "not a JSON object"
+				  : !cJSON_IsArray(m) ? "no \"messages\" array"
+				  : g && !cJSON_IsBool(g)
+					  ? "\"add_generation_prompt\" is not "
+					    "true or false"
+					  : NULL;
+		char key[64];
+		if (!bad && mg_json_nul_string(line, (size_t)n, key,
+					       sizeof key) < (size_t)n)
+			bad = "a string holds a NUL character";
+		cJSON_Delete(j);
+		if (bad) {
+			fprintf(stderr, "mgrun tokenize: line %ld: %s\n",
+				lineno, bad);
+			rc = 1;
+			break;
+		}
+		char *out;
+		size_t len;
+		int r = mg_tokenizer_apply_chat_template(
+			t, line, (size_t)n, &out, &len, NULL, NULL);
+		if (r) {
+			fprintf(stderr, "mgrun tokenize: line %ld: %s\n",
+				lineno, mg_last_error());
+			rc = r == -2 ? 2 : 1;
+			break;
+		}
+		if (text) {
+			print_json(stdout, out, len);
+		} else {
+			ids.n = 0;
+			if (mg_tokenizer_encode(t, out, len, flags, &ids)) {
+				fprintf(stderr,
+					"mgrun tokenize: line %ld: %s\n",
+					lineno, mg_last_error());
+				rc = 1;
+			} else {
+				print_ids(&ids);
+			}
+		}
+		free(out);
+	}
+	free(line);
+	free(ids.v);
+	return rc;
+}
+
 int mg_tokenize_main(int argc, char **argv)
 {
-	enum { O_TOK = 256, O_JSON, O_NOSP, O_NOADD, O_DEC, O_SKIP, O_STATS };
+	enum {
+		O_TOK = 256,
+		O_JSON,
+		O_NOSP,
+		O_NOADD,
+		O_DEC,
+		O_SKIP,
+		O_STATS,
+		O_CHAT,
+		O_TEXT
+	};
 	static const struct option longopts[] = {
 		{"tokenizer", required_argument, 0, O_TOK},
 		{"json", no_argument, 0, O_JSON},
@@ -315,11 +418,13 @@ int mg_tokenize_main(int argc, char **argv)
 		{"decode", no_argument, 0, O_DEC},
 		{"skip-special", no_argument, 0, O_SKIP},
 		{"stats", no_argument, 0, O_STATS},
+		{"chat", no_argument, 0, O_CHAT},
+		{"text", no_argument, 0, O_TEXT},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	const char *path = NULL;
-	int json = 0, decode = 0, stats = 0, c;
+	int json = 0, decode = 0, stats = 0, chat = 0, text = 0, nosp = 0, c;
 	unsigned eflags = MG_TOK_ADD_SPECIAL, dflags = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -332,6 +437,7 @@ int mg_tokenize_main(int argc, char **argv)
 			break;
 		case O_NOSP:
 			eflags &= ~(unsigned)MG_TOK_ADD_SPECIAL;
+			nosp = 1;
 			break;
 		case O_NOADD:
 			eflags |= MG_TOK_NO_ADDED;
@@ -344,6 +450,12 @@ int mg_tokenize_main(int argc, char **argv)
 			break;
 		case O_STATS:
 			stats = 1;
+			break;
+		case O_CHAT:
+			chat = 1;
+			break;
+		case O_TEXT:
+			text = 1;
 			break;
 		case 'h':
 			usage(stdout);
@@ -365,6 +477,16 @@ int mg_tokenize_main(int argc, char **argv)
 				"--decode always prints JSON\n");
 		return 2;
 	}
+	if (chat && (decode || json || nosp)) {
+		fprintf(stderr, "mgrun tokenize: --chat reads JSON objects and "
+				"never adds special tokens: not with --decode, "
+				"--json or --no-special\n");
+		return 2;
+	}
+	if (text && !chat) {
+		fprintf(stderr, "mgrun tokenize: --text goes with --chat\n");
+		return 2;
+	}
 	double t0 = now();
 	struct mg_tokenizer *t = mg_tokenizer_load(path);
 	double load = now() - t0;
@@ -375,8 +497,9 @@ int mg_tokenize_main(int argc, char **argv)
 	static char obuf[1 << 16];
 	setvbuf(stdout, obuf, _IOFBF, sizeof obuf);
 	struct enc_stats st = {0};
-	int rc = decode ? decode_lines(t, dflags)
-			: encode_lines(t, json, eflags, &st);
+	int rc = chat	  ? chat_lines(t, text, eflags & MG_TOK_NO_ADDED)
+		 : decode ? decode_lines(t, dflags)
+			  : encode_lines(t, json, eflags, &st);
 	if (stats && !decode)
 		fprintf(stderr,
 			"mgrun tokenize: load %.3f s; encoded %.0f bytes to "

@@ -18,6 +18,9 @@
 
 #include "mg/tokenizer.h"
 
+struct cJSON;
+struct mg_chat_template;
+
 /* String -> id open-addressing table over a string pool. */
 struct tok_strmap {
 	uint64_t *slot; /* hash << 32 | (index into ent + 1); 0 = empty:
@@ -137,9 +140,16 @@ struct mg_tokenizer {
 
 	struct mg_tokenizer_specials sp;
 	char *chat_template;
+	struct mg_chat_template *chat; /* parsed; NULL when absent or bad */
+	char *chat_err;		       /* why it did not parse */
+	char *chat_vars; /* JSON: the special tokens, tools/documents None */
 	char digest[17];
 	char *path; /* the tokenizer.json read, for errors */
 };
+
+/* chat_template.c: parse the chat template and gather the special
+ * tokens' strings (cfg may be NULL). */
+int tok_chat_setup(struct mg_tokenizer *t, const struct cJSON *cfg);
 
 /* Per-call growable buffers, so a const tokenizer serves many threads. */
 struct tok_piece {

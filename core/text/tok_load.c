@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "mg/chat.h"
 #include "mg/log.h"
 #include "mg/tensor_file.h"
 #include "tok_internal.h"
@@ -285,7 +286,7 @@ static int parse_config(struct mg_tokenizer *t, const cJSON *cfg)
 		sp->eos = first_of(t, eos);
 		sp->pad = -1;
 		sp->unk = t->unk_id;
-		return 0;
+		return tok_chat_setup(t, NULL);
 	}
 	sp->bos = config_token(t, cfg, "bos_token");
 	sp->eos = config_token(t, cfg, "eos_token");
@@ -317,7 +318,7 @@ static int parse_config(struct mg_tokenizer *t, const cJSON *cfg)
 	}
 	if (tpl && !(t->chat_template = strdup(tpl)))
 		return mg_error("tokenizer: out of memory");
-	return 0;
+	return tok_chat_setup(t, cfg);
 }
 
 static int load_json(struct mg_tokenizer *t, const cJSON *j)
@@ -420,6 +421,9 @@ void mg_tokenizer_free(struct mg_tokenizer *t)
 	tok_strmap_free(&t->raw);
 	free(t->id_tok);
 	free(t->is_special);
+	mg_chat_template_free(t->chat);
+	free(t->chat_err);
+	cJSON_free(t->chat_vars);
 	free(t->merges.slot);
 	for (int i = 0; i < t->nnorm; i++) {
 		free(t->norm[i].a);

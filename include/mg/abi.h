@@ -86,9 +86,13 @@ extern "C" {
  *        and mg_json_nul_string (mg/tokenizer.h): strings with a NUL
  *        that C strings would cut; new functions only, so plugins
  *        built for 1.0-1.9 load unchanged
+ *   1.11 chat templates (mg/chat.h): mg_chat_template_parse / render /
+ *        free and mg_tokenizer_apply_chat_template, a Jinja interpreter
+ *        for tokenizer_config.json's chat_template; new functions only,
+ *        so plugins built for 1.0-1.10 load unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 10
+#define MG_ABI_MINOR 11
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

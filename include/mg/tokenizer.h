@@ -114,9 +114,10 @@ MG_EXPORT const char *mg_tokenizer_token(const struct mg_tokenizer *t,
 MG_EXPORT int mg_tokenizer_is_special(const struct mg_tokenizer *t, int32_t id);
 MG_EXPORT void mg_tokenizer_specials(const struct mg_tokenizer *t,
 				     struct mg_tokenizer_specials *out);
-/* tokenizer_config.json's chat_template, or NULL. The core does not run
- * Jinja; datasets use it to recognise the chat format (Llama 3 headers,
- * Llama 2 [INST], ChatML). */
+/* tokenizer_config.json's chat_template, or NULL (the "default" one of
+ * the list form). mg/chat.h renders it (mg_tokenizer_apply_chat_template);
+ * datasets also use the text to recognise the chat format (Llama 3
+ * headers, Llama 2 [INST], ChatML). */
 MG_EXPORT const char *mg_tokenizer_chat_template(const struct mg_tokenizer *t);
 /* A hex digest of the files' bytes (tokenizer.json and the config), for
  * caches keyed on the tokenizer. */

@@ -7,7 +7,7 @@
 # fixed). Without clang and libFuzzer (Debian: clang, libclang-rt-dev) the
 # test is skipped (exit 77).
 # Usage: fuzz.sh SRC WORK TARGET SECONDS
-#	TARGET: ini | idx | safetensors | report
+#	TARGET: ini | idx | safetensors | report | chat
 set -eu
 src=$1 work=$2 target=$3 secs=$4
 cc=${MG_FUZZ_CC:-clang}
@@ -44,6 +44,10 @@ report)
 	srcs="core/analysis/run_load.c core/runtime/series.c core/runtime/log.c
 core/runtime/file_read.c core/runtime/input_files.c"
 	libs="-lcjson -lm -lz" ;;
+chat)
+	srcs="core/text/jinja_value.c core/text/jinja_lex.c core/text/jinja_parse.c
+core/text/jinja_eval.c"
+	libs="-lm" ;;
 *)
 	echo "fuzz.sh: unknown target '$target'" >&2
 	exit 2 ;;

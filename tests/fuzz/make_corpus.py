@@ -25,7 +25,7 @@ def put(target, name, data):
 
 
 def clean():
-    for t in ("ini", "idx", "safetensors", "report"):
+    for t in ("ini", "idx", "safetensors", "report", "chat"):
         d = os.path.join(out, t)
         if os.path.isdir(d):
             for n in os.listdir(d):
@@ -182,3 +182,18 @@ put("report", "csv_ragged", run(json.dumps(report),
                                 "t_s\n", "t_s,kind\n1,h2d"))
 put("report", "not_json", run("{\"schema\": ", steps))
 put("report", "empty", "")
+
+# chat: the templates of the chat-template corpus (tests/text/chat), and
+# the constructs most likely to go wrong: deep nesting, runaway loops and
+# recursion, unclosed tags, bad escapes
+tdir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    "text", "chat", "templates")
+for name in sorted(os.listdir(tdir)):
+    with open(os.path.join(tdir, name), encoding="utf-8") as f:
+        put("chat", name[:-len(".jinja")], f.read())
+put("chat", "nesting", "{{ " + "(" * 300 + "1" + ")" * 300 + " }}")
+put("chat", "loops", "{% for a in range(9999) %}{% for b in range(9999) %}"
+    "{{ a }}{% endfor %}{% endfor %}")
+put("chat", "recursion", "{% macro f(n) %}{{ f(n) ~ f(n) }}{% endmacro %}{{ f(1) }}")
+put("chat", "unclosed", "{% if x %}{{ 'a' ~ \"\\u12\" }}{# no end")
+put("chat", "ws", " {%- if 1 -%} \n {%+ if 2 +%}\n{#- c -#}{{- 3 -}}{% endif %}{% endif %}")
