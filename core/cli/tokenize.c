@@ -80,24 +80,6 @@ static int hex4(const char *p, unsigned *v)
 	return 0;
 }
 
-static size_t put_utf8(unsigned cp, char *o)
-{
-	if (cp < 0x80)
-		return o[0] = (char)cp, 1;
-	if (cp < 0x800)
-		return o[0] = (char)(0xC0 | cp >> 6),
-		       o[1] = (char)(0x80 | (cp & 0x3F)), 2;
-	if (cp < 0x10000)
-		return o[0] = (char)(0xE0 | cp >> 12),
-		       o[1] = (char)(0x80 | (cp >> 6 & 0x3F)),
-		       o[2] = (char)(0x80 | (cp & 0x3F)), 3;
-	o[0] = (char)(0xF0 | cp >> 18);
-	o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-	o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-	o[3] = (char)(0x80 | (cp & 0x3F));
-	return 4;
-}
-
 /* Decode the JSON string in line[0..n) in place (it only shrinks);
  * returns its length or -1 with *why set. Lone surrogates are refused:
  * they have no UTF-8 form. */
@@ -159,7 +141,7 @@ static long json_string(char *line, size_t n, const char **why)
 				cp = 0x10000 + ((cp - 0xD800) << 10) +
 				     (lo - 0xDC00);
 			}
-			o += put_utf8(cp, line + o);
+			o += mg_utf8_put(cp, line + o);
 			break;
 		}
 		default:

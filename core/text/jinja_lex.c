@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "jinja.h"
+#include "mg/tokenizer.h"
 
 static void push(struct jj_ctx *c, struct jj_toks *t, struct jj_tok k)
 {
@@ -68,24 +69,6 @@ static int is_name0(char ch)
 static int is_digit(char ch)
 {
 	return ch >= '0' && ch <= '9';
-}
-
-static size_t put_u8(uint32_t cp, char *o)
-{
-	if (cp < 0x80)
-		return o[0] = (char)cp, 1;
-	if (cp < 0x800)
-		return o[0] = (char)(0xC0 | cp >> 6),
-		       o[1] = (char)(0x80 | (cp & 0x3F)), 2;
-	if (cp < 0x10000)
-		return o[0] = (char)(0xE0 | cp >> 12),
-		       o[1] = (char)(0x80 | (cp >> 6 & 0x3F)),
-		       o[2] = (char)(0x80 | (cp & 0x3F)), 3;
-	o[0] = (char)(0xF0 | cp >> 18);
-	o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-	o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-	o[3] = (char)(0x80 | (cp & 0x3F));
-	return 4;
 }
 
 static int hexval(const char *p, int n, uint32_t *v)
@@ -158,7 +141,7 @@ static void decode_str(struct jj_ctx *c, int line, const char *p, size_t n,
 					"bad \\%c escape in a string", e);
 			/* \xhh (and any escape) may need up to 4 bytes; the
 			 * escape itself took at least 4 */
-			w += put_u8(cp, o + w);
+			w += mg_utf8_put(cp, o + w);
 			i += (size_t)hl;
 			break;
 		default:
@@ -170,7 +153,7 @@ static void decode_str(struct jj_ctx *c, int line, const char *p, size_t n,
 					cp = cp * 8 + (uint32_t)(p[i++] - '0'),
 					d++;
 				i--;
-				w += put_u8(cp, o + w);
+				w += mg_utf8_put(cp, o + w);
 			} else {
 				o[w++] = '\\';
 				o[w++] = e;

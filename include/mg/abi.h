@@ -88,7 +88,8 @@ extern "C" {
  *        built for 1.0-1.9 load unchanged
  *   1.11 chat templates (mg/chat.h): mg_chat_template_parse / render /
  *        free and mg_tokenizer_apply_chat_template, a Jinja interpreter
- *        for tokenizer_config.json's chat_template; new functions only,
+ *        for tokenizer_config.json's chat_template, and mg_utf8_put
+ *        (mg/tokenizer.h); new functions only,
  *        so plugins built for 1.0-1.10 load unchanged
  */
 #define MG_ABI_MAJOR 1

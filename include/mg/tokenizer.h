@@ -89,6 +89,9 @@ MG_EXPORT int mg_tokenizer_decode(const struct mg_tokenizer *t,
  * invalid), or len when all is valid: what encode checks, for readers
  * that report bad data by file and offset before tokenizing. */
 MG_EXPORT size_t mg_utf8_valid(const char *s, size_t len);
+/* Code point cp (at most 0x10FFFF) as UTF-8 into out (room for 4 bytes);
+ * returns the bytes written (ABI 1.11). */
+MG_EXPORT size_t mg_utf8_put(uint32_t cp, char *out);
 
 /* Added in ABI 1.10: the first string of JSON text s[0..len) that holds a
  * NUL character (a \u0000 escape or a raw 0 byte), which a C string

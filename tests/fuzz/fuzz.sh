@@ -46,7 +46,7 @@ core/runtime/file_read.c core/runtime/input_files.c"
 	libs="-lcjson -lm -lz" ;;
 chat)
 	srcs="core/text/jinja_value.c core/text/jinja_lex.c core/text/jinja_parse.c
-core/text/jinja_eval.c"
+core/text/jinja_eval.c core/text/utf8_put.c"
 	libs="-lm" ;;
 *)
 	echo "fuzz.sh: unknown target '$target'" >&2
