@@ -165,15 +165,19 @@ def torch_cell(out, name, script, args, items, timeout=300, extra_env=None):
     return j
 
 
-def repeated(n, run):
-    """run(i) for i < n: the runs, and their rates pooled ('error' when
-    any failed: a headline cell needs all its processes)."""
-    runs = [run(i) for i in range(n)]
+def pooled(runs):
+    """Several processes' runs as one cell: their rates pooled ('error'
+    when any failed: a headline cell needs all its processes)."""
     bad = [r for r in runs if "error" in r]
     if bad:
         return {"error": bad[0]["error"], "runs": runs}
     return {"runs": runs, "rate": bs.pool([r["rate"] for r in runs]),
             "first": runs[0]}
+
+
+def repeated(n, run):
+    """run(i) for i < n, pooled."""
+    return pooled([run(i) for i in range(n)])
 
 
 def rate_cell(c):
@@ -271,9 +275,7 @@ def mbv2_graphed(out, size, prec, reps):
     best = max(ok, key=lambda lo: ok[lo]["rate"]["median"])
     runs = [ok[best]] + [torch_mbv2(out, f"torch_graph_{size}_{prec}_{best}_{i}", size,
                                     prec, "graph", best) for i in range(1, reps)]
-    bad = [r for r in runs if "error" in r]
-    c = ({"error": bad[0]["error"], "runs": runs} if bad else
-         {"runs": runs, "rate": bs.pool([r["rate"] for r in runs]), "first": runs[0]})
+    c = pooled(runs)
     c["layout"] = best
     c["other_layouts"] = {lo: (r["error"][:80] if "error" in r else round(r["rate"]["median"]))
                           for lo, r in first.items() if lo != best}

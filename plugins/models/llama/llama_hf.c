@@ -238,6 +238,19 @@ int llama_hf_load_int4(struct llama *m, const char *name, struct mg_tensor *dst)
 	return rc ? mg_error_prefix("llama: %s: '%s'", path, qn) : 1;
 }
 
+/* "[a, b]" of a shape, into buf. */
+static const char *shape_str(int ndim, const int64_t *shape, char *buf,
+			     size_t len)
+{
+	size_t u = (size_t)snprintf(buf, len, "[");
+	for (int i = 0; i < ndim && u < len; i++)
+		u += (size_t)snprintf(buf + u, len - u, "%s%lld", i ? ", " : "",
+				      (long long)shape[i]);
+	if (u < len)
+		snprintf(buf + u, len - u, "]");
+	return buf;
+}
+
 int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 {
 	int q4 = llama_hf_load_int4(m, name, dst);
@@ -261,34 +274,17 @@ int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 	for (int i = 0; same && i < src.ndim; i++)
 		same = src.shape[i] == dst->shape[i];
 	if (!same) {
-		char a[96] = "", b[96] = "";
-		for (int i = 0; i < src.ndim; i++)
-			snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld",
-				 i ? ", " : "", (long long)src.shape[i]);
-		for (int i = 0; i < dst->ndim; i++)
-			snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld",
-				 i ? ", " : "", (long long)dst->shape[i]);
-		return mg_error("llama: %s: tensor '%s' is [%s], config.json "
-				"makes it [%s]",
-				mg_tensor_file_path(f), name, a, b);
+		char a[96], b[96];
+		return mg_error("llama: %s: tensor '%s' is %s, config.json "
+				"makes it %s",
+				mg_tensor_file_path(f), name,
+				shape_str(src.ndim, src.shape, a, sizeof a),
+				shape_str(dst->ndim, dst->shape, b, sizeof b));
 	}
 	if (mg_tensor_convert_host(dst, &src))
 		return mg_error_prefix("llama: %s: tensor '%s'",
 				       mg_tensor_file_path(f), name);
 	return 0;
-}
-
-/* "[a, b]" of a shape, into buf. */
-static const char *shape_str(int ndim, const int64_t *shape, char *buf,
-			     size_t len)
-{
-	size_t u = (size_t)snprintf(buf, len, "[");
-	for (int i = 0; i < ndim && u < len; i++)
-		u += (size_t)snprintf(buf + u, len - u, "%s%lld", i ? ", " : "",
-				      (long long)shape[i]);
-	if (u < len)
-		snprintf(buf + u, len - u, "]");
-	return buf;
 }
 
 /* Every float tensor the model reads, its header shape against the one
@@ -303,16 +299,17 @@ static int check_shapes(struct llama *m)
 	const struct llama_cfg *c = &m->c;
 	const int64_t D = c->dim, q = c->heads * c->head_dim,
 		      kv = c->kv_heads * c->head_dim;
-	static const char *const lname[] = {
-		"input_layernorm.weight",  "self_attn.q_proj.weight",
-		"self_attn.k_proj.weight", "self_attn.v_proj.weight",
-		"self_attn.o_proj.weight", "post_attention_layernorm.weight",
-		"mlp.gate_proj.weight",	   "mlp.up_proj.weight",
-		"mlp.down_proj.weight"};
-	const int64_t lshape[][2] = {{D, 0},	  {q, D},      {kv, D},
-				     {kv, D},	  {D, q},      {D, 0},
-				     {c->ffn, D}, {c->ffn, D}, {D, c->ffn}};
-	const int nl = (int)(sizeof lname / sizeof *lname);
+	/* [rows, cols] of each layer parameter (cols 0: 1-D), by LP_* */
+	int64_t lshape[LP_COUNT][2] = {0};
+	lshape[LP_IN_NORM][0] = lshape[LP_POST_NORM][0] = D;
+	lshape[LP_Q][0] = q, lshape[LP_Q][1] = D;
+	lshape[LP_K][0] = lshape[LP_V][0] = kv;
+	lshape[LP_K][1] = lshape[LP_V][1] = D;
+	lshape[LP_O][0] = D, lshape[LP_O][1] = q;
+	lshape[LP_GATE][0] = lshape[LP_UP][0] = c->ffn;
+	lshape[LP_GATE][1] = lshape[LP_UP][1] = D;
+	lshape[LP_DOWN][0] = D, lshape[LP_DOWN][1] = c->ffn;
+	const int nl = LP_COUNT;
 	const int64_t total = c->layers * nl + 3;
 	for (int64_t k = 0; k < total; k++) {
 		char name[160];
@@ -320,7 +317,7 @@ static int check_shapes(struct llama *m)
 		if (k < c->layers * nl) {
 			int i = (int)(k % nl);
 			snprintf(name, sizeof name, "model.layers.%lld.%s",
-				 (long long)(k / nl), lname[i]);
+				 (long long)(k / nl), llama_layer_param[i]);
 			want[0] = lshape[i][0], want[1] = lshape[i][1];
 		} else if (k == c->layers * nl) {
 			snprintf(name, sizeof name,

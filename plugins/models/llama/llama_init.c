@@ -63,12 +63,6 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 				    mg_rng_key(seed, (uint64_t)(64 + t))))
 			return -1;
 	}
-	static const char *const layer_names[LP_COUNT] = {
-		"input_layernorm.weight",  "self_attn.q_proj.weight",
-		"self_attn.k_proj.weight", "self_attn.v_proj.weight",
-		"self_attn.o_proj.weight", "post_attention_layernorm.weight",
-		"mlp.gate_proj.weight",	   "mlp.up_proj.weight",
-		"mlp.down_proj.weight"};
 	for (int i = 0; i < np; i++) {
 		const bool layer = unit > 0 && unit <= c->layers;
 		if (layer && llama_quant_param(m, i)) {
@@ -76,7 +70,7 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 			 * values, the same ones a float run starts from */
 			char name[160];
 			snprintf(name, sizeof name, "model.layers.%d.%s",
-				 unit - 1, layer_names[i]);
+				 unit - 1, llama_layer_param[i]);
 			if (llama_quant_fill(m, &params[i], name,
 					     mg_rng_key(seed, (uint64_t)i)))
 				return -1;
@@ -99,7 +93,7 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 			else
 				snprintf(name, sizeof name,
 					 "model.layers.%d.%s", unit - 1,
-					 layer_names[i]);
+					 llama_layer_param[i]);
 			/* quant = int4: each projection from its int4 form */
 			if (m->int4 && layer && i != LP_IN_NORM &&
 			    i != LP_POST_NORM) {
