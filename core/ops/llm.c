@@ -3,6 +3,10 @@
  * argument checks with errors naming the op and the argument, then the
  * CPU kernels (cpu/llm_*.c) or their CUDA twins (cuda/llm.cu).
  */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
 #include "ops/cpu/cpu_llm.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/ops_check.h"
@@ -286,24 +290,55 @@ static int attn_lse(const char *op, struct mg_ctx *ctx,
 	return shape_is(op, "lse", lse, 3, ld);
 }
 
+/* The caller's options over the defaults (the fields its size covers),
+ * checked. */
+static int attn_opts(const char *op, const struct mg_attn_opts *in,
+		     struct mg_attn_opts *a)
+{
+	*a = MG_ATTN_OPTS(0, 0);
+	if (!in || in->size < offsetof(struct mg_attn_opts, window) +
+				      sizeof in->window)
+		return mg_error("%s: no options, or options of %u bytes "
+				"(initialise them with MG_ATTN_OPTS)",
+				op, in ? in->size : 0);
+	memcpy(a, in, in->size < sizeof *a ? in->size : sizeof *a);
+	a->size = sizeof *a;
+	if (!isfinite(a->scale) || a->window < 0)
+		return mg_error("%s: scale %g and window %lld (need a finite "
+				"scale and window >= 0)",
+				op, a->scale, (long long)a->window);
+	return 0;
+}
+
 int mg_op_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 		    const struct mg_tensor *k, const struct mg_tensor *v,
 		    const struct mg_tensor *positions, double scale,
 		    struct mg_tensor *o, struct mg_tensor *lse)
 {
+	const struct mg_attn_opts a = MG_ATTN_OPTS(scale, 0);
+	return mg_op_attention_opts(ctx, q, k, v, positions, &a, o, lse);
+}
+
+int mg_op_attention_opts(struct mg_ctx *ctx, const struct mg_tensor *q,
+			 const struct mg_tensor *k, const struct mg_tensor *v,
+			 const struct mg_tensor *positions,
+			 const struct mg_attn_opts *opts, struct mg_tensor *o,
+			 struct mg_tensor *lse)
+{
 	static const char op[] = "attention";
-	if (mgo_check_ctx(op, ctx) || attn_qkv(op, ctx, q, k, v, positions) ||
+	struct mg_attn_opts a;
+	if (mgo_check_ctx(op, ctx) || attn_opts(op, opts, &a) ||
+	    attn_qkv(op, ctx, q, k, v, positions) ||
 	    mgo_check(op, "o", ctx, o, q->dtype, 4) ||
 	    mgo_same_shape(op, "q", q, "o", o) ||
 	    (lse && attn_lse(op, ctx, q, lse)))
 		return -1;
 	switch (ctx->dev->kind) {
 	case MG_DEV_CPU:
-		return mg_cpu_attention(ctx, q, k, v, positions, scale, o, lse);
+		return mg_cpu_attention(ctx, q, k, v, positions, &a, o, lse);
 #ifdef MG_HAVE_CUDA
 	case MG_DEV_CUDA:
-		return mg_cuda_attention(ctx, q, k, v, positions, scale, o,
-					 lse);
+		return mg_cuda_attention(ctx, q, k, v, positions, &a, o, lse);
 #endif
 	default:
 		return mgo_no_device(op, ctx);
@@ -319,8 +354,23 @@ int mg_op_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 			     const struct mg_tensor *dout, struct mg_tensor *dq,
 			     struct mg_tensor *dk, struct mg_tensor *dv)
 {
+	const struct mg_attn_opts a = MG_ATTN_OPTS(scale, 0);
+	return mg_op_attention_opts_backward(ctx, q, k, v, positions, &a, o,
+					     lse, dout, dq, dk, dv);
+}
+
+int mg_op_attention_opts_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *q,
+	const struct mg_tensor *k, const struct mg_tensor *v,
+	const struct mg_tensor *positions, const struct mg_attn_opts *opts,
+	const struct mg_tensor *o, const struct mg_tensor *lse,
+	const struct mg_tensor *dout, struct mg_tensor *dq,
+	struct mg_tensor *dk, struct mg_tensor *dv)
+{
 	static const char op[] = "attention_backward";
-	if (mgo_check_ctx(op, ctx) || attn_qkv(op, ctx, q, k, v, positions) ||
+	struct mg_attn_opts a;
+	if (mgo_check_ctx(op, ctx) || attn_opts(op, opts, &a) ||
+	    attn_qkv(op, ctx, q, k, v, positions) ||
 	    mgo_check(op, "o", ctx, o, q->dtype, 4) ||
 	    mgo_same_shape(op, "q", q, "o", o) || attn_lse(op, ctx, q, lse) ||
 	    mgo_check(op, "dout", ctx, dout, q->dtype, 4) ||
@@ -334,13 +384,12 @@ int mg_op_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 		return -1;
 	switch (ctx->dev->kind) {
 	case MG_DEV_CPU:
-		return mg_cpu_attention_backward(ctx, q, k, v, positions, scale,
-						 o, lse, dout, dq, dk, dv);
+		return mg_cpu_attention_backward(ctx, q, k, v, positions, &a, o,
+						 lse, dout, dq, dk, dv);
 #ifdef MG_HAVE_CUDA
 	case MG_DEV_CUDA:
-		return mg_cuda_attention_backward(ctx, q, k, v, positions,
-						  scale, o, lse, dout, dq, dk,
-						  dv);
+		return mg_cuda_attention_backward(ctx, q, k, v, positions, &a,
+						  o, lse, dout, dq, dk, dv);
 #endif
 	default:
 		return mgo_no_device(op, ctx);
@@ -354,8 +403,21 @@ int mg_op_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
 			   const struct mg_tensor *v_cache, int64_t pos,
 			   double scale, struct mg_tensor *o)
 {
+	const struct mg_attn_opts a = MG_ATTN_OPTS(scale, 0);
+	return mg_op_attention_decode_opts(ctx, q, k_cache, v_cache, pos, &a,
+					   o);
+}
+
+int mg_op_attention_decode_opts(struct mg_ctx *ctx, const struct mg_tensor *q,
+				const struct mg_tensor *k_cache,
+				const struct mg_tensor *v_cache, int64_t pos,
+				const struct mg_attn_opts *opts,
+				struct mg_tensor *o)
+{
 	static const char op[] = "attention_decode";
-	if (mgo_check_ctx(op, ctx) || fcheck(op, "q", ctx, q, 3) ||
+	struct mg_attn_opts a;
+	if (mgo_check_ctx(op, ctx) || attn_opts(op, opts, &a) ||
+	    fcheck(op, "q", ctx, q, 3) ||
 	    mgo_check(op, "k_cache", ctx, k_cache, q->dtype, 3) ||
 	    mgo_check(op, "v_cache", ctx, v_cache, q->dtype, 3) ||
 	    mgo_same_shape(op, "k_cache", k_cache, "v_cache", v_cache) ||
@@ -383,11 +445,11 @@ int mg_op_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
 	switch (ctx->dev->kind) {
 	case MG_DEV_CPU:
 		return mg_cpu_attention_decode(ctx, q, k_cache, v_cache, pos,
-					       scale, o);
+					       &a, o);
 #ifdef MG_HAVE_CUDA
 	case MG_DEV_CUDA:
 		return mg_cuda_attention_decode(ctx, q, k_cache, v_cache, pos,
-						scale, o);
+						&a, o);
 #endif
 	default:
 		return mgo_no_device(op, ctx);

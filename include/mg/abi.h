@@ -91,9 +91,15 @@ extern "C" {
  *        for tokenizer_config.json's chat_template, and mg_utf8_put
  *        (mg/tokenizer.h); new functions only,
  *        so plugins built for 1.0-1.10 load unchanged
+ *   1.12 attention options (mg/ops_llm.h): struct mg_attn_opts (the
+ *        score scale and a sliding window, sized by its caller) and
+ *        mg_op_attention_opts, _opts_backward and
+ *        mg_op_attention_decode_opts for the decoder families; new
+ *        functions only, the scale-only ops stay, so plugins built for
+ *        1.0-1.11 load unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 11
+#define MG_ABI_MINOR 12
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

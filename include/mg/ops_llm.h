@@ -65,6 +65,24 @@ MG_EXPORT int mg_op_rope_backward(struct mg_ctx *ctx, struct mg_tensor *dx,
 				  const struct mg_tensor *inv_freq);
 
 /*
+ * What differs between decoder families' attention, beyond the shapes
+ * (ABI 1.12): the score scale (1 / sqrt(hd), or Gemma's
+ * query_pre_attn_scalar) and a sliding window (Mistral, Gemma's local
+ * layers): with window W > 0 query t also needs t - s < W, so it sees
+ * at most W keys, itself included (transformers' sliding_window). size
+ * is sizeof the caller's struct, as MG_ATTN_OPTS sets it, so a later
+ * minor can append fields that older callers leave at their defaults.
+ */
+struct mg_attn_opts {
+	uint32_t size;
+	double scale;
+	int64_t window; /* 0: no window */
+};
+#define MG_ATTN_OPTS(scale_, window_)                                          \
+	((struct mg_attn_opts){sizeof(struct mg_attn_opts), (scale_),          \
+			       (window_)})
+
+/*
  * Causal self-attention with grouped-query heads over packed documents:
  * q [N, T, Hq, hd], k and v [N, T, Hkv, hd] with Hq a multiple of Hkv
  * (query head h reads key/value head h / (Hq / Hkv), never a repeated
@@ -88,6 +106,22 @@ mg_op_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
 			 const struct mg_tensor *o, const struct mg_tensor *lse,
 			 const struct mg_tensor *dout, struct mg_tensor *dq,
 			 struct mg_tensor *dk, struct mg_tensor *dv);
+/* The same two ops with a family's options (ABI 1.12); mg_op_attention
+ * and its backward are these with MG_ATTN_OPTS(scale, 0). */
+MG_EXPORT int mg_op_attention_opts(struct mg_ctx *ctx,
+				   const struct mg_tensor *q,
+				   const struct mg_tensor *k,
+				   const struct mg_tensor *v,
+				   const struct mg_tensor *positions,
+				   const struct mg_attn_opts *opts,
+				   struct mg_tensor *o, struct mg_tensor *lse);
+MG_EXPORT int mg_op_attention_opts_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *q,
+	const struct mg_tensor *k, const struct mg_tensor *v,
+	const struct mg_tensor *positions, const struct mg_attn_opts *opts,
+	const struct mg_tensor *o, const struct mg_tensor *lse,
+	const struct mg_tensor *dout, struct mg_tensor *dq,
+	struct mg_tensor *dk, struct mg_tensor *dv);
 
 /*
  * Attention of new tokens over a key/value cache, for incremental
@@ -106,6 +140,12 @@ MG_EXPORT int mg_op_attention_decode(struct mg_ctx *ctx,
 				     const struct mg_tensor *v_cache,
 				     int64_t pos, double scale,
 				     struct mg_tensor *o);
+/* The same with a family's options (ABI 1.12): with a window, query t
+ * attends cache rows pos + t - window + 1 .. pos + t only. */
+MG_EXPORT int mg_op_attention_decode_opts(
+	struct mg_ctx *ctx, const struct mg_tensor *q,
+	const struct mg_tensor *k_cache, const struct mg_tensor *v_cache,
+	int64_t pos, const struct mg_attn_opts *opts, struct mg_tensor *o);
 
 /* SwiGLU: h = silu(g) * u, element-wise (silu(g) = g / (1 + e^-g)).
  * g, u, h of equal numel; h may alias g or u. */

@@ -1645,16 +1645,20 @@ static void llm_rope_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t H,
 /* Which CUDA attention kernels a check ran on, in its name. */
 static const char *attn_tag = "";
 
+/* window > 0: a sliding window of that many keys (Mistral's). */
 static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
-				int64_t Hq, int64_t Hkv, int64_t hd)
+				int64_t Hq, int64_t Hkv, int64_t hd,
+				int64_t window)
 {
-	const double tol = gt_tol(dt), sc = 1 / sqrt((double)hd);
+	const double tol = gt_tol(dt);
+	const struct mg_attn_opts sc =
+		MG_ATTN_OPTS(1 / sqrt((double)hd), window);
 	struct gt q, k, v, pos, o, lse, dout, dq, dk, dv;
-	char name[96];
+	char name[112];
 	snprintf(name, sizeof name,
-		 "attention%s N%lld T%lld Hq%lld Hkv%lld hd%lld", attn_tag,
-		 (long long)N, (long long)T, (long long)Hq, (long long)Hkv,
-		 (long long)hd);
+		 "attention%s N%lld T%lld Hq%lld Hkv%lld hd%lld W%lld",
+		 attn_tag, (long long)N, (long long)T, (long long)Hq,
+		 (long long)Hkv, (long long)hd, (long long)window);
 	gt_make(&q, dt, -1, 4, N, T, Hq, hd);
 	gt_make(&k, dt, -1, 4, N, T, Hkv, hd);
 	gt_make(&v, dt, -1, 4, N, T, Hkv, hd);
@@ -1666,11 +1670,11 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 	gt_rand(&v, -1, 1);
 	gt_poison(&o);
 	gt_poison(&lse);
-	CPU(mg_op_attention(&gt_cpu, &q.c, &k.c, &v.c, &pos.c, sc, &o.c,
-			    &lse.c),
+	CPU(mg_op_attention_opts(&gt_cpu, &q.c, &k.c, &v.c, &pos.c, &sc, &o.c,
+				 &lse.c),
 	    name);
-	if (!gt_ok(mg_op_attention(&gt_gpu, &q.g, &k.g, &v.g, &pos.g, sc, &o.g,
-				   &lse.g),
+	if (!gt_ok(mg_op_attention_opts(&gt_gpu, &q.g, &k.g, &v.g, &pos.g, &sc,
+					&o.g, &lse.g),
 		   name)) {
 		gt_check(LBL("%s o", name), dt, &o, tol);
 		gt_check(LBL("%s lse", name), dt, &lse, gt_tol(MG_F32));
@@ -1686,13 +1690,13 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 	gt_poison(&dq);
 	gt_poison(&dk);
 	gt_poison(&dv);
-	CPU(mg_op_attention_backward(&gt_cpu, &q.c, &k.c, &v.c, &pos.c, sc,
-				     &o.c, &lse.c, &dout.c, &dq.c, &dk.c,
-				     &dv.c),
+	CPU(mg_op_attention_opts_backward(&gt_cpu, &q.c, &k.c, &v.c, &pos.c,
+					  &sc, &o.c, &lse.c, &dout.c, &dq.c,
+					  &dk.c, &dv.c),
 	    name);
-	if (!gt_ok(mg_op_attention_backward(&gt_gpu, &q.g, &k.g, &v.g, &pos.g,
-					    sc, &o.g, &lse.g, &dout.g, &dq.g,
-					    &dk.g, &dv.g),
+	if (!gt_ok(mg_op_attention_opts_backward(&gt_gpu, &q.g, &k.g, &v.g,
+						 &pos.g, &sc, &o.g, &lse.g,
+						 &dout.g, &dq.g, &dk.g, &dv.g),
 		   name)) {
 		gt_check(LBL("%s dq", name), dt, &dq, tol);
 		gt_check(LBL("%s dk", name), dt, &dk, tol);
@@ -1700,9 +1704,9 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 	}
 	/* run again: bit-identical */
 	double *r1[3] = {gt_read(&dq), gt_read(&dk), gt_read(&dv)};
-	if (!gt_ok(mg_op_attention_backward(&gt_gpu, &q.g, &k.g, &v.g, &pos.g,
-					    sc, &o.g, &lse.g, &dout.g, &dq.g,
-					    &dk.g, &dv.g),
+	if (!gt_ok(mg_op_attention_opts_backward(&gt_gpu, &q.g, &k.g, &v.g,
+						 &pos.g, &sc, &o.g, &lse.g,
+						 &dout.g, &dq.g, &dk.g, &dv.g),
 		   name)) {
 		struct gt *g3[3] = {&dq, &dk, &dv};
 		int64_t diff = 0;
@@ -1720,9 +1724,9 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 	 * the GPU side poisoned (all-ones bits: NaN in every float type) */
 	cudaMemset(dk.g.data, 0xff, mg_tensor_bytes(&dk.g));
 	cudaMemset(dv.g.data, 0xff, mg_tensor_bytes(&dv.g));
-	if (!gt_ok(mg_op_attention_backward(&gt_gpu, &q.g, &k.g, &v.g, &pos.g,
-					    sc, &o.g, &lse.g, &dout.g, NULL,
-					    &dk.g, &dv.g),
+	if (!gt_ok(mg_op_attention_opts_backward(&gt_gpu, &q.g, &k.g, &v.g,
+						 &pos.g, &sc, &o.g, &lse.g,
+						 &dout.g, NULL, &dk.g, &dv.g),
 		   name)) {
 		gt_check(LBL("%s dk (no dq)", name), dt, &dk, tol);
 		gt_check(LBL("%s dv (no dq)", name), dt, &dv, tol);
@@ -1735,16 +1739,20 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 /* Decoding over a key/value cache: n queries at pos..pos+n-1 against
  * random cache rows (rows past pos + n are NaN: never read). */
 static void llm_decode_check(enum mg_dtype dt, int64_t max_len, int64_t pos,
-			     int64_t n, int64_t Hq, int64_t Hkv, int64_t hd)
+			     int64_t n, int64_t Hq, int64_t Hkv, int64_t hd,
+			     int64_t window)
 {
-	const double tol = gt_tol(dt), sc = 1 / sqrt((double)hd);
+	const double tol = gt_tol(dt);
+	const struct mg_attn_opts sc =
+		MG_ATTN_OPTS(1 / sqrt((double)hd), window);
 	struct gt q, kc, vc, o;
-	char name[112];
+	char name[128];
 	snprintf(name, sizeof name,
 		 "attention_decode len%lld pos%lld n%lld Hq%lld Hkv%lld "
-		 "hd%lld",
+		 "hd%lld W%lld",
 		 (long long)max_len, (long long)pos, (long long)n,
-		 (long long)Hq, (long long)Hkv, (long long)hd);
+		 (long long)Hq, (long long)Hkv, (long long)hd,
+		 (long long)window);
 	gt_make(&q, dt, -1, 3, n, Hq, hd, 0);
 	gt_make(&kc, dt, -1, 3, max_len, Hkv, hd, 0);
 	gt_make(&vc, dt, -1, 3, max_len, Hkv, hd, 0);
@@ -1757,16 +1765,17 @@ static void llm_decode_check(enum mg_dtype dt, int64_t max_len, int64_t pos,
 	gt_upload(&kc);
 	gt_upload(&vc);
 	gt_poison(&o);
-	CPU(mg_op_attention_decode(&gt_cpu, &q.c, &kc.c, &vc.c, pos, sc, &o.c),
+	CPU(mg_op_attention_decode_opts(&gt_cpu, &q.c, &kc.c, &vc.c, pos, &sc,
+					&o.c),
 	    name);
-	if (!gt_ok(mg_op_attention_decode(&gt_gpu, &q.g, &kc.g, &vc.g, pos, sc,
-					  &o.g),
+	if (!gt_ok(mg_op_attention_decode_opts(&gt_gpu, &q.g, &kc.g, &vc.g, pos,
+					       &sc, &o.g),
 		   name))
 		gt_check(LBL("%s o", name), dt, &o, tol);
 	/* run again: bit-identical */
 	double *r1 = gt_read(&o);
-	if (!gt_ok(mg_op_attention_decode(&gt_gpu, &q.g, &kc.g, &vc.g, pos, sc,
-					  &o.g),
+	if (!gt_ok(mg_op_attention_decode_opts(&gt_gpu, &q.g, &kc.g, &vc.g, pos,
+					       &sc, &o.g),
 		   name)) {
 		double *r2 = gt_read(&o);
 		gt_report(LBL("%s twice", name), dt,
@@ -1827,18 +1836,25 @@ static void test_llm(void)
 		llm_rope_check(dt, 3, 13, 3, 8);
 		/* LLaMA-like heads; GQA 4:1 and multi-query; odd T; the
 		 * head dims of small models and hd 256 */
-		llm_attention_check(dt, 4, 256, 8, 2, 64);
-		llm_attention_check(dt, 2, 333, 4, 1, 128);
-		llm_attention_check(dt, 4, 37, 4, 2, 16);
-		llm_attention_check(dt, 3, 11, 4, 4, 8);
-		llm_attention_check(dt, 2, 70, 2, 1, 256);
+		llm_attention_check(dt, 4, 256, 8, 2, 64, 0);
+		llm_attention_check(dt, 2, 333, 4, 1, 128, 0);
+		llm_attention_check(dt, 4, 37, 4, 2, 16, 0);
+		llm_attention_check(dt, 3, 11, 4, 4, 8, 0);
+		llm_attention_check(dt, 2, 70, 2, 1, 256, 0);
+		/* sliding windows: shorter than a tile, across tiles */
+		llm_attention_check(dt, 4, 37, 4, 2, 16, 5);
+		llm_attention_check(dt, 2, 200, 4, 1, 64, 50);
 		/* decoding: prefill, one token at a long position, chunk
 		 * boundaries of the CUDA kernel (128 keys), hd 256 */
-		llm_decode_check(dt, 64, 0, 37, 8, 2, 64);
-		llm_decode_check(dt, 1000, 700, 1, 32, 8, 128);
-		llm_decode_check(dt, 300, 127, 130, 4, 1, 16);
-		llm_decode_check(dt, 20, 3, 2, 2, 1, 256);
-		llm_decode_check(dt, 9, 8, 1, 3, 3, 8);
+		llm_decode_check(dt, 64, 0, 37, 8, 2, 64, 0);
+		llm_decode_check(dt, 1000, 700, 1, 32, 8, 128, 0);
+		llm_decode_check(dt, 300, 127, 130, 4, 1, 16, 0);
+		llm_decode_check(dt, 20, 3, 2, 2, 1, 256, 0);
+		llm_decode_check(dt, 9, 8, 1, 3, 3, 8, 0);
+		/* sliding windows: a prefill past the window, a token whose
+		 * window starts mid-chunk */
+		llm_decode_check(dt, 64, 0, 37, 8, 2, 64, 16);
+		llm_decode_check(dt, 1000, 700, 1, 32, 8, 128, 300);
 		llm_swiglu_check(dt, 8 * 512 * 1376);
 		llm_swiglu_check(dt, 1001);
 	}
@@ -1854,11 +1870,22 @@ static void test_llm(void)
  */
 static void test_attention(void)
 {
-	static const int64_t sh[][5] = {
-		/* N, T, Hq, Hkv, hd */
-		{4, 77, 4, 4, 64},    {4, 200, 8, 2, 128}, {5, 513, 8, 1, 64},
-		{4, 513, 16, 2, 128}, {2, 64, 4, 1, 128},  {4, 256, 32, 8, 64},
-		{2, 1, 8, 1, 64},     {6, 130, 4, 1, 128}, {1, 1000, 8, 2, 128},
+	static const int64_t sh[][6] = {
+		/* N, T, Hq, Hkv, hd, sliding window (0: none) */
+		{4, 77, 4, 4, 64, 0},
+		{4, 200, 8, 2, 128, 0},
+		{5, 513, 8, 1, 64, 0},
+		{4, 513, 16, 2, 128, 0},
+		{2, 64, 4, 1, 128, 0},
+		{4, 256, 32, 8, 64, 0},
+		{2, 1, 8, 1, 64, 0},
+		{6, 130, 4, 1, 128, 0},
+		{1, 1000, 8, 2, 128, 0},
+		/* windows within a tile, across tiles, of one key */
+		{4, 200, 8, 2, 128, 13},
+		{4, 513, 16, 2, 128, 100},
+		{1, 1000, 8, 2, 64, 256},
+		{4, 77, 4, 1, 64, 1},
 	};
 	static const enum mg_dtype half[] = {MG_BF16, MG_F16};
 	for (int flash = 1; flash >= 0; flash--) {
@@ -1872,13 +1899,14 @@ static void test_attention(void)
 					continue;
 				llm_attention_check(half[d], sh[i][0], sh[i][1],
 						    sh[i][2], sh[i][3],
-						    sh[i][4]);
+						    sh[i][4], sh[i][5]);
 			}
 	}
 	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
 	attn_tag = " [f32]";
-	llm_attention_check(MG_F32, 4, 200, 8, 2, 128);
-	llm_attention_check(MG_F32, 4, 77, 4, 1, 64);
+	llm_attention_check(MG_F32, 4, 200, 8, 2, 128, 0);
+	llm_attention_check(MG_F32, 4, 77, 4, 1, 64, 0);
+	llm_attention_check(MG_F32, 4, 200, 8, 2, 128, 40);
 	attn_tag = "";
 }
 

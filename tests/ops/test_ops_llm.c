@@ -287,6 +287,7 @@ static void test_rope(void)
 
 struct attn_case {
 	int64_t N, T, Hq, Hkv, hd;
+	int64_t window; /* sliding window, 0: none */
 };
 
 /* Naive: repeated heads materialised, mask from the positions. */
@@ -311,8 +312,11 @@ static void ref_attention(const struct attn_case *c, const double *q,
 			for (int64_t t = 0; t < T; t++) {
 				double m = -INFINITY;
 				for (int64_t s = 0; s < T; s++) {
-					const bool on = s <= t &&
-							s >= t - pos[n * T + t];
+					const bool on =
+						s <= t &&
+						s >= t - pos[n * T + t] &&
+						(!c->window ||
+						 t - s < c->window);
 					double a = 0;
 					for (int64_t d = 0; d < hd; d++)
 						a += q[((n * T + t) * c->Hq +
@@ -344,14 +348,14 @@ static void ref_attention(const struct attn_case *c, const double *q,
 
 struct attn_fd {
 	struct mg_tensor *q, *k, *v, *pos, *o, *R;
-	double scale;
+	struct mg_attn_opts a;
 };
 
 static double attn_loss(void *arg)
 {
 	struct attn_fd *f = arg;
-	if (mg_op_attention(&ctx, f->q, f->k, f->v, f->pos, f->scale, f->o,
-			    NULL))
+	if (mg_op_attention_opts(&ctx, f->q, f->k, f->v, f->pos, &f->a, f->o,
+				 NULL))
 		return NAN;
 	return dot(f->o, f->R);
 }
@@ -360,9 +364,9 @@ static void attn_case(const struct attn_case *c)
 {
 	char name[96], buf[160];
 	snprintf(name, sizeof name,
-		 "attention N%lld T%lld Hq%lld Hkv%lld hd%lld", (long long)c->N,
-		 (long long)c->T, (long long)c->Hq, (long long)c->Hkv,
-		 (long long)c->hd);
+		 "attention N%lld T%lld Hq%lld Hkv%lld hd%lld W%lld",
+		 (long long)c->N, (long long)c->T, (long long)c->Hq,
+		 (long long)c->Hkv, (long long)c->hd, (long long)c->window);
 	struct mg_tensor q = mk(MG_F64, 4, c->N, c->T, c->Hq, c->hd);
 	struct mg_tensor k = mk(MG_F64, 4, c->N, c->T, c->Hkv, c->hd);
 	struct mg_tensor v = clone(&k), o = clone(&q), R = clone(&q),
@@ -370,10 +374,11 @@ static void attn_case(const struct attn_case *c)
 	struct mg_tensor lse = mk(MG_F64, 3, c->N, c->Hq, c->T, 0);
 	struct mg_tensor pos = make_positions(c->N, c->T);
 	const double scale = 1 / sqrt((double)c->hd);
+	const struct mg_attn_opts a = MG_ATTN_OPTS(scale, c->window);
 	fill_rand(&q, 2), fill_rand(&k, 2), fill_rand(&v, 1), fill_rand(&R, 1);
 	fill_nan(&o), fill_nan(&lse), fill_nan(&dq), fill_nan(&dk);
 	fill_nan(&dv);
-	CHECK_OK(mg_op_attention(&ctx, &q, &k, &v, &pos, scale, &o, &lse));
+	CHECK_OK(mg_op_attention_opts(&ctx, &q, &k, &v, &pos, &a, &o, &lse));
 	double *wo = malloc((size_t)N_(&q) * sizeof *wo);
 	double *wl = malloc((size_t)N_(&lse) * sizeof *wl);
 	ref_attention(c, D(&q), D(&k), D(&v), I(&pos), scale, wo, wl);
@@ -381,9 +386,9 @@ static void attn_case(const struct attn_case *c)
 	expect_close(buf, D(&o), wo, N_(&o), 1e-12);
 	snprintf(buf, sizeof buf, "%s lse", name);
 	expect_close(buf, D(&lse), wl, N_(&lse), 1e-12);
-	CHECK_OK(mg_op_attention_backward(&ctx, &q, &k, &v, &pos, scale, &o,
-					  &lse, &R, &dq, &dk, &dv));
-	struct attn_fd f = {&q, &k, &v, &pos, &o, &R, scale};
+	CHECK_OK(mg_op_attention_opts_backward(&ctx, &q, &k, &v, &pos, &a, &o,
+					       &lse, &R, &dq, &dk, &dv));
+	struct attn_fd f = {&q, &k, &v, &pos, &o, &R, a};
 	snprintf(buf, sizeof buf, "%s dq", name);
 	fd_check(buf, &q, D(&dq), attn_loss, &f, 0, FD_TOL);
 	snprintf(buf, sizeof buf, "%s dk", name);
@@ -391,12 +396,12 @@ static void attn_case(const struct attn_case *c)
 	snprintf(buf, sizeof buf, "%s dv", name);
 	fd_check(buf, &v, D(&dv), attn_loss, &f, 0, FD_TOL);
 	/* the forward's o and lse again (fd_check reran it without lse) */
-	CHECK_OK(mg_op_attention(&ctx, &q, &k, &v, &pos, scale, &o, &lse));
+	CHECK_OK(mg_op_attention_opts(&ctx, &q, &k, &v, &pos, &a, &o, &lse));
 	/* only dk: same values, others untouched */
 	struct mg_tensor dk2 = clone(&k);
 	fill_nan(&dk2);
-	CHECK_OK(mg_op_attention_backward(&ctx, &q, &k, &v, &pos, scale, &o,
-					  &lse, &R, NULL, &dk2, NULL));
+	CHECK_OK(mg_op_attention_opts_backward(&ctx, &q, &k, &v, &pos, &a, &o,
+					       &lse, &R, NULL, &dk2, NULL));
 	snprintf(buf, sizeof buf, "%s dk alone", name);
 	expect_close(buf, D(&dk2), D(&dk), N_(&dk), 0);
 	free(wo), free(wl);
@@ -407,10 +412,15 @@ static void attn_case(const struct attn_case *c)
 static void test_attention(void)
 {
 	static const struct attn_case cases[] = {
-		{4, 7, 4, 2, 8},   /* GQA 2:1, T odd */
-		{4, 11, 4, 1, 16}, /* multi-query */
-		{2, 5, 2, 2, 8},   /* plain multi-head */
-		{3, 1, 4, 2, 8},   /* one token */
+		{4, 7, 4, 2, 8, 0},   /* GQA 2:1, T odd */
+		{4, 11, 4, 1, 16, 0}, /* multi-query */
+		{2, 5, 2, 2, 8, 0},   /* plain multi-head */
+		{3, 1, 4, 2, 8, 0},   /* one token */
+		/* sliding windows shorter than the documents (Mistral's),
+		 * of one key, and longer than the rows (no effect) */
+		{4, 11, 4, 2, 8, 3},
+		{4, 7, 4, 1, 8, 1},
+		{2, 5, 2, 2, 8, 9},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
 		attn_case(&cases[i]);
@@ -427,13 +437,13 @@ static void expect_error(const char *what, int rc, const char *needle);
  * F32 must stay close to F64, and the result must not depend on the
  * thread count. */
 static void decode_case(int64_t L, int64_t n, int64_t Hq, int64_t Hkv,
-			int64_t hd)
+			int64_t hd, int64_t window)
 {
-	char name[96], buf[160];
+	char name[112], buf[176];
 	snprintf(name, sizeof name,
-		 "attention_decode L%lld n%lld Hq%lld Hkv%lld hd%lld",
+		 "attention_decode L%lld n%lld Hq%lld Hkv%lld hd%lld W%lld",
 		 (long long)L, (long long)n, (long long)Hq, (long long)Hkv,
-		 (long long)hd);
+		 (long long)hd, (long long)window);
 	const int64_t max_len = L + 3, pos = L - n;
 	struct mg_tensor q = mk(MG_F64, 4, 1, L, Hq, hd);
 	struct mg_tensor k = mk(MG_F64, 4, 1, L, Hkv, hd);
@@ -441,9 +451,10 @@ static void decode_case(int64_t L, int64_t n, int64_t Hq, int64_t Hkv,
 	struct mg_tensor pos_t = mk(MG_I32, 2, 1, L, 0, 0);
 	for (int64_t t = 0; t < L; t++)
 		I(&pos_t)[t] = (int32_t)t;
-	const double scale = 1 / sqrt((double)hd);
+	const struct mg_attn_opts a =
+		MG_ATTN_OPTS(1 / sqrt((double)hd), window);
 	fill_rand(&q, 2), fill_rand(&k, 2), fill_rand(&v, 1);
-	CHECK_OK(mg_op_attention(&ctx, &q, &k, &v, &pos_t, scale, &o, NULL));
+	CHECK_OK(mg_op_attention_opts(&ctx, &q, &k, &v, &pos_t, &a, &o, NULL));
 	struct mg_tensor kc = mk(MG_F64, 3, max_len, Hkv, hd, 0);
 	struct mg_tensor vc = clone(&kc);
 	fill_nan(&kc), fill_nan(&vc);
@@ -452,21 +463,22 @@ static void decode_case(int64_t L, int64_t n, int64_t Hq, int64_t Hkv,
 	struct mg_tensor qn = mk(MG_F64, 3, n, Hq, hd, 0), on = clone(&qn);
 	memcpy(qn.data, D(&q) + pos * Hq * hd, mg_tensor_bytes(&qn));
 	fill_nan(&on);
-	CHECK_OK(mg_op_attention_decode(&ctx, &qn, &kc, &vc, pos, scale, &on));
+	CHECK_OK(
+		mg_op_attention_decode_opts(&ctx, &qn, &kc, &vc, pos, &a, &on));
 	snprintf(buf, sizeof buf, "%s vs attention", name);
 	expect_close(buf, D(&on), D(&o) + pos * Hq * hd, N_(&on), 1e-13);
 	/* F32 against F64 */
 	struct mg_tensor q32 = to_f32(&qn), k32 = to_f32(&kc),
 			 v32 = to_f32(&vc), o32 = to_f32(&on);
-	CHECK_OK(mg_op_attention_decode(&ctx, &q32, &k32, &v32, pos, scale,
-					&o32));
+	CHECK_OK(mg_op_attention_decode_opts(&ctx, &q32, &k32, &v32, pos, &a,
+					     &o32));
 	snprintf(buf, sizeof buf, "%s f32", name);
 	expect_close32(buf, &o32, &on, 1e-5);
 	/* one thread and all: bit-identical */
 	struct mg_tensor o1 = clone(&o32);
 	dev.threads = 1;
-	CHECK_OK(mg_op_attention_decode(&ctx, &q32, &k32, &v32, pos, scale,
-					&o1));
+	CHECK_OK(mg_op_attention_decode_opts(&ctx, &q32, &k32, &v32, pos, &a,
+					     &o1));
 	dev.threads = 0;
 	if (memcmp(o1.data, o32.data, mg_tensor_bytes(&o1)))
 		fail("%s: differs between thread counts", name);
@@ -478,11 +490,16 @@ static void decode_case(int64_t L, int64_t n, int64_t Hq, int64_t Hkv,
 
 static void test_decode(void)
 {
-	decode_case(9, 9, 4, 2, 8);   /* prefill of a whole prompt, GQA */
-	decode_case(9, 1, 4, 2, 8);   /* one token after eight */
-	decode_case(12, 3, 4, 1, 16); /* multi-query, a few tokens */
-	decode_case(1, 1, 2, 2, 8);   /* the first token alone */
-	decode_case(40, 1, 6, 3, 32); /* a longer cache, GQA 2:1 */
+	decode_case(9, 9, 4, 2, 8, 0);	 /* prefill of a whole prompt, GQA */
+	decode_case(9, 1, 4, 2, 8, 0);	 /* one token after eight */
+	decode_case(12, 3, 4, 1, 16, 0); /* multi-query, a few tokens */
+	decode_case(1, 1, 2, 2, 8, 0);	 /* the first token alone */
+	decode_case(40, 1, 6, 3, 32, 0); /* a longer cache, GQA 2:1 */
+	/* sliding windows: a prefill longer than the window, one token
+	 * past it, a window of one */
+	decode_case(12, 12, 4, 2, 8, 5);
+	decode_case(40, 1, 6, 3, 32, 7);
+	decode_case(9, 3, 4, 2, 8, 1);
 	/* argument errors */
 	struct mg_tensor q = mk(MG_F64, 3, 2, 4, 8, 0), o = clone(&q);
 	struct mg_tensor kc = mk(MG_F64, 3, 5, 2, 8, 0);
@@ -566,7 +583,7 @@ static void round32(struct mg_tensor *t)
 static void test_precision(void)
 {
 	const double tol = 1e-4;
-	const struct attn_case c = {4, 13, 4, 2, 16};
+	const struct attn_case c = {4, 13, 4, 2, 16, 0};
 	struct mg_tensor q = mk(MG_F64, 4, c.N, c.T, c.Hq, c.hd);
 	struct mg_tensor k = mk(MG_F64, 4, c.N, c.T, c.Hkv, c.hd);
 	struct mg_tensor v = clone(&k), o = clone(&q), dout = clone(&q),
@@ -727,6 +744,21 @@ static void test_errors(void)
 	expect_error("attention lse",
 		     mg_op_attention(&ctx, &q, &k1, &k1, &pos, 1, &o, &lbad),
 		     "lse has shape");
+	const struct mg_attn_opts wneg = MG_ATTN_OPTS(1, -2);
+	expect_error(
+		"attention negative window",
+		mg_op_attention_opts(&ctx, &q, &k1, &k1, &pos, &wneg, &o, NULL),
+		"window -2");
+	struct mg_attn_opts wsmall = MG_ATTN_OPTS(1, 0);
+	wsmall.size = 4;
+	expect_error("attention options without a size",
+		     mg_op_attention_opts(&ctx, &q, &k1, &k1, &pos, &wsmall, &o,
+					  NULL),
+		     "MG_ATTN_OPTS");
+	expect_error(
+		"attention no options",
+		mg_op_attention_opts(&ctx, &q, &k1, &k1, &pos, NULL, &o, NULL),
+		"no options");
 	struct mg_tensor f = mk(MG_F32, 1, 3, 0, 0, 0);
 	expect_error("rope inv_freq", mg_op_rope(&ctx, &q, &pos, &f),
 		     "inv_freq must be [4]");

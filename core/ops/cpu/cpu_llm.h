@@ -27,22 +27,22 @@ int mg_cpu_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 		const struct mg_tensor *inv_freq, int sign);
 int mg_cpu_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 		     const struct mg_tensor *k, const struct mg_tensor *v,
-		     const struct mg_tensor *positions, double scale,
-		     struct mg_tensor *o, struct mg_tensor *lse);
-int mg_cpu_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
-			      const struct mg_tensor *k,
-			      const struct mg_tensor *v,
-			      const struct mg_tensor *positions, double scale,
-			      const struct mg_tensor *o,
-			      const struct mg_tensor *lse,
-			      const struct mg_tensor *dout,
-			      struct mg_tensor *dq, struct mg_tensor *dk,
-			      struct mg_tensor *dv);
-/* q [n, Hq, hd] over cache rows 0..pos+t (llm_decode.c). */
+		     const struct mg_tensor *positions,
+		     const struct mg_attn_opts *a, struct mg_tensor *o,
+		     struct mg_tensor *lse);
+int mg_cpu_attention_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *q,
+	const struct mg_tensor *k, const struct mg_tensor *v,
+	const struct mg_tensor *positions, const struct mg_attn_opts *a,
+	const struct mg_tensor *o, const struct mg_tensor *lse,
+	const struct mg_tensor *dout, struct mg_tensor *dq,
+	struct mg_tensor *dk, struct mg_tensor *dv);
+/* q [n, Hq, hd] over cache rows 0..pos+t, the window's last ones
+ * (llm_decode.c). */
 int mg_cpu_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
 			    const struct mg_tensor *k_cache,
 			    const struct mg_tensor *v_cache, int64_t pos,
-			    double scale, struct mg_tensor *o);
+			    const struct mg_attn_opts *a, struct mg_tensor *o);
 int mg_cpu_swiglu(struct mg_ctx *ctx, const struct mg_tensor *g,
 		  const struct mg_tensor *u, struct mg_tensor *h);
 int mg_cpu_swiglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,

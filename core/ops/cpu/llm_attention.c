@@ -13,13 +13,17 @@
 
 struct llm_attn_geom {
 	int64_t N, S, Hq, Hkv, hd; /* S: sequence length */
+	int64_t window;		   /* sliding window, 0: none */
 };
 
-/* First key query t attends: t - pos, clamped to [0, t]. */
-static inline int64_t llm_lo(int64_t t, int32_t pos)
+/* First key query t attends: t - pos, clamped to [0, t], and within the
+ * sliding window (t - window + 1) when there is one. */
+static inline int64_t llm_lo(const struct llm_attn_geom *g, int64_t t,
+			     int32_t pos)
 {
 	int64_t lo = t - (int64_t)pos;
-	return lo < 0 ? 0 : (lo > t ? t : lo);
+	lo = lo < 0 ? 0 : (lo > t ? t : lo);
+	return g->window > 0 && t - g->window + 1 > lo ? t - g->window + 1 : lo;
 }
 
 #define T float
@@ -30,19 +34,22 @@ static inline int64_t llm_lo(int64_t t, int32_t pos)
 #include "llm_attention_impl.h"
 
 static struct llm_attn_geom geom(const struct mg_tensor *q,
-				 const struct mg_tensor *k)
+				 const struct mg_tensor *k,
+				 const struct mg_attn_opts *a)
 {
 	struct llm_attn_geom g = {q->shape[0], q->shape[1], q->shape[2],
-				  k->shape[2], q->shape[3]};
+				  k->shape[2], q->shape[3], a->window};
 	return g;
 }
 
 int mg_cpu_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 		     const struct mg_tensor *k, const struct mg_tensor *v,
-		     const struct mg_tensor *positions, double scale,
-		     struct mg_tensor *o, struct mg_tensor *lse)
+		     const struct mg_tensor *positions,
+		     const struct mg_attn_opts *a, struct mg_tensor *o,
+		     struct mg_tensor *lse)
 {
-	const struct llm_attn_geom g = geom(q, k);
+	const struct llm_attn_geom g = geom(q, k, a);
+	const double scale = a->scale;
 	if (mg_tensor_numel(q) == 0)
 		return 0;
 	const int nt = mgo_threads_for(ctx, g.N * g.Hq * g.S * g.S * g.hd);
@@ -55,17 +62,16 @@ int mg_cpu_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 	return 0;
 }
 
-int mg_cpu_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
-			      const struct mg_tensor *k,
-			      const struct mg_tensor *v,
-			      const struct mg_tensor *positions, double scale,
-			      const struct mg_tensor *o,
-			      const struct mg_tensor *lse,
-			      const struct mg_tensor *dout,
-			      struct mg_tensor *dq, struct mg_tensor *dk,
-			      struct mg_tensor *dv)
+int mg_cpu_attention_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *q,
+	const struct mg_tensor *k, const struct mg_tensor *v,
+	const struct mg_tensor *positions, const struct mg_attn_opts *a,
+	const struct mg_tensor *o, const struct mg_tensor *lse,
+	const struct mg_tensor *dout, struct mg_tensor *dq,
+	struct mg_tensor *dk, struct mg_tensor *dv)
 {
-	const struct llm_attn_geom g = geom(q, k);
+	const struct llm_attn_geom g = geom(q, k, a);
+	const double scale = a->scale;
 	if (mg_tensor_numel(q) == 0)
 		return 0;
 	const int nt = mgo_threads_for(ctx, g.N * g.Hq * g.S * g.S * g.hd);

@@ -5,7 +5,8 @@
  * thread in a fixed order, so results do not depend on the thread count.
  *
  * Layouts: q, o, dq [N, T, Hq, hd]; k, v, dk, dv [N, T, Hkv, hd];
- * pos [N, T]; lse [N, Hq, T]. Query t sees keys [llm_lo(t), t].
+ * pos [N, T]; lse [N, Hq, T]. Query t sees keys [llm_lo(t), t] (its
+ * document, within the sliding window).
  */
 
 static double FN(dotd)(const T *a, const T *b, int64_t n)
@@ -34,7 +35,7 @@ static void FN(attn_fwd)(const struct llm_attn_geom *g, const T *q, const T *k,
 						q + ((n * g->S + t) * g->Hq +
 						     h) * hd;
 					const int64_t lo =
-						llm_lo(t, pos[n * g->S + t]);
+						llm_lo(g, t, pos[n * g->S + t]);
 					double m = -INFINITY, l = 0;
 					for (int64_t s = lo; s <= t; s++) {
 						const T *ks =
@@ -104,7 +105,8 @@ static void FN(attn_bwd)(const struct llm_attn_geom *g, const T *q, const T *k,
 					      n = i / (TT * g->Hq), kh = h / G;
 				const int64_t at =
 					((n * TT + t) * g->Hq + h) * hd;
-				const int64_t lo = llm_lo(t, pos[n * TT + t]);
+				const int64_t lo =
+					llm_lo(g, t, pos[n * TT + t]);
 				const double L = (double)lse[i];
 				for (int64_t d = 0; d < hd; d++)
 					acc[d] = 0;
@@ -146,7 +148,7 @@ static void FN(attn_bwd)(const struct llm_attn_geom *g, const T *q, const T *k,
 				ak[d] = 0;
 			for (int64_t h = kh * G; h < (kh + 1) * G; h++)
 				for (int64_t t = s; t < TT; t++) {
-					if (llm_lo(t, pos[n * TT + t]) > s)
+					if (llm_lo(g, t, pos[n * TT + t]) > s)
 						continue;
 					const int64_t at =
 						((n * TT + t) * g->Hq + h) * hd;

@@ -13,6 +13,7 @@
 
 struct dec_geom {
 	int64_t n, Hq, Hkv, hd, pos;
+	int64_t window; /* sliding window, 0: none */
 };
 
 #define T float
@@ -25,10 +26,11 @@ struct dec_geom {
 int mg_cpu_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
 			    const struct mg_tensor *k_cache,
 			    const struct mg_tensor *v_cache, int64_t pos,
-			    double scale, struct mg_tensor *o)
+			    const struct mg_attn_opts *a, struct mg_tensor *o)
 {
 	const struct dec_geom g = {q->shape[0], q->shape[1], k_cache->shape[1],
-				   q->shape[2], pos};
+				   q->shape[2], pos,	     a->window};
+	const double scale = a->scale;
 	if (mg_tensor_numel(q) == 0)
 		return 0;
 	const int nt = mgo_threads_for(ctx, g.n * g.Hq * (pos + g.n) * g.hd);

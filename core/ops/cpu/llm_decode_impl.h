@@ -5,7 +5,8 @@
  * order, so results do not depend on the thread count.
  *
  * Layouts: q, o [n, Hq, hd]; k, v [max_len, Hkv, hd]. Query t of head h
- * attends cache rows 0..pos+t of head h / (Hq / Hkv): a max pass, then
+ * attends cache rows 0..pos+t of head h / (Hq / Hkv) (the last window of
+ * them with a sliding window): a max pass, then
  * exp-weighted values, then the normalisation. Returns -1 when a
  * thread's scratch could not be allocated.
  */
@@ -30,8 +31,12 @@ static int FN(decode)(const struct dec_geom *g, const T *q, const T *k,
 			const int64_t t = i / g->Hq, h = i % g->Hq, kh = h / G;
 			const T *qt = q + i * hd;
 			const int64_t last = g->pos + t;
+			const int64_t first =
+				g->window > 0 && last - g->window + 1 > 0
+					? last - g->window + 1
+					: 0;
 			double m = -INFINITY, l = 0;
-			for (int64_t s = 0; s <= last; s++) {
+			for (int64_t s = first; s <= last; s++) {
 				const T *ks = k + (s * g->Hkv + kh) * hd;
 				double d = 0;
 				for (int64_t e = 0; e < hd; e++)
@@ -41,7 +46,7 @@ static int FN(decode)(const struct dec_geom *g, const T *q, const T *k,
 			}
 			for (int64_t e = 0; e < hd; e++)
 				acc[e] = 0;
-			for (int64_t s = 0; s <= last; s++) {
+			for (int64_t s = first; s <= last; s++) {
 				const double w = exp(p[s] - m);
 				const T *vs = v + (s * g->Hkv + kh) * hd;
 				l += w;

@@ -5,7 +5,8 @@
  * F32 included, keeps the tiled CUDA-core kernels of llm.cu, which are
  * also the reference this path is tested beside). Same op as there:
  * causal grouped-query attention over packed documents, query t attends
- * keys [t - positions[t], t]; q [N, S, Hq, hd], k/v [N, S, Hkv, hd],
+ * keys [t - positions[t], t] (and no more than the sliding window's);
+ * q [N, S, Hq, hd], k/v [N, S, Hkv, hd],
  * lse [N, Hq, S] in natural-log units of the scaled scores.
  *
  * Why: the tiled kernels run the products on CUDA cores in F32; here
@@ -53,13 +54,16 @@ struct fa_dims {
 	int N, S, Hq, Hkv;
 	float scale; /* softmax scale */
 	float sl2;   /* scale * log2(e) */
+	int window;  /* sliding window, 0: none */
 };
 
-/* First key query t attends: t - pos, clamped to [0, t] (as llm.cu). */
-__device__ __forceinline__ int fa_lo(int t, int32_t pos)
+/* First key query t attends: t - pos, clamped to [0, t], and within the
+ * sliding window when there is one (as llm.cu). */
+__device__ __forceinline__ int fa_lo(int t, int32_t pos, int window)
 {
 	int lo = t - pos;
-	return lo < 0 ? 0 : (lo > t ? t : lo);
+	lo = lo < 0 ? 0 : (lo > t ? t : lo);
+	return window > 0 && t - window + 1 > lo ? t - window + 1 : lo;
 }
 
 /* ---- PTX wrappers -------------------------------------------------- */
@@ -310,7 +314,9 @@ tile_bounds(const fa_dims &a, const int32_t *pos, int n, int t0, int *lo_s,
 	const int tid = threadIdx.x;
 	for (int r = tid; r < R; r += FT) {
 		const int t = t0 + r;
-		lo_s[r] = t < a.S ? fa_lo(t, pos[(int64_t)n * a.S + t]) : a.S;
+		lo_s[r] =
+			t < a.S ? fa_lo(t, pos[(int64_t)n * a.S + t], a.window)
+				: a.S;
 	}
 	__syncthreads();
 	if (tid < 32) {
@@ -895,7 +901,7 @@ __global__ void __launch_bounds__(FT)
 	__syncthreads();
 	int last = s0;
 	for (int t = s0 + tid; t < a.S; t += FT)
-		if (fa_lo(t, pn[t]) <= slast)
+		if (fa_lo(t, pn[t], a.window) <= slast)
 			last = t;
 	last = warp_max_i(last);
 	if (lane == 0)
@@ -920,7 +926,8 @@ __global__ void __launch_bounds__(FT)
 			const bool ok = t < a.S;
 			lse_s[b][tid] = ok ? lse[il] * LOG2E : INFINITY;
 			d_s[b][tid] = ok ? Dt[il] : 0.0f;
-			lo_s[b][tid] = ok ? fa_lo(t, pn[t]) : 0x7fffffff;
+			lo_s[b][tid] =
+				ok ? fa_lo(t, pn[t], a.window) : 0x7fffffff;
 		}
 	};
 	load_q(0, 0);
@@ -1175,9 +1182,11 @@ cudaError_t fa_bwd_run(cudaStream_t st, const fa_dims &a, const void *q,
 }
 
 fa_dims fa_make(const struct mg_tensor *q, const struct mg_tensor *k,
-		double scale)
+		const struct mg_attn_opts *opts)
 {
+	const double scale = opts->scale;
 	fa_dims a;
+	a.window = opts->window > q->shape[1] ? 0 : (int)opts->window;
 	a.N = (int)q->shape[0];
 	a.S = (int)q->shape[1];
 	a.Hq = (int)q->shape[2];
@@ -1215,13 +1224,15 @@ extern "C" bool mgc_flash_attention_fits(const struct mg_tensor *q,
 	return true;
 }
 
-extern "C" int
-mgc_flash_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
-		    const struct mg_tensor *k, const struct mg_tensor *v,
-		    const struct mg_tensor *positions, double scale,
-		    struct mg_tensor *o, struct mg_tensor *lse)
+extern "C" int mgc_flash_attention(struct mg_ctx *ctx,
+				   const struct mg_tensor *q,
+				   const struct mg_tensor *k,
+				   const struct mg_tensor *v,
+				   const struct mg_tensor *positions,
+				   const struct mg_attn_opts *opts,
+				   struct mg_tensor *o, struct mg_tensor *lse)
 {
-	const fa_dims a = fa_make(q, k, scale);
+	const fa_dims a = fa_make(q, k, opts);
 	const int hd = (int)q->shape[3];
 	const cudaError_t e =
 		FA_DISPATCH(q->dtype, hd, fa_fwd_run, mgc_stream(ctx), a,
@@ -1235,12 +1246,12 @@ mgc_flash_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 extern "C" int mgc_flash_attention_backward(
 	struct mg_ctx *ctx, const struct mg_tensor *q,
 	const struct mg_tensor *k, const struct mg_tensor *v,
-	const struct mg_tensor *positions, double scale,
+	const struct mg_tensor *positions, const struct mg_attn_opts *opts,
 	const struct mg_tensor *o, const struct mg_tensor *lse,
 	const struct mg_tensor *dout, struct mg_tensor *dq,
 	struct mg_tensor *dk, struct mg_tensor *dv)
 {
-	const fa_dims a = fa_make(q, k, scale);
+	const fa_dims a = fa_make(q, k, opts);
 	const int hd = (int)q->shape[3];
 	float *Dt = (float *)mgc_scratch(
 		ctx, (size_t)((int64_t)a.N * a.Hq * a.S) * sizeof(float));

@@ -36,16 +36,16 @@ MG_EXPORT int mg_cuda_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 MG_EXPORT int mg_cuda_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 				const struct mg_tensor *k,
 				const struct mg_tensor *v,
-				const struct mg_tensor *positions, double scale,
+				const struct mg_tensor *positions,
+				const struct mg_attn_opts *opts,
 				struct mg_tensor *o, struct mg_tensor *lse);
-MG_EXPORT int
-mg_cuda_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
-			   const struct mg_tensor *k, const struct mg_tensor *v,
-			   const struct mg_tensor *positions, double scale,
-			   const struct mg_tensor *o,
-			   const struct mg_tensor *lse,
-			   const struct mg_tensor *dout, struct mg_tensor *dq,
-			   struct mg_tensor *dk, struct mg_tensor *dv);
+MG_EXPORT int mg_cuda_attention_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *q,
+	const struct mg_tensor *k, const struct mg_tensor *v,
+	const struct mg_tensor *positions, const struct mg_attn_opts *opts,
+	const struct mg_tensor *o, const struct mg_tensor *lse,
+	const struct mg_tensor *dout, struct mg_tensor *dq,
+	struct mg_tensor *dk, struct mg_tensor *dv);
 /*
  * Tensor-core flash attention (attention_flash.cu), called by the two
  * entry points above when it fits: F16/BF16, head dimension 64 or 128,
@@ -57,24 +57,23 @@ bool mgc_flash_attention_fits(const struct mg_tensor *q, double scale,
 			      const struct mg_tensor *const *t, int nt);
 int mgc_flash_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 			const struct mg_tensor *k, const struct mg_tensor *v,
-			const struct mg_tensor *positions, double scale,
-			struct mg_tensor *o, struct mg_tensor *lse);
-int mgc_flash_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
-				 const struct mg_tensor *k,
-				 const struct mg_tensor *v,
-				 const struct mg_tensor *positions,
-				 double scale, const struct mg_tensor *o,
-				 const struct mg_tensor *lse,
-				 const struct mg_tensor *dout,
-				 struct mg_tensor *dq, struct mg_tensor *dk,
-				 struct mg_tensor *dv);
-/* q [n, Hq, hd] over cache rows 0..pos+t (llm_decode.cu). */
-MG_EXPORT int mg_cuda_attention_decode(struct mg_ctx *ctx,
-				       const struct mg_tensor *q,
-				       const struct mg_tensor *k_cache,
-				       const struct mg_tensor *v_cache,
-				       int64_t pos, double scale,
-				       struct mg_tensor *o);
+			const struct mg_tensor *positions,
+			const struct mg_attn_opts *opts, struct mg_tensor *o,
+			struct mg_tensor *lse);
+int mgc_flash_attention_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *q,
+	const struct mg_tensor *k, const struct mg_tensor *v,
+	const struct mg_tensor *positions, const struct mg_attn_opts *opts,
+	const struct mg_tensor *o, const struct mg_tensor *lse,
+	const struct mg_tensor *dout, struct mg_tensor *dq,
+	struct mg_tensor *dk, struct mg_tensor *dv);
+/* q [n, Hq, hd] over cache rows 0..pos+t, the window's last ones
+ * (llm_decode.cu). */
+MG_EXPORT int
+mg_cuda_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
+			 const struct mg_tensor *k_cache,
+			 const struct mg_tensor *v_cache, int64_t pos,
+			 const struct mg_attn_opts *opts, struct mg_tensor *o);
 MG_EXPORT int mg_cuda_swiglu(struct mg_ctx *ctx, const struct mg_tensor *g,
 			     const struct mg_tensor *u, struct mg_tensor *h);
 MG_EXPORT int

@@ -483,13 +483,16 @@ const int KW = 4, BKV = AW * KW, BQ2 = 32;
 struct attn_dims {
 	int N, S, Hq, Hkv, hd;
 	float scale;
+	int window; /* sliding window, 0: none */
 };
 
-/* First key query t attends: t - pos, clamped to [0, t]. */
-__device__ __forceinline__ int attn_lo(int t, int32_t pos)
+/* First key query t attends: t - pos, clamped to [0, t], and within the
+ * sliding window when there is one (as the CPU's llm_lo). */
+__device__ __forceinline__ int attn_lo(int t, int32_t pos, int window)
 {
 	int lo = t - pos;
-	return lo < 0 ? 0 : (lo > t ? t : lo);
+	lo = lo < 0 ? 0 : (lo > t ? t : lo);
+	return window > 0 && t - window + 1 > lo ? t - window + 1 : lo;
 }
 
 template <typename T, int NDL>
@@ -514,7 +517,9 @@ __global__ void __launch_bounds__(AW * 32)
 	if (threadIdx.x < BQ) {
 		const int t = t0 + threadIdx.x;
 		lo_s[threadIdx.x] =
-			t < a.S ? attn_lo(t, pos[(int64_t)n * a.S + t]) : a.S;
+			t < a.S ? attn_lo(t, pos[(int64_t)n * a.S + t],
+					  a.window)
+				: a.S;
 	}
 	__syncthreads();
 	int kmin = a.S;
@@ -641,7 +646,9 @@ __global__ void __launch_bounds__(AW * 32)
 		const int t = t0 + threadIdx.x;
 		const int64_t il = ((int64_t)n * a.Hq + h) * a.S + t;
 		lo_s[threadIdx.x] =
-			t < a.S ? attn_lo(t, pos[(int64_t)n * a.S + t]) : a.S;
+			t < a.S ? attn_lo(t, pos[(int64_t)n * a.S + t],
+					  a.window)
+				: a.S;
 		lse_s[threadIdx.x] = t < a.S ? lse[il] : 0.0f;
 		dt_s[threadIdx.x] = t < a.S ? Dt[il] : 0.0f;
 	}
@@ -756,7 +763,8 @@ __global__ void __launch_bounds__(AW * 32)
 				const int lo =
 					t < a.S ? attn_lo(t,
 							  pos[(int64_t)n * a.S +
-							      t])
+							      t],
+							  a.window)
 						: a.S;
 				lo_s[threadIdx.x] = lo;
 				lse_s[threadIdx.x] = t < a.S ? lse[il] : 0.0f;
@@ -943,14 +951,17 @@ static int64_t rows_of(const struct mg_tensor *t)
 }
 
 static int attn_setup(const char *op, const struct mg_tensor *q,
-		      const struct mg_tensor *k, double scale, attn_dims *a)
+		      const struct mg_tensor *k,
+		      const struct mg_attn_opts *opts, attn_dims *a)
 {
+	const double scale = opts->scale;
 	a->N = (int)q->shape[0];
 	a->S = (int)q->shape[1];
 	a->Hq = (int)q->shape[2];
 	a->Hkv = (int)k->shape[2];
 	a->hd = (int)q->shape[3];
 	a->scale = (float)scale;
+	a->window = opts->window > q->shape[1] ? 0 : (int)opts->window;
 	if (!attn_ndl(a->hd))
 		return mg_error("%s: head dimension %d > 256 is not supported "
 				"on CUDA",
@@ -1081,18 +1092,18 @@ extern "C" int mg_cuda_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 				 const struct mg_tensor *k,
 				 const struct mg_tensor *v,
 				 const struct mg_tensor *positions,
-				 double scale, struct mg_tensor *o,
-				 struct mg_tensor *lse)
+				 const struct mg_attn_opts *opts,
+				 struct mg_tensor *o, struct mg_tensor *lse)
 {
 	static const char op[] = "attention";
 	attn_dims a;
-	if (attn_setup(op, q, k, scale, &a))
+	if (attn_setup(op, q, k, opts, &a))
 		return -1;
 	if (mg_tensor_numel(q) == 0)
 		return 0;
 	const struct mg_tensor *all[] = {q, k, v, o};
-	if (flash_on(ctx) && mgc_flash_attention_fits(q, scale, all, 4)) {
-		if (mgc_flash_attention(ctx, q, k, v, positions, scale, o, lse))
+	if (flash_on(ctx) && mgc_flash_attention_fits(q, opts->scale, all, 4)) {
+		if (mgc_flash_attention(ctx, q, k, v, positions, opts, o, lse))
 			return -1;
 		return mgc_check_launch(op);
 	}
@@ -1105,24 +1116,23 @@ extern "C" int mg_cuda_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 	return mgc_check_launch(op);
 }
 
-extern "C" int
-mg_cuda_attention_backward(struct mg_ctx *ctx, const struct mg_tensor *q,
-			   const struct mg_tensor *k, const struct mg_tensor *v,
-			   const struct mg_tensor *positions, double scale,
-			   const struct mg_tensor *o,
-			   const struct mg_tensor *lse,
-			   const struct mg_tensor *dout, struct mg_tensor *dq,
-			   struct mg_tensor *dk, struct mg_tensor *dv)
+extern "C" int mg_cuda_attention_backward(
+	struct mg_ctx *ctx, const struct mg_tensor *q,
+	const struct mg_tensor *k, const struct mg_tensor *v,
+	const struct mg_tensor *positions, const struct mg_attn_opts *opts,
+	const struct mg_tensor *o, const struct mg_tensor *lse,
+	const struct mg_tensor *dout, struct mg_tensor *dq,
+	struct mg_tensor *dk, struct mg_tensor *dv)
 {
 	static const char op[] = "attention_backward";
 	attn_dims a;
-	if (attn_setup(op, q, k, scale, &a))
+	if (attn_setup(op, q, k, opts, &a))
 		return -1;
 	if (mg_tensor_numel(q) == 0 || (!dq && !dk && !dv))
 		return 0;
 	const struct mg_tensor *all[] = {q, k, v, o, dout, dq, dk, dv};
-	if (flash_on(ctx) && mgc_flash_attention_fits(q, scale, all, 8)) {
-		if (mgc_flash_attention_backward(ctx, q, k, v, positions, scale,
+	if (flash_on(ctx) && mgc_flash_attention_fits(q, opts->scale, all, 8)) {
+		if (mgc_flash_attention_backward(ctx, q, k, v, positions, opts,
 						 o, lse, dout, dq, dk, dv))
 			return -1;
 		return mgc_check_launch(op);

@@ -1,6 +1,6 @@
 /*
  * llm_decode.cu - CUDA attention of new tokens over a key/value cache
- * (mg_op_attention_decode, ops_llm.h; the CPU twin is
+ * (mg_op_attention_decode_opts, ops_llm.h; the CPU twin is
  * cpu/llm_decode.c). Decoding has one to a few hundred queries against
  * up to max_len keys, so the work is a block per (query, query head)
  * walking the cache in chunks of DK keys with an online softmax: each
@@ -55,6 +55,7 @@ struct dec_dims {
 	int n, Hq, Hkv, hd;
 	int64_t pos;
 	float scale;
+	int64_t window; /* sliding window, 0: none */
 };
 
 template <typename T>
@@ -71,12 +72,15 @@ __global__ void __launch_bounds__(DT)
 	for (int d = threadIdx.x; d < a.hd; d += DT)
 		qs[d] = mgc_ld(q, qat + d);
 	__syncthreads();
-	const int64_t rows = a.pos + t + 1; /* cache rows 0..pos+t */
+	/* cache rows first..pos+t: the window's last ones, or all */
+	const int64_t rows = a.pos + t + 1;
+	const int64_t first =
+		a.window > 0 && rows > a.window ? rows - a.window : 0;
 	float m = -INFINITY, l = 0, acc[DNDL];
 #pragma unroll
 	for (int e = 0; e < DNDL; e++)
 		acc[e] = 0;
-	for (int64_t kb = 0; kb < rows; kb += DK) {
+	for (int64_t kb = first; kb < rows; kb += DK) {
 		const int nk = (int)min((int64_t)DK, rows - kb);
 		/* scores: warp w scores keys w, w + DWARPS, ... */
 		for (int j = warp; j < nk; j += DWARPS) {
@@ -134,12 +138,11 @@ void decode_run(cudaStream_t st, const dec_dims &a, const void *q,
 }
 } // namespace
 
-extern "C" int mg_cuda_attention_decode(struct mg_ctx *ctx,
-					const struct mg_tensor *q,
-					const struct mg_tensor *k_cache,
-					const struct mg_tensor *v_cache,
-					int64_t pos, double scale,
-					struct mg_tensor *o)
+extern "C" int
+mg_cuda_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
+			 const struct mg_tensor *k_cache,
+			 const struct mg_tensor *v_cache, int64_t pos,
+			 const struct mg_attn_opts *opts, struct mg_tensor *o)
 {
 	static const char op[] = "attention_decode";
 	dec_dims a;
@@ -148,7 +151,8 @@ extern "C" int mg_cuda_attention_decode(struct mg_ctx *ctx,
 	a.Hkv = (int)k_cache->shape[1];
 	a.hd = (int)q->shape[2];
 	a.pos = pos;
-	a.scale = (float)scale;
+	a.scale = (float)opts->scale;
+	a.window = opts->window;
 	if (a.hd > DT * DNDL)
 		return mg_error("%s: head dimension %d > %d is not supported "
 				"on CUDA",
