@@ -312,21 +312,21 @@ static char albl[160];
 
 struct ab {
 	struct gt q, k, v, pos, o, lse, dout, dq, dk, dv;
-	double scale;
+	struct mg_attn_opts scale;
 };
 
 static int ab_fwd(void *p)
 {
 	struct ab *b = p;
 	return mg_cuda_attention(&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g,
-				 b->scale, &b->o.g, &b->lse.g);
+				 &b->scale, &b->o.g, &b->lse.g);
 }
 
 static int ab_bwd(void *p)
 {
 	struct ab *b = p;
 	return mg_cuda_attention_backward(
-		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, b->scale,
+		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, &b->scale,
 		&b->o.g, &b->lse.g, &b->dout.g, &b->dq.g, &b->dk.g, &b->dv.g);
 }
 
@@ -335,7 +335,7 @@ static int ab_bwd_dq(void *p)
 {
 	struct ab *b = p;
 	return mg_cuda_attention_backward(
-		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, b->scale,
+		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, &b->scale,
 		&b->o.g, &b->lse.g, &b->dout.g, &b->dq.g, NULL, NULL);
 }
 
@@ -343,7 +343,7 @@ static int ab_bwd_dkv(void *p)
 {
 	struct ab *b = p;
 	return mg_cuda_attention_backward(
-		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, b->scale,
+		&gt_gpu, &b->q.g, &b->k.g, &b->v.g, &b->pos.g, &b->scale,
 		&b->o.g, &b->lse.g, &b->dout.g, NULL, &b->dk.g, &b->dv.g);
 }
 
@@ -429,7 +429,7 @@ static int bench_attention(enum mg_dtype dt)
 		const int N = sh[i].N, T = sh[i].T, Hq = sh[i].Hq,
 			  Hkv = sh[i].Hkv, hd = sh[i].hd;
 		struct ab b;
-		b.scale = 1 / sqrt((double)hd);
+		b.scale = MG_ATTN_OPTS(1 / sqrt((double)hd), 0);
 		gt_make(&b.q, dt, -1, 4, N, T, Hq, hd);
 		gt_make(&b.k, dt, -1, 4, N, T, Hkv, hd);
 		gt_make(&b.v, dt, -1, 4, N, T, Hkv, hd);
