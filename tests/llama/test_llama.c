@@ -68,6 +68,27 @@ static void randomize_b(struct env *e)
 	}
 }
 
+/* The families' biases (zero at init) and q/k norm weights (one) to
+ * random values, so that they change the model where a test compares
+ * paths (decode against the forward) and their gradients are generic. */
+static void randomize_family(struct env *e)
+{
+	for (int i = 0; i < e->st.spec.nparams; i++) {
+		const char *n = e->st.spec.params[i].name;
+		const bool bias = strstr(n, "_proj.bias") != NULL,
+			   qk = strstr(n, "_norm.weight") &&
+				(strstr(n, "q_norm") || strstr(n, "k_norm"));
+		if (!bias && !qk)
+			continue;
+		struct mg_tensor *p = &e->st.p[i];
+		for (int64_t j = 0; j < mg_tensor_numel(p); j++)
+			((double *)p->data)[j] =
+				(qk ? 1 : 0) +
+				0.3 * mg_rng_normal(91 + (uint64_t)i,
+						    (uint64_t)j);
+	}
+}
+
 /* gradcheck of a model; with LoRA (lora_rank in lines) the B's are
  * randomised first, frozen tensors must have no gradient and keep their
  * values, and the adapters must be among the values checked. */
@@ -82,6 +103,7 @@ static void gradcheck(const char *lines)
 	const bool lora = strstr(lines, "lora_rank") != NULL;
 	if (lora)
 		randomize_b(&e);
+	randomize_family(&e);
 	/* Frozen values before training, to check none was written. */
 	double *frozen_sum =
 		calloc(e.st.spec.nparams > 0 ? (size_t)e.st.spec.nparams : 1,
@@ -169,6 +191,84 @@ static void test_gradcheck(void)
 		  "tie_embeddings = yes\nrope_theta = 100\n");
 }
 
+/* The families' features against central differences (fp64): Qwen2's
+ * q, k, v biases, Qwen3's per-head q/k norms with a head_dim apart from
+ * hidden / heads, Mistral's sliding window shorter than the rows (the
+ * test batch's rows are 10 and 12 tokens), Llama's attention and MLP
+ * biases; with LoRA on every projection and with the fused kernels. */
+static const char fam_tiny[] = "vocab_size = 32\nhidden_size = 16\n"
+			       "num_heads = 4\nnum_kv_heads = 2\n"
+			       "intermediate_size = 24\nnum_layers = 2\n"
+			       "tie_embeddings = no\n";
+
+static void test_families_gradcheck(void)
+{
+	static const char *const fam[] = {
+		"family = qwen2\n",
+		"family = qwen3\nhead_dim = 6\n",
+		"family = mistral\nsliding_window = 3\n",
+		"family = qwen3\nkernels = none\nactivation_checkpointing = "
+		"true\n",
+		"family = qwen2\nlora_rank = 2\nlora_targets = all\n",
+		"family = qwen3\nlora_rank = 2\nlora_targets = q,k,v,o\n",
+	};
+	for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
+		char lines[512];
+		snprintf(lines, sizeof lines, "%s%s", fam_tiny, fam[i]);
+		gradcheck(lines);
+	}
+}
+
+/* Decoding equals the forward for each family (biases, q/k norms in the
+ * cache, a window shorter than the prompt). */
+static void decode_check(const char *lines);
+static void test_families_decode(void)
+{
+	static const char *const fam[] = {
+		"family = qwen2\n",
+		"family = qwen3\nhead_dim = 6\n",
+		"family = mistral\nsliding_window = 4\n",
+	};
+	for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
+		char lines[512];
+		snprintf(lines, sizeof lines, "%s%s", fam_tiny, fam[i]);
+		decode_check(lines);
+	}
+}
+
+/* A sliding window changes what the model computes: the same weights
+ * (the same seed and shapes) give another loss with a window of 3 than
+ * without, and the same loss with a window longer than every row. */
+static double family_loss(const char *extra)
+{
+	char lines[512];
+	snprintf(lines, sizeof lines, "%s%s", fam_tiny, extra);
+	struct env e;
+	if (env_open(&e, lines)) {
+		fail("'%s': %s", lines, mg_last_error());
+		env_close(&e);
+		return NAN;
+	}
+	struct tbatch tb;
+	tbatch_make(&tb, 32);
+	double count = 0, l = loss_of(&e, &tb.b, &count);
+	env_close(&e);
+	return l;
+}
+
+static void test_families_window(void)
+{
+	const double full = family_loss(""),
+		     w3 = family_loss("family = mistral\nsliding_window = 3\n"),
+		     w64 = family_loss(
+			     "family = mistral\nsliding_window = 64\n");
+	printf("loss without a window %.12g, window 3 %.12g, window 64 "
+	       "%.12g\n",
+	       full, w3, w64);
+	CHECK(isfinite(full) && isfinite(w3) && fabs(full - w3) > 1e-6);
+	CHECK(w64 == full);
+}
+
 /* Masked labels and padding contribute nothing. */
 static void test_masking(void)
 {
@@ -253,10 +353,46 @@ static void test_errors(void)
 	CHECK(strstr(mg_last_error(), "model.safetensors") != NULL);
 	env_close(&e);
 	f = fopen(path, "w");
-	fprintf(f, "{\"model_type\": \"mistral\", \"vocab_size\": 32}\n");
+	fprintf(f, "{\"model_type\": \"gpt2\", \"vocab_size\": 32}\n");
 	fclose(f);
 	CHECK(env_open(&e, lines) != 0);
-	CHECK(strstr(mg_last_error(), "model_type is \"mistral\"") != NULL);
+	CHECK(strstr(mg_last_error(), "model_type is \"gpt2\", not one of") !=
+	      NULL);
+	env_close(&e);
+	/* A family's keys the decoder cannot run are refused naming them:
+	 * Qwen's sliding window from a middle layer on, layer_types that
+	 * mix, a sliding window without a size. */
+	static const char *const bad[][2] = {
+		{"\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
+		 "\"sliding_window\": 8, \"max_window_layers\": 1",
+		 "max_window_layers"},
+		{"\"model_type\": \"qwen3\", \"layer_types\": "
+		 "[\"sliding_attention\", \"full_attention\"], "
+		 "\"sliding_window\": 8",
+		 "mixes sliding and full"},
+		{"\"model_type\": \"mistral\", \"layer_types\": "
+		 "[\"sliding_attention\", \"sliding_attention\"]",
+		 "without a 'sliding_window'"},
+		{"\"model_type\": \"qwen3\", \"attention_bias\": 1",
+		 "'attention_bias' is not true or false"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		f = fopen(path, "w");
+		fprintf(f,
+			"{%s, \"vocab_size\": 32, \"hidden_size\": 16, "
+			"\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
+			"\"num_attention_heads\": 4}\n",
+			bad[i][0]);
+		fclose(f);
+		CHECK(env_open(&e, lines) != 0);
+		if (!strstr(mg_last_error(), bad[i][1]))
+			fail("config %s: '%s' lacks '%s'", bad[i][0],
+			     mg_last_error(), bad[i][1]);
+		env_close(&e);
+	}
+	/* sliding_window on a family that has none */
+	CHECK(env_open(&e, "family = qwen2\nsliding_window = 4\n") != 0);
+	CHECK(strstr(mg_last_error(), "read by family = mistral only") != NULL);
 	env_close(&e);
 	remove(path);
 	rmdir(dir);
@@ -334,6 +470,7 @@ static void decode_check(const char *lines)
 			((double *)p->data)[j] *= 4;
 	}
 	randomize_b(&e); /* with LoRA: adapters that change the model */
+	randomize_family(&e);
 	enum { T = 14, P = 5, V = 32, MAXLEN = T + 3 };
 	int32_t ids[T];
 	for (int j = 0; j < T; j++)
@@ -1468,6 +1605,9 @@ static void test_init_part(void)
 
 static const struct test_case cases[] = {
 	{"gradcheck", test_gradcheck},
+	{"families_gradcheck", test_families_gradcheck},
+	{"families_decode", test_families_decode},
+	{"families_window", test_families_window},
 	{"masking", test_masking},
 	{"errors", test_errors},
 	{"decode", test_decode},

@@ -14,14 +14,24 @@
 
 static const struct mg_option llama_options[] = {
 	MG_OPT_E("preset", "tiny",
-		 "tiny|llama2-7b|llama3-8b|llama3.2-1b|llama3.2-3b",
+		 "tiny|llama2-7b|llama3-8b|llama3.2-1b|llama3.2-3b|mistral-7b|"
+		 "qwen2.5-1.5b|qwen3-1.7b",
 		 "architecture to start from (published shapes; tiny: 2 "
 		 "layers of 64 for tests); the size options below override "
 		 "it"),
 	MG_OPT_P("hf_dir", "",
 		 "Hugging Face model folder (config.json, model.safetensors "
 		 "or its sharded index) to take the architecture and weights "
-		 "from; empty: random weights of the preset"),
+		 "from, of model_type llama, mistral, qwen2 or qwen3; empty: "
+		 "random weights of the preset"),
+	MG_OPT_E("family", "auto", "auto|llama|mistral|qwen2|qwen3",
+		 "decoder family of the preset's shape (auto: the preset's; "
+		 "with hf_dir, config.json's model_type): llama, mistral "
+		 "(sliding-window attention), qwen2 (q, k, v biases), qwen3 "
+		 "(per-head q and k RMSNorm)"),
+	MG_OPT_I("sliding_window", "0", 0, 1 << 30,
+		 "family mistral: keys each query sees, itself included (0: "
+		 "no window)"),
 	MG_OPT_I("vocab_size", "0", 0, 1 << 24, "vocabulary (0: preset's)"),
 	MG_OPT_I("hidden_size", "0", 0, 1 << 20, "model width (0: preset's)"),
 	MG_OPT_I("intermediate_size", "0", 0, 1 << 22,
@@ -118,9 +128,9 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	m->ctx = ctx;
 	m->recompute = mg_opt_bool(o, "activation_checkpointing");
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
-	    llama_lora_setup(m, o) || llama_kernels_setup(m, o) ||
-	    llama_quant_setup(m, o) || llama_qat_setup(m, o) ||
-	    llama_dpo_setup(m, o)) {
+	    (llama_layer_params(m), llama_lora_setup(m, o)) ||
+	    llama_kernels_setup(m, o) || llama_quant_setup(m, o) ||
+	    llama_qat_setup(m, o) || llama_dpo_setup(m, o)) {
 		llama_lora_free(m);
 		free(m);
 		return -1;
@@ -184,7 +194,55 @@ const char *const llama_layer_param[LP_COUNT] = {
 	[LP_GATE] = "mlp.gate_proj.weight",
 	[LP_UP] = "mlp.up_proj.weight",
 	[LP_DOWN] = "mlp.down_proj.weight",
+	[LP_Q_BIAS] = "self_attn.q_proj.bias",
+	[LP_K_BIAS] = "self_attn.k_proj.bias",
+	[LP_V_BIAS] = "self_attn.v_proj.bias",
+	[LP_O_BIAS] = "self_attn.o_proj.bias",
+	[LP_GATE_BIAS] = "mlp.gate_proj.bias",
+	[LP_UP_BIAS] = "mlp.up_proj.bias",
+	[LP_DOWN_BIAS] = "mlp.down_proj.bias",
+	[LP_Q_NORM] = "self_attn.q_norm.weight",
+	[LP_K_NORM] = "self_attn.k_norm.weight",
 };
+
+void llama_lp_shape(const struct llama_cfg *c, int p, int64_t shape[2])
+{
+	const int64_t D = c->dim, q = c->heads * c->head_dim,
+		      kv = c->kv_heads * c->head_dim, I = c->ffn;
+	/* [out, in] of each projection, by LT_* (the biases' order) */
+	const int64_t io[LT_HEAD][2] = {{q, D}, {kv, D}, {kv, D}, {D, q},
+					{I, D}, {I, D},	 {D, I}};
+	static const int lt[LP_COUNT] = {
+		[LP_Q] = LT_Q,	     [LP_K] = LT_K,	  [LP_V] = LT_V,
+		[LP_O] = LT_O,	     [LP_GATE] = LT_GATE, [LP_UP] = LT_UP,
+		[LP_DOWN] = LT_DOWN,
+	};
+	shape[1] = 0;
+	if (p == LP_IN_NORM || p == LP_POST_NORM)
+		shape[0] = D;
+	else if (p == LP_Q_NORM || p == LP_K_NORM)
+		shape[0] = c->head_dim;
+	else if (p >= LP_Q_BIAS && p <= LP_DOWN_BIAS)
+		shape[0] = io[p - LP_Q_BIAS][0];
+	else
+		shape[0] = io[lt[p]][0], shape[1] = io[lt[p]][1];
+}
+
+void llama_layer_params(struct llama *m)
+{
+	const struct llama_cfg *c = &m->c;
+	m->nlp = 0;
+	for (int p = 0; p < LP_COUNT; p++) {
+		const bool has =
+			p < LP_ALWAYS ||
+			(p <= LP_DOWN_BIAS &&
+			 (c->bias & (1u << (p - LP_Q_BIAS)))) ||
+			((p == LP_Q_NORM || p == LP_K_NORM) && c->qk_norm);
+		m->lp[p] = has ? m->nlp : -1;
+		if (has)
+			m->kind[m->nlp++] = p;
+	}
+}
 
 static int add_dt(struct mg_model_spec *s, const char *name, enum mg_dtype dt,
 		  int flags, int64_t a, int64_t b)
@@ -257,33 +315,38 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 {
 	const struct llama *m = self;
 	const struct llama_cfg *c = &m->c;
-	const int64_t D = c->dim, qd = c->heads * c->head_dim,
-		      kvd = c->kv_heads * c->head_dim;
+	const int64_t D = c->dim;
 	/* Norm weights stay fp32 under mixed precision, as HF's autocast
-	 * keeps them; they and nothing else skip weight decay. With LoRA
-	 * the whole base is frozen: no MG_P_TRAIN. */
+	 * keeps them; they and the biases skip weight decay (as the HF
+	 * Trainer's default groups do). With LoRA the whole base is frozen:
+	 * no MG_P_TRAIN. */
 	const int tr = m->lora.rank ? 0 : MG_P_TRAIN;
-	const int W = tr, N = tr | MG_P_NO_DECAY | MG_P_FP32;
+	const int W = tr, N = tr | MG_P_NO_DECAY | MG_P_FP32,
+		  B = tr | MG_P_NO_DECAY;
 	if (mg_spec_add_unit(s, "model.embed_tokens") < 0 ||
 	    add(s, "weight", W, c->vocab, D))
 		return -1;
 	for (int64_t l = 0; l < c->layers; l++) {
 		char name[64];
 		snprintf(name, sizeof name, "model.layers.%lld", (long long)l);
-		const char *const *P = llama_layer_param;
-		/* quant = nf4: the projections are frozen NF4 blobs */
-		const enum mg_dtype q = m->nf4 ? MG_NF4 : MG_DTYPE_AUTO;
-		if (mg_spec_add_unit(s, name) < 0 ||
-		    add(s, P[LP_IN_NORM], N, D, 0) ||
-		    add_dt(s, P[LP_Q], q, W, qd, D) ||
-		    add_dt(s, P[LP_K], q, W, kvd, D) ||
-		    add_dt(s, P[LP_V], q, W, kvd, D) ||
-		    add_dt(s, P[LP_O], q, W, D, qd) ||
-		    add(s, P[LP_POST_NORM], N, D, 0) ||
-		    add_dt(s, P[LP_GATE], q, W, c->ffn, D) ||
-		    add_dt(s, P[LP_UP], q, W, c->ffn, D) ||
-		    add_dt(s, P[LP_DOWN], q, W, D, c->ffn) ||
-		    add_adapters(s, m, LT_Q, LT_DOWN))
+		if (mg_spec_add_unit(s, name) < 0)
+			return -1;
+		for (int i = 0; i < m->nlp; i++) {
+			const int p = m->kind[i];
+			int64_t sh[2];
+			llama_lp_shape(c, p, sh);
+			/* quant = nf4: the projections are frozen NF4 blobs */
+			const enum mg_dtype dt = llama_quant_param(m, p)
+							 ? MG_NF4
+							 : MG_DTYPE_AUTO;
+			const int fl = llama_lp_norm(p)	  ? N
+				       : llama_lp_proj(p) ? W
+							  : B;
+			if (add_dt(s, llama_layer_param[p], dt, fl, sh[0],
+				   sh[1]))
+				return -1;
+		}
+		if (add_adapters(s, m, LT_Q, LT_DOWN))
 			return -1;
 	}
 	if (mg_spec_add_unit(s, "head") < 0 ||
@@ -381,9 +444,10 @@ static const struct mg_plugin llama_plugin = {
 	.kind = MG_PLUGIN_MODEL,
 	.name = "llama",
 	.version = "0.1",
-	.description = "Llama 2 / 3 / 3.x decoder (RMSNorm, RoPE with llama3 "
-		       "scaling, GQA, SwiGLU), per-token loss; presets or a "
-		       "Hugging Face folder",
+	.description = "Llama 2 / 3 / 3.x, Mistral, Qwen2 / 2.5 and Qwen3 "
+		       "decoders (RMSNorm, RoPE with llama3 scaling, GQA, "
+		       "SwiGLU; biases, q/k norms, sliding windows), "
+		       "per-token loss; presets or a Hugging Face folder",
 	.options = llama_options,
 	.create = llama_create,
 	.destroy = llama_destroy,

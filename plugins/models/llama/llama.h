@@ -28,7 +28,28 @@ struct llama_cfg {
 	double rs_factor, rs_low, rs_high;
 	int64_t rs_orig_max;
 	int64_t max_positions; /* max_position_embeddings */
+	/* What the decoder families change, resolved once from config.json
+	 * or the family option (llama_family.c); the forward reads these
+	 * features, never a family name. */
+	int family;	/* index in llama_families[] */
+	unsigned bias;	/* projections with a bias: bits 1u << LT_* */
+	bool qk_norm;	/* per-head RMSNorm of q and k before RoPE */
+	int64_t window; /* sliding-window attention (keys), 0: none */
 };
+
+/* A decoder family: config.json's model_type and architecture, the keys
+ * it adds to LlamaConfig's (read: features into c, errors naming path
+ * and key; write: the same keys back for export). */
+struct llama_family {
+	const char *model_type, *arch;
+	int (*read)(struct llama_cfg *c, const void *json, const char *path);
+	void (*write)(const struct llama_cfg *c, void *json);
+};
+extern const struct llama_family llama_families[];
+/* The family of model_type, or -1. */
+int llama_family_find(const char *model_type);
+/* The model types, "llama|mistral|...", for messages and the option. */
+const char *llama_family_names(void);
 
 /* The work buffers' slots (the training arena, llama_model.c; the decode
  * buffer, llama_decode.c): sizes rounded to 256 bytes so every slot starts
@@ -45,6 +66,12 @@ static inline size_t llama_slot(size_t *at, size_t bytes)
 	*at += llama_al(bytes);
 	return o;
 }
+
+struct llama;
+/* The layer unit's parameter list of m->c into m->lp, kind and nlp. */
+void llama_layer_params(struct llama *m);
+/* The [rows, cols] (cols 0: 1-D) of layer parameter kind p. */
+void llama_lp_shape(const struct llama_cfg *c, int p, int64_t shape[2]);
 
 /* Fill cfg from the plugin's options: a preset's shape, overridden by
  * explicit options, or an HF folder's config.json (hf_dir). */
@@ -74,7 +101,10 @@ int llama_cfg_check(const struct llama_cfg *c);
 #define LLAMA_UNIT_LAYER(l) (1 + (l))
 #define LLAMA_UNIT_HEAD(c) (1 + (int)(c)->layers)
 
-/* Parameter indices within a decoder layer unit. */
+/* Parameter kinds of a decoder layer. Every family has the first nine,
+ * at these indices of the unit; the optional ones (biases, q/k norms)
+ * follow in this order when the family has them (llama_layer_params:
+ * struct llama's lp[] maps a kind to its index). */
 enum {
 	LP_IN_NORM = 0,
 	LP_Q,
@@ -85,11 +115,33 @@ enum {
 	LP_GATE,
 	LP_UP,
 	LP_DOWN,
+	LP_Q_BIAS, /* the seven biases, in LT_* order */
+	LP_K_BIAS,
+	LP_V_BIAS,
+	LP_O_BIAS,
+	LP_GATE_BIAS,
+	LP_UP_BIAS,
+	LP_DOWN_BIAS,
+	LP_Q_NORM, /* per-head RMSNorm weights [head_dim] */
+	LP_K_NORM,
 	LP_COUNT,
 };
+#define LP_ALWAYS (LP_DOWN + 1)
 
 /* Their Hugging Face names within "model.layers.N.", by LP_*. */
 extern const char *const llama_layer_param[LP_COUNT];
+/* Whether kind p is a projection's weight (q .. down): what NF4, int4
+ * and QAT store or fake-quantize. */
+static inline bool llama_lp_proj(int p)
+{
+	return p >= LP_Q && p <= LP_DOWN && p != LP_POST_NORM;
+}
+/* Whether kind p is an RMSNorm weight (ones at init, fp32). */
+static inline bool llama_lp_norm(int p)
+{
+	return p == LP_IN_NORM || p == LP_POST_NORM || p == LP_Q_NORM ||
+	       p == LP_K_NORM;
+}
 
 /* LoRA targets: a layer's seven projections, then the output head. */
 enum {
@@ -147,6 +199,9 @@ struct llama_dpo {
 
 struct llama {
 	struct llama_cfg c;
+	/* a layer unit's parameters: lp[kind] its index or -1, kind[i] the
+	 * kind of index i < nlp (llama_layer_params) */
+	int lp[LP_COUNT], kind[LP_COUNT], nlp;
 	struct llama_lora lora;
 	unsigned kern;	    /* LK_* of the `kernels` option */
 	int64_t flce_chunk; /* flce_chunk option: tokens a chunk, 0 auto */

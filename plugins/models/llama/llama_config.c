@@ -1,7 +1,8 @@
 /*
- * llama_config.c - the llama architecture: presets of the published
- * shapes, explicit options over them, or a Hugging Face config.json; and
- * the rotary frequencies with llama3's scaling.
+ * llama_config.c - the decoder's architecture: presets of the published
+ * shapes, explicit options over them (the family option choosing the
+ * features, llama_family.c), or a Hugging Face config.json of any
+ * family; and the rotary frequencies with llama3's scaling.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -18,21 +19,31 @@ static const struct {
 	const char *name;
 	struct llama_cfg c;
 } presets[] = {
-	{"tiny",
-	 {256, 64, 176, 2, 4, 2, 16, 1e-5, 10000, false, 0.02, 0, 0, 0, 0,
-	  2048}},
+	{"tiny", {256,	64, 176, 2, 4, 2,    16, 1e-5, 10000, false,
+		  0.02, 0,  0,	 0, 0, 2048, 0,	 0,    false, 0}},
 	{"llama2-7b",
-	 {32000, 4096, 11008, 32, 32, 32, 128, 1e-5, 10000, false, 0.02, 0, 0,
-	  0, 0, 4096}},
+	 {32000, 4096, 11008, 32, 32, 32,   128, 1e-5, 10000, false,
+	  0.02,	 0,    0,     0,  0,  4096, 0,	 0,    false, 0}},
 	{"llama3-8b",
-	 {128256, 4096, 14336, 32, 32, 8, 128, 1e-5, 500000, false, 0.02, 0, 0,
-	  0, 0, 8192}},
+	 {128256, 4096, 14336, 32, 32, 8,    128, 1e-5, 500000, false,
+	  0.02,	  0,	0,     0,  0,  8192, 0,	  0,	false,	0}},
 	{"llama3.2-1b",
-	 {128256, 2048, 8192, 16, 32, 8, 64, 1e-5, 500000, true, 0.02, 32, 1, 4,
-	  8192, 131072}},
+	 {128256, 2048, 8192, 16, 32,	8,	64, 1e-5, 500000, true,
+	  0.02,	  32,	1,    4,  8192, 131072, 0,  0,	  false,  0}},
 	{"llama3.2-3b",
-	 {128256, 3072, 8192, 28, 24, 8, 128, 1e-5, 500000, true, 0.02, 32, 1,
-	  4, 8192, 131072}},
+	 {128256, 3072, 8192, 28, 24,	8,	128, 1e-5, 500000, true,
+	  0.02,	  32,	1,    4,  8192, 131072, 0,   0,	   false,  0}},
+	/* the families' features come from their config keys (family
+	 * option auto: the preset's family, llama_family.c) */
+	{"mistral-7b",
+	 {32768, 4096, 14336, 32, 32, 8,     128, 1e-5, 1e6,   false,
+	  0.02,	 0,    0,     0,  0,  32768, 1,	  0,	false, 0}},
+	{"qwen2.5-1.5b",
+	 {151936, 1536, 8960, 28, 12, 2,     128, 1e-6, 1e6,   true,
+	  0.02,	  0,	0,    0,  0,  32768, 2,	  0,	false, 0}},
+	{"qwen3-1.7b",
+	 {151936, 2048, 6144, 28, 16, 8,     128, 1e-6, 1e6,   true,
+	  0.02,	  0,	0,    0,  0,  40960, 3,	  0,	false, 0}},
 };
 
 int llama_cfg_check(const struct llama_cfg *c)
@@ -89,6 +100,31 @@ int llama_cfg_check(const struct llama_cfg *c)
 	return 0;
 }
 
+/* The family option's features, through the family's own reader of
+ * config.json keys (the options as those keys), so a preset and a
+ * folder of the family get the same features. */
+static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
+{
+	/* auto|llama|mistral|...: auto keeps the preset's */
+	const int opt = mg_opt_enum(o, "family");
+	const int f = opt ? opt - 1 : c->family;
+	const int64_t w = mg_opt_int(o, "sliding_window");
+	cJSON *j = cJSON_CreateObject();
+	if (!j || (w > 0 &&
+		   !cJSON_AddNumberToObject(j, "sliding_window", (double)w))) {
+		cJSON_Delete(j);
+		return mg_error("llama: out of memory");
+	}
+	c->family = f;
+	int rc = llama_families[f].read(c, j, "[model] family");
+	cJSON_Delete(j);
+	if (!rc && w > 0 && c->window != w)
+		rc = mg_error("llama: sliding_window = %lld is read by family "
+			      "= mistral only (family = %s)",
+			      (long long)w, llama_families[f].model_type);
+	return rc;
+}
+
 /* Option value n (> 0) overrides *field. */
 static void over(int64_t *field, const struct mg_opts *o, const char *n)
 {
@@ -130,6 +166,8 @@ int llama_cfg_from_opts(struct llama_cfg *c, const struct mg_opts *o,
 		int tie = mg_opt_enum(o, "tie_embeddings"); /* auto|yes|no */
 		if (tie)
 			c->tie_embeddings = tie == 1;
+		if (family_from_opts(c, o))
+			return -1;
 	}
 	return llama_cfg_check(c);
 }
@@ -167,16 +205,6 @@ static int json_num(const cJSON *j, const char *key, double *out,
 				"overflows a double)",
 				path, key);
 	*out = v->valuedouble;
-	return 0;
-}
-
-static int json_false(const cJSON *j, const char *key, const char *path)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-	if (v && cJSON_IsTrue(v))
-		return mg_error("%s: '%s' is true; the llama model has no "
-				"attention or MLP biases",
-				path, key);
 	return 0;
 }
 
@@ -228,12 +256,17 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 	}
 	int rc = 0;
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
-	if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "llama"))
-		rc = mg_error("%s: model_type is %s%s%s, not \"llama\"", path,
-			      cJSON_IsString(mt) ? "\"" : "",
+	const int fam =
+		cJSON_IsString(mt) ? llama_family_find(mt->valuestring) : -1;
+	if (fam < 0)
+		rc = mg_error("%s: model_type is %s%s%s, not one of the "
+			      "families the llama model runs (%s)",
+			      path, cJSON_IsString(mt) ? "\"" : "",
 			      cJSON_IsString(mt) ? mt->valuestring : "missing",
-			      cJSON_IsString(mt) ? "\"" : "");
+			      cJSON_IsString(mt) ? "\"" : "",
+			      llama_family_names());
 	memset(c, 0, sizeof *c);
+	c->family = fam;
 	c->norm_eps = 1e-6;
 	c->rope_theta = 10000;
 	c->init_std = 0.02;
@@ -249,9 +282,7 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 			      false, path) ||
 		     json_num(j, "rms_norm_eps", &c->norm_eps, path) ||
 		     json_num(j, "rope_theta", &c->rope_theta, path) ||
-		     json_num(j, "initializer_range", &c->init_std, path) ||
-		     json_false(j, "attention_bias", path) ||
-		     json_false(j, "mlp_bias", path);
+		     json_num(j, "initializer_range", &c->init_std, path);
 	if (!rc) {
 		c->kv_heads = c->heads;
 		c->head_dim = c->heads ? c->dim / c->heads : 0;
@@ -265,7 +296,8 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 		     rope_params(c,
 				 cJSON_GetObjectItemCaseSensitive(
 					 j, "rope_parameters"),
-				 path);
+				 path) ||
+		     llama_families[fam].read(c, j, path);
 	}
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
 	if (!rc && act &&

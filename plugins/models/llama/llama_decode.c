@@ -13,6 +13,11 @@
  * 0..pos+t. The computation is the training forward's, op for op, so its
  * log-probabilities equal the forward's loss (tests/llama: decode).
  *
+ * The family's features as in training (llama_model.c): projection
+ * biases, q and k normed per head in place before RoPE (the k rows in
+ * the cache), the sliding window as the cache attention's option (the
+ * cache still holds every position).
+ *
  * With qat = 8da4w (or quant = int4) each layer projection reads its
  * input fake-quantized to int8 per token (into the qx slot) and, under
  * qat, its weight fake-quantized to int4 (llama_qat_weight's scratch),
@@ -157,7 +162,11 @@ static int dproj(struct llama *m, struct mg_ctx *ctx, const struct dlay *L,
 		if (mg_op_fq_int8_token(ctx, x, &xq))
 			return mg_error_prefix("llama decode: qat");
 	}
-	if (!Wd || mg_op_linear(ctx, &xq, Wd, NULL, y))
+	/* the projection's bias (llama_model.c's bias_of) */
+	const struct mg_tensor *b = tg < LT_HEAD && (m->c.bias & (1u << tg))
+					    ? &W[m->lp[LP_Q_BIAS + tg]]
+					    : NULL;
+	if (!Wd || mg_op_linear(ctx, &xq, Wd, b, y))
 		return -1;
 	if (m->lora.rank == 0 || m->lora.ia[tg] < 0)
 		return 0;
@@ -200,14 +209,28 @@ static int layer_decode(struct llama *m, struct mg_ctx *ctx,
 	int64_t half = c->head_dim / 2;
 	struct mg_tensor f = mg_tensor_make(m->inv_freq.ptr, MG_F32,
 					    ctx->dev->kind, 1, &half);
-	const double eps = c->norm_eps, scale = 1.0 / sqrt((double)c->head_dim);
+	const double eps = c->norm_eps;
+	const struct mg_attn_opts ao =
+		MG_ATTN_OPTS(1.0 / sqrt((double)c->head_dim), c->window);
+	/* q/k norms: per head, in place ([rows * heads, head_dim] views) */
+	struct mg_tensor qh = tat(m, B, L->q, dt, 2, n * c->heads, c->head_dim,
+				  0, 0),
+			 kh = kf;
+	kh.ndim = 2;
+	kh.shape[0] = n * c->kv_heads;
+	kh.shape[1] = c->head_dim;
+	const bool qkn = c->qk_norm;
 	return mg_op_rmsnorm(ctx, &x, &W[LP_IN_NORM], eps, &h, NULL) ||
 	       dproj(m, ctx, L, l, W, LP_Q, LT_Q, &h, &q) ||
 	       dproj(m, ctx, L, l, W, LP_K, LT_K, &h, &kf) ||
 	       dproj(m, ctx, L, l, W, LP_V, LT_V, &h, &vf) ||
+	       (qkn && (mg_op_rmsnorm(ctx, &qh, &W[m->lp[LP_Q_NORM]], eps, &qh,
+				      NULL) ||
+			mg_op_rmsnorm(ctx, &kh, &W[m->lp[LP_K_NORM]], eps, &kh,
+				      NULL))) ||
 	       mg_op_rope(ctx, &q4, positions, &f) ||
 	       mg_op_rope(ctx, &k4, positions, &f) ||
-	       mg_op_attention_decode(ctx, &q3, &kc, &vc, pos, scale, &o3) ||
+	       mg_op_attention_decode_opts(ctx, &q3, &kc, &vc, pos, &ao, &o3) ||
 	       dproj(m, ctx, L, l, W, LP_O, LT_O, &o, &t) ||
 	       mg_op_add(ctx, &x, &t, &x) ||
 	       mg_op_rmsnorm(ctx, &x, &W[LP_POST_NORM], eps, &h, NULL) ||

@@ -297,28 +297,17 @@ int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 static int check_shapes(struct llama *m)
 {
 	const struct llama_cfg *c = &m->c;
-	const int64_t D = c->dim, q = c->heads * c->head_dim,
-		      kv = c->kv_heads * c->head_dim;
-	/* [rows, cols] of each layer parameter (cols 0: 1-D), by LP_* */
-	int64_t lshape[LP_COUNT][2] = {0};
-	lshape[LP_IN_NORM][0] = lshape[LP_POST_NORM][0] = D;
-	lshape[LP_Q][0] = q, lshape[LP_Q][1] = D;
-	lshape[LP_K][0] = lshape[LP_V][0] = kv;
-	lshape[LP_K][1] = lshape[LP_V][1] = D;
-	lshape[LP_O][0] = D, lshape[LP_O][1] = q;
-	lshape[LP_GATE][0] = lshape[LP_UP][0] = c->ffn;
-	lshape[LP_GATE][1] = lshape[LP_UP][1] = D;
-	lshape[LP_DOWN][0] = D, lshape[LP_DOWN][1] = c->ffn;
-	const int nl = LP_COUNT;
+	const int64_t D = c->dim;
+	const int nl = m->nlp;
 	const int64_t total = c->layers * nl + 3;
 	for (int64_t k = 0; k < total; k++) {
 		char name[160];
 		int64_t want[2];
 		if (k < c->layers * nl) {
-			int i = (int)(k % nl);
+			const int p = m->kind[k % nl];
 			snprintf(name, sizeof name, "model.layers.%lld.%s",
-				 (long long)(k / nl), llama_layer_param[i]);
-			want[0] = lshape[i][0], want[1] = lshape[i][1];
+				 (long long)(k / nl), llama_layer_param[p]);
+			llama_lp_shape(c, p, want);
 		} else if (k == c->layers * nl) {
 			snprintf(name, sizeof name,
 				 "model.embed_tokens.weight");

@@ -58,15 +58,17 @@ static void add_bnb_config(cJSON *j)
 	cJSON_AddStringToObject(q, "quant_method", "bitsandbytes");
 }
 
-/* config.json: what LlamaConfig reads, in transformers 4's form
- * (rope_theta, rope_scaling), which transformers 5 still reads. */
+/* config.json: what the family's config class reads, in transformers
+ * 4's form (rope_theta, rope_scaling), which transformers 5 still
+ * reads; the family's own keys from llama_family.c. */
 static int write_config(const struct llama_cfg *c, const char *dir,
 			enum mg_dtype dt)
 {
+	const struct llama_family *f = &llama_families[c->family];
 	cJSON *j = cJSON_CreateObject(), *a = cJSON_CreateArray();
-	cJSON_AddItemToArray(a, cJSON_CreateString("LlamaForCausalLM"));
+	cJSON_AddItemToArray(a, cJSON_CreateString(f->arch));
 	cJSON_AddItemToObject(j, "architectures", a);
-	cJSON_AddStringToObject(j, "model_type", "llama");
+	cJSON_AddStringToObject(j, "model_type", f->model_type);
 	cJSON_AddNumberToObject(j, "vocab_size", (double)c->vocab);
 	cJSON_AddNumberToObject(j, "hidden_size", (double)c->dim);
 	cJSON_AddNumberToObject(j, "intermediate_size", (double)c->ffn);
@@ -92,10 +94,8 @@ static int write_config(const struct llama_cfg *c, const char *dir,
 	cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_embeddings);
 	cJSON_AddNumberToObject(j, "initializer_range", c->init_std);
 	cJSON_AddStringToObject(j, "hidden_act", "silu");
-	cJSON_AddBoolToObject(j, "attention_bias", false);
-	cJSON_AddBoolToObject(j, "mlp_bias", false);
 	cJSON_AddNumberToObject(j, "attention_dropout", 0);
-	cJSON_AddNumberToObject(j, "pretraining_tp", 1);
+	f->write(c, j);
 	cJSON_AddBoolToObject(j, "use_cache", true);
 	cJSON_AddStringToObject(j, "torch_dtype", torch_dtype(dt));
 	if (dt == MG_NF4)
@@ -327,14 +327,15 @@ static int put_unit(struct llama *m, struct mg_ctx *ctx,
 			rc = put_group(ctx, m, sw, w, v, 1, LT_HEAD,
 				       "lm_head.weight", dt);
 	} else {
-		for (int p = 0; p < LP_COUNT && !rc; p++) {
+		for (int i = 0; i < m->nlp && !rc; i++) {
+			const int p = m->kind[i];
 			int t = -1;
 			for (int k = 0; k < LT_HEAD; k++)
 				if (lp_of[k] == p)
 					t = k;
 			snprintf(name, sizeof name, "model.layers.%d.%s",
 				 u - LLAMA_UNIT_LAYER(0), llama_layer_param[p]);
-			rc = put_group(ctx, m, sw, w, v, p, t, name, dt);
+			rc = put_group(ctx, m, sw, w, v, i, t, name, dt);
 		}
 	}
 	mg_release(ctx, u, ph);

@@ -1,7 +1,7 @@
 /*
  * llama_init.c - a unit's initial values. Random weights follow
  * transformers' LlamaPreTrainedModel: linear and embedding weights
- * normal(0, initializer_range), RMSNorm weights one. Each value is a pure
+ * normal(0, initializer_range), RMSNorm weights one, biases zero. Each value is a pure
  * function of (seed, parameter, element), so every rank count and shard
  * layout starts from the same model. With model.hf_dir the values come
  * from the folder's safetensors instead (llama_hf.c). A sharded strategy
@@ -21,13 +21,13 @@
  * loop runs on every core (an 8B model draws 8e9 normals), the result
  * does not depend on the thread count, and a shard's values are the
  * whole tensor's. */
-static void fill(struct mg_tensor *t, uint64_t key, double std, bool ones,
+static void fill(struct mg_tensor *t, uint64_t key, double std, double c,
 		 int64_t lo, int64_t hi)
 {
 	/* a pure function of j: the same values on any thread count */
 #pragma omp parallel for schedule(static) if (hi - lo > 65536)
 	for (int64_t j = lo; j < hi; j++) {
-		double x = ones ? 1.0 : std * mg_rng_normal(key, (uint64_t)j);
+		double x = std > 0 ? std * mg_rng_normal(key, (uint64_t)j) : c;
 		if (t->dtype == MG_F64)
 			((double *)t->data)[j] = x;
 		else
@@ -47,7 +47,7 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 		np = c->tie_embeddings ? 1 : 2;
 		nall = L->head_params;
 	} else if (unit > 0 && unit <= c->layers) {
-		np = LP_COUNT;
+		np = m->nlp;
 		nall = L->layer_params;
 	} else
 		return mg_error("llama: no unit %d", unit);
@@ -65,12 +65,14 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 	}
 	for (int i = 0; i < np; i++) {
 		const bool layer = unit > 0 && unit <= c->layers;
-		if (layer && llama_quant_param(m, i)) {
+		/* the parameter's kind: LP_* in a layer, else -1 */
+		const int kind = layer ? m->kind[i] : -1;
+		if (layer && llama_quant_param(m, kind)) {
 			/* quant = nf4: the blob from this tensor's f32
 			 * values, the same ones a float run starts from */
 			char name[160];
 			snprintf(name, sizeof name, "model.layers.%d.%s",
-				 unit - 1, llama_layer_param[i]);
+				 unit - 1, llama_layer_param[kind]);
 			if (llama_quant_fill(m, &params[i], name,
 					     mg_rng_key(seed, (uint64_t)i)))
 				return -1;
@@ -93,10 +95,9 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 			else
 				snprintf(name, sizeof name,
 					 "model.layers.%d.%s", unit - 1,
-					 llama_layer_param[i]);
+					 llama_layer_param[kind]);
 			/* quant = int4: each projection from its int4 form */
-			if (m->int4 && layer && i != LP_IN_NORM &&
-			    i != LP_POST_NORM) {
+			if (m->int4 && layer && llama_lp_proj(kind)) {
 				int rc =
 					llama_hf_load_int4(m, name, &params[i]);
 				if (rc < 0)
@@ -115,8 +116,11 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 				return -1;
 			continue;
 		}
-		/* Norm weights are the unit's 1-D parameters. */
-		bool norm = params[i].ndim == 1;
+		/* norms one, biases zero; the head unit's norm is its
+		 * only 1-D parameter */
+		const bool norm =
+			layer ? llama_lp_norm(kind) : params[i].ndim == 1;
+		const bool bias = layer && !norm && params[i].ndim == 1;
 		const int64_t n = mg_tensor_numel(&params[i]);
 		int64_t a = lo ? lo[i] : 0, b = hi ? hi[i] : n;
 		if (a < 0 || b > n || a > b)
@@ -124,8 +128,8 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 					"tensor of %lld elements",
 					(long long)a, (long long)b,
 					(long long)n);
-		fill(&params[i], mg_rng_key(seed, (uint64_t)i), c->init_std,
-		     norm, a, b);
+		fill(&params[i], mg_rng_key(seed, (uint64_t)i),
+		     norm || bias ? 0 : c->init_std, norm ? 1 : 0, a, b);
 	}
 	return 0;
 }

@@ -285,7 +285,7 @@ int llama_lora_setup(struct llama *m, const struct mg_opts *o)
 	L->rslora = mg_opt_bool(o, "rslora");
 	for (int t = 0; t < LT_COUNT; t++)
 		L->ia[t] = L->ib[t] = -1;
-	L->layer_params = LP_COUNT;
+	L->layer_params = m->nlp;
 	L->head_params = m->c.tie_embeddings ? 1 : 2;
 	if (!L->rank) {
 		const char *from = mg_opt_str(o, "lora_adapter");
@@ -309,11 +309,11 @@ int llama_lora_setup(struct llama *m, const struct mg_opts *o)
 	int k = 0;
 	for (int t = 0; t < LT_HEAD; t++)
 		if (L->targets & (1u << t)) {
-			L->ia[t] = LP_COUNT + k;
-			L->ib[t] = LP_COUNT + na + k;
+			L->ia[t] = m->nlp + k;
+			L->ib[t] = m->nlp + na + k;
 			k++;
 		}
-	L->layer_params = LP_COUNT + 2 * na;
+	L->layer_params = m->nlp + 2 * na;
 	if (L->targets & (1u << LT_HEAD)) {
 		L->ia[LT_HEAD] = 2;
 		L->ib[LT_HEAD] = 3;

@@ -30,6 +30,12 @@
  * llama_weight (llama_quant.c): dequantized just before, forward and
  * again in backward, into one scratch; nothing dequantized is kept.
  *
+ * The family's features (llama_family.c) are data here, not branches:
+ * a projection's bias is its GEMM's bias argument (NULL without one),
+ * a sliding window is the attention's option, and with q/k norms the
+ * projections write q and k raw (kept, qr and kr) and a per-head RMSNorm
+ * over [rows * heads, head_dim] views makes the q and k that RoPE turns.
+ *
  * With qat = 8da4w (llama_qat.c) each layer projection's base GEMM reads
  * fq8(x) (rebuilt in the arena's qx slot, forward and again in backward)
  * and fq4(W); backward masks the input and weight gradients by the
@@ -47,13 +53,15 @@ struct lay {
 	size_t per;   /* bytes of one layer's saved block */
 	size_t h1, q, k, v, o, xm, h2, g, u, s; /* within a layer block */
 	size_t rstd1, rstd2, lse;		/* stats, within the block */
-	size_t la[LT_COUNT];			/* LoRA s A x, per target */
-	size_t hn, rstdn, logits;		/* the head's */
-	size_t lxd, ltmp;			/* LoRA scratch */
+	size_t qr, kr, rstdq, rstdk; /* q/k norms: raw q, k and their rstd */
+	size_t la[LT_COUNT];	     /* LoRA s A x, per target */
+	size_t hn, rstdn, logits;    /* the head's */
+	size_t lxd, ltmp;	     /* LoRA scratch */
 	size_t qx; /* QAT: a projection input fake-quantized */
 	size_t total;
 	/* the backward work buffer */
 	size_t dx, dxm, dh, dt, ds, du, dq, dk, dv, dout;
+	size_t dqr, dkr; /* q/k norms: the raw q and k's gradients */
 	size_t ldas, lda, ldt3, ldxd; /* LoRA's */
 	size_t wtotal;
 };
@@ -88,6 +96,13 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	L->rstd1 = llama_slot(&p, R * ss);
 	L->rstd2 = llama_slot(&p, R * ss);
 	L->lse = llama_slot(&p, R * H * ss);
+	if (c->qk_norm) {
+		const size_t Hkv = (size_t)c->kv_heads;
+		L->qr = llama_slot(&p, R * qd * es);
+		L->kr = llama_slot(&p, R * kvd * es);
+		L->rstdq = llama_slot(&p, R * H * ss);
+		L->rstdk = llama_slot(&p, R * Hkv * ss);
+	}
 	const struct llama_lora *lo = &m->lora;
 	const size_t r = (size_t)lo->rank;
 	/* ltmp also holds a fused group's [R, 3 r] (llama_lora.c) */
@@ -136,6 +151,10 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	L->dk = llama_slot(&p, R * kvd * es);
 	L->dv = llama_slot(&p, R * kvd * es);
 	L->dout = llama_slot(&p, R * qd * es);
+	if (c->qk_norm) {
+		L->dqr = llama_slot(&p, R * qd * es);
+		L->dkr = llama_slot(&p, R * kvd * es);
+	}
 	L->ldas = llama_slot(&p, R * r * es);
 	L->lda = llama_slot(&p, R * 3 * r * es);
 	L->ldt3 = llama_slot(&p, R * 3 * r * es);
@@ -159,6 +178,9 @@ struct lt {
 	struct mg_tensor h1, q, k, v, o, xm, h2, g, u, s;
 	struct mg_tensor q4, k4, v4, o4; /* [n, T, heads, head_dim] views */
 	struct mg_tensor rstd1, rstd2, lse;
+	/* q/k norms: raw q and k as [R, width] and as [R * heads,
+	 * head_dim] with the normed q and k in that view, and their rstd */
+	struct mg_tensor qr, kr, qrh, krh, qh, kh, rstdq, rstdk;
 };
 
 static void layer_tensors(const struct llama *m, const struct lay *L, int l,
@@ -192,6 +214,17 @@ static void layer_tensors(const struct llama *m, const struct lay *L, int l,
 	t->rstd1 = at(m, A, b + L->rstd1, st, 1, R, 0, 0, 0);
 	t->rstd2 = at(m, A, b + L->rstd2, st, 1, R, 0, 0, 0);
 	t->lse = at(m, A, b + L->lse, st, 3, n, c->heads, T, 0);
+	if (c->qk_norm) {
+		const int64_t hd = c->head_dim, H = c->heads, Hk = c->kv_heads;
+		t->qr = at(m, A, b + L->qr, dt, 2, R, qd, 0, 0);
+		t->kr = at(m, A, b + L->kr, dt, 2, R, kvd, 0, 0);
+		t->qrh = at(m, A, b + L->qr, dt, 2, R * H, hd, 0, 0);
+		t->krh = at(m, A, b + L->kr, dt, 2, R * Hk, hd, 0, 0);
+		t->qh = at(m, A, b + L->q, dt, 2, R * H, hd, 0, 0);
+		t->kh = at(m, A, b + L->k, dt, 2, R * Hk, hd, 0, 0);
+		t->rstdq = at(m, A, b + L->rstdq, st, 1, R * H, 0, 0, 0);
+		t->rstdk = at(m, A, b + L->rstdk, st, 1, R * Hk, 0, 0, 0);
+	}
 }
 
 static struct mg_tensor inv_freq(const struct llama *m)
@@ -201,9 +234,21 @@ static struct mg_tensor inv_freq(const struct llama *m)
 			      &half);
 }
 
-static double attn_scale(const struct llama *m)
+/* The family's attention: 1 / sqrt(head_dim) and its sliding window. */
+static struct mg_attn_opts attn_opts(const struct llama *m)
 {
-	return 1.0 / sqrt((double)m->c.head_dim);
+	return MG_ATTN_OPTS(1.0 / sqrt((double)m->c.head_dim), m->c.window);
+}
+
+/* Target tg's bias in the unit's tensors P (or their gradients), or
+ * NULL when its projection has none (the layer targets' biases follow
+ * LT_* order from LP_Q_BIAS). */
+static struct mg_tensor *bias_of(const struct llama *m, struct mg_tensor *P,
+				 int tg)
+{
+	if (tg >= LT_HEAD || !(m->c.bias & (1u << tg)))
+		return NULL;
+	return &P[m->lp[LP_Q_BIAS + tg]];
 }
 
 /* Target tg's saved s A x [R, r]: in layer l's block, or the head's
@@ -263,7 +308,8 @@ static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	if (!xb)
 		xb = base_in(m, ctx, L, tg, x, &qb);
 	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
-	if (!W || mg_op_linear(ctx, xb, W, NULL, y))
+	if (!W ||
+	    mg_op_linear(ctx, xb, W, bias_of(m, (struct mg_tensor *)P, tg), y))
 		return -1;
 	if (lo->ia[tg] < 0)
 		return 0;
@@ -299,7 +345,9 @@ static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	struct mg_tensor as[3], *asp[3], *yf[3];
 	for (int j = 0, k = 0; j < n; j++) {
 		const struct mg_tensor *W = base_w(m, ctx, ts[j], P, ws[j]);
-		if (!W || mg_op_linear(ctx, xb, W, NULL, ys[j]))
+		if (!W || mg_op_linear(ctx, xb, W,
+				       bias_of(m, (struct mg_tensor *)P, ts[j]),
+				       ys[j]))
 			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
@@ -352,15 +400,22 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 {
 	struct mg_tensor f = inv_freq(m), pb;
 	double eps = m->c.norm_eps;
-	const bool fused = m->kern & LK_RMSNORM;
+	const bool fused = m->kern & LK_RMSNORM, qkn = m->c.qk_norm;
+	const struct mg_attn_opts ao = attn_opts(m);
 	return norm_fwd(m, ctx, again ? NULL : pending(m, L, l, &pb), &t->x,
 			&W[LP_IN_NORM], &t->h1, &t->rstd1) ||
 	       group_fwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, &t->h1,
-			 (struct mg_tensor *const[]){&t->q, &t->k, &t->v}) ||
+			 (struct mg_tensor *const[]){qkn ? &t->qr : &t->q,
+						     qkn ? &t->kr : &t->k,
+						     &t->v}) ||
+	       (qkn && (mg_op_rmsnorm(ctx, &t->qrh, &W[m->lp[LP_Q_NORM]], eps,
+				      &t->qh, &t->rstdq) ||
+			mg_op_rmsnorm(ctx, &t->krh, &W[m->lp[LP_K_NORM]], eps,
+				      &t->kh, &t->rstdk))) ||
 	       mg_op_rope(ctx, &t->q4, pos, &f) ||
 	       mg_op_rope(ctx, &t->k4, pos, &f) ||
-	       mg_op_attention(ctx, &t->q4, &t->k4, &t->v4, pos, attn_scale(m),
-			       &t->o4, &t->lse) ||
+	       mg_op_attention_opts(ctx, &t->q4, &t->k4, &t->v4, pos, &ao,
+				    &t->o4, &t->lse) ||
 	       /* xm = x + o W_o^T, through xn as scratch */
 	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, NULL, &t->xn) ||
 	       (fused ? mg_op_add_rmsnorm(ctx, &t->x, &t->xn, &W[LP_POST_NORM],
@@ -511,10 +566,18 @@ static struct mg_tensor *gw(struct mg_tensor *g)
  * separate pass), and the weight's gradient if it trains. */
 static int lin_bwd(struct mg_ctx *ctx, const struct mg_tensor *x,
 		   const struct mg_tensor *W, const struct mg_tensor *dy,
-		   struct mg_tensor *dx, bool add, struct mg_tensor *dw)
+		   struct mg_tensor *dx, bool add, struct mg_tensor *dw,
+		   struct mg_tensor *db)
 {
-	return add ? mg_op_linear_backward_add(ctx, x, W, dy, dx, dw, NULL)
-		   : mg_op_linear_backward(ctx, x, W, dy, dx, dw, NULL);
+	return add ? mg_op_linear_backward_add(ctx, x, W, dy, dx, dw, db)
+		   : mg_op_linear_backward(ctx, x, W, dy, dx, dw, db);
+}
+
+/* The gradient of target tg's bias if it has one that trains. */
+static struct mg_tensor *gb(const struct llama *m, struct mg_tensor *G, int tg)
+{
+	struct mg_tensor *b = bias_of(m, G, tg);
+	return b ? gw(b) : NULL;
 }
 
 /* The adapter's share of a projection's backward (nothing without an
@@ -552,7 +615,7 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	 * gradient is dy fq4(W), masked by x's own range */
 	const struct mg_tensor *xb = dw ? base_in(m, ctx, L, tg, x, &qb) : x;
 	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
-	if (!W || lin_bwd(ctx, xb, W, dy, dx, false, dw) ||
+	if (!W || lin_bwd(ctx, xb, W, dy, dx, false, dw, gb(m, G, tg)) ||
 	    (fq_in(m, tg) && mg_op_fq_int8_token_backward(ctx, x, dx, dx)) ||
 	    llama_qat_weight_grad(m, ctx, tg, &P[w], dw))
 		return -1;
@@ -586,7 +649,8 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	for (int j = 0; j < n; j++) {
 		const struct mg_tensor *W = base_w(m, ctx, ts[j], P, ws[j]);
 		if (!W ||
-		    lin_bwd(ctx, xb, W, dys[j], dx, j > 0, gw(&G[ws[j]])) ||
+		    lin_bwd(ctx, xb, W, dys[j], dx, j > 0, gw(&G[ws[j]]),
+			    gb(m, G, ts[j])) ||
 		    llama_qat_weight_grad(m, ctx, ts[j], &P[ws[j]],
 					  gw(&G[ws[j]])))
 			return -1;
@@ -662,6 +726,19 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 			 do4 = at(m, B, L->dout, dt, 4, n, T, c->heads,
 				  c->head_dim);
 	struct mg_tensor f = inv_freq(m);
+	const struct mg_attn_opts ao = attn_opts(m);
+	/* q/k norms: the raw q and k's gradients, in [R, width] for the
+	 * projections and [R * heads, head_dim] for the norms */
+	const bool qkn = c->qk_norm;
+	const int64_t hd = c->head_dim;
+	struct mg_tensor dqr = at(m, B, L->dqr, dt, 2, R, qd, 0, 0),
+			 dkr = at(m, B, L->dkr, dt, 2, R, kvd, 0, 0),
+			 dqrh = at(m, B, L->dqr, dt, 2, R * c->heads, hd, 0, 0),
+			 dkrh = at(m, B, L->dkr, dt, 2, R * c->kv_heads, hd, 0,
+				   0),
+			 dqh = at(m, B, L->dq, dt, 2, R * c->heads, hd, 0, 0),
+			 dkh = at(m, B, L->dk, dt, 2, R * c->kv_heads, hd, 0,
+				  0);
 	/* MLP: xn = xm + down(swiglu(gate(h2), up(h2))) */
 	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, dx, &ds) ||
 	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
@@ -671,13 +748,22 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 			&dxm, &dtmp, gw(&G[LP_POST_NORM])) ||
 	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
 	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, &dxm, &dout) ||
-	       mg_op_attention_backward(ctx, &t->q4, &t->k4, &t->v4,
-					&m->positions, attn_scale(m), &t->o4,
-					&t->lse, &do4, &dq4, &dk4, &dv4) ||
+	       mg_op_attention_opts_backward(ctx, &t->q4, &t->k4, &t->v4,
+					     &m->positions, &ao, &t->o4,
+					     &t->lse, &do4, &dq4, &dk4, &dv4) ||
 	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
 	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
+	       (qkn &&
+		(mg_op_rmsnorm_backward(ctx, &t->qrh, &W[m->lp[LP_Q_NORM]],
+					&t->rstdq, &dqh, &dqrh,
+					gw(&G[m->lp[LP_Q_NORM]])) ||
+		 mg_op_rmsnorm_backward(ctx, &t->krh, &W[m->lp[LP_K_NORM]],
+					&t->rstdk, &dkh, &dkrh,
+					gw(&G[m->lp[LP_K_NORM]])))) ||
 	       group_bwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, G, &t->h1,
-			 (struct mg_tensor *const[]){&dq, &dk, &dv}, &dh) ||
+			 (struct mg_tensor *const[]){qkn ? &dqr : &dq,
+						     qkn ? &dkr : &dk, &dv},
+			 &dh) ||
 	       norm_bwd(m, ctx, &t->x, &W[LP_IN_NORM], &t->rstd1, &dh, &dxm, dx,
 			&dtmp, gw(&G[LP_IN_NORM]));
 }

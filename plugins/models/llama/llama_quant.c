@@ -35,8 +35,7 @@ int llama_quant_setup(struct llama *m, const struct mg_opts *o)
 
 bool llama_quant_param(const struct llama *m, int lp)
 {
-	return m->nf4 && lp != LP_IN_NORM && lp != LP_POST_NORM && lp >= 0 &&
-	       lp < LP_COUNT;
+	return m->nf4 && llama_lp_proj(lp);
 }
 
 int llama_quant_fill(struct llama *m, struct mg_tensor *blob,

@@ -1,0 +1,218 @@
+/*
+ * llama_family.c - the decoder families the llama plugin runs, each a
+ * config.json model_type whose keys beyond LlamaConfig's are resolved
+ * here, once, into the architecture's features (struct llama_cfg: which
+ * projections carry biases, q/k norms, the sliding window), and written
+ * back by export. The forward, backward and decode read the features and
+ * never a family, so a family that differs only in these is an entry of
+ * the table below.
+ *
+ *   llama    attention_bias (q, k, v, o) and mlp_bias (gate, up, down)
+ *   mistral  sliding_window over every layer
+ *   qwen2    q, k, v biases; Qwen's sliding-window keys
+ *   qwen3    per-head q and k RMSNorm; attention_bias; the same keys
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llama.h"
+
+#define BIAS_QKV ((1u << LT_Q) | (1u << LT_K) | (1u << LT_V))
+#define BIAS_QKVO (BIAS_QKV | (1u << LT_O))
+#define BIAS_MLP ((1u << LT_GATE) | (1u << LT_UP) | (1u << LT_DOWN))
+
+static const cJSON *key(const void *j, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+	return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* A boolean key: absent or null is false. */
+static int get_bool(const void *j, const char *k, bool *out, const char *path)
+{
+	const cJSON *v = key(j, k);
+	if (v && !cJSON_IsBool(v))
+		return mg_error("%s: '%s' is not true or false", path, k);
+	*out = v && cJSON_IsTrue(v);
+	return 0;
+}
+
+/* A count key: absent or null leaves *out. */
+static int get_count(const void *j, const char *k, int64_t *out,
+		     const char *path)
+{
+	const cJSON *v = key(j, k);
+	if (!v)
+		return 0;
+	if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+	    v->valuedouble < 0 || v->valuedouble > 1e15)
+		return mg_error("%s: '%s' is not a non-negative integer", path,
+				k);
+	*out = (int64_t)v->valuedouble;
+	return 0;
+}
+
+/*
+ * The layers' attention kinds: transformers 5's layer_types when given
+ * (every entry "full_attention" or "sliding_attention"), else `sliding`
+ * (whether every layer slides). The window applies when every layer
+ * slides; layers that differ are refused: the decoder has one attention
+ * per model so far.
+ */
+static int window_of(struct llama_cfg *c, const void *j, bool sliding,
+		     int64_t w, const char *path)
+{
+	const cJSON *lt = key(j, "layer_types");
+	if (lt) {
+		if (!cJSON_IsArray(lt) ||
+		    cJSON_GetArraySize(lt) != (int)c->layers)
+			return mg_error("%s: 'layer_types' is not a list of "
+					"num_hidden_layers = %lld names",
+					path, (long long)c->layers);
+		int slide = 0, i = 0;
+		const cJSON *e;
+		cJSON_ArrayForEach(e, lt)
+		{
+			const char *s = cJSON_IsString(e) ? e->valuestring : "";
+			if (!strcmp(s, "sliding_attention"))
+				slide++;
+			else if (strcmp(s, "full_attention"))
+				return mg_error("%s: layer_types[%d] is not "
+						"\"full_attention\" or "
+						"\"sliding_attention\"",
+						path, i);
+			i++;
+		}
+		if (slide && slide != i)
+			return mg_error(
+				"%s: layer_types mixes sliding and full "
+				"attention layers, which the llama "
+				"model does not run (every layer "
+				"attends one way)",
+				path);
+		sliding = slide > 0;
+	}
+	c->window = 0;
+	if (!sliding)
+		return 0;
+	if (w < 1)
+		return mg_error("%s: sliding attention without a "
+				"'sliding_window' size",
+				path);
+	c->window = w;
+	return 0;
+}
+
+static int read_llama(struct llama_cfg *c, const void *j, const char *path)
+{
+	bool ab, mb;
+	if (get_bool(j, "attention_bias", &ab, path) ||
+	    get_bool(j, "mlp_bias", &mb, path))
+		return -1;
+	c->bias = (ab ? BIAS_QKVO : 0) | (mb ? BIAS_MLP : 0);
+	return 0;
+}
+
+static void write_llama(const struct llama_cfg *c, void *j)
+{
+	cJSON_AddBoolToObject(j, "attention_bias", c->bias & BIAS_QKVO);
+	cJSON_AddBoolToObject(j, "mlp_bias", c->bias & BIAS_MLP);
+	cJSON_AddNumberToObject(j, "pretraining_tp", 1);
+}
+
+static int read_mistral(struct llama_cfg *c, const void *j, const char *path)
+{
+	int64_t w = 0;
+	if (get_count(j, "sliding_window", &w, path))
+		return -1;
+	return window_of(c, j, w > 0, w, path);
+}
+
+static void write_mistral(const struct llama_cfg *c, void *j)
+{
+	if (c->window)
+		cJSON_AddNumberToObject(j, "sliding_window", (double)c->window);
+	else
+		cJSON_AddNullToObject(j, "sliding_window");
+}
+
+/* Qwen2 and Qwen3: use_sliding_window slides layers from
+ * max_window_layers on. */
+static int qwen_window(struct llama_cfg *c, const void *j, const char *path)
+{
+	bool use = false;
+	int64_t w = 0, from = 0;
+	if (get_bool(j, "use_sliding_window", &use, path) ||
+	    get_count(j, "sliding_window", &w, path) ||
+	    get_count(j, "max_window_layers", &from, path))
+		return -1;
+	if (use && from > 0 && from < c->layers && !key(j, "layer_types"))
+		return mg_error("%s: use_sliding_window slides layers %lld "
+				"and up only (max_window_layers), which the "
+				"llama model does not run (every layer "
+				"attends one way)",
+				path, (long long)from);
+	return window_of(c, j, use && from < c->layers, w, path);
+}
+
+static void write_qwen_window(const struct llama_cfg *c, void *j)
+{
+	cJSON_AddBoolToObject(j, "use_sliding_window", c->window > 0);
+	if (c->window)
+		cJSON_AddNumberToObject(j, "sliding_window", (double)c->window);
+	else
+		cJSON_AddNullToObject(j, "sliding_window");
+	cJSON_AddNumberToObject(j, "max_window_layers",
+				c->window ? 0 : (double)c->layers);
+	cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
+	for (int64_t l = 0; l < c->layers; l++)
+		cJSON_AddItemToArray(
+			lt, cJSON_CreateString(c->window ? "sliding_attention"
+							 : "full_attention"));
+}
+
+static int read_qwen2(struct llama_cfg *c, const void *j, const char *path)
+{
+	c->bias = BIAS_QKV;
+	return qwen_window(c, j, path);
+}
+
+static int read_qwen3(struct llama_cfg *c, const void *j, const char *path)
+{
+	bool ab;
+	if (get_bool(j, "attention_bias", &ab, path))
+		return -1;
+	c->bias = ab ? BIAS_QKVO : 0;
+	c->qk_norm = true;
+	return qwen_window(c, j, path);
+}
+
+static void write_qwen3(const struct llama_cfg *c, void *j)
+{
+	cJSON_AddBoolToObject(j, "attention_bias", c->bias & BIAS_QKVO);
+	write_qwen_window(c, j);
+}
+
+/* In the order of the plugin's `family` option. */
+const struct llama_family llama_families[] = {
+	{"llama", "LlamaForCausalLM", read_llama, write_llama},
+	{"mistral", "MistralForCausalLM", read_mistral, write_mistral},
+	{"qwen2", "Qwen2ForCausalLM", read_qwen2, write_qwen_window},
+	{"qwen3", "Qwen3ForCausalLM", read_qwen3, write_qwen3},
+	{NULL, NULL, NULL, NULL},
+};
+
+int llama_family_find(const char *model_type)
+{
+	for (int i = 0; llama_families[i].model_type; i++)
+		if (!strcmp(llama_families[i].model_type, model_type))
+			return i;
+	return -1;
+}
+
+const char *llama_family_names(void)
+{
+	return "llama|mistral|qwen2|qwen3";
+}
