@@ -20,6 +20,11 @@
 #                        (bench/like4like.py), printed as markdown
 #     llama [steps]      LLM ops vs CPU twins, llama vs transformers
 #                        (tests/llama/hf_check.py), tiny llama training
+#     families           the decoder families (Qwen2, Qwen3, Mistral)
+#                        against transformers: loss, gradients, greedy
+#                        generation, export (tests/llama/family_check.py),
+#                        after the LLM ops and attention with windows
+#                        (also in llama)
 #     text               mgrun tokenize against HF tokenizers
 #                        (tests/text/hf_tokenizers_check.py), LoRA adapters
 #                        in and out of peft (tests/llama/peft_check.py),
@@ -293,6 +298,8 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 	run test_gpu_ops llm "$bin/test_gpu_ops" llm
 	run test_llama_hf hf_check python3 tests/llama/hf_check.py "$mgrun" \
 		$tmp/mghf
+	run test_llama_hf family_check python3 tests/llama/family_check.py \
+		"$mgrun" $tmp/mgfam
 	for prec in fp32 bf16; do
 		run test_llama_train "llama $prec" "$mgrun" -c conf/llama_tiny.ini \
 			--set run.device=cuda --set run.precision=$prec \
@@ -329,6 +336,13 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 	grep -E "^(ok|FAIL)|hf_check" "$out/test_llama_hf.log"
 	grep -E "^== llama|^epoch 1:|step time" "$out/test_llama_train.log"
 	grep -E "^== generate|^[0-9 ]+$|tokens/s" "$out/test_llama_generate.log"
+fi
+if [ "$what" = families ]; then
+	run test_gpu_ops llm "$bin/test_gpu_ops" llm attention
+	run test_llama_hf family_check python3 tests/llama/family_check.py \
+		"$mgrun" $tmp/mgfam
+	grep -E "^(ok|FAIL|PASS|SKIPPED)|family_check|failure" \
+		"$out/test_llama_hf.log" "$out/test_gpu_ops.log" | tail -80
 fi
 if [ "$what" = text ] || [ "$what" = all ]; then
 	# The text side against the libraries that define it: ids and decoded
