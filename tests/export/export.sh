@@ -5,7 +5,8 @@
 # of the run it came from and greedy `generate --ids` gives the same
 # ids; untied fp32, tied, fp64 (written fp32), bf16 and fp16 (close), and
 # LoRA runs (rslora too) exported merged (a plain full model then) to
-# the LoRA run's loss, and a QLoRA run (quant = nf4) exported with its
+# the LoRA run's loss, the decoder families (Qwen2, Qwen3, Mistral) as
+# their own model types, and a QLoRA run (quant = nf4) exported with its
 # NF4 base dequantized and the adapters merged, to the QLoRA run's loss.
 # Then the refusals: no checkpoint, a model without save_hf, run.gpus >
 # 1, --out the model's own hf_dir, bad arguments.
@@ -125,6 +126,30 @@ near "$ll" "$lq" 1e-6 && fail "qlora: the NF4 base changed nothing ($ll, $lq)"
 grep -q "lora" "$work/qlora.hf/model.safetensors" && fail "qlora: adapters written"
 grep -q '"torch_dtype":.*"float32"' "$work/qlora.hf/config.json" ||
 	fail "qlora: not written in fp32"
+
+# the decoder families: each folder written as its model_type with its
+# own tensors (Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's window
+# in config.json) loads back to the run's loss and greedy ids; Qwen2 with
+# LoRA on every projection merged over its trained biases
+roundtrip qwen2 1e-6 --set model.family=qwen2
+grep -q '"model_type":.*"qwen2"' "$work/qwen2.hf/config.json" &&
+	grep -q '"Qwen2ForCausalLM"' "$work/qwen2.hf/config.json" &&
+	grep -q '"model.layers.1.self_attn.v_proj.bias"' \
+		"$work/qwen2.hf/model.safetensors" ||
+	fail "qwen2: config.json or biases: $(cat "$work/qwen2.hf/config.json")"
+roundtrip qwen3 1e-6 --set model.family=qwen3 --set model.head_dim=24
+grep -q '"model_type":.*"qwen3"' "$work/qwen3.hf/config.json" &&
+	grep -q '"model.layers.0.self_attn.k_norm.weight"' \
+		"$work/qwen3.hf/model.safetensors" ||
+	fail "qwen3: config.json or q/k norms"
+roundtrip mistral 1e-6 --set model.family=mistral --set model.sliding_window=5
+grep -q '"sliding_window":.*5' "$work/mistral.hf/config.json" ||
+	fail "mistral: sliding_window not written: $(cat "$work/mistral.hf/config.json")"
+# (from the qwen2 export, whose biases trained away from zero)
+# shellcheck disable=SC2086
+roundtrip qwen2_lora 1e-5 $L --set model.hf_dir="$work/qwen2.hf"
+grep -q "lora" "$work/qwen2_lora.hf/model.safetensors" &&
+	fail "qwen2_lora: adapters written"
 
 # refusals
 # shellcheck disable=SC2086

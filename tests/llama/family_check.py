@@ -11,7 +11,8 @@ embeddings, Qwen3's q/k norms with head_dim apart from hidden/heads,
 Mistral's sliding window shorter than most rows) and pre-tokenized rows
 with masked prompts. Checks that mgrun loading the folder computes the
 same per-token loss (fp32 on the CPU and CUDA, bf16 on CUDA), the same
-gradients after one SGD step with lr 1 (CPU and CUDA, fp32), the same
+gradients after one SGD step with lr 1 as transformers in fp64 (fp64 on
+the CPU, fp32 on the CPU and CUDA; bounds where they are checked), the same
 greedy continuation as transformers' generate (CUDA fp32), and that
 `mgrun export` of the one-step run loads in transformers (the family's
 class from the written config.json) and continues greedily as `mgrun
@@ -87,7 +88,14 @@ def make_rows(vocab, path, n=12):
 
 
 def hf_loss(m, rows, dtype):
-    """Mean next-token loss over the counted label tokens, and grads."""
+    """Mean next-token loss over the counted label tokens, and grads
+    (fp64: of a float64 copy, the reference the fp32 gradients are held
+    to: in fp32 the q bias's gradient, a sum of many cancelling terms
+    when the key biases are large, is only good to ~2e-4 on either
+    side)."""
+    if dtype == "fp64":
+        import copy
+        m = copy.deepcopy(m).double()
     m = m.to("cuda")
     m.zero_grad()
     cnt, losses = 0, []
@@ -96,13 +104,14 @@ def hf_loss(m, rows, dtype):
         y = torch.tensor([labels], device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16,
                             enabled=dtype == "bf16"):
-            logits = m(input_ids=x).logits.float()
+            logits = m(input_ids=x).logits
+            logits = logits.double() if dtype == "fp64" else logits.float()
         losses.append(torch.nn.functional.cross_entropy(
             logits[0, :-1], y[0, 1:], ignore_index=-100, reduction="sum"))
         cnt += int((y[0, 1:] != -100).sum())
     total = torch.stack(losses).sum() / cnt
     total.backward()
-    return float(total), {k: p.grad.detach().float().cpu()
+    return float(total), {k: p.grad.detach().double().cpu()
                           for k, p in m.named_parameters()}
 
 
@@ -160,8 +169,9 @@ for fam, kw in FAMILIES:
     m = save_random(fam, d, kw)
     data = os.path.join(work, fam + ".jsonl")
     rows = make_rows(kw["vocab_size"], data)
-    ref32, grads = hf_loss(m, rows, "fp32")
-    w0 = {k: v.detach().float().cpu().clone()
+    ref32, _ = hf_loss(m, rows, "fp32")
+    _, grads = hf_loss(m, rows, "fp64")
+    w0 = {k: v.detach().double().cpu().clone()
           for k, v in m.named_parameters()}
     refbf, _ = hf_loss(m, rows, "bf16")
     for dev, prec, tol in [("cpu", "fp32", 2e-5), ("cuda", "fp32", 2e-5),
@@ -177,15 +187,25 @@ for fam, kw in FAMILIES:
         rel = abs(loss - ref) / abs(ref)
         check(rel < tol, f"{tag}: loss {loss:.6f} vs transformers "
               f"{ref:.6f} (rel {rel:.2e} < {tol})")
-    for dev in ["cpu", "cuda"]:
-        tag = f"{fam}_{dev}_step"
-        r = mg("-c", ini_for(d, data, dev, "fp32", tag))
+    # One SGD step with lr 1: the weight change is minus the gradient,
+    # held to transformers' fp64 gradient. fp64 (CPU) to 1e-5: the same
+    # function up to the rotary cos/sin, fp32 on both sides (as HF
+    # computes them) from different libms, ~3e-7 everywhere (2026-11-28,
+    # H200: worst 1.6e-6, Qwen2's q bias). fp32 to 1e-4, but Qwen2's q
+    # bias to 5e-4 (there 2.09e-4, 1.6e-6 in fp64):
+    # its gradient sums dq over every token, and dq carries the fp32
+    # rounding of flash attention's D = rowsum(dO * O) times the mean
+    # key, which the large random k biases make coherent across tokens
+    # (identical on the CPU and CUDA, absent in fp64).
+    for dev, prec in [("cpu", "fp64"), ("cpu", "fp32"), ("cuda", "fp32")]:
+        tag = f"{fam}_{dev}_{prec}_step"
+        r = mg("-c", ini_for(d, data, dev, prec, tag))
         check(r.returncode == 0, f"{tag}: one training step exits 0")
         if r.returncode:
             continue
         ck = load_file(os.path.join(work, "runs", tag,
                                     "checkpoint.safetensors"))
-        worst, worst_name = 0.0, ""
+        worst, worst_name, bad = 0.0, "", []
         for k, g in grads.items():
             key = "param/" + k
             if key not in ck:
@@ -193,12 +213,17 @@ for fam, kw in FAMILIES:
             if key not in ck:
                 check(False, f"{tag}: checkpoint lacks {k}")
                 continue
-            rel = float(((w0[k] - ck[key].float()) - g).norm() /
+            rel = float(((w0[k] - ck[key].double()) - g).norm() /
                         (g.norm() + 1e-30))
+            tol = 1e-5 if prec == "fp64" else (
+                5e-4 if k.endswith("q_proj.bias") else 1e-4)
+            if rel > tol:
+                bad.append(f"{k} {rel:.2e}")
             if rel > worst:
                 worst, worst_name = rel, k
-        check(worst < 1e-4, f"{tag}: gradients vs transformers, worst "
-              f"relative error {worst:.2e} ({worst_name}) < 1e-4")
+        check(not bad, f"{tag}: gradients vs transformers' fp64, worst "
+              f"relative error {worst:.2e} ({worst_name}); over the "
+              f"bound: {bad[:4]}")
     # greedy decoding from the folder, then from its export
     ref_ids = hf_greedy(m)
     tag = f"{fam}_generate"
@@ -210,7 +235,7 @@ for fam, kw in FAMILIES:
           f"transformers' ({got[:8]}... vs {ref_ids[:8]}...)")
     # the one-step run exported, loaded back by transformers: its greedy
     # ids equal mgrun generate's on the same run (its checkpoint)
-    step = f"{fam}_cuda_step"
+    step = f"{fam}_cuda_fp32_step"
     ini = os.path.join(work, step + ".ini")
     r = mg("generate", "-c", ini, "--ids", "--prompt",
            " ".join(map(str, PROMPT)), "--greedy", "--max-new-tokens", "24")

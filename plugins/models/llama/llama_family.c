@@ -107,7 +107,7 @@ static int window_of(struct llama_cfg *c, const void *j, bool sliding,
 
 static int read_llama(struct llama_cfg *c, const void *j, const char *path)
 {
-	bool ab, mb;
+	bool ab = false, mb = false;
 	if (get_bool(j, "attention_bias", &ab, path) ||
 	    get_bool(j, "mlp_bias", &mb, path))
 		return -1;
@@ -181,7 +181,7 @@ static int read_qwen2(struct llama_cfg *c, const void *j, const char *path)
 
 static int read_qwen3(struct llama_cfg *c, const void *j, const char *path)
 {
-	bool ab;
+	bool ab = false;
 	if (get_bool(j, "attention_bias", &ab, path))
 		return -1;
 	c->bias = ab ? BIAS_QKVO : 0;
