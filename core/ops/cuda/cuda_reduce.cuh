@@ -52,10 +52,10 @@ struct mgc_no_fin {
 /*
  * After a block has written its NV partials of channel c (thread 0 wrote
  * them): the channel's last block to finish runs fin on them (threads
- * t < FIN::threads). The fence
- * before the count publishes this block's partials; the one after it
- * orders the reads of the others' (fin must read them with __ldcg, past
- * the incoherent L1). The counter is reset for the next launch.
+ * t < FIN::threads). The fence before the count publishes this block's
+ * partials; the one after it orders the reads of the others' (fin must
+ * read them with __ldcg, past the incoherent L1). The counter is reset
+ * for the next launch.
  */
 template <int NV, typename FIN>
 __device__ __forceinline__ void mgc_chan_finish(const FIN &fin, double *part,
