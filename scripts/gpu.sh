@@ -75,7 +75,9 @@
 #                        (bench/techniques_ratios.py); results in
 #                        techniques.tgz
 #     kernels [sizes] [precs]  one profiled MobileNetV2 step window per
-#                        cell (batch 64): the top 40 kernels by device time
+#                        cell (batch 64, static device batch; prec tf32 =
+#                        fp32 with run.tf32): the top 40 kernels by device
+#                        time
 #     profile            the [profile] window (CUPTI) against mgrun's own
 #                        counters, 1 GPU and 2 where visible
 #                        (tests/gpu/profile_check.sh; also in all)
@@ -397,10 +399,15 @@ fi
 if [ "$what" = kernels ]; then
 	for size in $(echo "${1:-100,224,500}" | tr , ' '); do
 		for prec in $(echo "${2:-fp32,fp16}" | tr , ' '); do
+			# tf32 is fp32 with run.tf32, as in bench/like4like.py;
+			# a static device batch, as like4like's ratio cells run
+			p=$prec tf=false
+			[ "$prec" = tf32 ] && p=fp32 tf=true
 			run kernels "kernels $size $prec" "$mgrun" \
 				-c conf/fashion_mnist.ini --set run.device=cuda \
 				--set dataset.dir="$fashion" --set run.batch_size=64 \
-				--set run.precision=$prec --set dataset.image_size=$size \
+				--set run.precision=$p --set run.tf32=$tf \
+				--set run.static_batch=true --set dataset.image_size=$size \
 				--set run.max_steps=40 --set run.eval=false \
 				--set run.checkpoint=false --set optimizer.warmup_steps=0 \
 				--set run.out_dir=$tmp/mgkernels --set run.name=k_${size}_$prec \

@@ -123,6 +123,14 @@ static void test_conv(void)
 		{64, 32, 28, 28, 192, 1, 1, 1, 1, 0, 0, 1, 0, 0},
 		{64, 144, 14, 14, 24, 1, 1, 1, 1, 0, 0, 1, 0, 0},
 		{64, 320, 7, 7, 1280, 1, 1, 1, 1, 0, 0, 1, 0, 0},
+		/* 1x1 on small planes (28 px): one GEMM over the batch at
+		 * 1 x 1, dW through NHWC copies at 2 x 2 and 4 x 4; odd
+		 * sizes and a partial transpose tile */
+		{64, 320, 1, 1, 1280, 1, 1, 1, 1, 0, 0, 1, 0, 0},
+		{64, 96, 2, 2, 576, 1, 1, 1, 1, 0, 0, 1, 0, 0},
+		{64, 144, 4, 4, 32, 1, 1, 1, 1, 0, 0, 1, 0, 0},
+		{5, 7, 1, 1, 11, 1, 1, 1, 1, 0, 0, 1, 1, 0},
+		{3, 37, 3, 5, 45, 1, 1, 1, 1, 0, 0, 1, 0, 0},
 		/* Fashion-MNIST 28 px stem with bias */
 		{64, 1, 28, 28, 32, 3, 3, 2, 2, 1, 1, 1, 1, 0},
 		/* odd: rectangular window, mixed stride/pad, groups, bias */
@@ -261,10 +269,13 @@ static void bn_check(enum mg_dtype dt, int N, int C, int H, int W,
 static void test_batchnorm(void)
 {
 	/* 125x125 and 63x63: large planes whose starts are not 16-byte
-	 * aligned (the vector paths' ends and straddling vectors) */
+	 * aligned (the vector paths' ends and straddling vectors); 64 x 4
+	 * x 96 x 96 splits each channel into the most slices (64), whose
+	 * last block finalises; 1 x 1 planes one slice */
 	static const int shapes[][4] = {{8, 32, 112, 112}, {64, 960, 7, 7},
 					{64, 16, 28, 28},  {3, 5, 7, 3},
-					{4, 6, 125, 125},  {3, 7, 63, 63}};
+					{4, 6, 125, 125},  {3, 7, 63, 63},
+					{64, 4, 96, 96},   {5, 9, 1, 1}};
 	for (size_t d = 0; d < 4; d++) {
 		const enum mg_dtype dt = all_dt[d];
 		const enum mg_dtype rs = dt == MG_F64 ? MG_F64 : MG_F32;

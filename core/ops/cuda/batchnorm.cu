@@ -2,10 +2,15 @@
  * batchnorm.cu - 2-D batch normalisation (PyTorch semantics) with the
  * optional fused ReLU6, forward and backward, on CUDA.
  *
- * Three launches each way: per-channel partial sums (cuda_reduce.cuh,
- * double accumulation, fixed order), a per-channel finalise (statistics,
- * running-stat update with the unbiased variance, dgamma/dbeta +=, the
- * coefficients of the element-wise pass), and the element-wise pass.
+ * Two launches each way in training: per-channel partial sums
+ * (cuda_reduce.cuh, double accumulation, fixed order) whose last block
+ * per channel runs the finalise (statistics, running-stat update with the
+ * unbiased variance, dgamma/dbeta +=, the coefficients of the
+ * element-wise pass), then the element-wise pass. Where a channel is one
+ * slice of the reduction (N * HW <= MGC_RED_SLICE: the 7 x 7 and smaller
+ * planes of a 28 px step), that block also runs the element-wise pass over
+ * its channel, so the whole op is one launch. Eval runs the finalise as
+ * its own small kernel.
  * Training statistics are shifted by the channel's first value (as the
  * CPU op does) so the one-pass variance stays accurate when |mean| >> std.
  * For F16/BF16 activations gamma, beta, the saved statistics and the
@@ -86,50 +91,75 @@ __device__ __forceinline__ void rs_set(void *p, bool f64, int64_t c, double v)
 		((float *)p)[c] = (float)v;
 }
 
-template <typename T, typename P>
-__global__ void
-bn_fwd_final(const double *part, int S, int64_t C, double m, const T *x,
-	     int64_t HW, double eps, double mom, bool training, const P *gamma,
-	     const P *beta, void *rm, void *rv, bool rs64, P *save_mean,
-	     P *save_invstd, bn_coef<typename mgc_t<T>::acc> *coef)
-{
+/*
+ * The forward finalise of channel c: from the partial sums of the
+ * shifted values (training) or the running statistics (eval), the saved
+ * statistics, the running-stat update and the coefficients of the
+ * element-wise pass. As a cuda_reduce.cuh finaliser it adds the S
+ * partials in order.
+ */
+template <typename T, typename P> struct fwd_fin {
 	typedef typename mgc_t<T>::acc A;
-	const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-	if (c >= C)
-		return;
-	double mean, invstd;
-	if (training) {
+	static const int threads = 1;
+	const T *x;
+	int64_t HW;
+	double m, eps, mom;
+	bool training, rs64;
+	const P *gamma, *beta;
+	void *rm, *rv;
+	P *save_mean, *save_invstd;
+	bn_coef<A> *coef;
+	__device__ void operator()(int64_t c, const double *part, int S,
+				   int) const
+	{
 		double s1 = 0, s2 = 0;
 		for (int k = 0; k < S; k++) {
-			s1 += part[(c * S + k) * 2];
-			s2 += part[(c * S + k) * 2 + 1];
+			s1 += __ldcg(part + 2 * k);
+			s2 += __ldcg(part + 2 * k + 1);
 		}
-		const double shift = (double)mgc_ld(x, c * HW);
-		const double dm = s1 / m;
-		double var = s2 / m - dm * dm;
-		if (var < 0)
-			var = 0;
-		mean = shift + dm;
-		invstd = 1.0 / sqrt(var + eps);
-		if (rm)
-			rs_set(rm, rs64, c,
-			       (1 - mom) * rs_get(rm, rs64, c) + mom * mean);
-		if (rv)
-			rs_set(rv, rs64, c,
-			       (1 - mom) * rs_get(rv, rs64, c) +
-				       mom * var * m / (m - 1));
-	} else {
-		mean = rs_get(rm, rs64, c);
-		invstd = 1.0 / sqrt(rs_get(rv, rs64, c) + eps);
+		finish(c, s1, s2);
 	}
-	if (save_mean)
-		save_mean[c] = (P)mean;
-	if (save_invstd)
-		save_invstd[c] = (P)invstd;
-	coef[c].mean = (A)mean;
-	coef[c].k1 = (A)((double)gamma[c] * invstd);
-	coef[c].k2 = (A)beta[c];
-	coef[c].k3 = 0;
+	__device__ void finish(int64_t c, double s1, double s2) const
+	{
+		double mean, invstd;
+		if (training) {
+			const double shift = (double)mgc_ld(x, c * HW);
+			const double dm = s1 / m;
+			double var = s2 / m - dm * dm;
+			if (var < 0)
+				var = 0;
+			mean = shift + dm;
+			invstd = 1.0 / sqrt(var + eps);
+			if (rm)
+				rs_set(rm, rs64, c,
+				       (1 - mom) * rs_get(rm, rs64, c) +
+					       mom * mean);
+			if (rv)
+				rs_set(rv, rs64, c,
+				       (1 - mom) * rs_get(rv, rs64, c) +
+					       mom * var * m / (m - 1));
+		} else {
+			mean = rs_get(rm, rs64, c);
+			invstd = 1.0 / sqrt(rs_get(rv, rs64, c) + eps);
+		}
+		if (save_mean)
+			save_mean[c] = (P)mean;
+		if (save_invstd)
+			save_invstd[c] = (P)invstd;
+		coef[c].mean = (A)mean;
+		coef[c].k1 = (A)((double)gamma[c] * invstd);
+		coef[c].k2 = (A)beta[c];
+		coef[c].k3 = 0;
+	}
+};
+
+/* The eval finalise, from the running statistics. */
+template <typename T, typename P>
+__global__ void bn_fwd_final(fwd_fin<T, P> f, int64_t C)
+{
+	const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+	if (c < C)
+		f.finish(c, 0, 0);
 }
 
 /* Geometry of the flat element-wise passes: element i is in plane
@@ -277,31 +307,38 @@ template <typename T, typename P, bool RELU6> struct grad_v {
 	}
 };
 
-template <typename P, typename A>
-__global__ void bn_bwd_final(const double *part, int S, int64_t C, double m,
-			     bool training, const P *gamma, const P *save_mean,
-			     const P *save_invstd, P *dgamma, P *dbeta,
-			     bn_coef<A> *coef)
-{
-	const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-	if (c >= C)
-		return;
-	double sdz = 0, sdzx = 0;
-	for (int k = 0; k < S; k++) {
-		sdz += part[(c * S + k) * 2];
-		sdzx += part[(c * S + k) * 2 + 1];
+/*
+ * The backward finalise of channel c, as a cuda_reduce.cuh finaliser:
+ * dgamma/dbeta += and the coefficients of the element-wise pass from the
+ * S partials of sum(dz) and sum(dz * (x - mean)), added in order.
+ */
+template <typename P, typename A> struct bwd_fin {
+	static const int threads = 1;
+	double m;
+	bool training;
+	const P *gamma, *save_mean, *save_invstd;
+	P *dgamma, *dbeta;
+	bn_coef<A> *coef;
+	__device__ void operator()(int64_t c, const double *part, int S,
+				   int) const
+	{
+		double sdz = 0, sdzx = 0;
+		for (int k = 0; k < S; k++) {
+			sdz += __ldcg(part + 2 * k);
+			sdzx += __ldcg(part + 2 * k + 1);
+		}
+		const double invstd = save_invstd[c];
+		if (dgamma)
+			dgamma[c] = (P)((double)dgamma[c] + sdzx * invstd);
+		if (dbeta)
+			dbeta[c] = (P)((double)dbeta[c] + sdz);
+		const double k = (double)gamma[c] * invstd;
+		coef[c].mean = (A)save_mean[c];
+		coef[c].k1 = (A)k;
+		coef[c].k2 = (A)(training ? k * sdz / m : 0);
+		coef[c].k3 = (A)(training ? k * sdzx * invstd * invstd / m : 0);
 	}
-	const double invstd = save_invstd[c];
-	if (dgamma)
-		dgamma[c] = (P)((double)dgamma[c] + sdzx * invstd);
-	if (dbeta)
-		dbeta[c] = (P)((double)dbeta[c] + sdz);
-	const double k = (double)gamma[c] * invstd;
-	coef[c].mean = (A)save_mean[c];
-	coef[c].k1 = (A)k;
-	coef[c].k2 = (A)(training ? k * sdz / m : 0);
-	coef[c].k3 = (A)(training ? k * sdzx * invstd * invstd / m : 0);
-}
+};
 
 template <typename T, bool RELU6> struct bwd_op {
 	typedef typename mgc_t<T>::acc A;
@@ -381,6 +418,56 @@ static void launch_flat(cudaStream_t st, OP op, int64_t N, int64_t C,
 	}
 }
 
+/*
+ * The finaliser FIN, and where the channel was reduced by this block
+ * alone (S == 1) the element-wise pass OP over the channel's N * HW
+ * elements in the same block, after the finalise has written the
+ * channel's coefficients (post_on false: the caller launches the pass
+ * over the whole tensor). With S == 1, N * C * HW < 2^31, so 32-bit
+ * flat indices do.
+ */
+template <typename FIN, typename OP> struct fin_then_apply {
+	typedef typename OP::A A;
+	static const bool on = true;
+	static const int threads = FIN::threads;
+	FIN fin;
+	OP op;
+	bool post_on;
+	uint32_t C, HW, M;
+	mgc_fdiv hw;
+	const bn_coef<A> *coef;
+	__device__ void operator()(int64_t c, const double *part, int S,
+				   int t) const
+	{
+		fin(c, part, S, t);
+	}
+	__device__ void post(int64_t c) const
+	{
+		const bn_coef<A> k = coef[c];
+		for (uint32_t j = threadIdx.x; j < M; j += blockDim.x) {
+			const uint32_t n = mgc_div(hw, j);
+			op.one((n * C + (uint32_t)c) * HW + (j - n * HW), k);
+		}
+	}
+};
+
+template <typename FIN, typename OP>
+static fin_then_apply<FIN, OP>
+make_fin_apply(const FIN &fin, const OP &op, bool post_on, int64_t N, int64_t C,
+	       int64_t HW, const void *coef)
+{
+	fin_then_apply<FIN, OP> f;
+	f.fin = fin;
+	f.op = op;
+	f.post_on = post_on;
+	f.C = (uint32_t)C;
+	f.HW = (uint32_t)HW;
+	f.M = (uint32_t)(post_on ? N * HW : 0);
+	f.hw = mgc_fdiv_make((uint32_t)HW);
+	f.coef = (const bn_coef<typename OP::A> *)coef;
+	return f;
+}
+
 struct fwd_args {
 	const struct mg_bn_args *a;
 	int64_t N, C, HW;
@@ -388,7 +475,8 @@ struct fwd_args {
 	void *rm, *rv, *save_mean, *save_invstd, *y;
 	bool rs64;
 	double *part;
-	void *coef; /* bn_coef<acc of T> */
+	void *coef;    /* bn_coef<acc of T> */
+	unsigned *cnt; /* the folded finalise's counters */
 };
 
 template <typename T, bool RELU6>
@@ -401,30 +489,55 @@ static void fwd_apply(cudaStream_t st, const fwd_args &f)
 		       bn_fwd_apply<T, RELU6, 1>);
 }
 
-template <typename T> void fwd(cudaStream_t st, const fwd_args &f)
+template <typename T, bool RELU6>
+static void fwd_run(cudaStream_t st, const fwd_args &f)
 {
 	typedef typename mgc_param<T>::type P;
 	typedef typename mgc_t<T>::acc A;
-	int S = 1;
-	if (f.a->training) {
-		if (f.HW >= MGC_VEC_MIN_HW && mgc_aligned16(f.x)) {
-			const stat_v<T> fn = {(const T *)f.x, f.HW};
-			mgc_chan_reduce_vec<2, MGC_VEC(T)>(st, fn, f.N, f.C,
-							   f.HW, f.part, &S);
-		} else {
-			const stat_f<T> fn = {(const T *)f.x, f.C, f.HW};
-			mgc_chan_reduce<2>(st, fn, f.N, f.C, f.HW, f.part, &S);
-		}
+	const fwd_fin<T, P> fin = {(const T *)f.x,
+				   f.HW,
+				   (double)(f.N * f.HW),
+				   f.a->eps,
+				   f.a->momentum,
+				   f.a->training,
+				   f.rs64,
+				   (const P *)f.gamma,
+				   (const P *)f.beta,
+				   f.rm,
+				   f.rv,
+				   (P *)f.save_mean,
+				   (P *)f.save_invstd,
+				   (bn_coef<A> *)f.coef};
+	if (!f.a->training) {
+		bn_fwd_final<T, P>
+			<<<mgc_blocks(f.C, 128), 128, 0, st>>>(fin, f.C);
+		fwd_apply<T, RELU6>(st, f);
+		return;
 	}
-	bn_fwd_final<T, P><<<mgc_blocks(f.C, 128), 128, 0, st>>>(
-		f.part, S, f.C, (double)(f.N * f.HW), (const T *)f.x, f.HW,
-		f.a->eps, f.a->momentum, f.a->training, (const P *)f.gamma,
-		(const P *)f.beta, f.rm, f.rv, f.rs64, (P *)f.save_mean,
-		(P *)f.save_invstd, (bn_coef<A> *)f.coef);
+	const bool one = mgc_red_splits(f.N * f.HW) == 1;
+	const fwd_op<T, RELU6> op = {(const T *)f.x, (T *)f.y};
+	const fin_then_apply<fwd_fin<T, P>, fwd_op<T, RELU6>> fa =
+		make_fin_apply(fin, op, one, f.N, f.C, f.HW, f.coef);
+	int S;
+	if (f.HW >= MGC_VEC_MIN_HW && mgc_aligned16(f.x)) {
+		const stat_v<T> fn = {(const T *)f.x, f.HW};
+		mgc_chan_reduce_vec_fin<2, MGC_VEC(T)>(st, fn, f.N, f.C, f.HW,
+						       f.part, &S, fa, f.cnt);
+	} else {
+		const stat_f<T> fn = {(const T *)f.x, f.C, f.HW};
+		mgc_chan_reduce_fin<2>(st, fn, f.N, f.C, f.HW, f.part, &S, fa,
+				       f.cnt);
+	}
+	if (!one)
+		fwd_apply<T, RELU6>(st, f);
+}
+
+template <typename T> void fwd(cudaStream_t st, const fwd_args &f)
+{
 	if (f.a->act == MG_ACT_RELU6)
-		fwd_apply<T, true>(st, f);
+		fwd_run<T, true>(st, f);
 	else
-		fwd_apply<T, false>(st, f);
+		fwd_run<T, false>(st, f);
 }
 
 struct bwd_args {
@@ -433,7 +546,8 @@ struct bwd_args {
 	const void *x, *y, *dy, *gamma, *save_mean, *save_invstd;
 	void *dx, *dgamma, *dbeta;
 	double *part;
-	void *coef; /* bn_coef<acc of T> */
+	void *coef;    /* bn_coef<acc of T> */
+	unsigned *cnt; /* the folded finalise's counters */
 };
 
 template <typename T, bool RELU6>
@@ -442,26 +556,34 @@ static void bwd_run(cudaStream_t st, const bwd_args &b)
 	typedef typename mgc_param<T>::type P;
 	typedef typename mgc_t<T>::acc A;
 	const T *x = (const T *)b.x, *y = (const T *)b.y, *dy = (const T *)b.dy;
+	const bwd_fin<P, A> fin = {(double)(b.N * b.HW),
+				   b.a->training,
+				   (const P *)b.gamma,
+				   (const P *)b.save_mean,
+				   (const P *)b.save_invstd,
+				   (P *)b.dgamma,
+				   (P *)b.dbeta,
+				   (bn_coef<A> *)b.coef};
+	/* the pass in the reducing block where a channel is one slice */
+	const bool one = b.dx && mgc_red_splits(b.N * b.HW) == 1;
+	const bwd_op<T, RELU6> op = {x, y, dy, (T *)b.dx};
+	const fin_then_apply<bwd_fin<P, A>, bwd_op<T, RELU6>> fa =
+		make_fin_apply(fin, op, one, b.N, b.C, b.HW, b.coef);
 	int S;
 	if (b.HW >= MGC_VEC_MIN_HW && mgc_aligned16(x) &&
 	    (!RELU6 || mgc_aligned16(y)) && mgc_aligned16(dy)) {
 		const grad_v<T, P, RELU6> fn = {x, y, dy,
 						(const P *)b.save_mean};
-		mgc_chan_reduce_vec<2, MGC_VEC(T)>(st, fn, b.N, b.C, b.HW,
-						   b.part, &S);
+		mgc_chan_reduce_vec_fin<2, MGC_VEC(T)>(st, fn, b.N, b.C, b.HW,
+						       b.part, &S, fa, b.cnt);
 	} else {
 		const grad_f<T, P, RELU6> fn = {
 			x, y, dy, (const P *)b.save_mean, b.C, b.HW};
-		mgc_chan_reduce<2>(st, fn, b.N, b.C, b.HW, b.part, &S);
+		mgc_chan_reduce_fin<2>(st, fn, b.N, b.C, b.HW, b.part, &S, fa,
+				       b.cnt);
 	}
-	bn_bwd_final<P, A><<<mgc_blocks(b.C, 128), 128, 0, st>>>(
-		b.part, S, b.C, (double)(b.N * b.HW), b.a->training,
-		(const P *)b.gamma, (const P *)b.save_mean,
-		(const P *)b.save_invstd, (P *)b.dgamma, (P *)b.dbeta,
-		(bn_coef<A> *)b.coef);
-	if (!b.dx)
+	if (!b.dx || one)
 		return;
-	const bwd_op<T, RELU6> op = {x, y, dy, (T *)b.dx};
 	launch_flat<T>(st, op, b.N, b.C, b.HW, (const bn_coef<A> *)b.coef,
 		       bn_bwd_apply<T, RELU6, MGC_VEC(T)>,
 		       bn_bwd_apply<T, RELU6, 1>);
@@ -552,6 +674,9 @@ mg_cuda_batchnorm2d(struct mg_ctx *ctx, const struct mg_bn_args *a,
 	f.y = y->data;
 	if (scratch(ctx, op, f.N, f.C, f.HW, &f.part, &f.coef))
 		return -1;
+	f.cnt = mgc_counters(ctx);
+	if (!f.cnt)
+		return -1;
 	MGC_DISPATCH(op, x->dtype, fwd, mgc_stream(ctx), f);
 	return mgc_check_launch(op);
 }
@@ -587,6 +712,9 @@ extern "C" int mg_cuda_batchnorm2d_backward(
 	b.dgamma = dgamma ? dgamma->data : NULL;
 	b.dbeta = dbeta ? dbeta->data : NULL;
 	if (scratch(ctx, op, b.N, b.C, b.HW, &b.part, &b.coef))
+		return -1;
+	b.cnt = mgc_counters(ctx);
+	if (!b.cnt)
 		return -1;
 	MGC_DISPATCH(op, x->dtype, bwd, mgc_stream(ctx), b);
 	return mgc_check_launch(op);

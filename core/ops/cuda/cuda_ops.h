@@ -164,6 +164,9 @@ struct mgc_state {
 	struct mg_buf *retired;
 	int nretired;
 	int opt[MG_CUDA_OPT_COUNT];
+	/* MGC_COUNTERS zeroed completion counters (cuda_reduce.cuh's
+	 * folded finalise; each launch leaves them zero again). */
+	struct mg_buf counters;
 	struct mgc_conv_entry **table; /* algorithm cache, chained buckets */
 	unsigned table_size;
 	unsigned entries;
@@ -175,6 +178,11 @@ struct mgc_state *mgc_state(struct mg_ctx *ctx);
  * buffer is kept, not freed, so graphs captured before stay valid and no
  * cudaFree synchronises the device). NULL on error. */
 void *mgc_scratch(struct mg_ctx *ctx, size_t bytes);
+/* Counters for one launch over up to MGC_COUNTERS channels (a grid's y
+ * limit), zero on entry and left zero; allocated and zeroed (on the
+ * stream) on first use. NULL on error. */
+#define MGC_COUNTERS 65536
+unsigned *mgc_counters(struct mg_ctx *ctx);
 /* After a launch: 0, or an error naming op. */
 int mgc_check_launch(const char *op);
 /* Error for a dtype an op does not support. */

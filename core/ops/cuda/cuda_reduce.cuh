@@ -16,6 +16,16 @@
  * for F16/BF16/F32) before entering the double accumulator, which keeps
  * double conversions off the critical path; the order is still fixed by
  * the shape.
+ *
+ * The _fin launchers fold stage 2 into stage 1: each block counts itself
+ * done on its channel's counter (cnt[c], zero before and after), and the
+ * channel's last block runs the functor fin(c, partials, S, t) in its
+ * first FIN::threads threads t, which add the partials in the same fixed
+ * order as a separate kernel would. Where fin.post_on and the channel is
+ * one slice (S == 1: its block saw every element), the whole block then
+ * runs fin.post(c) (batch norm's element-wise pass over that channel). That saves a launch per reduction (batch norm's
+ * finalise: 104 launches of MobileNetV2's step, latency-bound at 28 px)
+ * and gives the same bits.
  */
 #ifndef MG_CUDA_REDUCE_CUH
 #define MG_CUDA_REDUCE_CUH
@@ -25,6 +35,50 @@
 #define MGC_RED_THREADS 256
 #define MGC_RED_SLICE 8192 /* elements a block aims for */
 #define MGC_RED_MAX_SPLIT 64
+
+/* Stage 1 alone: the caller's own kernel reads the partials. */
+struct mgc_no_fin {
+	static const bool on = false;
+	static const int threads = 0;
+	static const bool post_on = false;
+	__device__ void operator()(int64_t, const double *, int, int) const
+	{
+	}
+	__device__ void post(int64_t) const
+	{
+	}
+};
+
+/*
+ * After a block has written its NV partials of channel c (thread 0 wrote
+ * them): the channel's last block to finish runs fin on them (threads
+ * t < FIN::threads). The fence before the count publishes this block's
+ * partials; the one after it orders the reads of the others' (fin must
+ * read them with __ldcg, past the incoherent L1). The counter is reset
+ * for the next launch.
+ */
+template <int NV, typename FIN>
+__device__ __forceinline__ void mgc_chan_finish(const FIN &fin, double *part,
+						unsigned *cnt, int64_t c,
+						int64_t S)
+{
+	__shared__ bool last;
+	if (threadIdx.x == 0) {
+		__threadfence();
+		last = atomicAdd(&cnt[c], 1u) == (unsigned)(S - 1);
+	}
+	__syncthreads();
+	if (last && (int)threadIdx.x < FIN::threads) {
+		__threadfence();
+		if (threadIdx.x == 0)
+			cnt[c] = 0;
+		fin(c, part + c * S * NV, (int)S, (int)threadIdx.x);
+	}
+	if (last && S == 1 && fin.post_on) { /* uniform over the block */
+		__syncthreads(); /* fin's global writes, block-wide */
+		fin.post(c);
+	}
+}
 
 /* Splits of one channel of M elements. */
 static inline int mgc_red_splits(int64_t M)
@@ -45,10 +99,10 @@ static inline int mgc_red_splits(int64_t M)
  * general path carries (n, q) along, which divides by HW in 64 bits on
  * every step once HW < blockDim (7 x 7 planes: most of the kernel).
  */
-template <int NV, typename F, bool I32>
+template <int NV, typename F, bool I32, typename FIN>
 __global__ void __launch_bounds__(MGC_RED_THREADS)
 	mgc_chan_partial(F f, int64_t N, int64_t C, int64_t HW, mgc_fdiv hwd,
-			 int64_t chunk, double *part)
+			 int64_t chunk, double *part, FIN fin, unsigned *cnt)
 {
 	__shared__ double sh[32];
 	const int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
@@ -81,12 +135,16 @@ __global__ void __launch_bounds__(MGC_RED_THREADS)
 		if (threadIdx.x == 0)
 			part[(c * S + s) * NV + v] = r;
 	}
+	if (FIN::on)
+		mgc_chan_finish<NV>(fin, part, cnt, c, S);
 }
 
-/* Launch stage 1 on stream st; returns S (the splits) through *S. */
-template <int NV, typename F>
-static void mgc_chan_reduce(cudaStream_t st, F f, int64_t N, int64_t C,
-			    int64_t HW, double *part, int *S)
+/* Launch stage 1 on stream st, with stage 2 folded in as fin (cnt: C
+ * zeroed counters); returns S (the splits) through *S. */
+template <int NV, typename F, typename FIN>
+static void mgc_chan_reduce_fin(cudaStream_t st, F f, int64_t N, int64_t C,
+				int64_t HW, double *part, int *S, FIN fin,
+				unsigned *cnt)
 {
 	const int64_t M = N * HW;
 	const int s = mgc_red_splits(M);
@@ -94,12 +152,23 @@ static void mgc_chan_reduce(cudaStream_t st, F f, int64_t N, int64_t C,
 	const dim3 grid((unsigned)s, (unsigned)C);
 	*S = s;
 	if (M < ((int64_t)1 << 31))
-		mgc_chan_partial<NV, F, true><<<grid, MGC_RED_THREADS, 0, st>>>(
-			f, N, C, HW, mgc_fdiv_make((uint32_t)HW), chunk, part);
-	else
-		mgc_chan_partial<NV, F, false>
+		mgc_chan_partial<NV, F, true, FIN>
 			<<<grid, MGC_RED_THREADS, 0, st>>>(
-				f, N, C, HW, mgc_fdiv(), chunk, part);
+				f, N, C, HW, mgc_fdiv_make((uint32_t)HW), chunk,
+				part, fin, cnt);
+	else
+		mgc_chan_partial<NV, F, false, FIN>
+			<<<grid, MGC_RED_THREADS, 0, st>>>(
+				f, N, C, HW, mgc_fdiv(), chunk, part, fin, cnt);
+}
+
+/* Launch stage 1 on stream st; returns S (the splits) through *S. */
+template <int NV, typename F>
+static void mgc_chan_reduce(cudaStream_t st, F f, int64_t N, int64_t C,
+			    int64_t HW, double *part, int *S)
+{
+	mgc_chan_reduce_fin<NV>(st, f, N, C, HW, part, S, mgc_no_fin(),
+				(unsigned *)0);
 }
 
 /*
@@ -108,10 +177,11 @@ static void mgc_chan_reduce(cudaStream_t st, F f, int64_t N, int64_t C,
  * flat index i; void vec(const S &, int64_t v, double *acc) const for
  * the VEC elements from flat index v * VEC (16-byte aligned).
  */
-template <int NV, int VEC, typename F>
+template <int NV, int VEC, typename F, typename FIN>
 __global__ void __launch_bounds__(MGC_RED_THREADS)
 	mgc_chan_partial_vec(F f, int64_t N, int64_t C, int64_t HW,
-			     int64_t chunk, double *part)
+			     int64_t chunk, double *part, FIN fin,
+			     unsigned *cnt)
 {
 	__shared__ double sh[32];
 	const int64_t c = blockIdx.y, s = blockIdx.x, S = gridDim.x;
@@ -147,23 +217,36 @@ __global__ void __launch_bounds__(MGC_RED_THREADS)
 		if (t == 0)
 			part[(c * S + s) * NV + v] = r;
 	}
+	if (FIN::on)
+		mgc_chan_finish<NV>(fin, part, cnt, c, S);
 }
 
 /* Planes at least this long take the vector path. */
 #define MGC_VEC_MIN_HW 512
+
+/* Launch stage 1 of the vector path with stage 2 folded in as fin (cnt:
+ * C zeroed counters); returns S through *S. */
+template <int NV, int VEC, typename F, typename FIN>
+static void mgc_chan_reduce_vec_fin(cudaStream_t st, F f, int64_t N, int64_t C,
+				    int64_t HW, double *part, int *S, FIN fin,
+				    unsigned *cnt)
+{
+	const int64_t M = N * HW;
+	const int s = mgc_red_splits(M);
+	const int64_t chunk = (M + s - 1) / s;
+	*S = s;
+	mgc_chan_partial_vec<NV, VEC, F, FIN>
+		<<<dim3((unsigned)s, (unsigned)C), MGC_RED_THREADS, 0, st>>>(
+			f, N, C, HW, chunk, part, fin, cnt);
+}
 
 /* Launch stage 1 of the vector path; returns S through *S. */
 template <int NV, int VEC, typename F>
 static void mgc_chan_reduce_vec(cudaStream_t st, F f, int64_t N, int64_t C,
 				int64_t HW, double *part, int *S)
 {
-	const int64_t M = N * HW;
-	const int s = mgc_red_splits(M);
-	const int64_t chunk = (M + s - 1) / s;
-	*S = s;
-	mgc_chan_partial_vec<NV, VEC, F>
-		<<<dim3((unsigned)s, (unsigned)C), MGC_RED_THREADS, 0, st>>>(
-			f, N, C, HW, chunk, part);
+	mgc_chan_reduce_vec_fin<NV, VEC>(st, f, N, C, HW, part, S, mgc_no_fin(),
+					 (unsigned *)0);
 }
 
 #endif

@@ -292,6 +292,27 @@ __global__ void dw_final(const double *part, int S, int nv, int t0, int C,
 	dw[o] = mgc_t<T>::from(mgc_ld(dw, o) + s);
 }
 
+/* dw_final for the 3 x 3 taps of channel c, folded into the reduction
+ * (cuda_reduce.cuh's finaliser): the S partials of each tap in order. */
+template <typename T> struct dw_fin9 {
+	static const bool on = true;
+	static const int threads = 9; /* one a tap */
+	static const bool post_on = false;
+	T *dw;
+	__device__ void post(int64_t) const
+	{
+	}
+	__device__ void operator()(int64_t c, const double *part, int S,
+				   int v) const
+	{
+		double s = 0;
+		for (int k = 0; k < S; k++)
+			s += __ldcg(part + k * 9 + v);
+		const int64_t o = c * 9 + v;
+		dw[o] = mgc_t<T>::from(mgc_ld(dw, o) + s);
+	}
+};
+
 template <typename T>
 void fwd(cudaStream_t st, const dw_geom &g, const void *x, const void *w,
 	 const void *b, void *y)
@@ -342,16 +363,15 @@ void bwd_data(cudaStream_t st, const dw_geom &g, const void *w, const void *dy,
 
 template <typename T>
 void bwd_filter(cudaStream_t st, const dw_geom &g, int64_t N, const void *x,
-		const void *dy, void *dw, double *part)
+		const void *dy, void *dw, double *part, unsigned *cnt)
 {
 	const int taps = g.kh * g.kw;
 	int S;
 	if (g.kh == 3 && g.kw == 3) {
 		dw_f<T, 9> f = {(const T *)x, (const T *)dy, g, -1};
-		mgc_chan_reduce<9>(st, f, N, g.C, (int64_t)g.OH * g.OW, part,
-				   &S);
-		dw_final<T><<<mgc_blocks((int64_t)g.C * 9, 128), 128, 0, st>>>(
-			part, S, 9, 0, g.C, taps, (T *)dw);
+		const dw_fin9<T> fin = {(T *)dw};
+		mgc_chan_reduce_fin<9>(st, f, N, g.C, (int64_t)g.OH * g.OW,
+				       part, &S, fin, cnt);
 		return;
 	}
 	for (int t = 0; t < taps; t++) {
@@ -422,9 +442,10 @@ extern "C" int mgc_depthwise_bwd_filter(struct mg_ctx *ctx,
 	double *part = (double *)mgc_scratch(
 		ctx, (size_t)g->C * nv * mgc_red_splits(g->N * g->OH * g->OW) *
 			     sizeof(double));
-	if (!part)
+	unsigned *cnt = mgc_counters(ctx);
+	if (!part || !cnt)
 		return -1;
 	MGC_DISPATCH("conv2d_backward (depthwise dw)", dt, bwd_filter,
-		     mgc_stream(ctx), d, g->N, x, dy, dw, part);
+		     mgc_stream(ctx), d, g->N, x, dy, dw, part, cnt);
 	return mgc_check_launch("conv2d_backward (depthwise dw)");
 }

@@ -3,7 +3,8 @@
  * struct mg_cuda_device.ops_state: the growable scratch buffer every op
  * shares (all work is ordered on the one compute stream, so one buffer
  * suffices; outgrown ones are kept for graphs that captured them), the
- * tuning knobs and the convolution plan cache (conv.c).
+ * tuning knobs, the reductions' completion counters and the convolution
+ * plan cache (conv.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,29 @@ void *mgc_scratch(struct mg_ctx *ctx, size_t bytes)
 	return st->scratch.ptr;
 }
 
+unsigned *mgc_counters(struct mg_ctx *ctx)
+{
+	struct mgc_state *st = mgc_state(ctx);
+	if (!st)
+		return NULL;
+	if (st->counters.ptr)
+		return st->counters.ptr;
+	const size_t bytes = MGC_COUNTERS * sizeof(unsigned);
+	if (mg_buf_alloc(ctx, &st->counters, bytes, MG_MEM_ACTIVATIONS)) {
+		mg_error_prefix("CUDA ops counters: ");
+		return NULL;
+	}
+	cudaError_t e = cudaMemsetAsync(st->counters.ptr, 0, bytes,
+					(cudaStream_t)ctx->dev->stream);
+	if (e != cudaSuccess) {
+		mg_error("CUDA ops counters: memset: %s",
+			 cudaGetErrorString(e));
+		mg_buf_free(ctx, &st->counters);
+		return NULL;
+	}
+	return st->counters.ptr;
+}
+
 int mgc_check_launch(const char *op)
 {
 	cudaError_t e = cudaGetLastError();
@@ -128,6 +152,7 @@ void mg_cuda_ops_free(struct mg_device *dev)
 	mgc_conv_cache_clear(st);
 	free(st->table);
 	mg_buf_free(&tmp, &st->scratch);
+	mg_buf_free(&tmp, &st->counters);
 	for (int i = 0; i < st->nretired; i++)
 		mg_buf_free(&tmp, &st->retired[i]);
 	free(st->retired);
