@@ -43,6 +43,8 @@
 #                        (default: llama3-8b,2,512,qv,nf4)
 #     dist [n]           n (default 2) GPUs: NCCL communicator test, strategy
 #                        equivalence with NCCL, launcher supervision
+#     watchdog [n]       the collective watchdog on n GPUs over NCCL (also
+#                        in dist)
 #     dist_llm [n]       only the llama, LoRA and QLoRA equivalence on n GPUs
 #                        (tests/strategies/gpu_equivalence_llm.sh)
 #     scaling [gpus...]  ddp/ddp_rr/ddp_ds scaling beside PyTorch DDP
@@ -450,6 +452,15 @@ if [ "$what" = dist ]; then
 		"$build/tests/strategies/ckpt_diff" tests/strategies "$fashion" \
 		$tmp/mgdist ${1:-2}
 	grep -E "^(PASS|FAIL)|failure" "$out/test_dist_equivalence.log"
+fi
+if [ "$what" = dist ] || [ "$what" = watchdog ]; then
+	# the collective watchdog over NCCL: a stalled rank stops the job
+	# within run.collective_timeout_s, named; slow steps and the default
+	# leave training unchanged (tests/strategies/watchdog.sh)
+	run test_watchdog watchdog tests/strategies/watchdog.sh \
+		"cuda:${1:-2}" "$mgrun" "$build/tests/strategies/ckpt_diff" \
+		conf/llama_tiny.ini $tmp/mgwatchdog
+	grep -E "^(PASS|FAIL)|^stall:|^slow:" "$out/test_watchdog.log"
 fi
 if [ "$what" = dist ] || [ "$what" = dist_llm ]; then
 	# the llama and LoRA scenarios (no data files needed)

@@ -1,6 +1,8 @@
 #!/bin/sh
-# watchdog.sh MPIEXEC MGRUN CKPT_DIFF INI WORK
-# The collective watchdog (core/dist/watchdog.c) on CPU ranks under MPI:
+# watchdog.sh MPIEXEC|cuda:N MGRUN CKPT_DIFF INI WORK
+# The collective watchdog (core/dist/watchdog.c) on CPU ranks under MPI
+# (3 ranks of MPIEXEC), or with cuda:N on N GPUs of mgrun's own launcher
+# over NCCL (the GPU machine: scripts/gpu.sh watchdog):
 #  stall  rank 1 stalls before a collective of step 3 (the test hook
 #         MG_TEST_STALL_*): the job must end non-zero within the timeout
 #         and a margin, with a message from a waiting rank naming itself,
@@ -27,15 +29,32 @@ fail() {
 	exit 1
 }
 
-# job NAME LIMIT [--set ...]: 3 ranks of ddp_ds, at most LIMIT seconds
+# job NAME LIMIT [--set ...]: NP ranks of ddp_ds, at most LIMIT seconds
 # (then killed: exit 124 or 137); the exit status in $rc.
+case $mpiexec in
+cuda:*) NP=${mpiexec#cuda:} ;;
+*) NP=3 ;;
+esac
 job() {
 	name=$1 limit=$2
 	shift 2
 	rc=0
-	timeout -k 5 "$limit" "$mpiexec" -np 3 "$mgrun" -c "$ini" \
-		--set strategy.name=ddp_ds --set run.out_dir="$work" \
-		--set run.name="$name" "$@" >"$work/$name.log" 2>&1 || rc=$?
+	case $mpiexec in
+	cuda:*)
+		timeout -k 5 "$limit" "$mgrun" -c "$ini" --set run.device=cuda \
+			--set run.gpus="$NP" --set run.precision=fp32 \
+			--set run.max_steps=12 --set run.eval=false \
+			--set strategy.name=ddp_ds --set run.out_dir="$work" \
+			--set run.name="$name" "$@" >"$work/$name.log" 2>&1 ||
+			rc=$?
+		;;
+	*)
+		timeout -k 5 "$limit" "$mpiexec" -np "$NP" "$mgrun" -c "$ini" \
+			--set strategy.name=ddp_ds --set run.out_dir="$work" \
+			--set run.name="$name" "$@" >"$work/$name.log" 2>&1 ||
+			rc=$?
+		;;
+	esac
 }
 
 # --- stall: a stuck rank stops the job, named by the ranks that waited.
@@ -72,7 +91,7 @@ esac
 # the collective, the step and the timeout.
 msg=$(grep "collective watchdog: rank" "$log" | head -n 1)
 [ -n "$msg" ] || fail "no collective watchdog message"
-echo "$msg" | grep -Eq "^\[rank ([02])\] error: collective watchdog: rank \1 of 3: " ||
+echo "$msg" | grep -Eq "^\[rank ([0-9]+)\] error: collective watchdog: rank \1 of $NP: " ||
 	fail "the message does not name a waiting rank: $msg"
 echo "$msg" | grep -Eq ": (all_reduce|reduce_scatter|all_gather|broadcast|barrier|all_reduce_host|wait)[ (]" ||
 	fail "the message does not name the collective: $msg"
