@@ -343,6 +343,30 @@ examples)
 		exit 1
 	}
 	;;
+families)
+	# The decoder families (Qwen2's q/k/v biases, Qwen3's q/k norms,
+	# Mistral's sliding window shorter than the rows, LoRA over Qwen2's
+	# frozen biases): ddp_ds, fsdp full and grad_op and offload on 4
+	# ranks train what one rank trains with the whole batch.
+	for fam in "qwen2" "qwen3 --set model.head_dim=24" \
+		"mistral --set model.sliding_window=5" \
+		"qwen2 --set model.lora_rank=4 --set model.lora_alpha=8 --set model.lora_targets=all"; do
+		tag=$(echo "$fam" | cut -d' ' -f1)
+		case $fam in *lora*) tag=${tag}_lora ;; esac
+		f="--set model.family=$fam"
+		# shellcheck disable=SC2086
+		run "single_$tag" 1 "$llama" --set run.batch_size=16 $f
+		for s in ddp_ds fsdp:full fsdp:grad_op offload; do
+			name=${s%%:*} shard=${s#*:}
+			set -- --set strategy.name="$name"
+			[ "$name" = fsdp ] && set -- "$@" --set strategy.shard="$shard"
+			t=$(echo "$s" | tr : _)_$tag
+			# shellcheck disable=SC2086
+			run "$t" 4 "$llama" "$@" $f
+			same "single_$tag" "$t" 1e-10
+		done
+	done
+	;;
 llama)
 	# A tiny llama with ragged, prompt-masked rows: every strategy on
 	# 2 or 4 ranks, and 4 micro-batches on one rank, train the model one

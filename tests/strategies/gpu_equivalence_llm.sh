@@ -109,13 +109,21 @@ dpo_full="--set model.objective=dpo --set model.dpo_beta=0.5
 # ubw: update_in_backward, without clipping: fsdp's (each unit's AdamW
 # update as its gradient shard lands, pooled shards) and offload's (each
 # unit's host update on the side stream while backward goes on).
-for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw}; do
+# The decoder families (llama_family.c): Qwen2 (biases, full fine-tuning
+# and LoRA), Qwen3 (q/k norms), Mistral (a window shorter than the rows).
+fam="--set model.tie_embeddings=no --set model.family"
+for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw qwen2 \
+	qwen2_lora qwen3 mistral}; do
 	[ "$mode" = none ] && continue
 	extra="" ref=single_$mode sx="" strategies=""
 	[ $mode = lora ] && extra=$lora
 	[ $mode = qlora ] && extra="$lora --set model.quant=nf4"
 	[ $mode = dpo ] && extra=$dpo
 	[ $mode = dpo_full ] && extra=$dpo_full
+	[ $mode = qwen2 ] && extra="$fam=qwen2"
+	[ $mode = qwen2_lora ] && extra="$lora --set model.family=qwen2"
+	[ $mode = qwen3 ] && extra="$fam=qwen3 --set model.head_dim=24"
+	[ $mode = mistral ] && extra="$fam=mistral --set model.sliding_window=5"
 	if [ $mode = ubw ]; then
 		extra="--set optimizer.max_grad_norm=0"
 		sx="--set strategy.update_in_backward=true"
