@@ -73,6 +73,72 @@ static struct td_tok byte_tok(void)
 
 static const char *tmp;
 
+static int32_t no_token_id(void *self, const char *name)
+{
+	(void)self, (void)name;
+	return -1;
+}
+
+/* The byte tokenizer's rendered-text encoder: its specials matched. */
+static int byte_encode_rendered(void *self, const char *s, size_t n,
+				struct mg_ids *out)
+{
+	for (size_t i = 0; i < n;) {
+		int sp = -1;
+		for (int k = 0; k < NSPEC && sp < 0; k++)
+			if (!strncmp(s + i, specials[k], strlen(specials[k])) &&
+			    i + strlen(specials[k]) <= n)
+				sp = k;
+		if (sp >= 0) {
+			if (out->n + 1 > out->cap) {
+				out->cap = out->cap * 2 + 16;
+				out->v = realloc(out->v, (size_t)out->cap * 4);
+			}
+			out->v[out->n++] = 256 + sp;
+			i += strlen(specials[sp]);
+		} else {
+			byte_encode(self, s + i, 1, out);
+			i++;
+		}
+	}
+	return 0;
+}
+
+/* The byte tokenizer's chat_template (t->self: the template source)
+ * through the core's Jinja interpreter, bos_token and eos_token as
+ * variables, as mg_tokenizer_apply_chat_template renders. */
+static int byte_apply_chat(void *self, const char *req, size_t n, char **out,
+			   size_t *len, struct mg_chat_span **spans,
+			   size_t *nspans)
+{
+	const char *src = self;
+	struct mg_chat_template *ct = mg_chat_template_parse(src, strlen(src));
+	if (!ct)
+		return -2;
+	char *vars = malloc(n + 128);
+	/* req is {"messages": ..., "add_generation_prompt": ...} */
+	snprintf(vars, n + 128,
+		 "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": "
+		 "\"<|end_of_text|>\", %.*s",
+		 (int)(n - 1), req + 1);
+	int rc = mg_chat_template_render(ct, vars, strlen(vars), out, len,
+					 spans, nspans);
+	free(vars);
+	mg_chat_template_free(ct);
+	return rc;
+}
+
+/* A byte tokenizer whose chat_template is src. */
+static struct td_tok model_tok(const char *src)
+{
+	struct td_tok t = byte_tok();
+	t.self = (void *)src;
+	t.chat_template = src;
+	t.apply_chat = byte_apply_chat;
+	t.encode_rendered = byte_encode_rendered;
+	return t;
+}
+
 /* n bytes of text (0 bytes included) as tmp/name. */
 static char *write_file_n(const char *name, const char *text, size_t n)
 {
@@ -108,7 +174,7 @@ static int render_text(const char *text, int64_t i, enum td_format fmt,
 	if (!rc && fmt == TD_FMT_AUTO)
 		rc = td_detect_format(&r, &c, &fmt);
 	if (!rc)
-		rc = td_render(&r, i, fmt, tpl, &c, t.bos, t.eos, s);
+		rc = td_render(&r, i, fmt, tpl, &c, &t, s);
 	td_records_free(&r);
 	td_buf_free(&b);
 	return rc;
@@ -204,15 +270,25 @@ static void case_templates(void)
 		     ">\n\na<|eot_id|><|start_header_id|>assistant<|end_"
 		     "header_id|>\n\nb<|eot_id|>");
 	/* Template picking from chat_template and special tokens. */
+	/* Template picking: the tokenizer's own chat_template when it can
+	 * render it, else by the special tokens the vocabulary has, else
+	 * unresolved (an error naming dataset.template when a chat sample
+	 * needs it, never a guess). */
 	struct td_tok t = byte_tok();
 	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_LLAMA3);
-	t.chat_template = "{{ bos_token + '[INST] ' }}";
-	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_LLAMA2);
-	t.chat_template = "<|im_start|>";
-	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_CHATML);
+	t.apply_chat = byte_apply_chat;
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_MODEL);
 	t.chat_template = NULL;
 	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_LLAMA3);
 	CHECK_INT(td_pick_template(TD_TPL_CHATML, &t), TD_TPL_CHATML);
+	t.token_id = no_token_id;
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_AUTO);
+	struct td_sample s = {0};
+	const struct td_msg m[2] = {{TD_ROLE_USER, "a", false},
+				    {TD_ROLE_ASSISTANT, "b", false}};
+	CHECK(td_render_chat(TD_TPL_AUTO, &t, m, 2, &s) != 0);
+	CHECK(strstr(mg_last_error(), "set dataset.template =") != NULL);
+	td_sample_free(&s);
 }
 
 /* Render every record of text and encode: the corpus. */
@@ -231,7 +307,7 @@ static int corpus_of(const char *text, enum td_template tpl, int64_t max_len,
 		 td_detect_format(&r, &cols, &fmt);
 	struct td_sample *s = calloc((size_t)r.n + 1, sizeof *s);
 	for (int64_t i = 0; !rc && i < r.n; i++)
-		rc = td_render(&r, i, fmt, tpl, &cols, t.bos, t.eos, &s[i]);
+		rc = td_render(&r, i, fmt, tpl, &cols, &t, &s[i]);
 	if (!rc)
 		rc = td_encode_samples(&t, s, r.n, max_len, drop, train_all,
 				       NULL, c);
@@ -456,8 +532,8 @@ static void expect_error_n(const char *name, const char *text, size_t n,
 			enum td_format f;
 			rc = td_detect_format(&r, &c, &f);
 			for (int64_t i = 0; !rc && i < r.n; i++)
-				rc = td_render(&r, i, f, TD_TPL_LLAMA3, &c,
-					       t.bos, t.eos, &s);
+				rc = td_render(&r, i, f, TD_TPL_LLAMA3, &c, &t,
+					       &s);
 			td_sample_free(&s);
 		}
 		td_records_free(&r);
@@ -766,7 +842,7 @@ static int pair_corpus(const char *text, enum td_template tpl, int64_t max_len,
 		rc = mg_error("detected format %d, not preference", (int)f);
 	struct td_sample *s = rc ? NULL : calloc((size_t)(2 * r.n), sizeof *s);
 	for (int64_t i = 0; !rc && i < r.n; i++)
-		rc = td_render_pair(&r, i, tpl, &cols, t.bos, t.eos, &s[2 * i],
+		rc = td_render_pair(&r, i, tpl, &cols, &t, &s[2 * i],
 				    &s[2 * i + 1]);
 	if (!rc)
 		rc = td_encode_pairs(&t, s, r.n, max_len, max_prompt, drop,
@@ -930,8 +1006,8 @@ static void expect_pair_error(const char *name, const char *text,
 		rc = td_parse_records(path, &b, &r);
 		struct td_sample s[2] = {{0}, {0}};
 		for (int64_t i = 0; !rc && i < r.n; i++)
-			rc = td_render_pair(&r, i, TD_TPL_LLAMA3, &cols, t.bos,
-					    t.eos, &s[0], &s[1]);
+			rc = td_render_pair(&r, i, TD_TPL_LLAMA3, &cols, &t,
+					    &s[0], &s[1]);
 		td_sample_free(&s[0]);
 		td_sample_free(&s[1]);
 		td_records_free(&r);
@@ -1014,6 +1090,140 @@ static void case_preference_errors(void)
 		td_sample_free(&s[i]);
 }
 
+/* The text of s's target segments, joined. */
+static char *train_text(const struct td_sample *s)
+{
+	char *r = calloc(s->len + 1, 1);
+	size_t n = 0;
+	for (int k = 0; k < s->nseg; k++)
+		if (s->seg[k].train) {
+			memcpy(r + n, s->text + s->seg[k].off, s->seg[k].len);
+			n += s->seg[k].len;
+		}
+	return r;
+}
+
+/* One conversation through template src (template = model): the
+ * rendering, the targets, and the ids (the typed "<|eot_id|>" of the
+ * user's message stays bytes; the template's specials are ids). */
+static const char *CONV =
+	"{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief."
+	"\"}, {\"role\": \"user\", \"content\": \"Say <|eot_id|>\"}, "
+	"{\"role\": \"assistant\", \"content\": \" Done. \"}, {\"role\": "
+	"\"user\", \"content\": \"Thanks\"}, {\"role\": \"assistant\", "
+	"\"content\": \"Bye.\"}]}\n";
+
+static void model_case(const char *name, const char *src, const char *text,
+		       const char *targets, int controls)
+{
+	struct td_tok t = model_tok(src);
+	char *path = write_file("model.jsonl", CONV);
+	struct td_buf b;
+	struct td_records r;
+	struct td_columns c = {0};
+	struct td_sample s = {0};
+	if (td_read_file(path, &b)) {
+		fail("%s: %s", name, mg_last_error());
+		return;
+	}
+	int rc = td_parse_records(path, &b, &r) ||
+		 td_render(&r, 0, TD_FMT_MESSAGES,
+			   td_pick_template(TD_TPL_AUTO, &t), &c, &t, &s);
+	if (rc) {
+		fail("%s: %s", name, mg_last_error());
+	} else {
+		char *j = td_sample_join(&s), *y = train_text(&s);
+		CHECK_STR(j, text);
+		CHECK_STR(y, targets);
+		free(j);
+		free(y);
+		struct td_corpus k;
+		if (td_encode_samples(&t, &s, 1, 0, false, false, NULL, &k)) {
+			fail("%s: %s", name, mg_last_error());
+		} else {
+			int n = 0, eot_text = 0;
+			for (int64_t i = 0; i < k.off[1]; i++) {
+				n += k.ids[i] >= 256;
+				eot_text += k.ids[i] == '<';
+			}
+			if (n != controls)
+				fail("%s: %d special ids, want %d", name, n,
+				     controls);
+			CHECK(eot_text >= 1); /* the typed one, as bytes */
+			td_corpus_free(&k);
+		}
+	}
+	td_sample_free(&s);
+	td_records_free(&r);
+	td_buf_free(&b);
+}
+
+static void case_model_template(void)
+{
+	/* ChatML without generation blocks: each reply and its <|im_end|>
+	 * (not the newline after) are targets */
+	static const char chatml[] =
+		"{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + "
+		"m.content + '<|im_end|>\\n' }}{% endfor %}{% if "
+		"add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% "
+		"endif %}";
+	const char *rendered =
+		"<|im_start|>system\nBe "
+		"brief.<|im_end|>\n<|im_start|>user\nSay "
+		"<|eot_id|><|im_end|>\n<|im_start|>assistant\n Done. "
+		"<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n<|im_start|>"
+		"assistant\nBye.<|im_end|>\n";
+	model_case("chatml", chatml, rendered,
+		   " Done. <|im_end|>Bye.<|im_end|>", 10);
+	/* the same with {% generation %} blocks: those are the targets */
+	static const char gen[] =
+		"{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}"
+		"{% if m.role == 'assistant' %}{% generation %}{{ m.content + "
+		"'<|im_end|>' }}{% endgeneration %}{{ '\\n' }}{% else %}{{ "
+		"m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}";
+	model_case("generation", gen, rendered,
+		   " Done. <|im_end|>Bye.<|im_end|>", 10);
+	/* Llama 3's first template: contents trimmed, the assistant header
+	 * always appended (never a target) */
+	static const char l3[] =
+		"{{ bos_token }}{% for m in messages %}{{ "
+		"'<|start_header_id|>' "
+		"+ m.role + '<|end_header_id|>\\n\\n' + m.content | trim + "
+		"'<|eot_id|>' }}{% endfor %}{{ '<|start_header_id|>assistant"
+		"<|end_header_id|>\\n\\n' }}";
+	model_case("llama3", l3,
+		   "<|begin_of_text|><|start_header_id|>system<|end_header_id|>"
+		   "\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_"
+		   "header_id|>\n\nSay <|eot_id|><|eot_id|><|start_header_id|>"
+		   "assistant<|end_header_id|>\n\nDone.<|eot_id|><|start_"
+		   "header_id|>user<|end_header_id|>\n\nThanks<|eot_id|><|"
+		   "start_header_id|>assistant<|end_header_id|>\n\nBye.<|eot_"
+		   "id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+		   "Done.<|eot_id|>Bye.<|eot_id|>", 18);
+	/* a template that rewrites a past reply: refused, naming the way
+	 * out */
+	static const char rewrite[] =
+		"{% for m in messages %}{% if m.role == 'assistant' and not "
+		"loop.last %}{{ '<|im_start|>assistant\\n<|im_end|>\\n' }}{% "
+		"else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + "
+		"'<|im_end|>\\n' }}{% endif %}{% endfor %}";
+	struct td_tok t = model_tok(rewrite);
+	struct td_sample s = {0};
+	const struct td_msg m[4] = {{TD_ROLE_USER, "a", false},
+				    {TD_ROLE_ASSISTANT, "Done.", false},
+				    {TD_ROLE_USER, "b", false},
+				    {TD_ROLE_ASSISTANT, "c", false}};
+	CHECK(td_render_chat(TD_TPL_MODEL, &t, m, 4, &s) != 0);
+	CHECK(strstr(mg_last_error(), "dataset.template") != NULL);
+	td_sample_free(&s);
+	/* a template that raises: its message */
+	t = model_tok("{{ raise_exception('Conversation roles must "
+		      "alternate') }}");
+	CHECK(td_render_chat(TD_TPL_MODEL, &t, m, 4, &s) != 0);
+	CHECK(strstr(mg_last_error(), "roles must alternate") != NULL);
+	td_sample_free(&s);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -1030,6 +1240,8 @@ int main(int argc, char **argv)
 	const char *k = argv[1];
 	if (!strcmp(k, "templates"))
 		case_templates();
+	else if (!strcmp(k, "model_template"))
+		case_model_template();
 	else if (!strcmp(k, "masks"))
 		case_masks();
 	else if (!strcmp(k, "packing"))

@@ -38,8 +38,7 @@ static int one(const struct td_tok *t, const char *json, enum td_template tpl,
 		return -1;
 	int rc = td_parse_records(path, &b, &r) ||
 		 td_detect_format(&r, &cols, &fmt) ||
-		 td_render(&r, 0, fmt, td_pick_template(tpl, t), &cols, t->bos,
-			   t->eos, &s);
+		 td_render(&r, 0, fmt, td_pick_template(tpl, t), &cols, t, &s);
 	if (!rc) {
 		*rendered = td_sample_join(&s);
 		rc = td_encode_samples(t, &s, 1, 0, false, train_all, NULL, c);
@@ -124,10 +123,39 @@ static void case_llama3(const char *dir)
 	 * from tokenizer(text) (the Hub's has a TemplateProcessing one). */
 	CHECK(!t.add_bos);
 	CHECK(!t.prepend_space);
-	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_LLAMA3);
+	/* auto: the tokenizer's own chat_template (Llama 3's first, which
+	 * always ends with the assistant header); the built-in llama3
+	 * format renders the same turns without it */
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_MODEL);
 	struct td_corpus c;
 	char *text = NULL;
-	if (one(&t, CHAT, TD_TPL_AUTO, false, &c, &text)) {
+	if (one(&t, CHAT, TD_TPL_LLAMA3, false, &c, &text)) {
+		fail("%s", mg_last_error());
+	} else {
+		char *model = NULL;
+		struct td_corpus cm;
+		if (one(&t, CHAT, TD_TPL_AUTO, false, &cm, &model)) {
+			fail("%s", mg_last_error());
+		} else {
+			char *want = malloc(strlen(text) + 64);
+			sprintf(want,
+				"%s<|start_header_id|>assistant<|end_header_"
+				"id|>\n\n",
+				text);
+			CHECK_STR(model, want);
+			/* the same ids and targets, and the header's four
+			 * prompt ids after them */
+			CHECK_INT(cm.off[1], c.off[1] + 4);
+			CHECK(!memcmp(cm.ids, c.ids, (size_t)c.off[1] * 4));
+			char *y0 = targets(&t, &c), *y1 = targets(&t, &cm);
+			CHECK_STR(y1, y0);
+			free(y0), free(y1), free(want), free(model);
+			td_corpus_free(&cm);
+		}
+		free(text);
+		td_corpus_free(&c);
+	}
+	if (one(&t, CHAT, TD_TPL_LLAMA3, false, &c, &text)) {
 		fail("%s", mg_last_error());
 		td_tok_hf_free(&t);
 		return;
@@ -200,10 +228,14 @@ static void case_llama2(const char *dir)
 	}
 	CHECK(t.add_bos);
 	CHECK(t.prepend_space);
-	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_LLAMA2);
+	/* no chat_template and no chat special tokens: auto is refused for
+	 * chat data, naming the option; llama2 chosen explicitly */
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_AUTO);
 	struct td_corpus c;
 	char *text = NULL;
-	if (one(&t, CHAT, TD_TPL_AUTO, false, &c, &text)) {
+	CHECK(one(&t, CHAT, TD_TPL_AUTO, false, &c, &text) != 0);
+	CHECK(strstr(mg_last_error(), "set dataset.template") != NULL);
+	if (one(&t, CHAT, TD_TPL_LLAMA2, false, &c, &text)) {
 		fail("%s", mg_last_error());
 		td_tok_hf_free(&t);
 		return;
@@ -234,7 +266,7 @@ static void case_llama2(const char *dir)
 	same_as_whole(&t, text, &c);
 	free(text);
 	td_corpus_free(&c);
-	if (!one(&t, CHAT_PLAIN, TD_TPL_AUTO, false, &c, &text))
+	if (!one(&t, CHAT_PLAIN, TD_TPL_LLAMA2, false, &c, &text))
 		same_as_whole(&t, text, &c);
 	free(y);
 	free(text);

@@ -58,6 +58,14 @@ static int encode_one(const struct td_tok *t, const struct td_sample *s,
 				ids->cap = nc;
 			}
 			ids->v[ids->n++] = id;
+		} else if (g->kind == TD_SEG_RENDERED) {
+			/* a chat template's text, special tokens matched */
+			if (!t->encode_rendered)
+				return mg_error(
+					"a rendered chat template needs "
+					"the tokenizer's own encoder");
+			if (len && t->encode_rendered(t->self, p, len, ids))
+				return -1;
 		} else {
 			/* A SentencePiece-style tokenizer starts every
 			 * encode with a word boundary ("▁"): a piece that

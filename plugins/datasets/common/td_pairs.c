@@ -77,7 +77,7 @@ static struct td_msg *join(const struct td_msg *p, int64_t np,
 
 static int render_lists(const struct td_records *r, int64_t i,
 			enum td_template tpl, const struct td_columns *c,
-			const char *bos, const char *eos, const cJSON *jp,
+			const struct td_tok *tok, const cJSON *jp,
 			const cJSON *jc, const cJSON *jr,
 			struct td_sample *out[2])
 {
@@ -114,7 +114,7 @@ static int render_lists(const struct td_records *r, int64_t i,
 				     : " (the messages it shares with "
 				       "the other list)");
 		else
-			rc = td_render_chat(tpl, bos, eos, full[d], np + n[d],
+			rc = td_render_chat(tpl, tok, full[d], np + n[d],
 					    out[d]);
 	}
 	free(m[0]), free(m[1]), free(p), free(full[0]), free(full[1]);
@@ -122,9 +122,10 @@ static int render_lists(const struct td_records *r, int64_t i,
 }
 
 int td_render_pair(const struct td_records *r, int64_t i, enum td_template tpl,
-		   const struct td_columns *c, const char *bos, const char *eos,
+		   const struct td_columns *c, const struct td_tok *tok,
 		   struct td_sample *chosen, struct td_sample *rejected)
 {
+	const char *bos = tok ? tok->bos : NULL, *eos = tok ? tok->eos : NULL;
 	reset(chosen);
 	reset(rejected);
 	const cJSON *o = r->rec[i];
@@ -161,7 +162,7 @@ int td_render_pair(const struct td_records *r, int64_t i, enum td_template tpl,
 				    "like \"%s\"",
 				    fp, json_kind(jp), fc);
 		struct td_sample *out[2] = {chosen, rejected};
-		return render_lists(r, i, tpl, c, bos, eos, jp, jc, jr, out);
+		return render_lists(r, i, tpl, c, tok, jp, jc, jr, out);
 	}
 	return perr(r, i,
 		    "\"%s\" is %s and \"%s\" %s: both must be strings (with a "

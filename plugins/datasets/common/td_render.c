@@ -44,7 +44,7 @@ static int add_seg(struct td_sample *s, int kind, bool train, const char *t,
 	s->capseg = (int)cs;
 	memcpy(s->text + s->len, t, n);
 	struct td_seg *last = s->nseg ? &s->seg[s->nseg - 1] : NULL;
-	if (kind == TD_SEG_TEXT && last && last->kind == TD_SEG_TEXT &&
+	if (kind != TD_SEG_CONTROL && last && last->kind == kind &&
 	    last->train == train) {
 		last->len += n;
 	} else {
@@ -58,6 +58,11 @@ static int add_seg(struct td_sample *s, int kind, bool train, const char *t,
 int td_sample_text(struct td_sample *s, const char *t, size_t n, bool train)
 {
 	return n ? add_seg(s, TD_SEG_TEXT, train, t, n) : 0;
+}
+
+int td_sample_rendered(struct td_sample *s, const char *t, size_t n, bool train)
+{
+	return n ? add_seg(s, TD_SEG_RENDERED, train, t, n) : 0;
 }
 
 int td_sample_control(struct td_sample *s, const char *tok, bool train)
@@ -164,7 +169,8 @@ int td_detect_format(const struct td_records *r, const struct td_columns *c,
 
 const char *td_template_name(enum td_template t)
 {
-	static const char *n[] = {"auto", "llama3", "llama2", "chatml", "none"};
+	static const char *n[] = {"auto",   "llama3", "llama2",
+				  "chatml", "none",   "model"};
 	return n[t];
 }
 
@@ -172,20 +178,18 @@ enum td_template td_pick_template(enum td_template want, const struct td_tok *t)
 {
 	if (want != TD_TPL_AUTO)
 		return want;
-	const char *ct = t->chat_template;
-	if (ct && strstr(ct, "<|start_header_id|>"))
-		return TD_TPL_LLAMA3;
-	if (ct && strstr(ct, "[INST]"))
-		return TD_TPL_LLAMA2;
-	if (ct && strstr(ct, "<|im_start|>"))
-		return TD_TPL_CHATML;
+	if (t->chat_template && t->apply_chat)
+		return TD_TPL_MODEL;
 	/* No chat_template (base models' configs): by the special tokens
-	 * the vocabulary has. */
+	 * the vocabulary has; none known: unresolved (td_render_chat
+	 * names the option), never a guess. */
 	if (t->token_id(t->self, "<|start_header_id|>") >= 0)
 		return TD_TPL_LLAMA3;
 	if (t->token_id(t->self, "<|im_start|>") >= 0)
 		return TD_TPL_CHATML;
-	return TD_TPL_LLAMA2;
+	if (t->token_id(t->self, "[INST]") >= 0)
+		return TD_TPL_LLAMA2;
+	return TD_TPL_AUTO;
 }
 
 /* A required string field (through the column map). */
@@ -394,10 +398,19 @@ static int chat_none(struct td_sample *s, const char *bos, const char *eos,
 	return rc;
 }
 
-int td_render_chat(enum td_template tpl, const char *bos, const char *eos,
+int td_render_chat(enum td_template tpl, const struct td_tok *tok,
 		   const struct td_msg *m, int64_t n, struct td_sample *s)
 {
+	const char *bos = tok ? tok->bos : NULL, *eos = tok ? tok->eos : NULL;
 	switch (tpl) {
+	case TD_TPL_MODEL:
+		return td_render_model(tok, m, n, s);
+	case TD_TPL_AUTO:
+		return mg_error(
+			"the tokenizer has no chat_template and none of "
+			"the special tokens of a built-in chat format: "
+			"set dataset.template = llama3|llama2|chatml|"
+			"none");
 	case TD_TPL_LLAMA3:
 		return chat_llama3(s, bos, m, n);
 	case TD_TPL_LLAMA2:
@@ -417,9 +430,10 @@ int td_render_single(struct td_sample *s, const char *bos, const char *eos,
 }
 
 int td_render(const struct td_records *r, int64_t i, enum td_format fmt,
-	      enum td_template tpl, const struct td_columns *c, const char *bos,
-	      const char *eos, struct td_sample *s)
+	      enum td_template tpl, const struct td_columns *c,
+	      const struct td_tok *tok, struct td_sample *s)
 {
+	const char *bos = tok ? tok->bos : NULL, *eos = tok ? tok->eos : NULL;
 	s->len = 0;
 	s->nseg = 0;
 	if (s->text)
@@ -458,7 +472,7 @@ int td_render(const struct td_records *r, int64_t i, enum td_format fmt,
 		int64_t n = 0;
 		if (messages(r, i, fmt, c, &m, &n))
 			return -1;
-		int rc = td_render_chat(tpl, bos, eos, m, n, s);
+		int rc = td_render_chat(tpl, tok, m, n, s);
 		free(m);
 		return rc;
 	}

@@ -2,13 +2,16 @@
  * td_tok_hf.c - the core's Hugging Face tokenizer behind struct td_tok.
  *
  * Datasets encode data text with MG_TOK_NO_ADDED and insert the
- * template's special tokens by id, so the two never mix. What the
+ * template's special tokens by id, so the two never mix; a chat
+ * rendered by the model's own template (td_render_model.c) is encoded
+ * with its special tokens matched, its data contents apart. What the
  * tokenizer does on its own (a BOS from the post-processor, a word
  * boundary before every encode) is probed once here on a short text.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "mg/chat.h"
 #include "mg/mg.h"
 #include "mg/tokenizer.h"
 #include "textdata.h"
@@ -16,6 +19,21 @@
 static int hf_encode(void *self, const char *s, size_t n, struct mg_ids *out)
 {
 	return mg_tokenizer_encode(self, s, n, MG_TOK_NO_ADDED, out);
+}
+
+/* A rendered chat template: added tokens matched, nothing added. */
+static int hf_encode_rendered(void *self, const char *s, size_t n,
+			      struct mg_ids *out)
+{
+	return mg_tokenizer_encode(self, s, n, 0, out);
+}
+
+static int hf_apply_chat(void *self, const char *req, size_t n, char **out,
+			 size_t *len, struct mg_chat_span **spans,
+			 size_t *nspans)
+{
+	return mg_tokenizer_apply_chat_template(self, req, n, out, len, spans,
+						nspans);
 }
 
 static int32_t hf_token_id(void *self, const char *name)
@@ -33,6 +51,8 @@ int td_tok_hf_load(const char *path, struct td_tok *t)
 	mg_tokenizer_specials(k, &sp);
 	t->self = k;
 	t->encode = hf_encode;
+	t->encode_rendered = hf_encode_rendered;
+	t->apply_chat = hf_apply_chat;
 	t->token_id = hf_token_id;
 	t->bos_id = sp.bos;
 	t->eos_id = sp.eos;

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mg/chat.h"
 #include "mg/dataset.h"
 #include "mg/tokenizer.h"
 
@@ -82,7 +83,15 @@ struct td_tok {
 	bool prepend_space; /* SentencePiece-style: every encode starts a
 			       word (Prepend "▁" normalizer) */
 	const char *chat_template; /* or NULL */
-	const char *digest;	   /* identifies the files, for caches */
+	/* A rendered chat's template text: added tokens matched, nothing
+	 * added (as tokenizer(text, add_special_tokens=False)). */
+	int (*encode_rendered)(void *self, const char *s, size_t n,
+			       struct mg_ids *out);
+	/* mg_tokenizer_apply_chat_template (mg/chat.h). */
+	int (*apply_chat)(void *self, const char *req, size_t n, char **out,
+			  size_t *len, struct mg_chat_span **spans,
+			  size_t *nspans);
+	const char *digest; /* identifies the files, for caches */
 	int64_t vocab;
 };
 
@@ -95,6 +104,7 @@ void td_tok_hf_free(struct td_tok *t);
 enum td_seg_kind {
 	TD_SEG_TEXT = 0, /* data or template text, encoded MG_TOK_NO_ADDED */
 	TD_SEG_CONTROL,	 /* one special token, by its string */
+	TD_SEG_RENDERED, /* a chat template's text: added tokens matched */
 };
 
 struct td_seg {
@@ -113,6 +123,8 @@ struct td_sample {
 };
 int td_sample_text(struct td_sample *s, const char *t, size_t n, bool train);
 int td_sample_control(struct td_sample *s, const char *tok, bool train);
+int td_sample_rendered(struct td_sample *s, const char *t, size_t n,
+		       bool train);
 void td_sample_free(struct td_sample *s);
 
 /* Single-turn prompt formats and chat templates. */
@@ -132,8 +144,9 @@ enum td_template {
 	TD_TPL_LLAMA2,
 	TD_TPL_CHATML,
 	TD_TPL_NONE,
+	TD_TPL_MODEL, /* the tokenizer's chat_template (td_render_model.c) */
 };
-#define TD_TEMPLATES "auto|llama3|llama2|chatml|none"
+#define TD_TEMPLATES "auto|llama3|llama2|chatml|none|model"
 
 /* Column map: "instruction=question,output=answer" renames the fields a
  * format reads. */
@@ -148,17 +161,19 @@ const char *td_column(const struct td_columns *c, const char *field);
 /* The format records use (auto: by the first record's fields). */
 int td_detect_format(const struct td_records *r, const struct td_columns *c,
 		     enum td_format *out);
-/* The chat template for a tokenizer (auto: from its chat_template, else
- * from which special tokens it has). */
+/* The chat template for a tokenizer (auto: its own chat_template, else
+ * the built-in one its special tokens say; TD_TPL_AUTO when neither,
+ * which td_render_chat refuses naming the option). */
 enum td_template td_pick_template(enum td_template want,
 				  const struct td_tok *t);
 const char *td_template_name(enum td_template t);
 
-/* Render record i into s (reset first). bos/eos: token strings (NULL:
- * none) added around single-turn formats. */
+/* Render record i into s (reset first). The tokenizer's bos/eos (NULL:
+ * none) frame single-turn formats; its chat_template serves
+ * template = model. */
 int td_render(const struct td_records *r, int64_t i, enum td_format fmt,
-	      enum td_template tpl, const struct td_columns *c, const char *bos,
-	      const char *eos, struct td_sample *s);
+	      enum td_template tpl, const struct td_columns *c,
+	      const struct td_tok *tok, struct td_sample *s);
 /* Chat messages, as the chat formats read them. Prompt messages are
  * never targets (a preference pair's shared history). */
 enum { TD_ROLE_SYSTEM, TD_ROLE_USER, TD_ROLE_ASSISTANT };
@@ -177,8 +192,11 @@ int td_messages(const struct td_records *r, int64_t i, const struct cJSON *a,
 		int64_t *n);
 /* Messages through a chat template: assistant contents not in the
  * prompt, and the token that ends them, are the targets. */
-int td_render_chat(enum td_template tpl, const char *bos, const char *eos,
+int td_render_chat(enum td_template tpl, const struct td_tok *tok,
 		   const struct td_msg *m, int64_t n, struct td_sample *s);
+/* template = model: through the tokenizer's own chat_template. */
+int td_render_model(const struct td_tok *t, const struct td_msg *m, int64_t n,
+		    struct td_sample *s);
 /* BOS + prompt + response + EOS, the response and EOS the targets. */
 int td_render_single(struct td_sample *s, const char *bos, const char *eos,
 		     const char *prompt, const char *response);
@@ -261,7 +279,7 @@ int td_rows_read(const struct td_rows *r, const int64_t *idx, int64_t n,
  * messages as the prompt. Only the responses (and the token ending them)
  * are targets. Errors name the file, line, sample and field. */
 int td_render_pair(const struct td_records *r, int64_t i, enum td_template tpl,
-		   const struct td_columns *c, const char *bos, const char *eos,
+		   const struct td_columns *c, const struct td_tok *tok,
 		   struct td_sample *chosen, struct td_sample *rejected);
 /*
  * Encode n pairs (samples[2k] chosen, samples[2k + 1] rejected) into a

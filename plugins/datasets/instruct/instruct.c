@@ -47,8 +47,14 @@ static const struct mg_option in_options[] = {
 		 "lists (prompt: a list, or their shared first messages), "
 		 "one row [prompt + chosen | prompt + rejected] per pair"),
 	MG_OPT_E("template", "auto", TD_TEMPLATES,
-		 "chat format for sharegpt/messages; auto: from the "
-		 "tokenizer's chat_template (or its special tokens). "
+		 "chat format for sharegpt/messages: model renders the "
+		 "tokenizer's own chat_template (tokenizer_config.json) as "
+		 "transformers does, loss on the assistant turns and the "
+		 "end-of-turn token after each ({% generation %} blocks when "
+		 "the template has them); llama3, llama2, chatml: built-in "
+		 "formats; none: plain turns. auto: model when the tokenizer "
+		 "has a chat_template, else the built-in format its special "
+		 "tokens say, else an error asking for this option. "
 		 "Single-turn formats always use BOS + prompt + response + "
 		 "EOS"),
 	MG_OPT_S("columns", "",
@@ -108,8 +114,8 @@ static int load_pairs(const struct cfg *g, const struct td_records *r,
 	struct td_sample *s = calloc((size_t)(2 * r->n + 1), sizeof *s);
 	int rc = s ? 0 : mg_error("out of memory");
 	for (int64_t i = 0; !rc && i < r->n; i++)
-		rc = td_render_pair(r, i, g->tpl, &g->cols, g->tok->bos,
-				    g->tok->eos, &s[2 * i], &s[2 * i + 1]);
+		rc = td_render_pair(r, i, g->tpl, &g->cols, g->tok, &s[2 * i],
+				    &s[2 * i + 1]);
 	if (!rc) {
 		mg_info("instruct: %s: %lld preference pairs, template %s",
 			path, (long long)r->n, td_template_name(g->tpl));
@@ -181,8 +187,7 @@ static int load_file(const struct cfg *g, const char *path, struct td_corpus *c,
 	if (!rc && !*pairs && !s)
 		rc = mg_error("out of memory");
 	for (int64_t i = 0; !rc && s && i < r.n; i++) {
-		rc = td_render(&r, i, fmt, g->tpl, &g->cols, g->tok->bos,
-			       g->tok->eos, &s[i]);
+		rc = td_render(&r, i, fmt, g->tpl, &g->cols, g->tok, &s[i]);
 		/* Tokenizing a row costs its bytes, whatever max_seq_len
 		 * keeps of it: a row more than any max_seq_len tokens could
 		 * hold is refused before it is tokenized. */
