@@ -34,17 +34,32 @@ int mg_generate_main(int argc, char **argv);
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: mgrun generate -c FILE [--prompt TEXT | --prompt-file "
-		"F | --prompts FILE]\n"
-		"                      [options]\n"
+		"usage: mgrun generate (-c FILE | --model DIR) [--prompt TEXT "
+		"| "
+		"--prompt-file F |\n"
+		"                      --prompts FILE] [options]\n"
 		"\n"
 		"Continues a prompt with the run's trained model (its "
 		"checkpoint in the run\n"
 		"directory, or the model's Hugging Face weights when it has "
-		"no checkpoint).\n"
-		"The continuation streams to stdout; the rest goes to "
-		"stderr.\n"
+		"no checkpoint), or\n"
+		"with a Hugging Face model folder. The continuation streams "
+		"to stdout; the rest\n"
+		"goes to stderr. Stops at the tokenizer's EOS and every "
+		"eos_token_id of the\n"
+		"model's generation_config.json.\n"
 		"  -c, --config FILE       experiment INI file of the run\n"
+		"  --model DIR             a Hugging Face model folder (llama, "
+		"mistral, qwen2,\n"
+		"                          qwen3), no experiment file; with "
+		"--device cpu|cuda\n"
+		"                          (cpu) and --precision P (fp32)\n"
+		"  --chat                  the prompt is messages (a JSON "
+		"list, "
+		"or an object with\n"
+		"                          \"messages\"), rendered by the "
+		"tokenizer's chat template\n"
+		"                          with the generation prompt\n"
 		"  --set S.K=V             override a key (repeatable)\n"
 		"  --prompt TEXT           the prompt\n"
 		"  --prompt-file F         read the prompt from a file ('-': "
@@ -136,6 +151,10 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		O_PATH,
 		O_ADAPTER,
 		O_PROMPTS,
+		O_MODEL,
+		O_DEVICE,
+		O_PRECISION,
+		O_CHAT,
 	};
 	static const struct option lo[] = {
 		{"config", required_argument, 0, 'c'},
@@ -153,6 +172,10 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		{"plugin-path", required_argument, 0, O_PATH},
 		{"adapter", required_argument, 0, O_ADAPTER},
 		{"prompts", required_argument, 0, O_PROMPTS},
+		{"model", required_argument, 0, O_MODEL},
+		{"device", required_argument, 0, O_DEVICE},
+		{"precision", required_argument, 0, O_PRECISION},
+		{"chat", no_argument, 0, O_CHAT},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -219,6 +242,18 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 		case O_PROMPTS:
 			g->prompts = optarg;
 			break;
+		case O_MODEL:
+			g->model = optarg;
+			break;
+		case O_DEVICE:
+			g->device = optarg;
+			break;
+		case O_PRECISION:
+			g->precision = optarg;
+			break;
+		case O_CHAT:
+			g->chat = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 1;
@@ -232,9 +267,21 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 			argv[optind]);
 		return 2;
 	}
-	if (!g->ini) {
+	if ((g->device || g->precision) && !g->model) {
+		fprintf(stderr, "mgrun generate: --device and --precision go "
+				"with --model (a run's INI sets them: --set "
+				"run.device=...)\n");
+		return 2;
+	}
+	if (g->chat && (g->ids_mode || g->prompts)) {
+		fprintf(stderr, "mgrun generate: --chat renders a text "
+				"prompt of messages: not with --ids or "
+				"--prompts\n");
+		return 2;
+	}
+	if (!g->ini && !g->model) {
 		fprintf(stderr, "mgrun generate: no experiment file (-c "
-				"FILE)\n");
+				"FILE) or model folder (--model DIR)\n");
 		usage(stderr);
 		return 2;
 	}
@@ -501,7 +548,8 @@ static const char *tokenizer_path(struct gen *g, char *buf, size_t len)
 {
 	if (g->o.tokenizer)
 		return g->o.tokenizer;
-	const char *d = mg_session_plugin_str(&g->s, MG_SEC_DATASET, "tokenizer");
+	const char *d =
+		mg_session_plugin_str(&g->s, MG_SEC_DATASET, "tokenizer");
 	if (d[0])
 		return d;
 	const char *hf = mg_session_plugin_str(&g->s, MG_SEC_MODEL, "hf_dir");
@@ -536,6 +584,8 @@ static int load_prompt(struct gen *g)
 		rc = 2;
 	} else if (g->o.ids_mode) {
 		rc = gen_parse_ids("--ids", text, &g->ids) ? 2 : 0;
+	} else if (g->o.chat) {
+		rc = gen_chat_prompt(g->tok, text, len, &g->ids);
 	} else if (mg_tokenizer_encode(g->tok, text, len, MG_TOK_ADD_SPECIAL,
 				       &g->ids)) {
 		fprintf(stderr, "mgrun generate: the prompt: %s\n",
@@ -586,6 +636,17 @@ static int load_tokenizer(struct gen *g)
 	fprintf(stderr, "generate: tokenizer %s (%lld tokens)\n", path,
 		(long long)mg_tokenizer_vocab_size(g->tok));
 	return 0;
+}
+
+/* The model's own stop tokens (generation_config.json), with or
+ * without a tokenizer. */
+static int model_stops(struct gen *g)
+{
+	const char *hf = mg_session_plugin_str(&g->s, MG_SEC_MODEL, "hf_dir");
+	return hf[0] ? gen_stops_from_config(
+			       hf, g->stop, &g->nstop,
+			       (int)(sizeof g->stop / sizeof *g->stop))
+		     : 0;
 }
 
 /* Set the run up and load its weights; says which weights. */
@@ -825,7 +886,7 @@ int mg_generate_main(int argc, char **argv)
 {
 	struct gen g;
 	memset(&g, 0, sizeof g);
-	g.o.sets = calloc((size_t)argc + MG_CLI_ADAPTER_SETS + 1,
+	g.o.sets = calloc((size_t)argc + MG_CLI_ADAPTER_SETS + 5,
 			  sizeof *g.o.sets);
 	if (!g.o.sets)
 		return 1;
@@ -844,6 +905,15 @@ int mg_generate_main(int argc, char **argv)
 		free(g.o.sets);
 		return rc;
 	}
+	char tmpdir[4200] = "";
+	if (!rc && g.o.model)
+		rc = gen_model_setup(&g.o, tmpdir, sizeof tmpdir);
+	if (rc) {
+		gen_model_cleanup(&g.o, tmpdir);
+		mg_cli_adapter_free(&g.adapter);
+		free(g.o.sets);
+		return rc;
+	}
 	rc = mg_session_open(&g.s, g.o.ini, g.o.sets, g.o.nsets,
 			     g.o.plugin_path);
 	if (rc < 0) {
@@ -856,6 +926,8 @@ int mg_generate_main(int argc, char **argv)
 		rc = check_decode(&g);
 	if (!rc)
 		rc = load_tokenizer(&g);
+	if (!rc)
+		rc = model_stops(&g);
 	if (!rc)
 		rc = g.o.prompts ? gen_read_prompts(&g) : load_prompt(&g);
 	if (!rc)
@@ -874,6 +946,7 @@ int mg_generate_main(int argc, char **argv)
 	gen_free_prompts(&g);
 	mg_session_close(&g.s);
 	mg_cli_adapter_free(&g.adapter);
+	gen_model_cleanup(&g.o, tmpdir);
 	free(g.o.sets);
 	return rc;
 }

@@ -18,6 +18,10 @@ struct gen_opts {
 	const char *ini, *prompt, *prompt_file, *tokenizer, *plugin_path;
 	const char *prompts; /* --prompts FILE (JSON Lines), or NULL */
 	const char *adapter; /* --adapter DIR, or NULL */
+	/* --model DIR: a Hugging Face folder without an INI, with --device
+	 * and --precision (generate_model.c); --chat: messages prompt */
+	const char *model, *device, *precision;
+	bool chat;
 	const char **sets;
 	int nsets;
 	bool ids_mode, greedy, have_seed;
@@ -40,7 +44,7 @@ struct gen {
 	struct mg_tokenizer *tok;
 	struct mg_ids ids; /* prompt, then generated tokens appended */
 	struct mg_cli_adapter adapter; /* --adapter's overrides */
-	int32_t stop[2];
+	int32_t stop[16]; /* the tokenizer's EOS, <|eot_id|>, the model's */
 	int nstop;
 	/* the decode loop's buffers (gen_setup): V logits and candidates */
 	int64_t vocab;
@@ -57,6 +61,20 @@ struct gen_done {
 	double prefill_s, decode_s; /* wall time of each part */
 	const char *why;	    /* what stopped it */
 };
+
+/* generate_model.c. --model: a throwaway run folder (dir, cap bytes)
+ * with its INI, the folder, device and precision as sets before the
+ * user's; 0, or the exit code after a message. cleanup removes it. */
+int gen_model_setup(struct gen_opts *o, char *dir, size_t cap);
+void gen_model_cleanup(struct gen_opts *o, const char *dir);
+/* --chat: text (a JSON list of messages or an object with "messages")
+ * through the tokenizer's chat template with the generation prompt,
+ * encoded as transformers encodes the rendering, into ids; 0 or 2. */
+int gen_chat_prompt(struct mg_tokenizer *tok, const char *text, size_t len,
+		    struct mg_ids *ids);
+/* Every eos_token_id of hf_dir/generation_config.json (none: nothing)
+ * added to stop[0..*n) up to cap; 0, or 2 after a message. */
+int gen_stops_from_config(const char *hf_dir, int32_t *stop, int *n, int cap);
 
 /* The vocabulary, the buffers and the sampling key; 1 after a message. */
 int gen_setup(struct gen *g);

@@ -131,6 +131,33 @@ PY
 	cmp -s "$work/g1.out" "$work/hf.out" ||
 		fail "hf_dir weights: '$(cat "$work/hf.out")', checkpoint: '$(cat "$work/g1.out")'"
 	grep "own weights" "$work/hf.err"
+	# --model DIR: the same folder without an INI gives the same ids
+	"$mgrun" generate --model "$work/hf" --ids --prompt "$P" --greedy \
+		--max-new-tokens 12 >"$work/m1.out" 2>"$work/m1.err" ||
+		fail "--model: $(cat "$work/m1.err")"
+	cmp -s "$work/g1.out" "$work/m1.out" ||
+		fail "--model: '$(cat "$work/m1.out")', checkpoint: '$(cat "$work/g1.out")'"
+	# generation_config.json's eos_token_id (a list, as Llama 3's):
+	# generation stops before the third greedy id, which is one of them
+	third=$(cut -d' ' -f3 "$work/g1.out")
+	printf '{"eos_token_id": [9999, %s]}\n' "$third" \
+		>"$work/hf/generation_config.json"
+	"$mgrun" generate --model "$work/hf" --ids --prompt "$P" --greedy \
+		--max-new-tokens 12 >"$work/m2.out" 2>"$work/m2.err"
+	[ "$(cat "$work/m2.out")" = "$(cut -d' ' -f1-2 "$work/g1.out")" ] ||
+		fail "eos_token_id $third: '$(cat "$work/m2.out")' from '$(cat "$work/g1.out")'"
+	grep -q "end of text token" "$work/m2.err" ||
+		fail "eos_token_id: $(cat "$work/m2.err")"
+	rm "$work/hf/generation_config.json"
+	# refusals: both -c and --model; --device without --model
+	"$mgrun" generate -c "$ini" --model "$work/hf" --ids --prompt "$P" \
+		>/dev/null 2>"$work/m3.err"
+	[ $? -eq 2 ] && grep -q "not both" "$work/m3.err" ||
+		fail "-c and --model: $(cat "$work/m3.err")"
+	"$mgrun" generate -c "$ini" --device cpu --ids --prompt "$P" \
+		>/dev/null 2>"$work/m4.err"
+	[ $? -eq 2 ] && grep -q "go with --model" "$work/m4.err" ||
+		fail "--device without --model: $(cat "$work/m4.err")"
 else
 	echo "(no python3: the hf_dir path is not tested)"
 fi

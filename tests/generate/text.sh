@@ -6,7 +6,9 @@
 # the same (greedy) ids that --ids mode prints, minus the prompt's text
 # (streaming holds incomplete UTF-8 back and loses nothing); greedy and
 # seeded text reproduce; without a tokenizer the refusal names --ids;
-# --prompts answers a text prompt with the same text and ids.
+# --prompts answers a text prompt with the same text and ids; --chat
+# prompts with the chat template's rendering, from the run and from its
+# export through --model.
 set -u
 mgrun=$1 repo=$2 work=$3
 deps=$repo/.deps/tokenizers
@@ -110,6 +112,34 @@ PY
 	gen $tk.none --prompt "$prompt"
 	[ $rc -eq 2 ] && grep -q -- "--ids" "$work/$tk.none.err" ||
 		fail "$tk: no tokenizer: exit $rc: $(cat "$work/$tk.none.err")"
+	[ $tk = llama3 ] || continue
+	# --chat: messages rendered by the tokenizer's chat template with the
+	# generation prompt, encoded as transformers encodes the rendering:
+	# the prompt `mgrun tokenize --chat` makes. Then --model on the run's
+	# export with the tokenizer files beside it: the same continuation.
+	msgs='[{"role": "user", "content": "Hi there"}]'
+	cids=$(printf '{"messages": %s, "add_generation_prompt": true}\n' \
+		"$msgs" | "$mgrun" tokenize --tokenizer "$tok" --chat)
+	gen $tk.c1 --tokenizer "$tok" --chat --prompt "$msgs" --greedy \
+		--max-new-tokens 12
+	[ $rc -eq 0 ] || fail "$tk --chat: exit $rc: $(cat "$work/$tk.c1.err")"
+	n=$(echo "$cids" | wc -w)
+	grep -q "generate: $n prompt tokens" "$work/$tk.c1.err" ||
+		fail "$tk --chat: not the $n ids of tokenize --chat ($cids): $(cat "$work/$tk.c1.err")"
+	# shellcheck disable=SC2086
+	"$mgrun" export -c "$ini" $S --out "$work/$tk.hf" --dtype fp32 \
+		>/dev/null 2>"$work/$tk.exp.err" ||
+		fail "$tk export: $(cat "$work/$tk.exp.err")"
+	cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$work/$tk.hf/"
+	"$mgrun" generate --model "$work/$tk.hf" --chat --prompt "$msgs" \
+		--greedy --max-new-tokens 12 >"$work/$tk.c2" 2>"$work/$tk.c2.err" ||
+		fail "$tk --model --chat: $(cat "$work/$tk.c2.err")"
+	cmp -s "$work/$tk.c1" "$work/$tk.c2" ||
+		fail "$tk --model --chat: '$(cat "$work/$tk.c2")' vs the run's '$(cat "$work/$tk.c1")'"
+	"$mgrun" generate --model "$work/$tk.hf" --chat --prompt "not json" \
+		>/dev/null 2>"$work/$tk.c3.err"
+	[ $? -eq 2 ] && grep -q "not a JSON list of messages" "$work/$tk.c3.err" ||
+		fail "--chat with a plain prompt: $(cat "$work/$tk.c3.err")"
 done
 # Stopping at the end-of-text token: a model of 3 tokens sampled hot,
 # with the Llama 2 tokenizer's EOS (id 2) as its stop token (--ids with
