@@ -26,8 +26,8 @@ import sys
 
 import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForCausalLM
-from hf_common import check, finish
+from transformers import AutoModelForCausalLM
+from hf_common import check, finish, hf_loss, make_rows, save_random
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
@@ -53,66 +53,6 @@ FAMILIES = [
                      sliding_window=16, max_position_embeddings=256,
                      tie_word_embeddings=False, rms_norm_eps=1e-5)),
 ]
-
-
-def save_random(family, path, kw):
-    """The family's model of config kw, weights N(0, 0.08), 1-D tensors
-    (norms, biases) uniform in [0.5, 1.5], saved by transformers."""
-    torch.manual_seed(0)
-    cfg = AutoConfig.for_model(family, **kw)
-    m = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    m = m.float()
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.08)
-            else:
-                p.uniform_(0.5, 1.5)
-    m.save_pretrained(path, safe_serialization=True)
-    return m
-
-
-def make_rows(vocab, path, n=12):
-    g = torch.Generator().manual_seed(1)
-    rows = []
-    with open(path, "w") as f:
-        for _ in range(n):
-            L = int(torch.randint(8, 70, (1,), generator=g))
-            ids = torch.randint(0, vocab, (L,), generator=g).tolist()
-            labels = list(ids)
-            for t in range(L // 3):
-                labels[t] = -100
-            rows.append((ids, labels))
-            f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
-    return rows
-
-
-def hf_loss(m, rows, dtype):
-    """Mean next-token loss over the counted label tokens, and grads
-    (fp64: of a float64 copy, the reference the fp32 gradients are held
-    to: in fp32 the q bias's gradient, a sum of many cancelling terms
-    when the key biases are large, is only good to ~2e-4 on either
-    side)."""
-    if dtype == "fp64":
-        import copy
-        m = copy.deepcopy(m).double()
-    m = m.to("cuda")
-    m.zero_grad()
-    cnt, losses = 0, []
-    for ids, labels in rows:
-        x = torch.tensor([ids], device="cuda")
-        y = torch.tensor([labels], device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16,
-                            enabled=dtype == "bf16"):
-            logits = m(input_ids=x).logits
-            logits = logits.double() if dtype == "fp64" else logits.float()
-        losses.append(torch.nn.functional.cross_entropy(
-            logits[0, :-1], y[0, 1:], ignore_index=-100, reduction="sum"))
-        cnt += int((y[0, 1:] != -100).sum())
-    total = torch.stack(losses).sum() / cnt
-    total.backward()
-    return float(total), {k: p.grad.detach().double().cpu()
-                          for k, p in m.named_parameters()}
 
 
 def ini_for(d, data, dev, prec, name):
@@ -166,7 +106,7 @@ def hf_greedy(m, n=24):
 
 for fam, kw in FAMILIES:
     d = os.path.join(work, fam)
-    m = save_random(fam, d, kw)
+    m = save_random(d, kw, fam, "eager")
     data = os.path.join(work, fam + ".jsonl")
     rows = make_rows(kw["vocab_size"], data)
     ref32, _ = hf_loss(m, rows, "fp32")

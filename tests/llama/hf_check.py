@@ -18,7 +18,7 @@ import sys
 
 import torch
 from safetensors.torch import load_file
-from hf_common import check, finish, save_random
+from hf_common import check, finish, hf_loss, make_rows, save_random
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
@@ -31,43 +31,6 @@ def make_model(name, **kw):
     m = save_random(d, kw,
                     max_shard_size="200KB" if name == "llama2" else "5GB")
     return m, d
-
-
-def make_rows(vocab, path, n=12):
-    g = torch.Generator().manual_seed(1)
-    rows = []
-    with open(path, "w") as f:
-        for i in range(n):
-            L = int(torch.randint(8, 70, (1,), generator=g))
-            ids = torch.randint(0, vocab, (L,), generator=g).tolist()
-            labels = list(ids)
-            for t in range(L // 3):
-                labels[t] = -100
-            rows.append((ids, labels))
-            f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
-    return rows
-
-
-def hf_loss(m, rows, dev, dtype):
-    """Mean next-token loss over every counted label token, and grads."""
-    m = m.to(dev)
-    m.zero_grad()
-    tot, cnt = 0.0, 0
-    losses = []
-    for ids, labels in rows:
-        x = torch.tensor([ids], device=dev)
-        y = torch.tensor([labels], device=dev)
-        with torch.autocast("cuda", dtype=torch.bfloat16,
-                            enabled=dtype == "bf16"):
-            logits = m(input_ids=x).logits.float()
-        lp = torch.nn.functional.cross_entropy(
-            logits[0, :-1], y[0, 1:], ignore_index=-100, reduction="sum")
-        losses.append(lp)
-        cnt += int((y[0, 1:] != -100).sum())
-    total = torch.stack(losses).sum() / cnt
-    total.backward()
-    return float(total), {k: p.grad.detach().float().cpu()
-                          for k, p in m.named_parameters()}
 
 
 def mgrun_run(d, data, dev, prec, extra, name):
@@ -125,9 +88,9 @@ for name, kw in [
     m, d = make_model(name, **kw)
     data = os.path.join(work, name + ".jsonl")
     rows = make_rows(kw["vocab_size"], data)
-    ref32, grads = hf_loss(m, rows, "cuda", "fp32")
+    ref32, grads = hf_loss(m, rows, "fp32")
     w0 = {k: v.detach().float().cpu().clone() for k, v in m.named_parameters()}
-    refbf, _ = hf_loss(m, rows, "cuda", "bf16")
+    refbf, _ = hf_loss(m, rows, "bf16")
     for dev, prec, tol in [("cpu", "fp32", 2e-5), ("cuda", "fp32", 2e-5),
                            ("cuda", "bf16", 2e-2)]:
         tag = f"{name}_{dev}_{prec}"

@@ -28,28 +28,12 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
-from hf_common import TINY, check, finish, save_tiny
+from hf_common import TINY, check, finish, make_rows, save_tiny
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-
-
-def make_rows(path, n=12):
-    g = torch.Generator().manual_seed(1)
-    rows = []
-    with open(path, "w") as f:
-        for _ in range(n):
-            L = int(torch.randint(8, 70, (1,), generator=g))
-            ids = torch.randint(0, TINY["vocab_size"], (L,),
-                                generator=g).tolist()
-            labels = list(ids)
-            for t in range(L // 3):
-                labels[t] = -100
-            rows.append((ids, labels))
-            f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
-    return rows
 
 
 def loss_and_logits(m, rows, dev):
@@ -109,7 +93,7 @@ shuffle = false
 
 base_dir = save_tiny(work)
 data = os.path.join(work, "rows.jsonl")
-rows = make_rows(data)
+rows = make_rows(TINY["vocab_size"], data)
 CONFIGS = [
     ("all", "lora_rank = 4\nlora_alpha = 8\nlora_targets = all,head\n",
      8 / 4),
