@@ -10,6 +10,7 @@
 #include <cublas_v2.h>
 
 #include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/cuda_gemm.h"
 
 namespace
 {
@@ -122,16 +123,28 @@ int gemm(struct mg_ctx *ctx, const char *op, const gemm_types &t, bool ta,
 	 bool tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
 	 const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
 {
+	return mgc_gemm(ctx, op, t.data, t.compute, t.f64, ta, tb, m, n, k, A,
+			lda, B, ldb, beta, C, ldc);
+}
+} // namespace
+
+/* cuda_gemm.h */
+extern "C" int mgc_gemm(struct mg_ctx *ctx, const char *op, cudaDataType_t data,
+			cublasComputeType_t compute, bool f64, bool ta, bool tb,
+			int64_t m, int64_t n, int64_t k, const void *A,
+			int64_t lda, const void *B, int64_t ldb, double beta,
+			void *C, int64_t ldc)
+{
 	const double one64 = 1, beta64 = beta;
 	const float one32 = 1, beta32 = (float)beta;
 	cublasStatus_t s = cublasGemmEx(
 		(cublasHandle_t)ctx->dev->cublas,
 		ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
 		(int)m, (int)n, (int)k,
-		t.f64 ? (const void *)&one64 : (const void *)&one32, A, t.data,
-		(int)lda, B, t.data, (int)ldb,
-		t.f64 ? (const void *)&beta64 : (const void *)&beta32, C,
-		t.data, (int)ldc, t.compute, CUBLAS_GEMM_DEFAULT);
+		f64 ? (const void *)&one64 : (const void *)&one32, A, data,
+		(int)lda, B, data, (int)ldb,
+		f64 ? (const void *)&beta64 : (const void *)&beta32, C, data,
+		(int)ldc, compute, CUBLAS_GEMM_DEFAULT);
 	if (s != CUBLAS_STATUS_SUCCESS)
 		return mg_error("%s: cublasGemmEx (%lld x %lld x %lld) failed: "
 				"%s",
@@ -139,7 +152,6 @@ int gemm(struct mg_ctx *ctx, const char *op, const gemm_types &t, bool ta,
 				cublasGetStatusString(s));
 	return 0;
 }
-} // namespace
 
 extern "C" int mg_cuda_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 			      const struct mg_tensor *w,
