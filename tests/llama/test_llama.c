@@ -1288,6 +1288,26 @@ int mg_op_fq_int8_token_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 	return 0;
 }
 
+/* Projection kinds the QAT tests swap in (the plugin's own are not
+ * exported): the weights and inputs as stored, and the inputs
+ * fake-quantized over weights as stored (what quant = int4 runs). */
+static const struct mg_tensor *stored_w(struct llama *m, struct mg_ctx *ctx,
+					const struct mg_tensor *w)
+{
+	(void)m, (void)ctx;
+	return w;
+}
+
+static void no_words(const struct llama *m)
+{
+	(void)m;
+}
+
+static const struct llama_proj_kind plain_kind = {"plain", false, stored_w,
+						  NULL, no_words};
+static const struct llama_proj_kind fq_input_kind = {"fq_input", true, stored_w,
+						     NULL, no_words};
+
 /* The QAT gradient (real ops; with drop the recorded activation masks
  * in backward) against central differences of the surrogate on 6
  * samples of every trainable tensor. */
@@ -1336,9 +1356,10 @@ static void qat_ste_case(const char *what, const char *lines, bool drop)
 	const double lsur = loss_of(&e, &tb.b, NULL);
 	ste_mode = STE_PASS;
 	struct llama *lm = e.model;
-	lm->qat = lm->fq_act = false;
+	const struct llama_proj_kind *qat = lm->proj;
+	lm->proj = &plain_kind;
 	const double lplain = loss_of(&e, &tb.b, NULL);
-	lm->qat = lm->fq_act = true;
+	lm->proj = qat;
 	CHECK(fabs(lsur - lqat) <= 1e-13 * fabs(lqat));
 	CHECK(fabs(lplain - lqat) > 1e-6);
 	const double gfix = (1.0 / count) / (double)e.grad_scale;
@@ -1427,8 +1448,10 @@ static void qat_mask_case(const char *lines, const char *a_extra)
 	}
 	struct llama *mb = b.model;
 	const int64_t group = mb->qat_group;
-	mb->qat = false;
-	CHECK(mb->fq_act);
+	/* b: the inputs fake-quantized, the weights as stored (the int4
+	 * kind) over weights quantized once below */
+	CHECK(mb->proj->fq_input && mb->proj->weight_grad);
+	mb->proj = &fq_input_kind;
 	if (strstr(lines, "lora_rank")) {
 		randomize_b(&a);
 		randomize_b(&b);

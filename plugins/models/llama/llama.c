@@ -130,7 +130,8 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	if (llama_cfg_from_opts(&m->c, o, m->hf_dir, sizeof m->hf_dir) ||
 	    (llama_layer_params(m), llama_lora_setup(m, o)) ||
 	    llama_kernels_setup(m, o) || llama_quant_setup(m, o) ||
-	    llama_qat_setup(m, o) || llama_dpo_setup(m, o)) {
+	    llama_qat_setup(m, o) ||
+	    (llama_proj_select(m), llama_dpo_setup(m, o))) {
 		llama_lora_free(m);
 		free(m);
 		return -1;
@@ -354,8 +355,7 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 	    (!c->tie_embeddings && add(s, "lm_head.weight", W, c->vocab, D)) ||
 	    add_adapters(s, m, LT_HEAD, LT_HEAD) || add_ref_units(s, m))
 		return -1;
-	llama_quant_describe(m);
-	llama_qat_describe(m);
+	m->proj->describe(m);
 	return 0;
 }
 

@@ -197,6 +197,28 @@ struct llama_dpo {
 	bool checked[2]; /* rows seen to be pairs: eval, training */
 };
 
+struct llama;
+
+/* How a layer projection's base GEMM reads its weight and input, one
+ * kind per run (llama_proj.c). weight: what the GEMM reads for stored
+ * weight w (valid until the next call; NULL after mg_error); fq_input:
+ * the input fake-quantized to int8 per token first; weight_grad: the
+ * straight-through mask on a trained weight's gradient, in place (NULL:
+ * none); describe: what the kind does, logged once at declaration. */
+struct llama_proj_kind {
+	const char *name;
+	bool fq_input;
+	const struct mg_tensor *(*weight)(struct llama *m, struct mg_ctx *ctx,
+					  const struct mg_tensor *w);
+	int (*weight_grad)(struct llama *m, struct mg_ctx *ctx,
+			   const struct mg_tensor *w, struct mg_tensor *g);
+	void (*describe)(const struct llama *m);
+};
+extern const struct llama_proj_kind llama_proj_dense, llama_proj_nf4,
+	llama_proj_qat, llama_proj_int4;
+/* m->proj from the quant and qat options (after their setup). */
+void llama_proj_select(struct llama *m);
+
 struct llama {
 	struct llama_cfg c;
 	/* a layer unit's parameters: lp[kind] its index or -1, kind[i] the
@@ -212,7 +234,9 @@ struct llama {
 	struct mg_tensor qw;
 	/* qat = 8da4w / quant = int4 (llama_qat.c): fake-quantized
 	 * projections; qatbuf holds the weight being used (qatw) */
-	bool qat, int4, fq_act;
+	bool qat, int4;
+	/* the projection kind these options make (llama_proj.c) */
+	const struct llama_proj_kind *proj;
 	int64_t qat_group;
 	struct mg_buf qatbuf;
 	struct mg_tensor qatw;
@@ -236,6 +260,27 @@ struct llama {
 	struct mg_buf kcache, vcache, dec_work, dec_io;
 	int64_t dec_max, dec_len;
 };
+
+/* The base GEMM of target tg (the head: always as stored) through the
+ * run's projection kind. */
+static inline const struct mg_tensor *
+llama_base_weight(struct llama *m, struct mg_ctx *ctx, int tg,
+		  const struct mg_tensor *w)
+{
+	return tg == LT_HEAD ? w : m->proj->weight(m, ctx, w);
+}
+static inline bool llama_base_fq_input(const struct llama *m, int tg)
+{
+	return m->proj->fq_input && tg != LT_HEAD;
+}
+static inline int llama_base_weight_grad(struct llama *m, struct mg_ctx *ctx,
+					 int tg, const struct mg_tensor *w,
+					 struct mg_tensor *g)
+{
+	return tg == LT_HEAD || !g || !m->proj->weight_grad
+		       ? 0
+		       : m->proj->weight_grad(m, ctx, w, g);
+}
 
 /* llama_init.c: a unit's initial values (HF's initialisation: normal
  * with initializer_range, norms one) or the HF checkpoint's; with lo/hi
@@ -384,14 +429,14 @@ void llama_quant_free(struct llama *m);
 
 /* llama_qat.c: QAT (qat = 8da4w) and int4 evaluation (quant = int4).
  * setup parses qat, qat_group and quant's int4 (after llama_quant_setup);
- * weight returns w fake-quantized to int4 for target tg (w itself
- * without qat or for the head; valid until the next call; NULL after
- * mg_error); weight_grad masks g in place by w's straight-through mask
- * (nothing without qat, for the head or a frozen w). */
+ * weight returns w fake-quantized to int4 (valid until the next call;
+ * NULL after mg_error); weight_grad masks g in place by w's
+ * straight-through mask: the qat projection kind (llama_proj.c), which
+ * keeps them off the head. */
 int llama_qat_setup(struct llama *m, const struct mg_opts *o);
 const struct mg_tensor *llama_qat_weight(struct llama *m, struct mg_ctx *ctx,
-					 int tg, const struct mg_tensor *w);
-int llama_qat_weight_grad(struct llama *m, struct mg_ctx *ctx, int tg,
+					 const struct mg_tensor *w);
+int llama_qat_weight_grad(struct llama *m, struct mg_ctx *ctx,
 			  const struct mg_tensor *w, struct mg_tensor *g);
 void llama_qat_describe(const struct llama *m);
 void llama_qat_free(struct llama *m);

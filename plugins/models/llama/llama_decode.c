@@ -70,7 +70,7 @@ static void dlayout(const struct llama *m, int64_t n, struct dlay *L)
 		L->la = llama_slot(&o, N * r * es);
 		L->ltmp = llama_slot(&o, tmp * es);
 	}
-	if (m->fq_act) {
+	if (m->proj->fq_input) {
 		size_t w = D > qd ? D : qd;
 		L->qx = llama_slot(&o, N * (w > I ? w : I) * es);
 	}
@@ -152,12 +152,11 @@ static int dproj(struct llama *m, struct mg_ctx *ctx, const struct dlay *L,
 {
 	/* quant = nf4: dequantized into llama_quant.c's scratch first;
 	 * qat: fake-quantized to int4 (the head never) */
-	const struct mg_tensor *Wd =
-		llama_qat_weight(m, ctx, tg, llama_weight(m, ctx, &W[w]));
+	const struct mg_tensor *Wd = llama_base_weight(m, ctx, tg, &W[w]);
 	/* qat, quant = int4: the base GEMM's input fake-quantized to int8
 	 * per token, as base_in does in training */
 	struct mg_tensor xq = *x;
-	if (m->fq_act && tg != LT_HEAD) {
+	if (llama_base_fq_input(m, tg)) {
 		xq.data = (char *)m->dec_work.ptr + L->qx;
 		if (mg_op_fq_int8_token(ctx, x, &xq))
 			return mg_error_prefix("llama decode: qat");

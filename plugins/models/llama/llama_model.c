@@ -26,9 +26,10 @@
  * backward; flce computes the head's loss and gradients a chunk of
  * tokens at a time (llama_head.c), the arena's logits slot one chunk.
  *
- * With quant = nf4 every base GEMM reads its weight through
- * llama_weight (llama_quant.c): dequantized just before, forward and
- * again in backward, into one scratch; nothing dequantized is kept.
+ * Every base GEMM reads its weight and input through the run's
+ * projection kind (llama_proj.c): with quant = nf4 the weight is
+ * dequantized just before, forward and again in backward, into one
+ * scratch; nothing dequantized is kept.
  *
  * The family's features (llama_family.c) are data here, not branches:
  * a projection's bias is its GEMM's bias argument (NULL without one),
@@ -134,7 +135,7 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	L->ltmp = o;
 	o += r ? llama_al(R * max_out * es) : 0;
 	L->qx = o;
-	if (m->fq_act) {
+	if (m->proj->fq_input) {
 		size_t w = D > qd ? D : qd;
 		w = I > w ? I : w;
 		o += llama_al(R * w * es);
@@ -267,7 +268,7 @@ static struct mg_tensor lora_saved(const struct llama *m, const struct lay *L,
  * takes the straight-through mask). */
 static bool fq_in(const struct llama *m, int tg)
 {
-	return m->fq_act && tg != LT_HEAD;
+	return llama_base_fq_input(m, tg);
 }
 
 /* The input a base GEMM of target tg reads: x, or with QAT (not the
@@ -292,7 +293,7 @@ static const struct mg_tensor *base_in(struct llama *m, struct mg_ctx *ctx,
 static const struct mg_tensor *base_w(struct llama *m, struct mg_ctx *ctx,
 				      int tg, const struct mg_tensor *P, int w)
 {
-	return llama_qat_weight(m, ctx, tg, llama_weight(m, ctx, &P[w]));
+	return llama_base_weight(m, ctx, tg, &P[w]);
 }
 
 /* y = x W^T of a projection (parameter w of the unit), plus target tg's
@@ -617,7 +618,7 @@ static int proj_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
 	if (!W || lin_bwd(ctx, xb, W, dy, dx, false, dw, gb(m, G, tg)) ||
 	    (fq_in(m, tg) && mg_op_fq_int8_token_backward(ctx, x, dx, dx)) ||
-	    llama_qat_weight_grad(m, ctx, tg, &P[w], dw))
+	    llama_base_weight_grad(m, ctx, tg, &P[w], dw))
 		return -1;
 	return proj_lora_bwd(m, ctx, L, l, tg, P, G, x, dy, dx);
 }
@@ -651,8 +652,8 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		if (!W ||
 		    lin_bwd(ctx, xb, W, dys[j], dx, j > 0, gw(&G[ws[j]]),
 			    gb(m, G, ts[j])) ||
-		    llama_qat_weight_grad(m, ctx, ts[j], &P[ws[j]],
-					  gw(&G[ws[j]])))
+		    llama_base_weight_grad(m, ctx, ts[j], &P[ws[j]],
+					   gw(&G[ws[j]])))
 			return -1;
 	}
 	if (fq_in(m, ts[0]) && mg_op_fq_int8_token_backward(ctx, x, dx, dx))

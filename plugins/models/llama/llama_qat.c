@@ -42,7 +42,6 @@ int llama_qat_setup(struct llama *m, const struct mg_opts *o)
 	m->qat = mg_opt_enum(o, "qat") == 1; /* none|8da4w */
 	m->qat_group = mg_opt_int(o, "qat_group");
 	m->int4 = mg_opt_enum(o, "quant") == 2; /* none|nf4|int4 */
-	m->fq_act = m->qat || m->int4;
 	if (m->qat && m->nf4)
 		return mg_error("llama: qat = 8da4w fake-quantizes float "
 				"weights; quant = nf4 stores them in NF4 "
@@ -75,9 +74,9 @@ int llama_qat_setup(struct llama *m, const struct mg_opts *o)
 }
 
 const struct mg_tensor *llama_qat_weight(struct llama *m, struct mg_ctx *ctx,
-					 int tg, const struct mg_tensor *w)
+					 const struct mg_tensor *w)
 {
-	if (!m->qat || tg == LT_HEAD || !w)
+	if (!w)
 		return w;
 	const int64_t cap = llama_max_proj(&m->c), n = mg_tensor_numel(w);
 	if (n > cap) {
@@ -102,11 +101,9 @@ const struct mg_tensor *llama_qat_weight(struct llama *m, struct mg_ctx *ctx,
 	return &m->qatw;
 }
 
-int llama_qat_weight_grad(struct llama *m, struct mg_ctx *ctx, int tg,
+int llama_qat_weight_grad(struct llama *m, struct mg_ctx *ctx,
 			  const struct mg_tensor *w, struct mg_tensor *g)
 {
-	if (!m->qat || tg == LT_HEAD || !g)
-		return 0;
 	return mg_op_fq_int4_weight_backward(ctx, w, m->qat_group, g, g);
 }
 
