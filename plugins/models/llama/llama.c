@@ -361,18 +361,7 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 
 static int llama_metrics(void *self, struct mg_metric_spec *ms)
 {
-	if (((struct llama *)self)->dpo.on)
-		return llama_dpo_metrics(ms);
-	memset(ms, 0, sizeof *ms);
-	ms->nsums = MG_METRIC_N;
-	ms->per_token = 1;
-	mg_metric_declare(ms, "loss", MG_METRIC_LOSS_SUM, MG_METRIC_COUNT,
-			  MG_SHOW_PLAIN, 1);
-	mg_metric_declare(ms, "ppl", MG_METRIC_LOSS_SUM, MG_METRIC_COUNT,
-			  MG_SHOW_EXP, 1);
-	mg_metric_declare(ms, "acc", MG_METRIC_CORRECT, MG_METRIC_COUNT,
-			  MG_SHOW_PERCENT, 0);
-	return 0;
+	return ((struct llama *)self)->obj->metrics(ms);
 }
 
 static int llama_init_part(void *self, int unit, struct mg_tensor *params,
@@ -400,8 +389,7 @@ static int llama_fwd(void *self, struct mg_ctx *ctx, const struct mg_batch *b,
 		     struct mg_tensor *metrics)
 {
 	struct llama *m = self;
-	return m->dpo.on ? llama_dpo_forward(m, ctx, b, metrics)
-			 : llama_forward(m, ctx, b, metrics);
+	return m->obj->forward(m, ctx, b, metrics);
 }
 
 static int llama_bwd(void *self, struct mg_ctx *ctx)

@@ -241,6 +241,7 @@ struct llama {
 	struct mg_buf qatbuf;
 	struct mg_tensor qatw;
 	struct llama_dpo dpo;
+	const struct llama_objective *obj; /* from the objective option */
 	int64_t goff; /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
 	char hf_dir[4096];	/* weights to start from, or "" */
@@ -281,6 +282,23 @@ static inline int llama_base_weight_grad(struct llama *m, struct mg_ctx *ctx,
 		       ? 0
 		       : m->proj->weight_grad(m, ctx, w, g);
 }
+
+/* The training objective, one per run (llama_objective.c): forward
+ * over a batch; head, the loss metrics from the logits (the fused flce
+ * head computes the token loss itself); head_backward, the logits'
+ * gradient in place; metrics, what the run declares. */
+struct llama_objective {
+	const char *name;
+	int (*forward)(struct llama *m, struct mg_ctx *ctx,
+		       const struct mg_batch *b, struct mg_tensor *metrics);
+	int (*head)(struct llama *m, struct mg_ctx *ctx,
+		    const struct mg_tensor *logits, const struct mg_batch *b,
+		    struct mg_tensor *metrics);
+	int (*head_backward)(struct llama *m, struct mg_ctx *ctx,
+			     struct mg_tensor *logits);
+	int (*metrics)(struct mg_metric_spec *ms);
+};
+extern const struct llama_objective llama_objective_sft, llama_objective_dpo;
 
 /* llama_init.c: a unit's initial values (HF's initialisation: normal
  * with initializer_range, norms one) or the HF checkpoint's; with lo/hi

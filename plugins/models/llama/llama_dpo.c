@@ -37,6 +37,7 @@ int llama_dpo_setup(struct llama *m, const struct mg_opts *o)
 {
 	struct llama_dpo *d = &m->dpo;
 	d->on = mg_opt_enum(o, "objective") == 1;
+	m->obj = d->on ? &llama_objective_dpo : &llama_objective_sft;
 	d->beta = mg_opt_float(o, "dpo_beta");
 	d->eps = mg_opt_float(o, "dpo_label_smoothing");
 	/* Full fine-tuning: the policy moves away from its start, so the

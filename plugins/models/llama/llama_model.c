@@ -543,9 +543,7 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 	}
 	mg_release(ctx, head, ph);
 	if (!rc && !(m->kern & LK_FLCE))
-		rc = m->dpo.on ? llama_dpo_head(m, ctx, &logits, b, metrics)
-			       : mg_op_softmax_xent(ctx, &logits, &b->labels,
-						    metrics);
+		rc = m->obj->head(m, ctx, &logits, b, metrics);
 	if (rc)
 		return mg_error_prefix("llama head");
 	if (ctx->training) {
@@ -793,11 +791,7 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 	struct lt last;
 	layer_tensors(m, &L, (int)c->layers - 1, &last);
 	/* d(loss)/d(logits), in place (flce: per chunk, below). */
-	if (!(m->kern & LK_FLCE) &&
-	    (m->dpo.on
-		     ? llama_dpo_head_backward(m, ctx, &logits)
-		     : mg_op_softmax_xent_backward(ctx, &logits, &m->labels,
-						   &ctx->grad_scale, &logits)))
+	if (!(m->kern & LK_FLCE) && m->obj->head_backward(m, ctx, &logits))
 		return mg_error_prefix("llama loss backward");
 	struct mg_unit_view *v = mg_acquire(ctx, head, MG_PHASE_BACKWARD);
 	if (!v)
