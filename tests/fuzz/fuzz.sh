@@ -102,7 +102,8 @@ set --
 for s in $srcs; do set -- "$@" "$src/$s"; done
 "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-DMG_FUZZ_DATA="\"$src/tests/text/data\"" $cflags \
+	-DMG_FUZZ_DATA="\"$src/tests/text/data\"" \
+	-DMG_FUZZ_DEPS="\"$src/.deps\"" $cflags \
 	-I"$src/include" -I"$src/core" -I"$src/plugins/datasets/mnist" \
 	-o "$work/fuzz_$target" "$src/tests/fuzz/fuzz_$target.c" "$@" $libs
 

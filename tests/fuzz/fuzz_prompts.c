@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "cli/generate.h"
-#include "fuzz_util.h"
 
 #ifndef MG_FUZZ_DATA
 #error "MG_FUZZ_DATA: the folder of the test tokenizers (fuzz.sh sets it)"
