@@ -55,7 +55,7 @@ struct gen {
 	float *z;
 	struct gen_cand *cand;
 	uint64_t key;		    /* the sampling key of the run's seed */
-	struct gen_prompt *prompts; /* --prompts, read (generate_batch.c) */
+	struct gen_prompt *prompts; /* --prompts, read (prompts.c) */
 	int nprompts;
 };
 
