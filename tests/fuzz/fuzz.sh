@@ -98,6 +98,18 @@ core/runtime/file_read.c core/runtime/input_files.c $opt_srcs"
 	echo "fuzz.sh: unknown target '$target'" >&2
 	exit 2 ;;
 esac
+# The dataset code runs OpenMP loops: clang needs its own runtime
+# (Debian: libomp-dev), which the gcc build does not.
+case $cflags in
+*-fopenmp*)
+	printf '#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n' \
+		>"$work/omp.c"
+	"$cc" -fopenmp "$work/omp.c" -o "$work/omp" >"$work/omp.log" 2>&1 || {
+		cat "$work/omp.log"
+		echo "SKIPPED: $cc cannot build OpenMP code (apt-get install libomp-dev)"
+		exit 77
+	} ;;
+esac
 set --
 for s in $srcs; do set -- "$@" "$src/$s"; done
 "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \

@@ -270,6 +270,24 @@ static void empty(void)
 	mg_tokenizer_free(t);
 }
 
+/* mg_json_nul_string on text with closers before an opener (what follows
+ * the value cJSON parsed, which callers pass whole: `mgrun tokenize
+ * --chat` lines): the nesting level stays at the top, so the field is
+ * named; it went to -1 and wrote below its stack array (fuzz_prompts). */
+static void nul_scan_unbalanced(void)
+{
+	static const char s[] = "{}]]} {\"a\": \"x\\u0000\"}";
+	char key[16] = "?";
+	size_t at = mg_json_nul_string(s, sizeof s - 1, key, sizeof key);
+	if (at != 12 || strcmp(key, "a")) {
+		fprintf(stderr,
+			"FAIL: nul scan after closers: at %zu key '%s', want "
+			"12 'a'\n",
+			at, key);
+		fails++;
+	}
+}
+
 /* A FIFO (would block in open) or a link to /dev/zero (would read until
  * memory runs out) as tokenizer.json or tokenizer_config.json, a folder
  * named tokenizer.json and a dangling link as tokenizer_config.json: each
@@ -418,6 +436,7 @@ int main(int argc, char **argv)
 	post_ids();
 	sparse_ids();
 	empty();
+	nul_scan_unbalanced();
 	threads();
 	if (fails)
 		fprintf(stderr, "%d failures\n", fails);
