@@ -77,9 +77,14 @@ prompts)
 	srcs="core/cli/prompts.c $tok_srcs"
 	libs="$tok_libs" ;;
 adapter)
+	# generate's reader and the llama plugin's (llama_adapter.c; its
+	# llama_read_file is in llama_config.c, which reads the options)
 	srcs="core/cli/adapter.c core/cli/read_all.c core/runtime/log.c
-core/runtime/file_read.c core/runtime/input_files.c"
-	libs="-lcjson -lm -lz" ;;
+core/runtime/file_read.c core/runtime/input_files.c
+plugins/models/llama/llama_adapter.c plugins/models/llama/llama_config.c
+$opt_srcs"
+	cflags="-I$src/plugins/models/llama"
+	libs="-lcjson -linih -lm -lz" ;;
 instruct | token_jsonl | text)
 	# the plugin's own source and what it links (plugins/datasets), run
 	# through its mg_plugin_entry with options built from an INI;
