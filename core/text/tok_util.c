@@ -332,7 +332,8 @@ int tok_arena_add(struct tok_scratch *s, const char *p, size_t len, size_t *off)
 	 * NULL + 0, which is undefined */
 	if (tok_arena_reserve(s, len ? len : 1))
 		return -1;
-	memcpy(s->arena + s->alen, p, len);
+	if (len) /* p may be NULL then */
+		memcpy(s->arena + s->alen, p, len);
 	*off = s->alen;
 	s->alen += len;
 	return 0;
