@@ -135,6 +135,14 @@ int mg_cli_adapter_read(const char *dir, struct mg_cli_adapter *a)
 	char *text = mg_cli_read_all("generate --adapter", path, 1 << 20, &len);
 	if (!text)
 		return 2;
+	/* cJSON skips a raw 0 byte between tokens as white space: no JSON,
+	 * and the llama plugin's reader of the same file refuses it */
+	if (strlen(text) != len) {
+		char at[32];
+		snprintf(at, sizeof at, "%zu", strlen(text));
+		free(text);
+		return bad(path, "a 0 byte (not JSON) at byte offset ", at);
+	}
 	cJSON *c = cJSON_ParseWithLength(text, len);
 	free(text);
 	if (!cJSON_IsObject(c)) {

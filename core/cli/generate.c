@@ -296,15 +296,6 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 	return 0;
 }
 
-char *mg_cli_read_all(const char *cmd, const char *path, size_t max,
-		      size_t *len)
-{
-	char *b = mg_file_read(path, max, MG_FILE_DASH_STDIN, len);
-	if (!b)
-		fprintf(stderr, "mgrun %s: %s\n", cmd, mg_last_error());
-	return b;
-}
-
 int gen_parse_ids(const char *what, const char *s, struct mg_ids *out)
 {
 	while (*s) {
@@ -703,20 +694,6 @@ static bool is_stop(const struct gen *g, int32_t id)
 		if (g->stop[i] == id)
 			return true;
 	return false;
-}
-
-int gen_append(struct mg_ids *ids, int32_t id)
-{
-	if (ids->n == ids->cap) {
-		int64_t cap = ids->cap ? ids->cap * 2 : 64;
-		int32_t *nv = realloc(ids->v, (size_t)cap * sizeof *nv);
-		if (!nv)
-			return mg_error("out of memory");
-		ids->v = nv;
-		ids->cap = cap;
-	}
-	ids->v[ids->n++] = id;
-	return 0;
 }
 
 int gen_setup(struct gen *g)

@@ -31,6 +31,14 @@ struct gen_opts {
 	uint64_t seed;
 };
 
+/* One line of --prompts: its ids (tokenized text or given ids), its line
+ * and its "id" member (echoed back), or NULL. */
+struct gen_prompt {
+	struct mg_ids ids;
+	int line;
+	struct cJSON *id;
+};
+
 /* A sampling candidate (probability mass, token id). */
 struct gen_cand {
 	double p;
@@ -51,7 +59,7 @@ struct gen {
 	float *z;
 	struct gen_cand *cand;
 	uint64_t key;		    /* the sampling key of the run's seed */
-	struct gen_prompt *prompts; /* --prompts, read (generate_batch.c) */
+	struct gen_prompt *prompts; /* --prompts, read (prompts.c) */
 	int nprompts;
 };
 
@@ -93,6 +101,14 @@ int gen_parse_ids(const char *what, const char *s, struct mg_ids *out);
 /* --prompts: every line of the file read and tokenized, before the model
  * is loaded; 2 after a FILE:LINE message. */
 int gen_read_prompts(struct gen *g);
+/* The parser of gen_read_prompts (prompts.c): the JSON Lines of buf[0..len)
+ * (NUL-terminated) into *out, *nout prompts (set even on failure: free
+ * them with gen_prompts_free); text prompts need tok (NULL: an error at
+ * that line). 0, or 2 after a FILE:LINE message on stderr. */
+int gen_parse_prompts(const char *file, const char *buf, size_t len,
+		      const struct mg_tokenizer *tok, struct gen_prompt **out,
+		      int *nout);
+void gen_prompts_free(struct gen_prompt *ps, int n);
 /* Every prompt answered, one JSON line each (after gen_setup). */
 int gen_run_prompts(struct gen *g);
 void gen_free_prompts(struct gen *g);

@@ -25,108 +25,6 @@
 
 #include "cli/generate.h"
 
-struct gen_prompt {
-	struct mg_ids ids;
-	int line;
-	cJSON *id; /* the row's "id", or NULL */
-};
-
-/* Line `ln` (text of n bytes) into *p; 2 after a FILE:LINE message. */
-static int read_prompt(struct gen *g, const char *file, int ln,
-		       const char *text, size_t n, struct gen_prompt *p)
-{
-	const char *const f = file;
-	cJSON *o = cJSON_ParseWithLength(text, n);
-	const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-	const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "ids");
-	int rc = 0;
-	char key[128];
-	p->line = ln;
-	if (!cJSON_IsObject(o)) {
-		fprintf(stderr,
-			"mgrun generate: %s:%d: not a JSON object (each line: "
-			"{\"prompt\": TEXT} or {\"ids\": [ID, ...]})\n",
-			f, ln);
-		rc = 2;
-	} else if (mg_json_nul_string(text, n, key, sizeof key) < n) {
-		/* cJSON's strings end at the NUL: the prompt would be cut */
-		fprintf(stderr,
-			"mgrun generate: %s:%d: field \"%s\" holds a NUL "
-			"character (\\u0000 or a 0 byte), which would cut "
-			"the prompt there\n",
-			f, ln, key);
-		rc = 2;
-	} else if (!!pr == !!ids) {
-		fprintf(stderr,
-			"mgrun generate: %s:%d: give one of \"prompt\" and "
-			"\"ids\"\n",
-			f, ln);
-		rc = 2;
-	} else if (pr && !cJSON_IsString(pr)) {
-		fprintf(stderr,
-			"mgrun generate: %s:%d: \"prompt\" is not a "
-			"string\n",
-			f, ln);
-		rc = 2;
-	} else if (pr && !g->tok) {
-		fprintf(stderr,
-			"mgrun generate: %s:%d: a text prompt needs a "
-			"tokenizer (--tokenizer, or give \"ids\")\n",
-			f, ln);
-		rc = 2;
-	} else if (pr) {
-		const char *t = pr->valuestring;
-		if (mg_tokenizer_encode(g->tok, t, strlen(t),
-					MG_TOK_ADD_SPECIAL, &p->ids)) {
-			fprintf(stderr, "mgrun generate: %s:%d: %s\n", f, ln,
-				mg_last_error());
-			rc = 2;
-		}
-	} else if (!cJSON_IsArray(ids)) {
-		fprintf(stderr,
-			"mgrun generate: %s:%d: \"ids\" is not an "
-			"array\n",
-			f, ln);
-		rc = 2;
-	} else {
-		const cJSON *e;
-		int k = 0;
-		cJSON_ArrayForEach(e, ids)
-		{
-			const double v =
-				cJSON_IsNumber(e) ? e->valuedouble : -1;
-			if (v < 0 || v > INT32_MAX || v != (int32_t)v) {
-				fprintf(stderr,
-					"mgrun generate: %s:%d: ids[%d] is not "
-					"a token id\n",
-					f, ln, k);
-				rc = 2;
-				break;
-			}
-			if (gen_append(&p->ids, (int32_t)v)) {
-				fprintf(stderr, "mgrun generate: out of "
-						"memory\n");
-				rc = 2;
-				break;
-			}
-			k++;
-		}
-	}
-	if (!rc && p->ids.n == 0) {
-		fprintf(stderr,
-			"mgrun generate: %s:%d: the prompt has no "
-			"tokens\n",
-			f, ln);
-		rc = 2;
-	}
-	if (!rc) {
-		const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
-		p->id = id ? cJSON_Duplicate(id, true) : NULL;
-	}
-	cJSON_Delete(o);
-	return rc;
-}
-
 int gen_read_prompts(struct gen *g)
 {
 	size_t len = 0;
@@ -134,55 +32,13 @@ int gen_read_prompts(struct gen *g)
 	char *buf = mg_cli_read_all("generate", file, MG_CLI_PROMPTS_MAX, &len);
 	if (!buf)
 		return 2;
-	struct gen_prompt *ps = NULL;
-	int n = 0, cap = 0, rc = 0, ln = 0;
-	for (char *s = buf; !rc && s < buf + len;) {
-		char *e = memchr(s, '\n', (size_t)(buf + len - s));
-		const size_t m = e ? (size_t)(e - s) : (size_t)(buf + len - s);
-		ln++;
-		size_t k = 0;
-		while (k < m && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r'))
-			k++;
-		if (k < m) {
-			if (n == cap) {
-				cap = cap ? cap * 2 : 16;
-				struct gen_prompt *q =
-					realloc(ps, (size_t)cap * sizeof *q);
-				if (!q) {
-					fprintf(stderr, "mgrun generate: out "
-							"of memory\n");
-					rc = 2;
-					break;
-				}
-				ps = q;
-			}
-			memset(&ps[n], 0, sizeof ps[n]);
-			rc = read_prompt(g, file, ln, s, m, &ps[n]);
-			n++;
-		}
-		s += m + 1;
-	}
+	int rc = gen_parse_prompts(file, buf, len, g->tok, &g->prompts,
+				   &g->nprompts);
 	free(buf);
-	if (!rc && n == 0) {
-		fprintf(stderr, "mgrun generate: %s: no prompts\n", file);
-		rc = 2;
-	}
-	g->prompts = ps;
-	g->nprompts = n;
 	if (!rc)
-		fprintf(stderr, "generate: %d prompts from %s\n", n, file);
+		fprintf(stderr, "generate: %d prompts from %s\n", g->nprompts,
+			file);
 	return rc;
-}
-
-void gen_free_prompts(struct gen *g)
-{
-	for (int i = 0; i < g->nprompts; i++) {
-		free(g->prompts[i].ids.v);
-		cJSON_Delete(g->prompts[i].id);
-	}
-	free(g->prompts);
-	g->prompts = NULL;
-	g->nprompts = 0;
 }
 
 /* The answer to prompt i as one JSON line on stdout. */

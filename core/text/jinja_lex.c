@@ -225,18 +225,30 @@ static void lex_tag(struct jj_ctx *c, const char *s, size_t n, size_t *pos,
 			int isf = 0;
 			char num[64];
 			size_t m = 0;
+/* One character of the literal into num: a longer literal is refused,
+ * not cut (the '.' once wrote past num, and a cut float is another
+ * value). */
+#define NUM_PUT(ch)                                                            \
+	do {                                                                   \
+		if (m == sizeof num - 1)                                       \
+			jj_fail(&c->err, *line,                                \
+				"number literal of more than %d characters",   \
+				(int)sizeof num - 1);                          \
+		num[m++] = (ch);                                               \
+	} while (0)
 			while (j < n && (is_digit(s[j]) || s[j] == '_')) {
-				if (s[j] != '_' && m < sizeof num - 1)
-					num[m++] = s[j];
+				if (s[j] != '_')
+					NUM_PUT(s[j]);
 				j++;
 			}
 			if (j + 1 < n && s[j] == '.' && is_digit(s[j + 1])) {
 				isf = 1;
-				num[m++] = s[j++];
+				NUM_PUT(s[j]);
+				j++;
 				while (j < n &&
 				       (is_digit(s[j]) || s[j] == '_')) {
-					if (s[j] != '_' && m < sizeof num - 1)
-						num[m++] = s[j];
+					if (s[j] != '_')
+						NUM_PUT(s[j]);
 					j++;
 				}
 			}
@@ -246,15 +258,15 @@ static void lex_tag(struct jj_ctx *c, const char *s, size_t n, size_t *pos,
 					q++;
 				if (q < n && is_digit(s[q])) {
 					isf = 1;
-					while (j < q && m < sizeof num - 1)
-						num[m++] = s[j++];
+					for (; j < q; j++)
+						NUM_PUT(s[j]);
 					while (j < n && is_digit(s[j])) {
-						if (m < sizeof num - 1)
-							num[m++] = s[j];
+						NUM_PUT(s[j]);
 						j++;
 					}
 				}
 			}
+#undef NUM_PUT
 			num[m] = 0;
 			k.n = j - i;
 			i = j;

@@ -63,7 +63,9 @@ static void sv_reset(struct strv *v)
 static const char *sv_at(const struct strv *v, size_t i, size_t *len)
 {
 	*len = v->off[i + 1] - v->off[i];
-	return v->buf + v->off[i];
+	/* no buffer yet when every string so far is empty (a decode of
+	 * special tokens skipped): NULL + 0 is undefined */
+	return v->buf ? v->buf + v->off[i] : "";
 }
 
 static const char fffd[] = "\xEF\xBF\xBD";

@@ -58,6 +58,16 @@ static int build_id_table(struct mg_tokenizer *t)
 	for (int i = 0; i < t->nadded; i++)
 		if (t->added[i].id >= nid)
 			nid = t->added[i].id + 1;
+	/* The tables are indexed by id: ids are dense in real files (the
+	 * vocabulary 0..n-1, added tokens after it), so an id far past the
+	 * number of tokens is refused before tables for it are allocated
+	 * (one id of 2^30 in a 60-byte file asked for 9 GB). */
+	const int64_t ntok = (int64_t)t->vocab.n + t->nadded;
+	if (nid > 2 * ntok + 65536)
+		return mg_error("the largest token id is %lld, but there are "
+				"only %lld tokens (vocab and added_tokens): "
+				"ids must be (nearly) dense",
+				(long long)nid - 1, (long long)ntok);
 	t->nid = nid;
 	t->id_tok = calloc((size_t)nid + 1, sizeof *t->id_tok);
 	t->is_special = calloc((size_t)nid + 1, 1);

@@ -234,7 +234,11 @@ size_t mg_json_nul_string(const char *s, size_t len, char *key, size_t keycap)
 			continue;
 		}
 		if (c == '}' || c == ']') {
-			d--;
+			/* never below the top level: a closer too many (text
+			 * after the value cJSON parsed, which callers may pass
+			 * whole) would make the next opener level -1 */
+			if (d >= 0)
+				d--;
 			continue;
 		}
 		if (c != '"')
@@ -323,9 +327,13 @@ int tok_arena_reserve(struct tok_scratch *s, size_t more)
 
 int tok_arena_add(struct tok_scratch *s, const char *p, size_t len, size_t *off)
 {
-	if (tok_arena_reserve(s, len))
+	/* at least a byte: an empty piece (an empty text, a normalizer
+	 * leaving nothing) still gets an arena, so arena + off is never
+	 * NULL + 0, which is undefined */
+	if (tok_arena_reserve(s, len ? len : 1))
 		return -1;
-	memcpy(s->arena + s->alen, p, len);
+	if (len) /* p may be NULL then */
+		memcpy(s->arena + s->alen, p, len);
 	*off = s->alen;
 	s->alen += len;
 	return 0;

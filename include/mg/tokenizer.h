@@ -101,7 +101,8 @@ MG_EXPORT size_t mg_utf8_put(uint32_t cp, char *out);
  * the file): the object key it is the value of, the key naming the array
  * that holds it, or the key itself; "" at the top level. For readers
  * that refuse such text by file, line and field; s should be valid JSON
- * (parse it first). */
+ * (parse it first: other text is scanned safely, but the field named may
+ * be wrong). */
 MG_EXPORT size_t mg_json_nul_string(const char *s, size_t len, char *key,
 				    size_t keycap);
 

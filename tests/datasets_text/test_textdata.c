@@ -582,6 +582,18 @@ static void case_bad_data(void)
 		     "sample 0 is not a JSON object");
 	expect_error("unknown.jsonl", "{\"text\": \"x\"}\n",
 		     "cannot tell the format");
+	/* cJSON stops after the first value: a second record on a line, or
+	 * text after the array, would be dropped unseen (fuzz_instruct) */
+	expect_error("two.jsonl",
+		     "{\"input\": \"a\", \"output\": \"b\"} \r\n"
+		     "{\"input\": \"a\", \"output\": \"b\"} {\"input\": \"c\", "
+		     "\"output\": \"d\"}\n",
+		     "two.jsonl:2: text after the JSON object (column 31)");
+	expect_error("after.json",
+		     "[{\"input\": \"a\", \"output\": \"b\"}]\n\n"
+		     "[{\"input\": \"c\", \"output\": \"d\"}]\n",
+		     "after.json: text after the JSON array at byte offset "
+		     "33 (line 3)");
 	/* A NUL in a string (escaped or raw) would cut the field there:
 	 * refused with the line and the field, nested ones by their key;
 	 * an escaped backslash before u0000 is no NUL. */

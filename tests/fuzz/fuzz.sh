@@ -7,7 +7,9 @@
 # fixed). Without clang and libFuzzer (Debian: clang, libclang-rt-dev) the
 # test is skipped (exit 77).
 # Usage: fuzz.sh SRC WORK TARGET SECONDS
-#	TARGET: ini | idx | safetensors | report | chat
+#	TARGET: ini | idx | safetensors | report | chat | tokenizer |
+#		tokconfig | hfconfig | adapter | prompts | instruct |
+#		token_jsonl | text
 set -eu
 src=$1 work=$2 target=$3 secs=$4
 cc=${MG_FUZZ_CC:-clang}
@@ -26,6 +28,26 @@ printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)\n{ (void)d; (
 	exit 77
 }
 
+# The tokenizer (core/text) and what it reads files with: every target
+# that loads a tokenizer.json links these.
+tok_srcs="core/text/tok_util.c core/text/tok_bytelevel.c core/text/tok_normalize.c
+core/text/tok_pretok.c core/text/tok_bpe.c core/text/tok_added.c core/text/tok_post.c
+core/text/tok_decode.c core/text/tok_components.c core/text/tok_load.c
+core/text/tok_encode.c core/text/jinja_value.c core/text/jinja_lex.c
+core/text/jinja_parse.c core/text/jinja_eval.c core/text/chat_template.c
+core/text/utf8_put.c core/runtime/log.c core/runtime/file_read.c
+core/runtime/input_files.c"
+tok_libs="-lcjson -lpcre2-8 -lm -lz -lpthread"
+cflags=
+# The text datasets' shared code (plugins/datasets/common).
+td_srcs="plugins/datasets/common/td_files.c plugins/datasets/common/td_render.c
+plugins/datasets/common/td_render_model.c plugins/datasets/common/td_pairs.c plugins/datasets/common/td_corpus.c
+plugins/datasets/common/td_tok_hf.c core/runtime/tensor_file.c
+core/runtime/safetensors.c core/runtime/tensor.c core/runtime/nf4.c
+core/ops/cpu/convert.c"
+# The options of plugins (mg_opt_*), for targets that link a plugin file.
+opt_srcs="core/config/config.c core/config/diag.c core/config/options.c
+core/config/util.c"
 case $target in
 ini)
 	srcs="core/config/config.c core/config/diag.c core/config/options.c core/config/util.c"
@@ -48,14 +70,58 @@ chat)
 	srcs="core/text/jinja_value.c core/text/jinja_lex.c core/text/jinja_parse.c
 core/text/jinja_eval.c core/text/utf8_put.c"
 	libs="-lm" ;;
+tokenizer | tokconfig)
+	srcs="$tok_srcs"
+	libs="$tok_libs" ;;
+prompts)
+	srcs="core/cli/prompts.c $tok_srcs"
+	libs="$tok_libs" ;;
+adapter)
+	# generate's reader and the llama plugin's (llama_adapter.c; its
+	# llama_read_file is in llama_config.c, which reads the options)
+	srcs="core/cli/adapter.c core/cli/read_all.c core/runtime/log.c
+core/runtime/file_read.c core/runtime/input_files.c
+plugins/models/llama/llama_adapter.c plugins/models/llama/llama_config.c
+plugins/models/llama/llama_family.c $opt_srcs"
+	cflags="-I$src/plugins/models/llama"
+	libs="-lcjson -linih -lm -lz" ;;
+instruct | token_jsonl | text)
+	# the plugin's own source and what it links (plugins/datasets), run
+	# through its mg_plugin_entry with options built from an INI;
+	# tensor_file.c: the token cache's mg_mkdir_p (and what it links)
+	srcs="plugins/datasets/$target/$target.c $td_srcs $tok_srcs $opt_srcs"
+	cflags="-fopenmp -I$src/plugins/datasets/common"
+	libs="$tok_libs -linih" ;;
+hfconfig)
+	# options.c and its helpers: llama_cfg_from_opts, in the same file,
+	# reads the plugin options
+	srcs="plugins/models/llama/llama_config.c plugins/models/llama/llama_family.c
+core/runtime/log.c core/runtime/file_read.c core/runtime/input_files.c
+$opt_srcs"
+	cflags="-I$src/plugins/models/llama"
+	libs="-lcjson -linih -lm -lz" ;;
 *)
 	echo "fuzz.sh: unknown target '$target'" >&2
 	exit 2 ;;
+esac
+# The dataset code runs OpenMP loops: clang needs its own runtime
+# (Debian: libomp-dev), which the gcc build does not.
+case $cflags in
+*-fopenmp*)
+	printf '#include <omp.h>\nint main(void) { return omp_get_max_threads() < 1; }\n' \
+		>"$work/omp.c"
+	"$cc" -fopenmp "$work/omp.c" -o "$work/omp" >"$work/omp.log" 2>&1 || {
+		cat "$work/omp.log"
+		echo "SKIPPED: $cc cannot build OpenMP code (apt-get install libomp-dev)"
+		exit 77
+	} ;;
 esac
 set --
 for s in $srcs; do set -- "$@" "$src/$s"; done
 "$cc" -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	-DMG_FUZZ_DATA="\"$src/tests/text/data\"" \
+	-DMG_FUZZ_DEPS="\"$src/.deps\"" $cflags \
 	-I"$src/include" -I"$src/core" -I"$src/plugins/datasets/mnist" \
 	-o "$work/fuzz_$target" "$src/tests/fuzz/fuzz_$target.c" "$@" $libs
 

@@ -52,4 +52,27 @@ static void fuzz_write(const char *name, const uint8_t *data, size_t n,
 		abort();
 }
 
+/* Cut data[0..size) at lines "%%" into at most max parts (the targets
+ * whose input is several files); returns the number of parts, the last
+ * running to the end. */
+static inline int fuzz_split(const uint8_t *data, size_t size, int max,
+			     const uint8_t **part, size_t *len)
+{
+	const uint8_t *p = data, *end = data + size;
+	int n = 0;
+	while (n < max - 1) {
+		const uint8_t *q = p;
+		while (q + 4 <= end && memcmp(q, "\n%%\n", 4))
+			q++;
+		if (q + 4 > end)
+			break;
+		part[n] = p;
+		len[n++] = (size_t)(q - p);
+		p = q + 4;
+	}
+	part[n] = p;
+	len[n++] = (size_t)(end - p);
+	return n;
+}
+
 #endif

@@ -90,6 +90,8 @@ hostile regex 's/"target_modules":[^]]*]/"target_modules": ".*proj"/' \
 hostile unknown 's/"q_proj"/"qq_proj"/' "unknown target 'qq_proj'"
 hostile rank 's/"r":[^,]*,/"r": 4,/' 'lora_A.weight. has rank 8 (rows'
 hostile notjson 's/{/[/' 'not a JSON object'
+# a raw 0 byte: no JSON (cJSON skipped it as white space; fuzz_adapter)
+hostile nulbyte 's/"bias":/"bias":\x00/' 'a 0 byte (not JSON) at byte offset'
 hostile peft 's/"LORA"/"IA3"/' 'peft_type is not LORA'
 # NaN adapter weights make NaN logits: an error, not token 0 and exit 0
 mkdir -p "$work/nan"

@@ -245,11 +245,14 @@ printf '{"ids": []}\n' >"$work/b6.jsonl"
 printf '\n  \n' >"$work/b7.jsonl"
 printf '{"ids": [1]}\n{"prompt": "a\\u0000b"}\n' >"$work/b8.jsonl"
 printf '{"ids": [1], "id": "x\000y"}\n' >"$work/b9.jsonl"
+# a second object on a line would be dropped unseen (fuzz_prompts)
+printf '{"ids": [1]}\n{"ids": [2]} {"ids": [3]}\n' >"$work/b10.jsonl"
 for c in "b1:2: not a JSON object" \
 	"b8:2: field \"prompt\" holds a NUL character" "b9:1: field \"id\" holds a NUL" \
 	"b2:2: token 1 of the prompt, id 300, is outside the model's vocabulary of 256" \
 	"b3:2: a text prompt needs a tokenizer" "b4:1: ids.1. is not a token id" \
-	"b5:1: give one of" "b6:1: the prompt has no tokens" "b7.jsonl: no prompts"; do
+	"b5:1: give one of" "b6:1: the prompt has no tokens" "b7.jsonl: no prompts" \
+	"b10:2: text after the JSON object (at byte 14 of the line)"; do
 	f=${c%%:*} f=${f%%.jsonl*} want=${c#*:}
 	gen $f.out $f.err --prompts "$work/$f.jsonl" --greedy --max-new-tokens 2
 	[ $rc -eq 2 ] && [ ! -s "$work/$f.out" ] && grep -q "$want" "$work/$f.err" ||

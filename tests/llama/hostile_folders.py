@@ -270,3 +270,8 @@ adapter("adapter_targets_unknown", modules=("q_proj", "w_proj"),
         ranks={"q_proj": R})
 adapter("adapter_targets_not_list", conf={"target_modules": 5})
 adapter("adapter_not_json", raw_config='{"r": 4,')
+# a raw 0 byte between tokens: no JSON (cJSON's length-bounded parse took
+# it for white space, generate's reader accepted what this one refused)
+adapter("adapter_nul_byte", raw_config=json.dumps(
+    {"peft_type": "LORA", "r": R, "lora_alpha": 8,
+     "target_modules": ["q_proj", "v_proj"]}).replace(", ", ",\0 ", 1))

@@ -138,6 +138,7 @@ adapter adapter_r_huge $A "'r' is not a whole number in \[1, 65536\]"
 adapter adapter_targets_unknown $A "'target_modules' names 'w_proj', not a llama module"
 adapter adapter_targets_not_list $A "'target_modules' is not a list of module names"
 adapter adapter_not_json $A "not a JSON object"
+adapter adapter_nul_byte $A "a 0 byte at byte offset 21: not a text file"
 adapter adapter_good $A "has r 4, lora_alpha 8, use_rslora false; the options say lora_rank 4, lora_alpha 16" \
 	--set model.lora_alpha=16
 

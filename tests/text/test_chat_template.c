@@ -188,6 +188,17 @@ static void errors_and_caps(void)
 	      "no filter named 'frob'");
 	check("sandbox", "{{ [1].append(2) }}", "{}", NULL, "append");
 	check("bad vars", "x", "[1]", NULL, "not a JSON object");
+	/* number literals: 63 characters are read whole, longer ones are
+	 * refused, not cut to another value (a '.' past 63 digits wrote
+	 * beyond the lexer's buffer: fuzz_tokconfig) */
+	check("long float",
+	      "{{ 0.000000000000000000000000000000000000000000000000000000000"
+	      "0002 > 0 }}",
+	      "{}", "True", NULL);
+	check("too long float",
+	      "{{ 1111111111111111111111111111111111111111111111111111111111111"
+	      "11.5 }}",
+	      "{}", NULL, "number literal of more than 63 characters");
 	/* caps: none of these may hang or crash */
 	check("endless loops",
 	      "{% for a in range(100000) %}{% for b in range(100000) %}"

@@ -7,7 +7,9 @@
  * tokens (lstrip, rstrip, single_word, leftmost-longest, normalized),
  * Split behaviours and Metaspace, decoders, the errors (an unknown
  * component named, malformed JSON with its offset, invalid UTF-8 with its
- * offset, post-processor ids outside the vocabulary), special files
+ * offset, post-processor ids outside the vocabulary, an id so far past
+ * the token count that its tables would not fit; empty texts and
+ * decodes to nothing, as the fuzz target found them), special files
  * where a file belongs (refused, not waited on
  * or read without end) and encode on several threads at once.
  */
@@ -221,6 +223,71 @@ static void errors(void)
 		     "cannot open");
 }
 
+/* Token ids index the id tables: a small hole is fine, one id of 2^30
+ * in a two-token file (9 GB of tables) is refused before allocating. */
+static void sparse_ids(void)
+{
+	char path[] = "/tmp/mg_tok_sparse_XXXXXX";
+	int fd = mkstemp(path);
+	static const char *const id[] = {"100", "1073741824"};
+	for (int k = 0; fd >= 0 && k < 2; k++) {
+		FILE *f = fopen(path, "wb");
+		fprintf(f,
+			"{\"model\": {\"type\": \"BPE\", \"vocab\": "
+			"{\"a\": 0, \"b\": %s}, \"merges\": []}}",
+			id[k]);
+		fclose(f);
+		struct mg_tokenizer *t = mg_tokenizer_load(path);
+		if (k == 0 && (!t || mg_tokenizer_vocab_size(t) != 101)) {
+			fprintf(stderr,
+				"FAIL: sparse ids: a hole refused: %s\n",
+				t ? "wrong vocab size" : mg_last_error());
+			fails++;
+		}
+		if (k == 1)
+			expect_error(!t, "sparse ids",
+				     "the largest token id is 1073741824",
+				     "only 2 tokens");
+		mg_tokenizer_free(t);
+	}
+	if (fd < 0) {
+		fprintf(stderr, "FAIL: sparse ids: mkstemp\n");
+		fails++;
+	} else {
+		close(fd);
+		unlink(path);
+	}
+}
+
+/* An empty text, and a decode whose every string is empty (special
+ * tokens skipped): no ids and "", without touching a buffer never made
+ * (both were NULL + 0 under UBSan). */
+static void empty(void)
+{
+	struct mg_tokenizer *t = load("sp/tokenizer.json");
+	ENC_NONE(t, "", MG_TOK_NO_ADDED);
+	DEC(t, MG_TOK_SKIP_SPECIAL, "", 1, 2);
+	mg_tokenizer_free(t);
+}
+
+/* mg_json_nul_string on text with closers before an opener (what follows
+ * the value cJSON parsed, which callers pass whole: `mgrun tokenize
+ * --chat` lines): the nesting level stays at the top, so the field is
+ * named; it went to -1 and wrote below its stack array (fuzz_prompts). */
+static void nul_scan_unbalanced(void)
+{
+	static const char s[] = "{}]]} {\"a\": \"x\\u0000\"}";
+	char key[16] = "?";
+	size_t at = mg_json_nul_string(s, sizeof s - 1, key, sizeof key);
+	if (at != 12 || strcmp(key, "a")) {
+		fprintf(stderr,
+			"FAIL: nul scan after closers: at %zu key '%s', want "
+			"12 'a'\n",
+			at, key);
+		fails++;
+	}
+}
+
 /* A FIFO (would block in open) or a link to /dev/zero (would read until
  * memory runs out) as tokenizer.json or tokenizer_config.json, a folder
  * named tokenizer.json and a dangling link as tokenizer_config.json: each
@@ -367,6 +434,9 @@ int main(int argc, char **argv)
 	errors();
 	special_files();
 	post_ids();
+	sparse_ids();
+	empty();
+	nul_scan_unbalanced();
 	threads();
 	if (fails)
 		fprintf(stderr, "%d failures\n", fails);

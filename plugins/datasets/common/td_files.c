@@ -72,6 +72,17 @@ static int nul_check(const char *path, const char *s, size_t n,
 			path, (long long)line, key);
 }
 
+/* The offset of the first byte of s[off..n) that is not JSON white
+ * space, or n: cJSON stops after the first value, and text after it (a
+ * second record on the line, a second array) would be dropped unseen. */
+static size_t after_value(const char *s, size_t off, size_t n)
+{
+	while (off < n && (s[off] == ' ' || s[off] == '\t' || s[off] == '\r' ||
+			   s[off] == '\n'))
+		off++;
+	return off;
+}
+
 static int push(struct td_records *r, int64_t *cap, cJSON *rec, int64_t line)
 {
 	if (r->n == *cap) {
@@ -111,6 +122,11 @@ static int parse_array(const char *path, const struct td_buf *b,
 	r->nowned = 1;
 	if (!cJSON_IsArray(root))
 		return mg_error("%s: not a JSON array of objects", path);
+	size_t rest = after_value(b->data, (size_t)(end - b->data), b->len);
+	if (rest < b->len)
+		return mg_error("%s: text after the JSON array at byte offset "
+				"%zu (line %lld)",
+				path, rest, (long long)line_of(b->data, rest));
 	if (nul_check(path, b->data, b->len, b->data, 0))
 		return -1;
 	int64_t cap = 0, i = 0;
@@ -166,6 +182,11 @@ static int parse_lines(const char *path, const struct td_buf *b,
 		if (!cJSON_IsObject(j))
 			return mg_error("%s:%lld: not a JSON object", path,
 					(long long)line);
+		size_t rest = after_value(s, (size_t)(end - s), n);
+		if (rest < n)
+			return mg_error("%s:%lld: text after the JSON object "
+					"(column %zu): one record a line",
+					path, (long long)line, rest + 1);
 		if (nul_check(path, s, n, b->data, line))
 			return -1;
 		if (push(r, &cap, j, line))

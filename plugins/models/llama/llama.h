@@ -89,8 +89,9 @@ static inline int64_t llama_max_proj(const struct llama_cfg *c)
 }
 /* inv_freq[j] for j < head_dim / 2, rope scaling applied. */
 void llama_inv_freq(const struct llama_cfg *c, float *out);
-/* A regular file of at most cap bytes (mg_file_read), NUL-terminated
- * (free it); NULL after mg_error() named the file and the reason. */
+/* A regular text file of at most cap bytes (mg_file_read) holding no 0
+ * byte, NUL-terminated (free it); NULL after mg_error() named the file
+ * and the reason. */
 char *llama_read_file(const char *path, size_t cap);
 /* Check a configuration's consistency; errors name the field. */
 int llama_cfg_check(const struct llama_cfg *c);
@@ -155,8 +156,16 @@ enum {
 	LT_HEAD,
 	LT_COUNT,
 };
-/* The names PEFT's target_modules use, by LT_*. */
+/* The names PEFT's target_modules use, by LT_* (llama_adapter.c). */
 extern const char *const llama_lora_module[LT_COUNT];
+/* "q_proj, v_proj" of target bits (bit LT_*). */
+void llama_lora_modules_of(unsigned bits, char *out, size_t cap);
+/* adapter_config.json at path checked against the options: r, lora_alpha
+ * and use_rslora equal to rank, alpha and rslora, target_modules (when
+ * given) naming exactly the targets. 0, or -1 after mg_error() naming the
+ * file and the field. */
+int llama_adapter_config(const char *path, int rank, double alpha, bool rslora,
+			 unsigned targets);
 
 /* Low-rank adapters (llama_lora.c): y = W x + scale * B (A dropout(x))
  * on each targeted projection, W frozen. */

@@ -240,7 +240,18 @@ static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
 char *llama_read_file(const char *path, size_t cap)
 {
 	size_t len;
-	return mg_file_read(path, cap, 0, &len);
+	char *text = mg_file_read(path, cap, 0, &len);
+	/* A raw 0 byte is no JSON: cJSON_Parse would read the text up to it
+	 * (a shorter file, or "not an object"), a length-bounded parse would
+	 * skip it as white space (fuzz_adapter: the two readers of
+	 * adapter_config.json disagreed) */
+	if (text && strlen(text) != len) {
+		mg_error("%s: a 0 byte at byte offset %zu: not a text file",
+			 path, strlen(text));
+		free(text);
+		return NULL;
+	}
+	return text;
 }
 
 int llama_cfg_from_hf(struct llama_cfg *c, const char *path)

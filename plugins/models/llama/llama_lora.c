@@ -19,10 +19,6 @@
 
 #include "llama.h"
 
-const char *const llama_lora_module[LT_COUNT] = {
-	"q_proj",    "k_proj",	"v_proj",    "o_proj",
-	"gate_proj", "up_proj", "down_proj", "lm_head"};
-
 /* Short names accepted in lora_targets, by LT_*. */
 static const char *const short_name[LT_COUNT] = {"q",	 "k",  "v",    "o",
 						 "gate", "up", "down", "head"};
@@ -77,53 +73,6 @@ static int parse_targets(const char *s, unsigned *bits)
 	if (!*bits)
 		return mg_error("llama: lora_targets names no projection");
 	return 0;
-}
-
-/* target_modules of adapter_config.json (a list of module names, or
- * PEFT's "all-linear") as target bits; 0 after an error naming path. */
-static unsigned config_targets(const cJSON *tm, const char *path)
-{
-	if (cJSON_IsString(tm) && !strcmp(tm->valuestring, "all-linear"))
-		return (1u << LT_HEAD) - 1;
-	if (!cJSON_IsArray(tm) || !tm->child) {
-		mg_error("llama: %s: 'target_modules' is not a list of module "
-			 "names",
-			 path);
-		return 0;
-	}
-	unsigned bits = 0;
-	const cJSON *it;
-	cJSON_ArrayForEach(it, tm)
-	{
-		int found = -1;
-		for (int t = 0; t < LT_COUNT && found < 0; t++)
-			if (cJSON_IsString(it) &&
-			    !strcmp(it->valuestring, llama_lora_module[t]))
-				found = t;
-		if (found < 0) {
-			mg_error("llama: %s: 'target_modules' names %s%s%s, "
-				 "not a llama module (q_proj, k_proj, v_proj, "
-				 "o_proj, gate_proj, up_proj, down_proj, "
-				 "lm_head)",
-				 path, cJSON_IsString(it) ? "'" : "",
-				 cJSON_IsString(it) ? it->valuestring
-						    : "a non-string",
-				 cJSON_IsString(it) ? "'" : "");
-			return 0;
-		}
-		bits |= 1u << found;
-	}
-	return bits;
-}
-
-/* "q_proj, v_proj" of target bits. */
-static void modules_of(unsigned bits, char *out, size_t cap)
-{
-	out[0] = 0;
-	for (int t = 0; t < LT_COUNT; t++)
-		if (bits & (1u << t))
-			snprintf(out + strlen(out), cap - strlen(out), "%s%s",
-				 out[0] ? ", " : "", llama_lora_module[t]);
 }
 
 static void peft_name(const struct llama *m, int layer, int t, char ab,
@@ -191,7 +140,7 @@ static int check_tensors(const struct llama *m, const char *cfg_path)
 				}
 		}
 		if (!known) {
-			modules_of(L->targets, mods, sizeof mods);
+			llama_lora_modules_of(L->targets, mods, sizeof mods);
 			rc = mg_error("llama: %s: tensor '%s' is for no module "
 				      "the adapter targets (%s, in %lld "
 				      "layers): it would not be applied",
@@ -224,49 +173,8 @@ static int open_adapter(struct llama *m, const char *dir)
 	struct llama_lora *L = &m->lora;
 	char path[4200];
 	snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-	char *text = llama_read_file(path, 1 << 20);
-	if (!text)
-		return -1;
-	cJSON *c = cJSON_Parse(text);
-	free(text);
-	const cJSON *r = cJSON_GetObjectItem(c, "r"),
-		    *a = cJSON_GetObjectItem(c, "lora_alpha"),
-		    *rs = cJSON_GetObjectItem(c, "use_rslora"),
-		    *tm = cJSON_GetObjectItem(c, "target_modules");
-	/* PEFT's default lora_alpha is 8 */
-	double alpha = cJSON_IsNumber(a) ? a->valuedouble : 8;
-	int rc = 0;
-	unsigned bits = 0;
-	char want[160], have[160];
-	if (!cJSON_IsObject(c))
-		rc = mg_error("llama: %s: not a JSON object", path);
-	else if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1) ||
-		 r->valuedouble > 65536 ||
-		 r->valuedouble != floor(r->valuedouble))
-		rc = mg_error("llama: %s: 'r' is not a whole number in [1, "
-			      "65536]",
-			      path);
-	else if (a && !cJSON_IsNumber(a))
-		rc = mg_error("llama: %s: 'lora_alpha' is not a number", path);
-	else if ((int)r->valuedouble != L->rank || alpha != L->alpha ||
-		 cJSON_IsTrue(rs) != L->rslora)
-		rc = mg_error("llama: %s has r %g, lora_alpha %g, use_rslora "
-			      "%s; the options say lora_rank %d, lora_alpha "
-			      "%g, rslora %s",
-			      path, r->valuedouble, alpha,
-			      cJSON_IsTrue(rs) ? "true" : "false", L->rank,
-			      L->alpha, L->rslora ? "true" : "false");
-	else if (tm && !(bits = config_targets(tm, path)))
-		rc = -1;
-	else if (tm && bits != L->targets) {
-		modules_of(bits, have, sizeof have);
-		modules_of(L->targets, want, sizeof want);
-		rc = mg_error("llama: %s: 'target_modules' is %s; the options' "
-			      "lora_targets make %s",
-			      path, have, want);
-	}
-	cJSON_Delete(c);
-	if (rc)
+	if (llama_adapter_config(path, L->rank, L->alpha, L->rslora,
+				 L->targets))
 		return -1;
 	char tpath[4200];
 	snprintf(tpath, sizeof tpath, "%s/adapter_model.safetensors", dir);
