@@ -50,6 +50,14 @@ same() { # same A B RTOL
 		"$work/$2/checkpoint.safetensors" "$3"
 }
 
+# rdiff A B: the largest difference of their parameters relative to each
+# tensor's largest magnitude (ckpt_diff's measure).
+rdiff() {
+	"$ckdiff" "$work/$1/checkpoint.safetensors" \
+		"$work/$2/checkpoint.safetensors" 1 | tail -1 |
+		sed -n 's/.*largest relative difference \([^ ]*\).*/\1/p'
+}
+
 # The gradient norms a run logged (steps.csv, as printed: 6 digits).
 norms() {
 	cut -d, -f6 "$work/$1/steps.csv" | tail -n +2
@@ -767,6 +775,36 @@ PY
 	run resumed 2 "$llama" --set strategy.name=fsdp --set run.batch_size=8 \
 		--resume "$@"
 	same single resumed 1e-10
+	;;
+dpo_fp32)
+	# How far fp32 runs that train the same model may drift apart, the
+	# bound the GPU suite holds DPO with full fine-tuning to
+	# (gpu_equivalence_llm.sh): with SGD, 4 ranks (another reduction
+	# order) match one rank to fp32 rounding; with AdamW, which divides
+	# each gradient by its own running magnitude, the rounding of tiny
+	# gradients grows by orders of magnitude, and one rank with the batch
+	# as 2 micro-batches (the same model, another summation order) drifts
+	# as far. The 4-rank run must stay within 4x that floor.
+	set -- --set model.objective=dpo --set model.dpo_beta=0.5 \
+		--set dataset.pairs=true --set dataset.prompt_frac=0.3 \
+		--set model.tie_embeddings=no --set optimizer.max_grad_norm=0 \
+		--set run.precision=fp32
+	run sgd_single 1 "$llama" --set run.batch_size=16 \
+		--set optimizer.name=sgd "$@"
+	run sgd_ds4 4 "$llama" --set strategy.name=ddp_ds \
+		--set optimizer.name=sgd "$@"
+	same sgd_single sgd_ds4 1e-6
+	run adamw_single 1 "$llama" --set run.batch_size=16 "$@"
+	run adamw_accum 1 "$llama" --set run.batch_size=8 \
+		--set run.grad_accum=2 "$@"
+	run adamw_ds4 4 "$llama" --set strategy.name=ddp_ds "$@"
+	floor=$(rdiff adamw_single adamw_accum)
+	bound=$(awk -v f="$floor" 'BEGIN { printf "%.3g", 4 * (f > 1e-6 ? f : 1e-6) }')
+	echo "fp32 AdamW: one rank with 2 micro-batches drifts $floor; bound $bound"
+	# the amplification is real: else this scenario proves nothing
+	awk -v f="$floor" 'BEGIN { exit !(f > 1e-5) }' ||
+		{ echo "FAIL: AdamW drift $floor: no amplification"; exit 1; }
+	same adamw_single adamw_ds4 "$bound"
 	;;
 dpo)
 	# DPO with LoRA on the tiny llama (model objective = dpo): rows of
