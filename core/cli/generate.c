@@ -879,6 +879,7 @@ int mg_generate_main(int argc, char **argv)
 			g.o.sets[g.o.nsets++] = g.adapter.sets[i];
 	}
 	if (rc) {
+		mg_cli_adapter_free(&g.adapter);
 		free(g.o.sets);
 		return rc;
 	}

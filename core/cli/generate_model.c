@@ -151,7 +151,10 @@ int gen_stops_from_config(const char *hf_dir, int32_t *stop, int *n, int cap)
 		return 2;
 	}
 	const cJSON *e = cJSON_GetObjectItem(j, "eos_token_id");
-	const cJSON *v = cJSON_IsArray(e) ? e->child : e;
+	/* absent or null: no stop tokens of the model's own */
+	const cJSON *v = cJSON_IsArray(e)  ? e->child
+			 : cJSON_IsNull(e) ? NULL
+					   : e;
 	int rc = 0;
 	for (; v && !rc; v = cJSON_IsArray(e) ? v->next : NULL) {
 		if (!cJSON_IsNumber(v) || v->valuedouble < 0 ||

@@ -1228,6 +1228,25 @@ static void case_model_template(void)
 	CHECK(td_render_chat(TD_TPL_MODEL, &t, m, 4, &s) != 0);
 	CHECK(strstr(mg_last_error(), "dataset.template") != NULL);
 	td_sample_free(&s);
+	/* generation blocks with a preference pair's shared history: the
+	 * history's assistant turn (a prompt message) is no target */
+	t = model_tok(gen);
+	const struct td_msg hist[4] = {{TD_ROLE_USER, "a", false},
+				       {TD_ROLE_ASSISTANT, "old", true},
+				       {TD_ROLE_USER, "b", false},
+				       {TD_ROLE_ASSISTANT, "new", false}};
+	CHECK(td_render_chat(TD_TPL_MODEL, &t, hist, 4, &s) == 0);
+	char *y = train_text(&s);
+	CHECK_STR(y, "new<|im_end|>");
+	free(y);
+	td_sample_free(&s);
+	/* without generation blocks, the same */
+	t = model_tok(chatml);
+	CHECK(td_render_chat(TD_TPL_MODEL, &t, hist, 4, &s) == 0);
+	y = train_text(&s);
+	CHECK_STR(y, "new<|im_end|>");
+	free(y);
+	td_sample_free(&s);
 	/* a template that raises: its message */
 	t = model_tok("{{ raise_exception('Conversation roles must "
 		      "alternate') }}");

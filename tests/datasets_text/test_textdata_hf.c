@@ -8,6 +8,7 @@
  *   test_textdata_hf CASE TOKENIZERS_DIR TMPDIR
  * Exit 77 (skipped) when TOKENIZERS_DIR is missing.
  */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,79 @@ static void case_llama3(const char *dir)
 	td_tok_hf_free(&t);
 }
 
+/* The Llama 2 tokenizer with Llama 2's own chat_template beside it
+ * (a copy of the folder): template = model renders the built-in llama2
+ * format's text, and a SentencePiece tokenizer's cut pieces encode to
+ * the built-in's ids (the leading space of a piece cut at a target
+ * dropped, as for the built-in pieces), targets alike. */
+static const char LLAMA2_TEMPLATE[] =
+	"{% if messages[0]['role'] == 'system' %}{% set loop_messages = "
+	"messages[1:] %}{% set system_message = messages[0]['content'] %}{% "
+	"else %}{% set loop_messages = messages %}{% set system_message = "
+	"false %}{% endif %}{% for message in loop_messages %}{% if "
+	"(message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+	"raise_exception('Conversation roles must alternate') }}{% endif %}"
+	"{% if loop.index0 == 0 and system_message != false %}{% set "
+	"content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + "
+	"message['content'] %}{% else %}{% set content = message['content'] "
+	"%}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + "
+	"'[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] "
+	"== 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% "
+	"endif %}{% endfor %}";
+
+static void model_llama2(const char *src)
+{
+	char dir[1100], cmd[2400], path[1200];
+	snprintf(dir, sizeof dir, "%s/llama2_model", tmp);
+	snprintf(cmd, sizeof cmd,
+		 "mkdir -p '%s' && cp '%s/tokenizer.json' '%s/'", dir, src,
+		 dir);
+	if (system(cmd) != 0) {
+		fail("%s failed", cmd);
+		return;
+	}
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+	FILE *f = fopen(path, "w");
+	cJSON *j = cJSON_CreateObject();
+	cJSON_AddBoolToObject(j, "add_bos_token", 1);
+	cJSON_AddStringToObject(j, "bos_token", "<s>");
+	cJSON_AddStringToObject(j, "eos_token", "</s>");
+	cJSON_AddStringToObject(j, "unk_token", "<unk>");
+	cJSON_AddStringToObject(j, "chat_template", LLAMA2_TEMPLATE);
+	char *js = cJSON_Print(j);
+	fputs(js, f);
+	fclose(f);
+	free(js);
+	cJSON_Delete(j);
+	struct td_tok t;
+	if (td_tok_hf_load(dir, &t)) {
+		fail("load %s: %s", dir, mg_last_error());
+		return;
+	}
+	CHECK(t.prepend_space);
+	CHECK_INT(td_pick_template(TD_TPL_AUTO, &t), TD_TPL_MODEL);
+	const char *const data[] = {CHAT, CHAT_PLAIN};
+	for (int k = 0; k < 2; k++) {
+		struct td_corpus cb, cm;
+		char *tb = NULL, *tm = NULL;
+		if (one(&t, data[k], TD_TPL_LLAMA2, false, &cb, &tb) ||
+		    one(&t, data[k], TD_TPL_AUTO, false, &cm, &tm)) {
+			fail("%s", mg_last_error());
+			break;
+		}
+		CHECK_STR(tm, tb);
+		CHECK_INT(cm.off[1], cb.off[1]);
+		if (cm.off[1] == cb.off[1])
+			CHECK(!memcmp(cm.ids, cb.ids, (size_t)cb.off[1] * 4));
+		char *yb = targets(&t, &cb), *ym = targets(&t, &cm);
+		CHECK_STR(ym, yb);
+		free(yb), free(ym), free(tb), free(tm);
+		td_corpus_free(&cb);
+		td_corpus_free(&cm);
+	}
+	td_tok_hf_free(&t);
+}
+
 static void case_llama2(const char *dir)
 {
 	char path[1024];
@@ -272,6 +346,7 @@ static void case_llama2(const char *dir)
 	free(text);
 	td_corpus_free(&c);
 	td_tok_hf_free(&t);
+	model_llama2(path);
 }
 
 int main(int argc, char **argv)

@@ -366,9 +366,9 @@ static void test_errors(void)
 		{"\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
 		 "\"sliding_window\": 8, \"max_window_layers\": 1",
 		 "max_window_layers"},
-		{"\"model_type\": \"qwen3\", \"layer_types\": "
-		 "[\"sliding_attention\", \"full_attention\"], "
-		 "\"sliding_window\": 8",
+		{"\"model_type\": \"qwen3\", \"use_sliding_window\": true, "
+		 "\"layer_types\": [\"sliding_attention\", "
+		 "\"full_attention\"], \"sliding_window\": 8",
 		 "mixes sliding and full"},
 		{"\"model_type\": \"mistral\", \"layer_types\": "
 		 "[\"sliding_attention\", \"sliding_attention\"]",

@@ -64,6 +64,9 @@ static int encode_one(const struct td_tok *t, const struct td_sample *s,
 				return mg_error(
 					"a rendered chat template needs "
 					"the tokenizer's own encoder");
+			/* a cut piece's leading space as below */
+			if (t->prepend_space && k > 0 && len && p[0] == ' ')
+				p++, len--;
 			if (len && t->encode_rendered(t->self, p, len, ids))
 				return -1;
 		} else {

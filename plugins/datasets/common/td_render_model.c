@@ -19,7 +19,9 @@
  * and end; but a message's content that holds a special token's string
  * (found verbatim in the rendering) is encoded as data text (added
  * tokens not matched): a "<|eot_id|>" typed in a dataset stays text, as
- * with the built-in templates.
+ * with the built-in templates. SentencePiece tokenizers (a word boundary
+ * before every encode) drop a cut piece's leading space as the built-in
+ * templates' pieces do (td_corpus.c).
  */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -193,16 +195,36 @@ static int contents(const struct td_tok *t, const struct td_msg *m, int64_t n,
 {
 	size_t from = 0;
 	for (int64_t k = 0; k < n; k++) {
-		const size_t cl = strlen(m[k].content);
-		if (!cl || from > len)
-			continue;
-		const char *at = memmem(F + from, len - from, m[k].content, cl);
+		/* as the template likely prints it: trimmed */
+		const char *c = m[k].content;
+		size_t cl = strlen(c);
+		while (cl && strchr(" \t\n\r", c[cl - 1]))
+			cl--;
+		while (cl && strchr(" \t\n\r", *c))
+			c++, cl--;
+		bool sp;
+		if (!cl || holds_special(t, c, cl, &sp))
+			return cl ? -1 : 0;
+		if (!sp)
+			continue; /* encoded with the rendering */
+		/* from where the messages before it render to (when that
+		 * is a prefix of F), so the template's own tokens before it
+		 * are never taken for it */
+		char *P = NULL;
+		size_t lp = 0;
+		if (render(t, m, k, false, &P, &lp, NULL, NULL))
+			return -1;
+		if (lp <= len && !memcmp(F, P, lp) && lp > from)
+			from = lp;
+		free(P);
+		const char *at = from <= len
+					 ? memmem(F + from, len - from, c, cl)
+					 : NULL;
 		if (!at)
-			continue; /* the template changed it (trim, ...) */
+			continue; /* the template changed it */
 		const size_t a = (size_t)(at - F);
 		from = a + cl;
-		bool sp;
-		if (holds_special(t, at, cl, &sp) || (sp && push(d, a, a + cl)))
+		if (push(d, a, a + cl))
 			return -1;
 	}
 	return 0;
@@ -220,8 +242,31 @@ int td_render_model(const struct td_tok *t, const struct td_msg *m, int64_t n,
 	struct mg_chat_span *sp = NULL;
 	struct ranges tr = {0}, d = {0};
 	int rc = render(t, m, n, false, &F, &len, &sp, &nsp);
-	for (size_t k = 0; !rc && k < nsp; k++)
-		rc = push(&tr, sp[k].start, sp[k].end);
+	/* generation blocks: the k-th is the k-th assistant message's, so
+	 * those of prompt messages (a preference pair's shared history) are
+	 * not targets; blocks that do not pair with the messages cannot
+	 * tell which are */
+	int64_t nasst = 0, prompts = 0;
+	for (int64_t k = 0; k < n; k++)
+		if (m[k].role == TD_ROLE_ASSISTANT) {
+			nasst++;
+			prompts += m[k].prompt;
+		}
+	if (!rc && nsp && prompts && (int64_t)nsp != nasst)
+		rc = mg_error("the chat template's {%% generation %%} blocks "
+			      "(%zu) do not pair with the %lld assistant "
+			      "messages, so those of the prompt cannot be told "
+			      "apart: set dataset.template = "
+			      "llama3|llama2|chatml|none",
+			      nsp, (long long)nasst);
+	for (size_t k = 0, j = 0; !rc && k < nsp; k++) {
+		while (prompts && j < (size_t)n &&
+		       m[j].role != TD_ROLE_ASSISTANT)
+			j++;
+		const bool prompt = prompts && j < (size_t)n && m[j++].prompt;
+		if (!prompt)
+			rc = push(&tr, sp[k].start, sp[k].end);
+	}
 	if (!rc && !nsp)
 		rc = turns_by_prefix(t, m, n, F, len, &tr);
 	if (!rc)

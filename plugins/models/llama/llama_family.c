@@ -139,22 +139,27 @@ static void write_mistral(const struct llama_cfg *c, void *j)
 }
 
 /* Qwen2 and Qwen3: use_sliding_window slides layers from
- * max_window_layers on. */
+ * max_window_layers (28 by default, as transformers) on, or as
+ * layer_types says; without use_sliding_window nothing slides, whatever
+ * layer_types says (transformers drops the window then). */
 static int qwen_window(struct llama_cfg *c, const void *j, const char *path)
 {
 	bool use = false;
-	int64_t w = 0, from = 0;
+	int64_t w = 0, from = 28;
 	if (get_bool(j, "use_sliding_window", &use, path) ||
 	    get_count(j, "sliding_window", &w, path) ||
 	    get_count(j, "max_window_layers", &from, path))
 		return -1;
-	if (use && from > 0 && from < c->layers && !key(j, "layer_types"))
+	c->window = 0;
+	if (!use)
+		return 0;
+	if (from > 0 && from < c->layers && !key(j, "layer_types"))
 		return mg_error("%s: use_sliding_window slides layers %lld "
 				"and up only (max_window_layers), which the "
 				"llama model does not run (every layer "
 				"attends one way)",
 				path, (long long)from);
-	return window_of(c, j, use && from < c->layers, w, path);
+	return window_of(c, j, from < c->layers, w, path);
 }
 
 static void write_qwen_window(const struct llama_cfg *c, void *j)
