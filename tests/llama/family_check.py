@@ -27,7 +27,8 @@ import sys
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
-from hf_common import check, finish, hf_loss, make_rows, save_random
+from hf_common import check, finish, hf_loss, make_rows, save_random, \
+    step_ini
 
 mgrun, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
@@ -56,37 +57,7 @@ FAMILIES = [
 
 
 def ini_for(d, data, dev, prec, name):
-    ini = os.path.join(work, name + ".ini")
-    with open(ini, "w") as f:
-        f.write(f"""[run]
-device = {dev}
-precision = {prec}
-batch_size = 12
-eval_batch_size = 12
-epochs = 1
-max_steps = 1
-threads = 4
-cuda_graph = false
-out_dir = {work}/runs
-name = {name}
-[optimizer]
-name = sgd
-lr = 1
-momentum = 0
-schedule = constant
-max_grad_norm = 0
-[model]
-name = llama
-hf_dir = {d}
-[dataset]
-name = token_jsonl
-train = {data}
-seq_len = 128
-[strategy]
-name = single
-shuffle = false
-""")
-    return ini
+    return step_ini(work, d, data, dev, prec, name)
 
 
 def mg(*args):

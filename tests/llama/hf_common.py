@@ -4,7 +4,7 @@ dpo_check.py): one verdict list with check() and finish(), random-weight
 models of any family transformers knows (save_random; TINY, the
 LlamaForCausalLM the LoRA and DPO checks save), token rows with masked
 prompts (make_rows) and transformers' loss and gradients on them
-(hf_loss)."""
+(hf_loss), and the one-step run both compare against it (step_ini)."""
 import os
 import sys
 
@@ -52,6 +52,44 @@ def save_random(path, kw, family="llama", attn=None, **save_kw):
                 p.uniform_(0.5, 1.5)
     m.save_pretrained(path, safe_serialization=True, **save_kw)
     return m
+
+
+def step_ini(work, d, data, dev, prec, name):
+    """WORK/NAME.ini: one SGD step with lr 1 (no momentum, decay or
+    clipping, so the weight change is minus the gradient of the per-token
+    mean loss) of the llama plugin on folder d and the token rows in
+    data, run dir WORK/runs/NAME; returns its path."""
+    ini = os.path.join(work, name + ".ini")
+    with open(ini, "w") as f:
+        f.write(f"""[run]
+device = {dev}
+precision = {prec}
+batch_size = 12
+eval_batch_size = 12
+epochs = 1
+max_steps = 1
+threads = 4
+cuda_graph = false
+out_dir = {work}/runs
+name = {name}
+[optimizer]
+name = sgd
+lr = 1
+momentum = 0
+schedule = constant
+max_grad_norm = 0
+[model]
+name = llama
+hf_dir = {d}
+[dataset]
+name = token_jsonl
+train = {data}
+seq_len = 128
+[strategy]
+name = single
+shuffle = false
+""")
+    return ini
 
 
 def make_rows(vocab, path, n=12):

@@ -18,24 +18,6 @@
 #include "mg/log.h"
 #include "mg/tokenizer.h"
 
-static int put(char *o, unsigned cp)
-{
-	if (cp < 0x80)
-		return o[0] = (char)cp, 1;
-	if (cp < 0x800)
-		return o[0] = (char)(0xC0 | cp >> 6),
-		       o[1] = (char)(0x80 | (cp & 0x3F)), 2;
-	if (cp < 0x10000)
-		return o[0] = (char)(0xE0 | cp >> 12),
-		       o[1] = (char)(0x80 | (cp >> 6 & 0x3F)),
-		       o[2] = (char)(0x80 | (cp & 0x3F)), 3;
-	o[0] = (char)(0xF0 | cp >> 18);
-	o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-	o[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-	o[3] = (char)(0x80 | (cp & 0x3F));
-	return 4;
-}
-
 static unsigned next(unsigned long long *s)
 {
 	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -80,7 +62,7 @@ static size_t gen(unsigned long long *s, char *buf)
 			unsigned cp = r[0] + next(s) % (r[1] - r[0] + 1);
 			if (cp >= 0xD800 && cp <= 0xDFFF)
 				cp = 0xE000;
-			n += (size_t)put(buf + n, cp);
+			n += mg_utf8_put(cp, buf + n);
 		}
 	}
 	return n;
