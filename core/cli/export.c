@@ -327,10 +327,9 @@ static enum mg_dtype out_dtype(const struct exp_opts *o,
 static int run_export(struct exp_opts *o, struct mg_session *s)
 {
 	const struct mg_loaded_plugin *lp = &s->plugin[MG_SEC_MODEL];
-	const struct mg_model_ops *ops = lp->desc->ops;
-	const bool sharded = lp->desc->abi_minor >= 6 && ops->save_hf_sharded;
-	if (o->shard_given && !sharded && lp->desc->abi_minor >= 4 &&
-	    ops->save_hf) {
+	const struct mg_model_ops *ops = &lp->ops.model;
+	const bool sharded = ops->save_hf_sharded != NULL;
+	if (o->shard_given && !sharded && ops->save_hf) {
 		fprintf(stderr,
 			"mgrun export: model plugin '%s' (%s, ABI %u.%u) has "
 			"no save_hf_sharded op (ABI 1.6): it writes one file; "
@@ -339,7 +338,7 @@ static int run_export(struct exp_opts *o, struct mg_session *s)
 			lp->desc->abi_minor);
 		return 2;
 	}
-	if (lp->desc->abi_minor < 4 || !ops->save_hf) {
+	if (!ops->save_hf) {
 		fprintf(stderr,
 			"mgrun export: model plugin '%s' (%s, ABI %u.%u) has "
 			"no save_hf op (ABI 1.4), so it cannot be exported\n",

@@ -520,8 +520,8 @@ int mg_cli_single_process(const struct mg_session *s, const char *cmd)
 static int check_decode(struct gen *g)
 {
 	const struct mg_loaded_plugin *lp = &g->s.plugin[MG_SEC_MODEL];
-	const struct mg_model_ops *ops = lp->desc->ops;
-	if (lp->desc->abi_minor < 4 || !ops->decode) {
+	const struct mg_model_ops *ops = &lp->ops.model;
+	if (!ops->decode) {
 		fprintf(stderr,
 			"mgrun generate: model plugin '%s' (%s, ABI %u.%u) "
 			"has no decode op (ABI 1.4 model op decode), so it "

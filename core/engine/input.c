@@ -40,8 +40,7 @@ int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 		return mg_error_prefix("dataset layout");
 	const struct mg_sample_layout *l = &in->lay;
 	const char *dname = t->s->plugin[MG_SEC_DATASET].desc->name;
-	in->tokens = t->s->plugin[MG_SEC_DATASET].desc->abi_minor >= 3 &&
-		     l->seq_len > 0;
+	in->tokens = l->seq_len > 0;
 	if (in->tokens) {
 		if (!t->data->read_tokens)
 			return mg_error("dataset '%s' declares token rows "

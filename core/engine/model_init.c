@@ -1,10 +1,11 @@
 /*
  * model_init.c - the strategies' way to a unit's initial values: the
  * model's init_unit, or init_unit_part for the element ranges a shard
- * needs (ABI 1.7), read only from a model built for that minor.
+ * needs, where the model has it.
  */
-#include "engine/session.h"
-#include "engine/trainer.h"
+#include "mg_internal.h"
+
+#include "mg/mg.h"
 
 int mg_init_unit_part(struct mg_ctx *ctx, const struct mg_model_spec *s,
 		      int unit, struct mg_tensor *params_host,
@@ -12,13 +13,10 @@ int mg_init_unit_part(struct mg_ctx *ctx, const struct mg_model_spec *s,
 {
 	if (unit < 0 || unit >= s->nunits)
 		return mg_error("init: unit %d out of range", unit);
-	/* The op is read only from a model built for ABI 1.7 or later: an
-	 * older plugin's ops struct ends before it. */
-	const struct mg_trainer *t = ctx->core;
+	/* (the loader's copy of the ops: NULL for a model older than the
+	 * op) */
 	const struct mg_model_ops *o = ctx->model_ops;
-	const bool part = lo && hi && t &&
-			  t->s->plugin[MG_SEC_MODEL].desc->abi_minor >= 7 &&
-			  o->init_unit_part;
+	const bool part = lo && hi && o->init_unit_part;
 	const uint64_t seed = mg_rng_key(ctx->seed, (uint64_t)unit);
 	int rc = part ? o->init_unit_part(ctx->model, unit, params_host, seed,
 					  lo, hi)

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,28 +110,67 @@ static void missing_strategy_ops(const struct mg_strategy_ops *o, char *buf,
 	add_missing(buf, n, !o->load, "load");
 }
 
-static int check_ops(const struct mg_plugin *d, const char *path)
+/*
+ * How many bytes of the kind's callback table a plugin built for `minor`
+ * has: each minor that appended fields is listed with the first field it
+ * added (include/mg/{model,strategy,dataset}.h say which). Reading past
+ * this size would read past the end of the plugin's static table.
+ */
+static size_t ops_size(enum mg_plugin_kind kind, uint32_t minor)
+{
+	switch (kind) {
+	case MG_PLUGIN_MODEL:
+		if (minor < 3)
+			return offsetof(struct mg_model_ops, metrics);
+		if (minor < 4)
+			return offsetof(struct mg_model_ops, decode);
+		if (minor < 6)
+			return offsetof(struct mg_model_ops, save_hf_sharded);
+		if (minor < 7)
+			return offsetof(struct mg_model_ops, init_unit_part);
+		return sizeof(struct mg_model_ops);
+	case MG_PLUGIN_STRATEGY:
+		if (minor < 1)
+			return offsetof(struct mg_strategy_ops, max_read);
+		if (minor < 3)
+			return offsetof(struct mg_strategy_ops, caps);
+		return sizeof(struct mg_strategy_ops);
+	case MG_PLUGIN_DATASET:
+		if (minor < 3)
+			return offsetof(struct mg_dataset_ops, read_tokens);
+		return sizeof(struct mg_dataset_ops);
+	}
+	return 0;
+}
+
+/* The plugin's callback table copied at this core's size, zero-filled
+ * past what its ABI minor had. */
+static void copy_ops(const struct mg_plugin *d, struct mg_loaded_plugin *out)
+{
+	memset(&out->ops, 0, sizeof out->ops);
+	memcpy(&out->ops, d->ops, ops_size(d->kind, d->abi_minor));
+}
+
+static int check_ops(const struct mg_plugin *d,
+		     const struct mg_loaded_plugin *lp, const char *path)
 {
 	const char *missing = NULL;
 	char names[256], what[300];
-	if (!d->ops)
-		missing = "ops";
-	else if (d->kind == MG_PLUGIN_MODEL) {
-		const struct mg_model_ops *o = d->ops;
+	if (d->kind == MG_PLUGIN_MODEL) {
+		const struct mg_model_ops *o = &lp->ops.model;
 		if (!o->declare || !o->init_unit || !o->forward || !o->backward)
 			missing = "model ops "
 				  "(declare/init_unit/forward/backward)";
 	} else if (d->kind == MG_PLUGIN_DATASET) {
-		const struct mg_dataset_ops *o = d->ops;
-		/* Token datasets (ABI 1.3) read rows instead. */
-		bool rows = d->abi_minor >= 3 && o->read_tokens;
+		const struct mg_dataset_ops *o = &lp->ops.dataset;
+		/* Token datasets read rows instead. */
 		if (!o->count || !o->layout ||
-		    (!rows && (!o->read || !o->transform)))
+		    (!o->read_tokens && (!o->read || !o->transform)))
 			missing =
 				"dataset ops (count/layout and read/transform "
 				"or read_tokens)";
 	} else if (d->kind == MG_PLUGIN_STRATEGY) {
-		missing_strategy_ops(d->ops, names, sizeof names);
+		missing_strategy_ops(&lp->ops.strategy, names, sizeof names);
 		snprintf(what, sizeof what,
 			 "strategy ops: %s (struct "
 			 "mg_strategy_ops, strategy.h)",
@@ -252,8 +292,13 @@ int mg_plugin_open(const char *path, enum mg_plugin_kind want_kind,
 	else if (want_name && strcmp(d->name, want_name) != 0)
 		rc = mg_error("plugin file %s calls itself '%s', expected '%s'",
 			      path, d->name, want_name);
-	else
-		rc = check_ops(d, path);
+	else if (!d->ops)
+		rc = mg_error("plugin '%s' (%s) is malformed: no ops", d->name,
+			      path);
+	else {
+		copy_ops(d, out);
+		rc = check_ops(d, out, path);
+	}
 	if (rc) {
 		dlclose(h);
 		return rc;

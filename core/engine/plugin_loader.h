@@ -10,9 +10,21 @@
 
 #include "mg/mg.h"
 
+/*
+ * An opened plugin. `ops` is the loader's copy of the plugin's callback
+ * table at this core's size: the fields the plugin's ABI minor did not
+ * have yet read as NULL / 0, so the rest of the core tests a callback
+ * for NULL and never the plugin's ABI minor (only this loader knows the
+ * versions).
+ */
 struct mg_loaded_plugin {
 	void *handle;
 	const struct mg_plugin *desc;
+	union {
+		struct mg_model_ops model;
+		struct mg_strategy_ops strategy;
+		struct mg_dataset_ops dataset;
+	} ops;
 	char path[PATH_MAX];
 };
 

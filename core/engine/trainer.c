@@ -58,9 +58,9 @@ static int create_instances(struct mg_trainer *t)
 					       mg_section_names[i], p->name,
 					       t->s->plugin[i].path);
 	}
-	t->model = t->s->plugin[MG_SEC_MODEL].desc->ops;
-	t->data = t->s->plugin[MG_SEC_DATASET].desc->ops;
-	t->strat = t->s->plugin[MG_SEC_STRATEGY].desc->ops;
+	t->model = &t->s->plugin[MG_SEC_MODEL].ops.model;
+	t->data = &t->s->plugin[MG_SEC_DATASET].ops.dataset;
+	t->strat = &t->s->plugin[MG_SEC_STRATEGY].ops.strategy;
 	t->ctx.model = t->inst[MG_SEC_MODEL];
 	t->ctx.model_ops = t->model;
 	mg_strategy_bind(&t->sbind, &t->ctx,
@@ -69,14 +69,14 @@ static int create_instances(struct mg_trainer *t)
 	return 0;
 }
 
-/* The model's metric declarations (ABI 1.3), or the classifier's
+/* The model's metric declarations, or the classifier's
  * default; checked so a bad declaration is refused naming the model. */
 static int load_metric_spec(struct mg_trainer *t)
 {
 	const struct mg_plugin *mp = t->s->plugin[MG_SEC_MODEL].desc;
 	struct mg_metric_spec *ms = &t->mspec;
 	memset(ms, 0, sizeof *ms);
-	if (mp->abi_minor < 3 || !t->model->metrics) {
+	if (!t->model->metrics) {
 		mg_metric_spec_classifier(ms);
 		return 0;
 	}
@@ -217,8 +217,7 @@ static int setup(struct mg_trainer *t)
 		return -1;
 	t->accum = mg_opt_int(run, "grad_accum");
 	const struct mg_plugin *stp = t->s->plugin[MG_SEC_STRATEGY].desc;
-	if (t->accum > 1 &&
-	    !(stp->abi_minor >= 3 && (t->strat->caps & MG_STRATEGY_GRAD_ACCUM)))
+	if (t->accum > 1 && !(t->strat->caps & MG_STRATEGY_GRAD_ACCUM))
 		return mg_error(
 			"run.grad_accum = %lld: strategy '%s' (%s) does "
 			"not declare gradient accumulation "
@@ -240,7 +239,7 @@ static int setup(struct mg_trainer *t)
 			t->s->plugin[MG_SEC_STRATEGY].desc->name, setup_s);
 	int64_t cap = t->batch;
 	const struct mg_plugin *sp = t->s->plugin[MG_SEC_STRATEGY].desc;
-	if (sp->abi_minor >= 1 && t->strat->max_read)
+	if (t->strat->max_read)
 		cap = t->strat->max_read(t->inst[MG_SEC_STRATEGY], t->batch);
 	if (cap < t->batch)
 		return mg_error("strategy '%s' reads %lld samples a step, "
