@@ -12,7 +12,8 @@
 # gathers bf16 parameters as mgrun does (param_dtype = bf16); BatchNorm
 # then needs units of its own in fp32 (a bf16 BatchNorm weight fails
 # against its fp32 running statistics), and the 52 extra units made it
-# 2.2x slower on 4 H100s (bench/RESULTS.md, 2026-11-27, sixth session).
+# 2.2x slower on 4 H100s (bench/RESULTS.md, 2026-11-27, "LoRA cells as
+# issue 15 states them").
 # DDP: bf16 autocast with bf16_compress_hook (mgrun's ddp_ds reduces
 # bf16 gradients). fp32: no policy, no hook.
 #

@@ -205,8 +205,9 @@ run() {
 		# timeout signals its own process group, but a nested timeout
 		# (the bench scripts limit each run) makes a group of its own,
 		# out of reach: its mgrun or PyTorch run would go on beside the
-		# next command (the eighth session's disturbed row). Stop what
-		# is left of this one first.
+		# next command (the disturbed row in bench/RESULTS.md, 2026-11-27,
+		# "Copy engines with eager steps"). Stop what is left of this
+		# one first.
 		pkill -TERM -f "$build/core/mgrun|bench/torch_" 2>/dev/null
 		sleep 5
 		pkill -KILL -f "$build/core/mgrun|bench/torch_" 2>/dev/null
