@@ -97,9 +97,18 @@ extern "C" {
  *        mg_op_attention_decode_opts for the decoder families; new
  *        functions only, the scale-only ops stay, so plugins built for
  *        1.0-1.11 load unchanged
+ *   1.13 Gemma 2 / 3: struct mg_attn_opts gains softcap (appended;
+ *        attention scores capped as cap * tanh(s / cap), forward,
+ *        backward and decode; a caller built for 1.12 passes the
+ *        smaller size and gets no cap), and element-wise ops
+ *        mg_op_geglu / _backward (the tanh GELU gate),
+ *        mg_op_softcap / _backward (final logit soft-capping) and
+ *        mg_op_scale_shift (embedding scale, (1 + w) norm weights);
+ *        new functions and an appended field, so plugins built for
+ *        1.0-1.12 load unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 12
+#define MG_ABI_MINOR 13
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

@@ -44,6 +44,13 @@ static const struct {
 	{"qwen3-1.7b",
 	 {151936, 2048, 6144, 28, 16, 8,     128, 1e-6, 1e6,   true,
 	  0.02,	  0,	0,    0,  0,  40960, 3,	  0,	false, 0}},
+	/* the sliding window is the preset's (Gemma 3 1B: 512) */
+	{"gemma-2-2b",
+	 {256000, 2304, 9216, 26, 8, 4,	   256, 1e-6, 10000, true,
+	  0.02,	  0,	0,    0,  0, 8192, 4,	0,    false, 4096}},
+	{"gemma-3-1b",
+	 {262144, 1152, 6912, 26, 4, 1,	    256, 1e-6, 1e6,   true,
+	  0.02,	  0,	0,    0,  0, 32768, 5,	 0,    false, 512}},
 };
 
 int llama_cfg_check(const struct llama_cfg *c)
@@ -108,10 +115,24 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 	/* auto|llama|mistral|...: auto keeps the preset's */
 	const int opt = mg_opt_enum(o, "family");
 	const int f = opt ? opt - 1 : c->family;
-	const int64_t w = mg_opt_int(o, "sliding_window");
+	const int64_t w = mg_opt_int(o, "sliding_window"),
+		      pat = mg_opt_int(o, "sliding_window_pattern");
+	const double acap = mg_opt_float(o, "attn_logit_softcapping"),
+		     fcap = mg_opt_float(o, "final_logit_softcapping"),
+		     local = mg_opt_float(o, "rope_local_base_freq");
 	cJSON *j = cJSON_CreateObject();
-	if (!j || (w > 0 &&
-		   !cJSON_AddNumberToObject(j, "sliding_window", (double)w))) {
+	/* Gemma's keys as config.json names them (-1 / 0: the family's) */
+	if (!j ||
+	    (w > 0 &&
+	     !cJSON_AddNumberToObject(j, "sliding_window", (double)w)) ||
+	    (pat > 0 && !cJSON_AddNumberToObject(j, "sliding_window_pattern",
+						 (double)pat)) ||
+	    (acap >= 0 &&
+	     !cJSON_AddNumberToObject(j, "attn_logit_softcapping", acap)) ||
+	    (fcap >= 0 &&
+	     !cJSON_AddNumberToObject(j, "final_logit_softcapping", fcap)) ||
+	    (local > 0 &&
+	     !cJSON_AddNumberToObject(j, "rope_local_base_freq", local))) {
 		cJSON_Delete(j);
 		return mg_error("llama: out of memory");
 	}
@@ -122,6 +143,13 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 		rc = mg_error("llama: sliding_window = %lld is read by family "
 			      "= mistral only (family = %s)",
 			      (long long)w, llama_families[f].model_type);
+	if (!rc && !c->norm_offset &&
+	    (pat > 0 || acap >= 0 || fcap >= 0 || local > 0))
+		rc = mg_error(
+			"llama: sliding_window_pattern, the soft-caps and "
+			"rope_local_base_freq are read by the gemma "
+			"families only (family = %s)",
+			llama_families[f].model_type);
 	return rc;
 }
 
@@ -224,9 +252,11 @@ static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
 	const char *type = cJSON_IsString(t) ? t->valuestring : "default";
 	if (!strcmp(type, "default"))
 		return 0;
+	if (!strcmp(type, "linear")) /* positions / factor (Gemma 3) */
+		return json_num(r, "factor", &c->rs_linear, path);
 	if (strcmp(type, "llama3"))
-		return mg_error("%s: rope type '%s' is not supported (default "
-				"and llama3 are)",
+		return mg_error("%s: rope type '%s' is not supported (default, "
+				"linear and llama3 are)",
 				path, type);
 	if (json_num(r, "factor", &c->rs_factor, path) ||
 	    json_num(r, "low_freq_factor", &c->rs_low, path) ||
@@ -311,7 +341,8 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 		     llama_families[fam].read(c, j, path);
 	}
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
-	if (!rc && act &&
+	/* Gemma's MLP reads hidden_activation (llama_family.c) */
+	if (!rc && act && !c->geglu &&
 	    (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
 		rc = mg_error("%s: hidden_act is not \"silu\"", path);
 	const cJSON *tie =
@@ -332,6 +363,8 @@ void llama_inv_freq(const struct llama_cfg *c, float *out)
 		/* As transformers computes it: in float32. */
 		float f = 1.0f / powf((float)c->rope_theta,
 				      (float)(2 * j) / (float)c->head_dim);
+		if (c->rs_linear > 0) /* rope_scaling linear (Gemma 3) */
+			f = (float)(f / c->rs_linear);
 		if (c->rs_factor > 0) {
 			/* llama3: long wavelengths slowed by factor, short
 			 * ones kept, a smooth blend between. */
@@ -349,4 +382,13 @@ void llama_inv_freq(const struct llama_cfg *c, float *out)
 		}
 		out[j] = f;
 	}
+}
+
+void llama_inv_freq_local(const struct llama_cfg *c, float *out)
+{
+	const double theta =
+		c->rope_local_theta > 0 ? c->rope_local_theta : c->rope_theta;
+	for (int64_t j = 0; j < c->head_dim / 2; j++)
+		out[j] = 1.0f / powf((float)theta,
+				     (float)(2 * j) / (float)c->head_dim);
 }

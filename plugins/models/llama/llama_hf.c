@@ -306,7 +306,7 @@ static int check_shapes(struct llama *m)
 		if (k < c->layers * nl) {
 			const int p = m->kind[k % nl];
 			snprintf(name, sizeof name, "model.layers.%lld.%s",
-				 (long long)(k / nl), llama_layer_param[p]);
+				 (long long)(k / nl), llama_lp_name(c, p));
 			llama_lp_shape(c, p, want);
 		} else if (k == c->layers * nl) {
 			snprintf(name, sizeof name,
