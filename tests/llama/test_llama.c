@@ -295,6 +295,26 @@ static void test_families_window(void)
 	       full, w3, w64);
 	CHECK(isfinite(full) && isfinite(w3) && fabs(full - w3) > 1e-6);
 	CHECK(w64 == full);
+	/* Gemma: the window acts on the sliding layer 0 only (with the
+	 * pattern 1 every layer is full: the window then changes nothing),
+	 * the soft-caps and the local RoPE base change the loss */
+	const double g3 = family_loss(GEMMA2),
+		     g64 = family_loss(GEMMA2 "sliding_window = 64\n"),
+		     gfull = family_loss(GEMMA2 "sliding_window_pattern = 1\n"),
+		     gfull3 =
+			     family_loss(GEMMA2 "sliding_window = 5\n"
+						"sliding_window_pattern = 1\n"),
+		     gcap = family_loss(GEMMA2 "final_logit_softcapping = 0\n"),
+		     l100 = family_loss(GEMMA3),
+		     l1e4 = family_loss(GEMMA3
+					"rope_local_base_freq = 10000\n");
+	printf("gemma2 window 3 %.12g, 64 %.12g, full %.12g / %.12g, no "
+	       "final cap %.12g; gemma3 local base 100 %.12g, 1e4 %.12g\n",
+	       g3, g64, gfull, gfull3, gcap, l100, l1e4);
+	CHECK(isfinite(g3) && fabs(g3 - g64) > 1e-6);
+	CHECK(gfull == gfull3 && gfull == g64);
+	CHECK(fabs(gcap - g3) > 1e-6);
+	CHECK(isfinite(l100) && fabs(l100 - l1e4) > 1e-6);
 }
 
 /* Masked labels and padding contribute nothing. */
