@@ -298,16 +298,20 @@ static void test_families_window(void)
 	/* Gemma: the window acts on the sliding layer 0 only (with the
 	 * pattern 1 every layer is full: the window then changes nothing),
 	 * the soft-caps and the local RoPE base change the loss */
+#define G2 "family = gemma2\nattn_logit_softcapping = 0.7\n"
+#define G2C G2 "final_logit_softcapping = 1.5\n"
+#define G3                                                                     \
+	"family = gemma3_text\nhead_dim = 6\nsliding_window = 3\n"             \
+	"sliding_window_pattern = 2\n"
 	const double g3 = family_loss(GEMMA2),
-		     g64 = family_loss(GEMMA2 "sliding_window = 64\n"),
+		     g64 = family_loss(G2C "sliding_window = 64\n"),
 		     gfull = family_loss(GEMMA2 "sliding_window_pattern = 1\n"),
-		     gfull3 =
-			     family_loss(GEMMA2 "sliding_window = 5\n"
-						"sliding_window_pattern = 1\n"),
-		     gcap = family_loss(GEMMA2 "final_logit_softcapping = 0\n"),
+		     gfull3 = family_loss(G2C "sliding_window = 5\n"
+					      "sliding_window_pattern = 1\n"),
+		     gcap = family_loss(G2 "sliding_window = 3\n"
+					   "final_logit_softcapping = 0\n"),
 		     l100 = family_loss(GEMMA3),
-		     l1e4 = family_loss(GEMMA3
-					"rope_local_base_freq = 10000\n");
+		     l1e4 = family_loss(G3 "rope_local_base_freq = 10000\n");
 	printf("gemma2 window 3 %.12g, 64 %.12g, full %.12g / %.12g, no "
 	       "final cap %.12g; gemma3 local base 100 %.12g, 1e4 %.12g\n",
 	       g3, g64, gfull, gfull3, gcap, l100, l1e4);
