@@ -167,6 +167,22 @@ grep -q '"model_type":.*"gemma3_text"' "$work/gemma3.hf/config.json" &&
 	grep -q '"model.layers.0.self_attn.q_norm.weight"' \
 		"$work/gemma3.hf/model.safetensors" ||
 	fail "gemma3: config.json or q/k norms"
+# a Gemma 3 multimodal folder (model_type gemma3, text_config, the
+# language model's tensors prefixed, both of transformers' layouts) made
+# from that export: its language model evaluates to the same loss
+for pre in language_model.model. model.language_model.; do
+	python3 "$(dirname "$0")/gemma3_mm.py" "$work/gemma3.hf" \
+		"$work/gemma3mm.hf" "$pre" || fail "gemma3_mm.py"
+	# shellcheck disable=SC2086
+	"$mgrun" -c "$ini" $B --set run.name=gemma3mm \
+		--set model.hf_dir="$work/gemma3mm.hf" --eval-only \
+		>"$work/gemma3mm.eval" 2>&1 ||
+		fail "gemma3 multimodal ($pre): $(tail -3 "$work/gemma3mm.eval")"
+	a=$(loss gemma3_hf) b=$(loss gemma3mm)
+	echo "gemma3 ($pre): text folder $a, multimodal folder $b"
+	near "$a" "$b" 1e-12 || fail "gemma3 multimodal ($pre): loss $b vs $a"
+	rm -rf "$work/gemma3mm.hf" "$work/gemma3mm"
+done
 # (from the qwen2 export, whose biases trained away from zero)
 # shellcheck disable=SC2086
 roundtrip qwen2_lora 1e-5 $L --set model.hf_dir="$work/qwen2.hf"

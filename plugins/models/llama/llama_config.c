@@ -147,7 +147,11 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 		return mg_error("llama: out of memory");
 	}
 	c->family = f;
+	/* the preset and the tie_embeddings option decide tying here, not
+	 * the family's config default */
+	const bool tie = c->tie_embeddings;
 	int rc = llama_families[f].read(c, j, "[model] family");
+	c->tie_embeddings = tie;
 	cJSON_Delete(j);
 	if (!rc && w > 0 && c->window != w)
 		rc = mg_error("llama: sliding_window = %lld is read by family "
@@ -294,6 +298,60 @@ char *llama_read_file(const char *path, size_t cap)
 	return text;
 }
 
+/*
+ * Gemma 3's multimodal folders (model_type gemma3): the language model
+ * is text_config, a Gemma3TextConfig of which transformers writes only
+ * the keys that differ from its defaults; *j becomes those defaults with
+ * text_config's keys over them (llama_hf.c maps the tensor names). The
+ * vision tower is not read: such a folder trains and exports as the text
+ * model it holds (gemma3_text).
+ */
+static int gemma3_text_of(cJSON **j, const char *path)
+{
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(*j, "model_type");
+	if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gemma3"))
+		return 0;
+	static const char defaults[] =
+		"{\"model_type\": \"gemma3_text\", \"vocab_size\": 262208, "
+		"\"hidden_size\": 2304, \"intermediate_size\": 9216, "
+		"\"num_hidden_layers\": 26, \"num_attention_heads\": 8, "
+		"\"num_key_value_heads\": 4, \"head_dim\": 256, "
+		"\"hidden_activation\": \"gelu_pytorch_tanh\", "
+		"\"max_position_embeddings\": 131072, "
+		"\"initializer_range\": 0.02, \"rms_norm_eps\": 1e-6, "
+		"\"rope_theta\": 1000000.0, \"query_pre_attn_scalar\": 256, "
+		"\"sliding_window\": 4096, \"rope_local_base_freq\": 10000.0, "
+		"\"sliding_window_pattern\": 6, \"tie_word_embeddings\": true}";
+	const cJSON *tc = cJSON_GetObjectItemCaseSensitive(*j, "text_config");
+	if (tc && !cJSON_IsObject(tc) && !cJSON_IsNull(tc))
+		return mg_error("%s: text_config is not an object", path);
+	cJSON *t = cJSON_Parse(defaults);
+	if (!t)
+		return mg_error("llama: out of memory");
+	const cJSON *e;
+	cJSON_ArrayForEach(e, tc)
+	{
+		cJSON *d = cJSON_Duplicate(e, true);
+		if (!d || !e->string) {
+			cJSON_Delete(d);
+			cJSON_Delete(t);
+			return mg_error("llama: out of memory");
+		}
+		cJSON_DeleteItemFromObjectCaseSensitive(t, e->string);
+		cJSON_AddItemToObject(t, e->string, d);
+	}
+	const cJSON *tmt = cJSON_GetObjectItemCaseSensitive(t, "model_type");
+	if (!cJSON_IsString(tmt) || strcmp(tmt->valuestring, "gemma3_text")) {
+		cJSON_Delete(t);
+		return mg_error("%s: text_config's model_type is not "
+				"\"gemma3_text\"",
+				path);
+	}
+	cJSON_Delete(*j);
+	*j = t;
+	return 0;
+}
+
 int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 {
 	char *text = llama_read_file(path, 1 << 20);
@@ -305,6 +363,8 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 		cJSON_Delete(j);
 		return mg_error("%s: not a JSON object", path);
 	}
+	if (gemma3_text_of(&j, path))
+		return -1;
 	int rc = 0;
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
 	const int fam =
@@ -355,9 +415,12 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 	if (!rc && act && !c->geglu &&
 	    (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
 		rc = mg_error("%s: hidden_act is not \"silu\"", path);
+	/* absent: the family's default (read sets it: Gemma ties, and
+	 * transformers leaves out a value equal to the class default) */
 	const cJSON *tie =
 		cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
-	c->tie_embeddings = tie && cJSON_IsTrue(tie);
+	if (tie)
+		c->tie_embeddings = cJSON_IsTrue(tie);
 	cJSON_Delete(j);
 	if (rc)
 		return -1;

@@ -317,6 +317,9 @@ static int read_gemma(struct llama_cfg *c, const void *j, const char *path,
 		return mg_error("%s: query_pre_attn_scalar must be > 0", path);
 	c->bias = ab ? BIAS_QKVO : 0;
 	c->norm_offset = c->sandwich = c->geglu = true;
+	/* transformers' default, which its config.json then leaves out
+	 * (llama_config.c reads tie_word_embeddings after this) */
+	c->tie_embeddings = true;
 	c->embed_scale = sqrt((double)c->dim);
 	c->attn_scale = 1 / sqrt(qs);
 	c->attn_softcap = acap;
