@@ -20,7 +20,8 @@
 #                        (bench/like4like.py), printed as markdown
 #     llama [steps]      LLM ops vs CPU twins, llama vs transformers
 #                        (tests/llama/hf_check.py), tiny llama training
-#     families           the decoder families (Qwen2, Qwen3, Mistral)
+#     families           the decoder families (Qwen2, Qwen3, Mistral,
+#                        Gemma 2, Gemma 3 text; MG_FAMILIES a subset)
 #                        against transformers: loss, gradients, greedy
 #                        generation, export (tests/llama/family_check.py),
 #                        after the LLM ops and attention with windows
@@ -303,8 +304,9 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 	run test_gpu_ops llm "$bin/test_gpu_ops" llm
 	run test_llama_hf hf_check python3 tests/llama/hf_check.py "$mgrun" \
 		$tmp/mghf
+	# MG_FAMILIES: a comma-separated subset (default: every family)
 	run test_llama_hf family_check python3 tests/llama/family_check.py \
-		"$mgrun" $tmp/mgfam
+		"$mgrun" $tmp/mgfam ${MG_FAMILIES:+"$MG_FAMILIES"}
 	for prec in fp32 bf16; do
 		run test_llama_train "llama $prec" "$mgrun" -c conf/llama_tiny.ini \
 			--set run.device=cuda --set run.precision=$prec \
@@ -344,8 +346,9 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 fi
 if [ "$what" = families ]; then
 	run test_gpu_ops llm "$bin/test_gpu_ops" llm attention
+	# MG_FAMILIES: a comma-separated subset (default: every family)
 	run test_llama_hf family_check python3 tests/llama/family_check.py \
-		"$mgrun" $tmp/mgfam
+		"$mgrun" $tmp/mgfam ${MG_FAMILIES:+"$MG_FAMILIES"}
 	grep -E "^(ok|FAIL|PASS|SKIPPED)|family_check|failure" \
 		"$out/test_llama_hf.log" "$out/test_gpu_ops.log" | tail -80
 fi

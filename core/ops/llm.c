@@ -303,10 +303,12 @@ static int attn_opts(const char *op, const struct mg_attn_opts *in,
 				op, in ? in->size : 0);
 	memcpy(a, in, in->size < sizeof *a ? in->size : sizeof *a);
 	a->size = sizeof *a;
-	if (!isfinite(a->scale) || a->window < 0)
-		return mg_error("%s: scale %g and window %lld (need a finite "
-				"scale and window >= 0)",
-				op, a->scale, (long long)a->window);
+	if (!isfinite(a->scale) || a->window < 0 || !isfinite(a->softcap) ||
+	    a->softcap < 0)
+		return mg_error("%s: scale %g, window %lld and softcap %g "
+				"(need a finite scale, window >= 0 and a "
+				"finite softcap >= 0)",
+				op, a->scale, (long long)a->window, a->softcap);
 	return 0;
 }
 

@@ -23,7 +23,7 @@ extern "C" {
  * plugin's minor.
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 12
+#define MG_ABI_MINOR 13
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

@@ -77,10 +77,17 @@ struct mg_attn_opts {
 	uint32_t size;
 	double scale;
 	int64_t window; /* 0: no window */
+	/* ABI 1.13: logit soft-capping (Gemma 2's attn_logit_softcapping):
+	 * each scaled score s becomes softcap * tanh(s / softcap) before the
+	 * mask and the softmax; 0: none (what a 1.12 caller's size leaves) */
+	double softcap;
 };
 #define MG_ATTN_OPTS(scale_, window_)                                          \
 	((struct mg_attn_opts){sizeof(struct mg_attn_opts), (scale_),          \
-			       (window_)})
+			       (window_), 0})
+#define MG_ATTN_OPTS_CAP(scale_, window_, softcap_)                            \
+	((struct mg_attn_opts){sizeof(struct mg_attn_opts), (scale_),          \
+			       (window_), (softcap_)})
 
 /*
  * Causal self-attention with grouped-query heads over packed documents:
@@ -141,7 +148,8 @@ MG_EXPORT int mg_op_attention_decode(struct mg_ctx *ctx,
 				     int64_t pos, double scale,
 				     struct mg_tensor *o);
 /* The same with a family's options (ABI 1.12): with a window, query t
- * attends cache rows pos + t - window + 1 .. pos + t only. */
+ * attends cache rows pos + t - window + 1 .. pos + t only; a softcap
+ * (1.13) caps the scores as in mg_op_attention_opts. */
 MG_EXPORT int mg_op_attention_decode_opts(
 	struct mg_ctx *ctx, const struct mg_tensor *q,
 	const struct mg_tensor *k_cache, const struct mg_tensor *v_cache,
@@ -157,6 +165,35 @@ MG_EXPORT int mg_op_swiglu_backward(struct mg_ctx *ctx,
 				    const struct mg_tensor *u,
 				    const struct mg_tensor *dh,
 				    struct mg_tensor *dg, struct mg_tensor *du);
+
+/*
+ * Gemma's pieces (ABI 1.13), element-wise over tensors of equal numel:
+ *
+ * geglu: h = gelu_tanh(g) * u with gelu_tanh(x) = x / 2 (1 + tanh(
+ * sqrt(2 / pi) (x + 0.044715 x^3))) (transformers' gelu_pytorch_tanh);
+ * h may alias g or u. Backward writes dg and du (either may alias dh).
+ */
+MG_EXPORT int mg_op_geglu(struct mg_ctx *ctx, const struct mg_tensor *g,
+			  const struct mg_tensor *u, struct mg_tensor *h);
+MG_EXPORT int mg_op_geglu_backward(struct mg_ctx *ctx,
+				   const struct mg_tensor *g,
+				   const struct mg_tensor *u,
+				   const struct mg_tensor *dh,
+				   struct mg_tensor *dg, struct mg_tensor *du);
+/* Soft-capping: y = cap * tanh(x / cap), cap > 0 (Gemma 2's
+ * final_logit_softcapping); y may alias x. Backward from the forward's
+ * input x: dx = dy (1 - tanh^2(x / cap)); dx may alias dy. */
+MG_EXPORT int mg_op_softcap(struct mg_ctx *ctx, const struct mg_tensor *x,
+			    double cap, struct mg_tensor *y);
+MG_EXPORT int mg_op_softcap_backward(struct mg_ctx *ctx,
+				     const struct mg_tensor *x, double cap,
+				     const struct mg_tensor *dy,
+				     struct mg_tensor *dx);
+/* y = a x + b (in F32, F64 for F64 data; y may alias x): the embedding
+ * scale sqrt(hidden) forward and back, the (1 + w) of Gemma's RMSNorm
+ * weights. */
+MG_EXPORT int mg_op_scale_shift(struct mg_ctx *ctx, const struct mg_tensor *x,
+				double a, double b, struct mg_tensor *y);
 
 /*
  * Fused kernels (ABI 1.5), each the exact composition of the ops above

@@ -5,7 +5,8 @@
 # of the run it came from and greedy `generate --ids` gives the same
 # ids; untied fp32, tied, fp64 (written fp32), bf16 and fp16 (close), and
 # LoRA runs (rslora too) exported merged (a plain full model then) to
-# the LoRA run's loss, the decoder families (Qwen2, Qwen3, Mistral) as
+# the LoRA run's loss, the decoder families (Qwen2, Qwen3, Mistral, Gemma
+# 2 and 3) as
 # their own model types, and a QLoRA run (quant = nf4) exported with its
 # NF4 base dequantized and the adapters merged, to the QLoRA run's loss.
 # Then the refusals: no checkpoint, a model without save_hf, run.gpus >
@@ -145,6 +146,43 @@ grep -q '"model_type":.*"qwen3"' "$work/qwen3.hf/config.json" &&
 roundtrip mistral 1e-6 --set model.family=mistral --set model.sliding_window=5
 grep -q '"sliding_window":.*5' "$work/mistral.hf/config.json" ||
 	fail "mistral: sliding_window not written: $(cat "$work/mistral.hf/config.json")"
+# Gemma 2: its four norms' names, the soft-caps, the layer types (layer
+# 1 full) and the (1 + w) norms written as w; Gemma 3 with q/k norms, a
+# local RoPE base and its pattern
+roundtrip gemma2 1e-6 --set model.family=gemma2 --set model.sliding_window=5 \
+	--set model.attn_logit_softcapping=3 --set model.final_logit_softcapping=5
+grep -q '"model_type":.*"gemma2"' "$work/gemma2.hf/config.json" &&
+	grep -q '"final_logit_softcapping":.*5' "$work/gemma2.hf/config.json" &&
+	grep -q '"full_attention"' "$work/gemma2.hf/config.json" &&
+	grep -q '"model.layers.1.post_feedforward_layernorm.weight"' \
+		"$work/gemma2.hf/model.safetensors" &&
+	grep -q '"model.layers.0.pre_feedforward_layernorm.weight"' \
+		"$work/gemma2.hf/model.safetensors" ||
+	fail "gemma2: config.json or norms: $(cat "$work/gemma2.hf/config.json")"
+roundtrip gemma3 1e-6 --set model.family=gemma3_text --set model.head_dim=24 \
+	--set model.sliding_window=4 --set model.sliding_window_pattern=2 \
+	--set model.rope_local_base_freq=500
+grep -q '"model_type":.*"gemma3_text"' "$work/gemma3.hf/config.json" &&
+	grep -q '"rope_local_base_freq":.*500' "$work/gemma3.hf/config.json" &&
+	grep -q '"model.layers.0.self_attn.q_norm.weight"' \
+		"$work/gemma3.hf/model.safetensors" ||
+	fail "gemma3: config.json or q/k norms"
+# a Gemma 3 multimodal folder (model_type gemma3, text_config, the
+# language model's tensors prefixed, both of transformers' layouts) made
+# from that export: its language model evaluates to the same loss
+for pre in language_model.model. model.language_model.; do
+	python3 "$(dirname "$0")/gemma3_mm.py" "$work/gemma3.hf" \
+		"$work/gemma3mm.hf" "$pre" || fail "gemma3_mm.py"
+	# shellcheck disable=SC2086
+	"$mgrun" -c "$ini" $B --set run.name=gemma3mm \
+		--set model.hf_dir="$work/gemma3mm.hf" --eval-only \
+		>"$work/gemma3mm.eval" 2>&1 ||
+		fail "gemma3 multimodal ($pre): $(tail -3 "$work/gemma3mm.eval")"
+	a=$(loss gemma3_hf) b=$(loss gemma3mm)
+	echo "gemma3 ($pre): text folder $a, multimodal folder $b"
+	near "$a" "$b" 1e-12 || fail "gemma3 multimodal ($pre): loss $b vs $a"
+	rm -rf "$work/gemma3mm.hf" "$work/gemma3mm"
+done
 # (from the qwen2 export, whose biases trained away from zero)
 # shellcheck disable=SC2086
 roundtrip qwen2_lora 1e-5 $L --set model.hf_dir="$work/qwen2.hf"

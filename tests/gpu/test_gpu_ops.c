@@ -1656,20 +1656,22 @@ static void llm_rope_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t H,
 /* Which CUDA attention kernels a check ran on, in its name. */
 static const char *attn_tag = "";
 
-/* window > 0: a sliding window of that many keys (Mistral's). */
+/* window > 0: a sliding window of that many keys (Mistral's); cap > 0:
+ * scores soft-capped (Gemma 2's attn_logit_softcapping, ABI 1.13; small
+ * caps so that tanh bends on these random scores). */
 static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
 				int64_t Hq, int64_t Hkv, int64_t hd,
-				int64_t window)
+				int64_t window, double cap)
 {
 	const double tol = gt_tol(dt);
 	const struct mg_attn_opts sc =
-		MG_ATTN_OPTS(1 / sqrt((double)hd), window);
+		MG_ATTN_OPTS_CAP(1 / sqrt((double)hd), window, cap);
 	struct gt q, k, v, pos, o, lse, dout, dq, dk, dv;
-	char name[112];
+	char name[128];
 	snprintf(name, sizeof name,
-		 "attention%s N%lld T%lld Hq%lld Hkv%lld hd%lld W%lld",
+		 "attention%s N%lld T%lld Hq%lld Hkv%lld hd%lld W%lld cap%g",
 		 attn_tag, (long long)N, (long long)T, (long long)Hq,
-		 (long long)Hkv, (long long)hd, (long long)window);
+		 (long long)Hkv, (long long)hd, (long long)window, cap);
 	gt_make(&q, dt, -1, 4, N, T, Hq, hd);
 	gt_make(&k, dt, -1, 4, N, T, Hkv, hd);
 	gt_make(&v, dt, -1, 4, N, T, Hkv, hd);
@@ -1751,19 +1753,19 @@ static void llm_attention_check(enum mg_dtype dt, int64_t N, int64_t T,
  * random cache rows (rows past pos + n are NaN: never read). */
 static void llm_decode_check(enum mg_dtype dt, int64_t max_len, int64_t pos,
 			     int64_t n, int64_t Hq, int64_t Hkv, int64_t hd,
-			     int64_t window)
+			     int64_t window, double cap)
 {
 	const double tol = gt_tol(dt);
 	const struct mg_attn_opts sc =
-		MG_ATTN_OPTS(1 / sqrt((double)hd), window);
+		MG_ATTN_OPTS_CAP(1 / sqrt((double)hd), window, cap);
 	struct gt q, kc, vc, o;
-	char name[128];
+	char name[144];
 	snprintf(name, sizeof name,
 		 "attention_decode len%lld pos%lld n%lld Hq%lld Hkv%lld "
-		 "hd%lld W%lld",
+		 "hd%lld W%lld cap%g",
 		 (long long)max_len, (long long)pos, (long long)n,
 		 (long long)Hq, (long long)Hkv, (long long)hd,
-		 (long long)window);
+		 (long long)window, cap);
 	gt_make(&q, dt, -1, 3, n, Hq, hd, 0);
 	gt_make(&kc, dt, -1, 3, max_len, Hkv, hd, 0);
 	gt_make(&vc, dt, -1, 3, max_len, Hkv, hd, 0);
@@ -1834,6 +1836,57 @@ static void llm_swiglu_check(enum mg_dtype dt, int64_t n)
 		gt_free(all[i]);
 }
 
+/* GeGLU (tanh GELU), soft-capping forward and backward, y = a x + b. */
+static void llm_gemma_check(enum mg_dtype dt, int64_t n)
+{
+	const double tol = gt_tol(dt);
+	struct gt g, u, h, dh, dg, du;
+	char name[96];
+	snprintf(name, sizeof name, "geglu n=%lld", (long long)n);
+	gt_make(&g, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&u, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&h, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&dh, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&dg, dt, -1, 1, n, 0, 0, 0);
+	gt_make(&du, dt, -1, 1, n, 0, 0, 0);
+	gt_rand(&g, -6, 6);
+	gt_rand(&u, -1, 1);
+	gt_rand(&dh, -1, 1);
+	gt_poison(&h);
+	CPU(mg_op_geglu(&gt_cpu, &g.c, &u.c, &h.c), name);
+	if (!gt_ok(mg_op_geglu(&gt_gpu, &g.g, &u.g, &h.g), name))
+		gt_check(LBL("%s h", name), dt, &h, tol);
+	gt_poison(&dg);
+	gt_poison(&du);
+	CPU(mg_op_geglu_backward(&gt_cpu, &g.c, &u.c, &dh.c, &dg.c, &du.c),
+	    name);
+	if (!gt_ok(mg_op_geglu_backward(&gt_gpu, &g.g, &u.g, &dh.g, &dg.g,
+					&du.g),
+		   name)) {
+		gt_check(LBL("%s dg", name), dt, &dg, tol);
+		gt_check(LBL("%s du", name), dt, &du, tol);
+	}
+	/* softcap of g (in [-6, 6]) at cap 2.5, its backward into dg */
+	snprintf(name, sizeof name, "softcap n=%lld", (long long)n);
+	gt_poison(&h);
+	CPU(mg_op_softcap(&gt_cpu, &g.c, 2.5, &h.c), name);
+	if (!gt_ok(mg_op_softcap(&gt_gpu, &g.g, 2.5, &h.g), name))
+		gt_check(LBL("%s y", name), dt, &h, tol);
+	gt_poison(&dg);
+	CPU(mg_op_softcap_backward(&gt_cpu, &g.c, 2.5, &dh.c, &dg.c), name);
+	if (!gt_ok(mg_op_softcap_backward(&gt_gpu, &g.g, 2.5, &dh.g, &dg.g),
+		   name))
+		gt_check(LBL("%s dx", name), dt, &dg, tol);
+	snprintf(name, sizeof name, "scale_shift n=%lld", (long long)n);
+	gt_poison(&h);
+	CPU(mg_op_scale_shift(&gt_cpu, &g.c, 1.75, 1, &h.c), name);
+	if (!gt_ok(mg_op_scale_shift(&gt_gpu, &g.g, 1.75, 1, &h.g), name))
+		gt_check(LBL("%s y", name), dt, &h, tol);
+	struct gt *all[] = {&g, &u, &h, &dh, &dg, &du};
+	for (size_t i = 0; i < 6; i++)
+		gt_free(all[i]);
+}
+
 static void test_llm(void)
 {
 	for (size_t d = 0; d < 3; d++) {
@@ -1847,27 +1900,36 @@ static void test_llm(void)
 		llm_rope_check(dt, 3, 13, 3, 8);
 		/* LLaMA-like heads; GQA 4:1 and multi-query; odd T; the
 		 * head dims of small models and hd 256 */
-		llm_attention_check(dt, 4, 256, 8, 2, 64, 0);
-		llm_attention_check(dt, 2, 333, 4, 1, 128, 0);
-		llm_attention_check(dt, 4, 37, 4, 2, 16, 0);
-		llm_attention_check(dt, 3, 11, 4, 4, 8, 0);
-		llm_attention_check(dt, 2, 70, 2, 1, 256, 0);
+		llm_attention_check(dt, 4, 256, 8, 2, 64, 0, 0);
+		llm_attention_check(dt, 2, 333, 4, 1, 128, 0, 0);
+		llm_attention_check(dt, 4, 37, 4, 2, 16, 0, 0);
+		llm_attention_check(dt, 3, 11, 4, 4, 8, 0, 0);
+		llm_attention_check(dt, 2, 70, 2, 1, 256, 0, 0);
 		/* sliding windows: shorter than a tile, across tiles */
-		llm_attention_check(dt, 4, 37, 4, 2, 16, 5);
-		llm_attention_check(dt, 2, 200, 4, 1, 64, 50);
+		llm_attention_check(dt, 4, 37, 4, 2, 16, 5, 0);
+		llm_attention_check(dt, 2, 200, 4, 1, 64, 50, 0);
 		/* decoding: prefill, one token at a long position, chunk
 		 * boundaries of the CUDA kernel (128 keys), hd 256 */
-		llm_decode_check(dt, 64, 0, 37, 8, 2, 64, 0);
-		llm_decode_check(dt, 1000, 700, 1, 32, 8, 128, 0);
-		llm_decode_check(dt, 300, 127, 130, 4, 1, 16, 0);
-		llm_decode_check(dt, 20, 3, 2, 2, 1, 256, 0);
-		llm_decode_check(dt, 9, 8, 1, 3, 3, 8, 0);
+		llm_decode_check(dt, 64, 0, 37, 8, 2, 64, 0, 0);
+		llm_decode_check(dt, 1000, 700, 1, 32, 8, 128, 0, 0);
+		llm_decode_check(dt, 300, 127, 130, 4, 1, 16, 0, 0);
+		llm_decode_check(dt, 20, 3, 2, 2, 1, 256, 0, 0);
+		llm_decode_check(dt, 9, 8, 1, 3, 3, 8, 0, 0);
 		/* sliding windows: a prefill past the window, a token whose
 		 * window starts mid-chunk */
-		llm_decode_check(dt, 64, 0, 37, 8, 2, 64, 16);
-		llm_decode_check(dt, 1000, 700, 1, 32, 8, 128, 300);
+		llm_decode_check(dt, 64, 0, 37, 8, 2, 64, 16, 0);
+		llm_decode_check(dt, 1000, 700, 1, 32, 8, 128, 300, 0);
 		llm_swiglu_check(dt, 8 * 512 * 1376);
 		llm_swiglu_check(dt, 1001);
+		/* Gemma (ABI 1.13): soft-capped scores on the tiled kernels
+		 * (F32, and hd 256 in every dtype), in decoding; the
+		 * element-wise ops */
+		llm_attention_check(dt, 4, 37, 4, 2, 16, 5, 0.8);
+		llm_attention_check(dt, 2, 70, 2, 1, 256, 20, 2);
+		llm_decode_check(dt, 64, 0, 37, 8, 2, 64, 16, 1.5);
+		llm_decode_check(dt, 20, 3, 2, 2, 1, 256, 0, 0.5);
+		llm_gemma_check(dt, 8 * 512 * 1376);
+		llm_gemma_check(dt, 1001);
 	}
 }
 
@@ -1881,22 +1943,28 @@ static void test_llm(void)
  */
 static void test_attention(void)
 {
-	static const int64_t sh[][6] = {
-		/* N, T, Hq, Hkv, hd, sliding window (0: none) */
-		{4, 77, 4, 4, 64, 0},
-		{4, 200, 8, 2, 128, 0},
-		{5, 513, 8, 1, 64, 0},
-		{4, 513, 16, 2, 128, 0},
-		{2, 64, 4, 1, 128, 0},
-		{4, 256, 32, 8, 64, 0},
-		{2, 1, 8, 1, 64, 0},
-		{6, 130, 4, 1, 128, 0},
-		{1, 1000, 8, 2, 128, 0},
+	static const int64_t sh[][7] = {
+		/* N, T, Hq, Hkv, hd, sliding window (0: none), soft-cap
+		 * times 4 (0: none) */
+		{4, 77, 4, 4, 64, 0, 0},
+		{4, 200, 8, 2, 128, 0, 0},
+		{5, 513, 8, 1, 64, 0, 0},
+		{4, 513, 16, 2, 128, 0, 0},
+		{2, 64, 4, 1, 128, 0, 0},
+		{4, 256, 32, 8, 64, 0, 0},
+		{2, 1, 8, 1, 64, 0, 0},
+		{6, 130, 4, 1, 128, 0, 0},
+		{1, 1000, 8, 2, 128, 0, 0},
 		/* windows within a tile, across tiles, of one key */
-		{4, 200, 8, 2, 128, 13},
-		{4, 513, 16, 2, 128, 100},
-		{1, 1000, 8, 2, 64, 256},
-		{4, 77, 4, 1, 64, 1},
+		{4, 200, 8, 2, 128, 13, 0},
+		{4, 513, 16, 2, 128, 100, 0},
+		{1, 1000, 8, 2, 64, 256, 0},
+		{4, 77, 4, 1, 64, 1, 0},
+		/* soft-capping (Gemma 2): 2.5 and 0.75, with a window, on
+		 * both head dims and off the tiles */
+		{4, 200, 8, 2, 128, 0, 10},
+		{4, 77, 4, 1, 64, 13, 3},
+		{2, 513, 8, 2, 64, 0, 10},
 	};
 	static const enum mg_dtype half[] = {MG_BF16, MG_F16};
 	for (int flash = 1; flash >= 0; flash--) {
@@ -1910,14 +1978,16 @@ static void test_attention(void)
 					continue;
 				llm_attention_check(half[d], sh[i][0], sh[i][1],
 						    sh[i][2], sh[i][3],
-						    sh[i][4], sh[i][5]);
+						    sh[i][4], sh[i][5],
+						    (double)sh[i][6] / 4);
 			}
 	}
 	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_ATTN_FLASH, 1);
 	attn_tag = " [f32]";
-	llm_attention_check(MG_F32, 4, 200, 8, 2, 128, 0);
-	llm_attention_check(MG_F32, 4, 77, 4, 1, 64, 0);
-	llm_attention_check(MG_F32, 4, 200, 8, 2, 128, 40);
+	llm_attention_check(MG_F32, 4, 200, 8, 2, 128, 0, 0);
+	llm_attention_check(MG_F32, 4, 77, 4, 1, 64, 0, 0);
+	llm_attention_check(MG_F32, 4, 200, 8, 2, 128, 40, 0);
+	llm_attention_check(MG_F32, 4, 77, 4, 1, 64, 13, 0.75);
 	attn_tag = "";
 }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""family_check.py - the decoder families (Qwen2, Qwen3, Mistral) of the
+"""family_check.py - the decoder families (Qwen2, Qwen3, Mistral, Gemma 2,
+Gemma 3 text) of the
 llama plugin against Hugging Face transformers (GPU machine:
 scripts/gpu.sh families).
 
@@ -53,6 +54,31 @@ FAMILIES = [
                      num_key_value_heads=1, rope_theta=10000.0,
                      sliding_window=16, max_position_embeddings=256,
                      tie_word_embeddings=False, rms_norm_eps=1e-5)),
+    # Gemma 2: head_dim 256 (the real models'; the CUDA flash kernels
+    # take 64 and 128, so the tiled ones run it), soft-caps small enough
+    # to bend (5 on the scores, 3 on the logits), layer 0 sliding over
+    # 16 keys and layer 1 full; layer_types and the pattern agree for
+    # transformers before and after layer_types
+    ("gemma2", dict(vocab_size=256, hidden_size=96, intermediate_size=200,
+                    num_hidden_layers=2, num_attention_heads=2,
+                    num_key_value_heads=1, head_dim=256,
+                    query_pre_attn_scalar=256, rope_theta=10000.0,
+                    attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+                    sliding_window=16, max_position_embeddings=256,
+                    layer_types=["sliding_attention", "full_attention"],
+                    tie_word_embeddings=True, rms_norm_eps=1e-6)),
+    # Gemma 3 (text): q/k norms, the local RoPE base (100) on the sliding
+    # layer 0, rope_theta on the full layer 1, query_pre_attn_scalar apart
+    # from head_dim, no soft-caps
+    ("gemma3_text", dict(vocab_size=256, hidden_size=96,
+                         intermediate_size=200, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=32, query_pre_attn_scalar=24,
+                         rope_theta=10000.0, rope_local_base_freq=100.0,
+                         sliding_window=16, sliding_window_pattern=2,
+                         layer_types=["sliding_attention", "full_attention"],
+                         max_position_embeddings=256,
+                         tie_word_embeddings=True, rms_norm_eps=1e-6)),
 ]
 
 
@@ -75,7 +101,10 @@ def hf_greedy(m, n=24):
                           pad_token_id=0)[0, len(PROMPT):].tolist()
 
 
+ONLY = sys.argv[3].split(",") if len(sys.argv) > 3 else None
 for fam, kw in FAMILIES:
+    if ONLY and fam not in ONLY:
+        continue
     d = os.path.join(work, fam)
     m = save_random(d, kw, fam, "eager")
     data = os.path.join(work, fam + ".jsonl")

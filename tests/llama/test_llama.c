@@ -68,6 +68,15 @@ static void randomize_b(struct env *e)
 	}
 }
 
+/* Whether e's model has Gemma's sandwich norms. */
+static bool gemma_model(const struct env *e)
+{
+	for (int i = 0; i < e->st.spec.nparams; i++)
+		if (strstr(e->st.spec.params[i].name, "pre_feedforward"))
+			return true;
+	return false;
+}
+
 /* The families' biases (zero at init) and q/k norm weights (one) to
  * random values, so that they change the model where a test compares
  * paths (decode against the forward) and their gradients are generic. */
@@ -77,13 +86,15 @@ static void randomize_family(struct env *e)
 		const char *n = e->st.spec.params[i].name;
 		const bool bias = strstr(n, "_proj.bias") != NULL,
 			   qk = strstr(n, "_norm.weight") &&
-				(strstr(n, "q_norm") || strstr(n, "k_norm"));
-		if (!bias && !qk)
+				(strstr(n, "q_norm") || strstr(n, "k_norm")),
+			   /* Gemma's (1 + w) norms start at w = 0 */
+			gemma = strstr(n, "norm.weight") && gemma_model(e);
+		if (!bias && !qk && !gemma)
 			continue;
 		struct mg_tensor *p = &e->st.p[i];
 		for (int64_t j = 0; j < mg_tensor_numel(p); j++)
 			((double *)p->data)[j] =
-				(qk ? 1 : 0) +
+				(qk && !gemma ? 1 : 0) +
 				0.3 * mg_rng_normal(91 + (uint64_t)i,
 						    (uint64_t)j);
 	}
@@ -201,6 +212,13 @@ static const char fam_tiny[] = "vocab_size = 32\nhidden_size = 16\n"
 			       "intermediate_size = 24\nnum_layers = 2\n"
 			       "tie_embeddings = no\n";
 
+#define GEMMA2                                                                 \
+	"family = gemma2\nsliding_window = 3\nattn_logit_softcapping = "       \
+	"0.7\nfinal_logit_softcapping = 1.5\n"
+#define GEMMA3                                                                 \
+	"family = gemma3_text\nhead_dim = 6\nsliding_window = 3\n"             \
+	"sliding_window_pattern = 2\nrope_local_base_freq = 100\n"
+
 static void test_families_gradcheck(void)
 {
 	static const char *const fam[] = {
@@ -211,6 +229,14 @@ static void test_families_gradcheck(void)
 		"true\n",
 		"family = qwen2\nlora_rank = 2\nlora_targets = all\n",
 		"family = qwen3\nlora_rank = 2\nlora_targets = q,k,v,o\n",
+		/* Gemma: small caps so that tanh bends (the defaults, 50
+		 * and 30, are near linear at these sizes), layer 0 sliding
+		 * and layer 1 full; Gemma 3 with its local RoPE base on
+		 * layer 0; fused kernels with recomputation; LoRA */
+		GEMMA2,
+		GEMMA3,
+		GEMMA2 "kernels = all\nactivation_checkpointing = true\n",
+		GEMMA3 "lora_rank = 2\nlora_targets = all\n",
 	};
 	for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
 		char lines[512];
@@ -228,6 +254,8 @@ static void test_families_decode(void)
 		"family = qwen2\n",
 		"family = qwen3\nhead_dim = 6\n",
 		"family = mistral\nsliding_window = 4\n",
+		GEMMA2,
+		GEMMA3,
 	};
 	for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
 		char lines[512];
@@ -267,6 +295,30 @@ static void test_families_window(void)
 	       full, w3, w64);
 	CHECK(isfinite(full) && isfinite(w3) && fabs(full - w3) > 1e-6);
 	CHECK(w64 == full);
+	/* Gemma: the window acts on the sliding layer 0 only (with the
+	 * pattern 1 every layer is full: the window then changes nothing),
+	 * the soft-caps and the local RoPE base change the loss */
+#define G2 "family = gemma2\nattn_logit_softcapping = 0.7\n"
+#define G2C G2 "final_logit_softcapping = 1.5\n"
+#define G3                                                                     \
+	"family = gemma3_text\nhead_dim = 6\nsliding_window = 3\n"             \
+	"sliding_window_pattern = 2\n"
+	const double g3 = family_loss(GEMMA2),
+		     g64 = family_loss(G2C "sliding_window = 64\n"),
+		     gfull = family_loss(GEMMA2 "sliding_window_pattern = 1\n"),
+		     gfull3 = family_loss(G2C "sliding_window = 5\n"
+					      "sliding_window_pattern = 1\n"),
+		     gcap = family_loss(G2 "sliding_window = 3\n"
+					   "final_logit_softcapping = 0\n"),
+		     l100 = family_loss(GEMMA3),
+		     l1e4 = family_loss(G3 "rope_local_base_freq = 10000\n");
+	printf("gemma2 window 3 %.12g, 64 %.12g, full %.12g / %.12g, no "
+	       "final cap %.12g; gemma3 local base 100 %.12g, 1e4 %.12g\n",
+	       g3, g64, gfull, gfull3, gcap, l100, l1e4);
+	CHECK(isfinite(g3) && fabs(g3 - g64) > 1e-6);
+	CHECK(gfull == gfull3 && gfull == g64);
+	CHECK(fabs(gcap - g3) > 1e-6);
+	CHECK(isfinite(l100) && fabs(l100 - l1e4) > 1e-6);
 }
 
 /* Masked labels and padding contribute nothing. */

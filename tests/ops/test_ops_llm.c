@@ -288,6 +288,7 @@ static void test_rope(void)
 struct attn_case {
 	int64_t N, T, Hq, Hkv, hd;
 	int64_t window; /* sliding window, 0: none */
+	double cap;	/* score soft-capping (Gemma 2), 0: none */
 };
 
 /* Naive: repeated heads materialised, mask from the positions. */
@@ -325,7 +326,10 @@ static void ref_attention(const struct attn_case *c, const double *q,
 						     kr[((n * T + s) * c->Hq +
 							 h) * hd +
 							d];
-					sc[s] = on ? scale * a : -INFINITY;
+					a *= scale;
+					if (c->cap > 0)
+						a = c->cap * tanh(a / c->cap);
+					sc[s] = on ? a : -INFINITY;
 					m = fmax(m, sc[s]);
 				}
 				double l = 0;
@@ -364,9 +368,10 @@ static void attn_case(const struct attn_case *c)
 {
 	char name[96], buf[160];
 	snprintf(name, sizeof name,
-		 "attention N%lld T%lld Hq%lld Hkv%lld hd%lld W%lld",
+		 "attention N%lld T%lld Hq%lld Hkv%lld hd%lld W%lld cap%g",
 		 (long long)c->N, (long long)c->T, (long long)c->Hq,
-		 (long long)c->Hkv, (long long)c->hd, (long long)c->window);
+		 (long long)c->Hkv, (long long)c->hd, (long long)c->window,
+		 c->cap);
 	struct mg_tensor q = mk(MG_F64, 4, c->N, c->T, c->Hq, c->hd);
 	struct mg_tensor k = mk(MG_F64, 4, c->N, c->T, c->Hkv, c->hd);
 	struct mg_tensor v = clone(&k), o = clone(&q), R = clone(&q),
@@ -374,7 +379,8 @@ static void attn_case(const struct attn_case *c)
 	struct mg_tensor lse = mk(MG_F64, 3, c->N, c->Hq, c->T, 0);
 	struct mg_tensor pos = make_positions(c->N, c->T);
 	const double scale = 1 / sqrt((double)c->hd);
-	const struct mg_attn_opts a = MG_ATTN_OPTS(scale, c->window);
+	const struct mg_attn_opts a =
+		MG_ATTN_OPTS_CAP(scale, c->window, c->cap);
 	fill_rand(&q, 2), fill_rand(&k, 2), fill_rand(&v, 1), fill_rand(&R, 1);
 	fill_nan(&o), fill_nan(&lse), fill_nan(&dq), fill_nan(&dk);
 	fill_nan(&dv);
@@ -412,15 +418,18 @@ static void attn_case(const struct attn_case *c)
 static void test_attention(void)
 {
 	static const struct attn_case cases[] = {
-		{4, 7, 4, 2, 8, 0},   /* GQA 2:1, T odd */
-		{4, 11, 4, 1, 16, 0}, /* multi-query */
-		{2, 5, 2, 2, 8, 0},   /* plain multi-head */
-		{3, 1, 4, 2, 8, 0},   /* one token */
+		{4, 7, 4, 2, 8, 0, 0},	 /* GQA 2:1, T odd */
+		{4, 11, 4, 1, 16, 0, 0}, /* multi-query */
+		{2, 5, 2, 2, 8, 0, 0},	 /* plain multi-head */
+		{3, 1, 4, 2, 8, 0, 0},	 /* one token */
 		/* sliding windows shorter than the documents (Mistral's),
 		 * of one key, and longer than the rows (no effect) */
-		{4, 11, 4, 2, 8, 3},
-		{4, 7, 4, 1, 8, 1},
-		{2, 5, 2, 2, 8, 9},
+		{4, 11, 4, 2, 8, 3, 0},
+		{4, 7, 4, 1, 8, 1, 0},
+		{2, 5, 2, 2, 8, 9, 0},
+		/* soft-capped scores (Gemma 2), with a window too */
+		{4, 7, 4, 2, 8, 0, 0.6},
+		{4, 11, 4, 1, 16, 3, 1.5},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
 		attn_case(&cases[i]);
@@ -571,6 +580,65 @@ static void test_swiglu(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Gemma's element-wise ops (ABI 1.13): GeGLU with the tanh GELU, logit */
+/* soft-capping, y = a x + b.                                          */
+
+static double gelu_tanh(double x)
+{
+	return 0.5 * x *
+	       (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+static double geg_loss(void *arg)
+{
+	struct swi_fd *f = arg;
+	if (mg_op_geglu(&ctx, f->g, f->u, f->h))
+		return NAN;
+	return dot(f->h, f->R);
+}
+
+static double cap_loss(void *arg)
+{
+	struct swi_fd *f = arg;
+	if (mg_op_softcap(&ctx, f->g, 1.7, f->h))
+		return NAN;
+	return dot(f->h, f->R);
+}
+
+static void test_gemma(void)
+{
+	struct mg_tensor g = mk(MG_F64, 2, 5, 7, 0, 0), u = clone(&g),
+			 h = clone(&g), R = clone(&g), dg = clone(&g),
+			 du = clone(&g);
+	fill_rand(&g, 4), fill_rand(&u, 1), fill_rand(&R, 1), fill_nan(&h);
+	fill_nan(&dg), fill_nan(&du);
+	CHECK_OK(mg_op_geglu(&ctx, &g, &u, &h));
+	double *want = malloc((size_t)N_(&g) * sizeof *want);
+	for (int64_t i = 0; i < N_(&g); i++)
+		want[i] = gelu_tanh(D(&g)[i]) * D(&u)[i];
+	expect_close("geglu forward", D(&h), want, N_(&g), 1e-14);
+	CHECK_OK(mg_op_geglu_backward(&ctx, &g, &u, &R, &dg, &du));
+	struct swi_fd f = {&g, &u, &h, &R};
+	fd_check("geglu dg", &g, D(&dg), geg_loss, &f, 0, FD_TOL);
+	fd_check("geglu du", &u, D(&du), geg_loss, &f, 0, FD_TOL);
+	CHECK_OK(mg_op_softcap(&ctx, &g, 1.7, &h));
+	for (int64_t i = 0; i < N_(&g); i++)
+		want[i] = 1.7 * tanh(D(&g)[i] / 1.7);
+	expect_close("softcap forward", D(&h), want, N_(&g), 1e-14);
+	fill_nan(&dg);
+	CHECK_OK(mg_op_softcap_backward(&ctx, &g, 1.7, &R, &dg));
+	fd_check("softcap dx", &g, D(&dg), cap_loss, &f, 0, FD_TOL);
+	CHECK_OK(mg_op_scale_shift(&ctx, &g, 3, 1, &h));
+	for (int64_t i = 0; i < N_(&g); i++)
+		want[i] = 3 * D(&g)[i] + 1;
+	expect_close("scale_shift", D(&h), want, N_(&g), 0);
+	expect_error("softcap cap 0", mg_op_softcap(&ctx, &g, 0, &h),
+		     "need a finite cap > 0");
+	free(want);
+	del(&g), del(&u), del(&h), del(&R), del(&dg), del(&du);
+}
+
+/* ------------------------------------------------------------------ */
 /* fp32 against fp64: every op, forward and backward, on one set of     */
 /* inputs (rounded to f32 first so only the arithmetic differs).       */
 
@@ -583,7 +651,7 @@ static void round32(struct mg_tensor *t)
 static void test_precision(void)
 {
 	const double tol = 1e-4;
-	const struct attn_case c = {4, 13, 4, 2, 16, 0};
+	const struct attn_case c = {4, 13, 4, 2, 16, 0, 0};
 	struct mg_tensor q = mk(MG_F64, 4, c.N, c.T, c.Hq, c.hd);
 	struct mg_tensor k = mk(MG_F64, 4, c.N, c.T, c.Hkv, c.hd);
 	struct mg_tensor v = clone(&k), o = clone(&q), dout = clone(&q),
@@ -865,6 +933,7 @@ int main(int argc, char **argv)
 		{"attention", test_attention},
 		{"decode", test_decode},
 		{"swiglu", test_swiglu},
+		{"gemma", test_gemma},
 		{"precision", test_precision},
 		{"errors", test_errors},
 		{"determinism", test_determinism},

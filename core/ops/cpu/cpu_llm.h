@@ -49,6 +49,17 @@ int mg_cpu_swiglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,
 			   const struct mg_tensor *u,
 			   const struct mg_tensor *dh, struct mg_tensor *dg,
 			   struct mg_tensor *du);
+/* Gemma's element-wise ops (llm_gemma.c); softcap with dy computes the
+ * backward dx = dy (1 - tanh^2(x / cap)) into y. */
+int mg_cpu_geglu(struct mg_ctx *ctx, const struct mg_tensor *g,
+		 const struct mg_tensor *u, struct mg_tensor *h);
+int mg_cpu_geglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,
+			  const struct mg_tensor *u, const struct mg_tensor *dh,
+			  struct mg_tensor *dg, struct mg_tensor *du);
+int mg_cpu_softcap(struct mg_ctx *ctx, const struct mg_tensor *x, double cap,
+		   const struct mg_tensor *dy, struct mg_tensor *y);
+int mg_cpu_scale_shift(struct mg_ctx *ctx, const struct mg_tensor *x, double a,
+		       double b, struct mg_tensor *y);
 /* Fused ops (llm_fused.c): the same results as the unfused ones. */
 int mg_cpu_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
 		       const struct mg_tensor *r, const struct mg_tensor *w,

@@ -1,7 +1,8 @@
 /*
  * llm_attention.c - CPU causal grouped-query attention over packed
- * documents (ops_llm.h; checks in core/ops/llm.c): the reference the CUDA
- * kernels are tested against. Direct loops, one query (forward, dq) or
+ * documents (ops_llm.h; checks in core/ops/llm.c), scores soft-capped
+ * when the options say (Gemma 2): the reference the CUDA kernels are
+ * tested against. Direct loops, one query (forward, dq) or
  * one key (dk, dv) per OpenMP iteration; backward recomputes the
  * probabilities from the saved log-sum-exp.
  */
@@ -14,7 +15,24 @@
 struct llm_attn_geom {
 	int64_t N, S, Hq, Hkv, hd; /* S: sequence length */
 	int64_t window;		   /* sliding window, 0: none */
+	double cap;		   /* score soft-capping, 0: none */
 };
+
+/* A scaled score soft-capped (cap * tanh(s / cap)) when there is a cap;
+ * *dcap (when given) the derivative of the cap at s. */
+static inline double llm_cap(const struct llm_attn_geom *g, double s,
+			     double *dcap)
+{
+	if (!(g->cap > 0)) {
+		if (dcap)
+			*dcap = 1;
+		return s;
+	}
+	const double th = tanh(s / g->cap);
+	if (dcap)
+		*dcap = 1 - th * th;
+	return g->cap * th;
+}
 
 /* First key query t attends: t - pos, clamped to [0, t], and within the
  * sliding window (t - window + 1) when there is one. */
@@ -38,7 +56,8 @@ static struct llm_attn_geom geom(const struct mg_tensor *q,
 				 const struct mg_attn_opts *a)
 {
 	struct llm_attn_geom g = {q->shape[0], q->shape[1], q->shape[2],
-				  k->shape[2], q->shape[3], a->window};
+				  k->shape[2], q->shape[3], a->window,
+				  a->softcap};
 	return g;
 }
 

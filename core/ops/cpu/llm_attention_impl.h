@@ -42,9 +42,11 @@ static void FN(attn_fwd)(const struct llm_attn_geom *g, const T *q, const T *k,
 							k + ((n * g->S + s) *
 								     g->Hkv +
 							     kh) * hd;
-						p[s - lo] =
-							scale *
-							FN(dotd)(qt, ks, hd);
+						p[s - lo] = llm_cap(
+							g,
+							scale * FN(dotd)(qt, ks,
+									 hd),
+							NULL);
 						m = fmax(m, p[s - lo]);
 					}
 					for (int64_t d = 0; d < hd; d++)
@@ -76,7 +78,7 @@ static void FN(attn_fwd)(const struct llm_attn_geom *g, const T *q, const T *k,
 }
 
 /*
- * p = exp(scale q.k - lse), dp = dout.v, ds = p (dp - Dt) with
+ * p = exp(cap(scale q.k) - lse), dp = dout.v, ds = cap' p (dp - Dt) with
  * Dt = dout.o: dq_t = scale sum_s ds k_s (over s in order), and per key s
  * (over the group's query heads, then t, in order) dv_s = sum p dout_t,
  * dk_s = scale sum ds q_t.
@@ -114,14 +116,19 @@ static void FN(attn_bwd)(const struct llm_attn_geom *g, const T *q, const T *k,
 					const int64_t as =
 						((n * TT + s) * g->Hkv + kh) *
 						hd;
+					double dc;
 					const double p = exp(
-						scale * FN(dotd)(q + at, k + as,
-								 hd) -
+						llm_cap(g,
+							scale * FN(dotd)(q + at,
+									 k + as,
+									 hd),
+							&dc) -
 						L);
 					const double ds =
-						p * (FN(dotd)(dout + at, v + as,
-							      hd) -
-						     Dt[i]);
+						dc * p *
+						(FN(dotd)(dout + at, v + as,
+							  hd) -
+						 Dt[i]);
 					for (int64_t d = 0; d < hd; d++)
 						acc[d] +=
 							ds * (double)k[as + d];
@@ -154,14 +161,19 @@ static void FN(attn_bwd)(const struct llm_attn_geom *g, const T *q, const T *k,
 						((n * TT + t) * g->Hq + h) * hd;
 					const int64_t it =
 						(n * g->Hq + h) * TT + t;
+					double dc;
 					const double p = exp(
-						scale * FN(dotd)(q + at, k + as,
-								 hd) -
+						llm_cap(g,
+							scale * FN(dotd)(q + at,
+									 k + as,
+									 hd),
+							&dc) -
 						(double)lse[it]);
 					const double ds =
-						p * (FN(dotd)(dout + at, v + as,
-							      hd) -
-						     Dt[it]);
+						dc * p *
+						(FN(dotd)(dout + at, v + as,
+							  hd) -
+						 Dt[it]);
 					for (int64_t d = 0; d < hd; d++) {
 						av[d] += p *
 							 (double)dout[at + d];

@@ -14,6 +14,7 @@
 struct dec_geom {
 	int64_t n, Hq, Hkv, hd, pos;
 	int64_t window; /* sliding window, 0: none */
+	double cap;	/* score soft-capping, 0: none */
 };
 
 #define T float
@@ -29,7 +30,8 @@ int mg_cpu_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
 			    const struct mg_attn_opts *a, struct mg_tensor *o)
 {
 	const struct dec_geom g = {q->shape[0], q->shape[1], k_cache->shape[1],
-				   q->shape[2], pos,	     a->window};
+				   q->shape[2], pos,	     a->window,
+				   a->softcap};
 	const double scale = a->scale;
 	if (mg_tensor_numel(q) == 0)
 		return 0;

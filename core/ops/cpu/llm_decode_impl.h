@@ -41,7 +41,9 @@ static int FN(decode)(const struct dec_geom *g, const T *q, const T *k,
 				double d = 0;
 				for (int64_t e = 0; e < hd; e++)
 					d += (double)qt[e] * (double)ks[e];
-				p[s] = scale * d;
+				p[s] = g->cap > 0 ? g->cap * tanh(scale * d /
+								  g->cap)
+						  : scale * d;
 				m = fmax(m, p[s]);
 			}
 			for (int64_t e = 0; e < hd; e++)

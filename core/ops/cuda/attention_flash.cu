@@ -7,7 +7,8 @@
  * causal grouped-query attention over packed documents, query t attends
  * keys [t - positions[t], t] (and no more than the sliding window's);
  * q [N, S, Hq, hd], k/v [N, S, Hkv, hd],
- * lse [N, Hq, S] in natural-log units of the scaled scores.
+ * lse [N, Hq, S] in natural-log units of the scaled scores; scores
+ * soft-capped (cap tanh(s / cap), Gemma 2) when the options say.
  *
  * Why: the tiled kernels run the products on CUDA cores in F32; here
  * every product is mma.sync m16n8k16 (F16/BF16 operands, F32
@@ -55,7 +56,29 @@ struct fa_dims {
 	float scale; /* softmax scale */
 	float sl2;   /* scale * log2(e) */
 	int window;  /* sliding window, 0: none */
+	/* score soft-capping (Gemma 2), 0: none. Raw scores r become
+	 * cap_out tanh(r cap_in) (cap_in = scale / cap, cap_out = cap /
+	 * scale): the capped scaled score over scale, so the base-2
+	 * exponent's FFMA stays as it is */
+	float cap, cap_in, cap_out;
 };
+
+/* Raw score r soft-capped in place when there is a cap (before the
+ * mask: a masked score is -inf whatever it was). */
+__device__ __forceinline__ float fa_cap(const fa_dims &a, float r)
+{
+	return a.cap > 0 ? a.cap_out * tanhf(r * a.cap_in) : r;
+}
+
+/* The cap's derivative at a capped raw score c: 1 - tanh^2 (0 where c
+ * is -inf, a masked score, whose P is 0 anyway). */
+__device__ __forceinline__ float fa_dcap(const fa_dims &a, float c)
+{
+	if (!(a.cap > 0))
+		return 1.0f;
+	const float th = c / a.cap_out;
+	return fmaxf(1.0f - th * th, 0.0f);
+}
 
 /* First key query t attends: t - pos, clamped to [0, t], and within the
  * sliding window when there is one (as llm.cu). */
@@ -502,6 +525,16 @@ __global__ void __launch_bounds__(FT)
 						       qf[mi][kk], b + 2);
 					}
 				}
+			if (a.cap > 0) {
+#pragma unroll
+				for (int mi = 0; mi < MW; mi++)
+#pragma unroll
+					for (int x = 0; x < BC / 8; x++)
+#pragma unroll
+						for (int e = 0; e < 4; e++)
+							s[mi][x][e] = fa_cap(
+								a, s[mi][x][e]);
+			}
 			/* mask only boundary tiles (raw scores; scale > 0, so
 			 * the row max of the raw scores gives the scaled one) */
 			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
@@ -799,6 +832,16 @@ __global__ void __launch_bounds__(FT)
 					}
 				}
 			}
+			if (a.cap > 0) {
+#pragma unroll
+				for (int m = 0; m < MW; m++)
+#pragma unroll
+					for (int nb = 0; nb < BC / 8; nb++)
+#pragma unroll
+						for (int e = 0; e < 4; e++)
+							s[m][nb][e] = fa_cap(
+								a, s[m][nb][e]);
+			}
 			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
 				/* keys outside [lo, t] of the row (rows past S
 				 * have zero q and dout, so dS = 0, and are
@@ -839,12 +882,13 @@ __global__ void __launch_bounds__(FT)
 #pragma unroll
 					for (int e = 0; e < 4; e++) {
 						const int x = e >> 1;
-						const float p = ex2(
-							fmaf(s[m][nb][e], a.sl2,
-							     -ls[m][x]));
-						s[m][nb][e] =
-							p * (dp[m][nb][e] -
-							     dd[m][x]);
+						const float c = s[m][nb][e];
+						const float p = ex2(fmaf(
+							c, a.sl2, -ls[m][x]));
+						s[m][nb][e] = fa_dcap(a, c) *
+							      p *
+							      (dp[m][nb][e] -
+							       dd[m][x]);
 					}
 #pragma unroll
 			for (int kk = 0; kk < BC / 16; kk++)
@@ -983,6 +1027,13 @@ __global__ void __launch_bounds__(FT)
 					mma<T>(pt[2 * p + 1], va, bb + 2);
 				}
 			}
+			if (a.cap > 0) {
+#pragma unroll
+				for (int x = 0; x < BQ / 8; x++)
+#pragma unroll
+					for (int e = 0; e < 4; e++)
+						st[x][e] = fa_cap(a, st[x][e]);
+			}
 			/* element (key k0 / k1, query tq0 + c): masked unless
 			 * every query of the tile sees every key of the warp */
 			int lq = lo_s[b][lane];
@@ -1014,12 +1065,14 @@ __global__ void __launch_bounds__(FT)
 						&d_s[b][c]);
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
+					const float c = st[x][e];
 					const float p = ex2(
-						fmaf(st[x][e], a.sl2,
+						fmaf(c, a.sl2,
 						     -(e & 1 ? ls.y : ls.x)));
 					st[x][e] = p;
-					pt[x][e] = p * (pt[x][e] -
-							(e & 1 ? dd.y : dd.x));
+					pt[x][e] = fa_dcap(a, c) * p *
+						   (pt[x][e] -
+						    (e & 1 ? dd.y : dd.x));
 				}
 			}
 			/* dv += P^T dout, dk += dS^T q (query steps of 16) */
@@ -1193,6 +1246,9 @@ fa_dims fa_make(const struct mg_tensor *q, const struct mg_tensor *k,
 	a.Hkv = (int)k->shape[2];
 	a.scale = (float)scale;
 	a.sl2 = (float)(scale * 1.4426950408889634);
+	a.cap = opts->softcap > 0 ? (float)opts->softcap : 0.0f;
+	a.cap_in = a.cap > 0 ? (float)(scale / opts->softcap) : 0.0f;
+	a.cap_out = a.cap > 0 ? (float)(opts->softcap / scale) : 0.0f;
 	return a;
 }
 

@@ -81,6 +81,20 @@ mg_cuda_swiglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,
 			const struct mg_tensor *u, const struct mg_tensor *dh,
 			struct mg_tensor *dg, struct mg_tensor *du);
 
+/* Gemma's element-wise ops (llm_gemma.cu); softcap with dy computes
+ * the backward into y, as the CPU's. */
+MG_EXPORT int mg_cuda_geglu(struct mg_ctx *ctx, const struct mg_tensor *g,
+			    const struct mg_tensor *u, struct mg_tensor *h);
+MG_EXPORT int
+mg_cuda_geglu_backward(struct mg_ctx *ctx, const struct mg_tensor *g,
+		       const struct mg_tensor *u, const struct mg_tensor *dh,
+		       struct mg_tensor *dg, struct mg_tensor *du);
+MG_EXPORT int mg_cuda_softcap(struct mg_ctx *ctx, const struct mg_tensor *x,
+			      double cap, const struct mg_tensor *dy,
+			      struct mg_tensor *y);
+MG_EXPORT int mg_cuda_scale_shift(struct mg_ctx *ctx, const struct mg_tensor *x,
+				  double a, double b, struct mg_tensor *y);
+
 /* Fused ops (llm_fused.cu). */
 MG_EXPORT int mg_cuda_add_rmsnorm(struct mg_ctx *ctx, const struct mg_tensor *x,
 				  const struct mg_tensor *r,

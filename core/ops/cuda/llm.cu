@@ -484,7 +484,21 @@ struct attn_dims {
 	int N, S, Hq, Hkv, hd;
 	float scale;
 	int window; /* sliding window, 0: none */
+	float cap;  /* score soft-capping, 0: none */
 };
+
+/* A scaled score soft-capped when there is a cap (Gemma 2); *dc the
+ * cap's derivative at s for the backward's dS. */
+__device__ __forceinline__ float attn_cap(float s, float cap, float *dc)
+{
+	if (!(cap > 0)) {
+		*dc = 1.0f;
+		return s;
+	}
+	const float th = tanhf(s / cap);
+	*dc = 1.0f - th * th;
+	return cap * th;
+}
 
 /* First key query t attends: t - pos, clamped to [0, t], and within the
  * sliding window when there is one (as the CPU's llm_lo). */
@@ -559,7 +573,8 @@ __global__ void __launch_bounds__(AW * 32)
 				for (int d = 0; d < hd; d++)
 					dt += qs[r * hd + d] *
 					      ks[lane * hp + d];
-				sc = dt * a.scale;
+				float dc;
+				sc = attn_cap(dt * a.scale, a.cap, &dc);
 			}
 			const float mn = fmaxf(m[qi], warp_max(sc));
 			const float p = on ? expf(sc - mn) : 0.0f;
@@ -689,8 +704,11 @@ __global__ void __launch_bounds__(AW * 32)
 					dp += gs[r * hd + d] *
 					      vs[lane * hp + d];
 				}
-				const float p = expf(qk * a.scale - lse_s[r]);
-				ds = p * (dp - dt_s[r]);
+				float dc;
+				const float p = expf(
+					attn_cap(qk * a.scale, a.cap, &dc) -
+					lse_s[r]);
+				ds = dc * p * (dp - dt_s[r]);
 			}
 			for (int j = 0; j < BK; j++) {
 				const float dj =
@@ -801,8 +819,11 @@ __global__ void __launch_bounds__(AW * 32)
 						dp += gs[lane * hp + d] *
 						      vs[j * hd + d];
 					}
-					p = expf(qk * a.scale - lse_s[lane]);
-					ds = p * (dp - dt_s[lane]);
+					float dc;
+					p = expf(attn_cap(qk * a.scale, a.cap,
+							  &dc) -
+						 lse_s[lane]);
+					ds = dc * p * (dp - dt_s[lane]);
 				}
 				for (int r = 0; r < BQ2; r++) {
 					const float pr =
@@ -962,6 +983,7 @@ static int attn_setup(const char *op, const struct mg_tensor *q,
 	a->hd = (int)q->shape[3];
 	a->scale = (float)scale;
 	a->window = opts->window > q->shape[1] ? 0 : (int)opts->window;
+	a->cap = (float)opts->softcap;
 	if (!attn_ndl(a->hd))
 		return mg_error("%s: head dimension %d > 256 is not supported "
 				"on CUDA",

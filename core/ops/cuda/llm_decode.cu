@@ -56,6 +56,7 @@ struct dec_dims {
 	int64_t pos;
 	float scale;
 	int64_t window; /* sliding window, 0: none */
+	float cap;	/* score soft-capping, 0: none */
 };
 
 template <typename T>
@@ -90,7 +91,9 @@ __global__ void __launch_bounds__(DT)
 				s += qs[d] * mgc_ld(k, at + d);
 			s = dwarp_sum(s);
 			if (lane == 0)
-				ps[j] = s * a.scale;
+				ps[j] = a.cap > 0 ? a.cap * tanhf(s * a.scale /
+								  a.cap)
+						  : s * a.scale;
 		}
 		__syncthreads();
 		const float mine =
@@ -153,6 +156,7 @@ mg_cuda_attention_decode(struct mg_ctx *ctx, const struct mg_tensor *q,
 	a.pos = pos;
 	a.scale = (float)opts->scale;
 	a.window = opts->window;
+	a.cap = (float)opts->softcap;
 	if (a.hd > DT * DNDL)
 		return mg_error("%s: head dimension %d > %d is not supported "
 				"on CUDA",

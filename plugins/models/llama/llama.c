@@ -15,23 +15,40 @@
 static const struct mg_option llama_options[] = {
 	MG_OPT_E("preset", "tiny",
 		 "tiny|llama2-7b|llama3-8b|llama3.2-1b|llama3.2-3b|mistral-7b|"
-		 "qwen2.5-1.5b|qwen3-1.7b",
+		 "qwen2.5-1.5b|qwen3-1.7b|gemma-2-2b|gemma-3-1b",
 		 "architecture to start from (published shapes; tiny: 2 "
 		 "layers of 64 for tests); the size options below override "
 		 "it"),
 	MG_OPT_P("hf_dir", "",
 		 "Hugging Face model folder (config.json, model.safetensors "
 		 "or its sharded index) to take the architecture and weights "
-		 "from, of model_type llama, mistral, qwen2 or qwen3; empty: "
+		 "from, of model_type llama, mistral, qwen2, qwen3, gemma2 "
+		 "or gemma3_text; empty: "
 		 "random weights of the preset"),
-	MG_OPT_E("family", "auto", "auto|llama|mistral|qwen2|qwen3",
+	MG_OPT_E("family", "auto",
+		 "auto|llama|mistral|qwen2|qwen3|gemma2|gemma3_text",
 		 "decoder family of the preset's shape (auto: the preset's; "
 		 "with hf_dir, config.json's model_type): llama, mistral "
 		 "(sliding-window attention), qwen2 (q, k, v biases), qwen3 "
-		 "(per-head q and k RMSNorm)"),
+		 "(per-head q and k RMSNorm), gemma2 ((1 + w) and sandwich "
+		 "norms, GeGLU, soft-capping, sliding and full layers), "
+		 "gemma3_text (gemma2's with q/k norms and a local RoPE "
+		 "base, no soft-capping)"),
 	MG_OPT_I("sliding_window", "0", 0, 1 << 30,
 		 "family mistral: keys each query sees, itself included (0: "
-		 "no window)"),
+		 "no window); gemma2 / gemma3_text: their sliding layers' "
+		 "(0: the preset's, else 4096)"),
+	MG_OPT_I("sliding_window_pattern", "0", 0, 4096,
+		 "gemma2 / gemma3_text: layer l attends in full when (l + 1) "
+		 "is a multiple of this (0: the family's, 2 and 6)"),
+	MG_OPT_F("attn_logit_softcapping", "-1", -1, 1e6,
+		 "gemma2 / gemma3_text: attention scores capped to +-this "
+		 "(-1: the family's, 50 and none; 0: none)"),
+	MG_OPT_F("final_logit_softcapping", "-1", -1, 1e6,
+		 "gemma2 / gemma3_text: output logits capped to +-this (-1: "
+		 "the family's, 30 and none; 0: none)"),
+	MG_OPT_F("rope_local_base_freq", "0", 0, 1e12,
+		 "gemma3_text: the sliding layers' RoPE base (0: 10000)"),
 	MG_OPT_I("vocab_size", "0", 0, 1 << 24, "vocabulary (0: preset's)"),
 	MG_OPT_I("hidden_size", "0", 0, 1 << 20, "model width (0: preset's)"),
 	MG_OPT_I("intermediate_size", "0", 0, 1 << 22,
@@ -136,17 +153,20 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 		free(m);
 		return -1;
 	}
-	/* Rotary frequencies live on the device, computed once. */
+	llama_arch_setup(m);
+	/* Rotary frequencies live on the device, computed once: the global
+	 * layers' then the sliding layers' (llama_inv_freq_of). */
 	int64_t half = m->c.head_dim / 2;
-	float *f = malloc((size_t)half * sizeof *f);
-	if (!f || mg_buf_alloc(ctx, &m->inv_freq, (size_t)half * sizeof *f,
-			       MG_MEM_PARAMS)) {
+	float *f = malloc((size_t)(2 * half) * sizeof *f);
+	if (!f || mg_buf_alloc(ctx, &m->inv_freq,
+			       (size_t)(2 * half) * sizeof *f, MG_MEM_PARAMS)) {
 		free(f);
 		llama_lora_free(m);
 		free(m);
 		return mg_error_prefix("llama: rotary table");
 	}
 	llama_inv_freq(&m->c, f);
+	llama_inv_freq_local(&m->c, f + half);
 	if (m->hf_dir[0] && llama_hf_open(m)) {
 		free(f);
 		llama_hf_close(m);
@@ -155,7 +175,8 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 		free(m);
 		return -1;
 	}
-	int rc = mg_copy_h2d(ctx, m->inv_freq.ptr, f, (size_t)half * sizeof *f);
+	int rc = mg_copy_h2d(ctx, m->inv_freq.ptr, f,
+			     (size_t)(2 * half) * sizeof *f);
 	free(f);
 	if (rc) {
 		llama_hf_close(m);
@@ -179,6 +200,7 @@ static void llama_destroy(void *self)
 	llama_qat_free(m);
 	llama_dpo_free(m);
 	mg_buf_free(m->ctx, &m->inv_freq);
+	mg_buf_free(m->ctx, &m->normw);
 	mg_buf_free(m->ctx, &m->arena);
 	mg_buf_free(m->ctx, &m->work);
 	llama_decode_free(m);
@@ -204,7 +226,16 @@ const char *const llama_layer_param[LP_COUNT] = {
 	[LP_DOWN_BIAS] = "mlp.down_proj.bias",
 	[LP_Q_NORM] = "self_attn.q_norm.weight",
 	[LP_K_NORM] = "self_attn.k_norm.weight",
+	[LP_ATTN_OUT_NORM] = "post_attention_layernorm.weight",
+	[LP_MLP_OUT_NORM] = "post_feedforward_layernorm.weight",
 };
+
+const char *llama_lp_name(const struct llama_cfg *c, int p)
+{
+	if (c->sandwich && p == LP_POST_NORM)
+		return "pre_feedforward_layernorm.weight";
+	return llama_layer_param[p];
+}
 
 void llama_lp_shape(const struct llama_cfg *c, int p, int64_t shape[2])
 {
@@ -219,7 +250,8 @@ void llama_lp_shape(const struct llama_cfg *c, int p, int64_t shape[2])
 		[LP_DOWN] = LT_DOWN,
 	};
 	shape[1] = 0;
-	if (p == LP_IN_NORM || p == LP_POST_NORM)
+	if (p == LP_IN_NORM || p == LP_POST_NORM || p == LP_ATTN_OUT_NORM ||
+	    p == LP_MLP_OUT_NORM)
 		shape[0] = D;
 	else if (p == LP_Q_NORM || p == LP_K_NORM)
 		shape[0] = c->head_dim;
@@ -238,7 +270,9 @@ void llama_layer_params(struct llama *m)
 			p < LP_ALWAYS ||
 			(p <= LP_DOWN_BIAS &&
 			 (c->bias & (1u << (p - LP_Q_BIAS)))) ||
-			((p == LP_Q_NORM || p == LP_K_NORM) && c->qk_norm);
+			((p == LP_Q_NORM || p == LP_K_NORM) && c->qk_norm) ||
+			((p == LP_ATTN_OUT_NORM || p == LP_MLP_OUT_NORM) &&
+			 c->sandwich);
 		m->lp[p] = has ? m->nlp : -1;
 		if (has)
 			m->kind[m->nlp++] = p;
@@ -343,7 +377,7 @@ static int llama_declare(void *self, struct mg_model_spec *s)
 			const int fl = llama_lp_norm(p)	  ? N
 				       : llama_lp_proj(p) ? W
 							  : B;
-			if (add_dt(s, llama_layer_param[p], dt, fl, sh[0],
+			if (add_dt(s, llama_lp_name(c, p), dt, fl, sh[0],
 				   sh[1]))
 				return -1;
 		}
@@ -432,9 +466,10 @@ static const struct mg_plugin llama_plugin = {
 	.kind = MG_PLUGIN_MODEL,
 	.name = "llama",
 	.version = "0.1",
-	.description = "Llama 2 / 3 / 3.x, Mistral, Qwen2 / 2.5 and Qwen3 "
-		       "decoders (RMSNorm, RoPE with llama3 scaling, GQA, "
-		       "SwiGLU; biases, q/k norms, sliding windows), "
+	.description = "Llama 2 / 3 / 3.x, Mistral, Qwen2 / 2.5, Qwen3, "
+		       "Gemma 2 and Gemma 3 (text) decoders (RMSNorm, RoPE "
+		       "with llama3 scaling, GQA, SwiGLU / GeGLU; biases, "
+		       "q/k norms, sliding windows, soft-capping), "
 		       "per-token loss; presets or a Hugging Face folder",
 	.options = llama_options,
 	.create = llama_create,

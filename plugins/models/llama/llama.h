@@ -11,6 +11,9 @@
 
 #include "mg/mg.h"
 
+/* The most layers a model has (num_hidden_layers' bound). */
+#define LLAMA_MAX_LAYERS 4096
+
 /* The architecture, as Hugging Face's LlamaConfig names it. */
 struct llama_cfg {
 	int64_t vocab;	     /* vocab_size */
@@ -35,7 +38,26 @@ struct llama_cfg {
 	unsigned bias;	/* projections with a bias: bits 1u << LT_* */
 	bool qk_norm;	/* per-head RMSNorm of q and k before RoPE */
 	int64_t window; /* sliding-window attention (keys), 0: none */
+	/* Gemma 2 / 3 (llama_family.c); zero for the other families */
+	bool norm_offset;	 /* RMSNorms scale by (1 + w), w stored */
+	bool sandwich;		 /* norms on the attention and MLP outputs */
+	bool geglu;		 /* gelu_tanh gate instead of SiLU */
+	double embed_scale;	 /* embeddings times this, 0: none */
+	double attn_scale;	 /* score scale, 0: 1 / sqrt(head_dim) */
+	double attn_softcap;	 /* attention logit soft-capping, 0: none */
+	double final_softcap;	 /* output logit soft-capping, 0: none */
+	double rope_local_theta; /* sliding layers' RoPE base, 0: theta's */
+	double rs_linear;	 /* rope_scaling linear factor, 0: none */
+	/* layers that attend in full despite a window (bit l of word l /
+	 * 64): transformers' layer_types mixing sliding and full layers */
+	uint64_t full[LLAMA_MAX_LAYERS / 64];
 };
+
+/* Whether layer l attends through the sliding window. */
+static inline bool llama_slides(const struct llama_cfg *c, int64_t l)
+{
+	return c->window > 0 && !(c->full[l / 64] >> (l % 64) & 1);
+}
 
 /* A decoder family: config.json's model_type and architecture, the keys
  * it adds to LlamaConfig's (read: features into c, errors naming path
@@ -125,12 +147,18 @@ enum {
 	LP_DOWN_BIAS,
 	LP_Q_NORM, /* per-head RMSNorm weights [head_dim] */
 	LP_K_NORM,
+	LP_ATTN_OUT_NORM, /* sandwich norms: of the attention output */
+	LP_MLP_OUT_NORM,  /* and of the MLP output, before the residuals */
 	LP_COUNT,
 };
 #define LP_ALWAYS (LP_DOWN + 1)
 
 /* Their Hugging Face names within "model.layers.N.", by LP_*. */
 extern const char *const llama_layer_param[LP_COUNT];
+/* Kind p's name in c's family: llama_layer_param's, except that with
+ * sandwich norms (Gemma) the pre-MLP norm is pre_feedforward_layernorm
+ * and post_attention_layernorm the attention output's. */
+const char *llama_lp_name(const struct llama_cfg *c, int p);
 /* Whether kind p is a projection's weight (q .. down): what NF4, int4
  * and QAT store or fake-quantize. */
 static inline bool llama_lp_proj(int p)
@@ -141,7 +169,7 @@ static inline bool llama_lp_proj(int p)
 static inline bool llama_lp_norm(int p)
 {
 	return p == LP_IN_NORM || p == LP_POST_NORM || p == LP_Q_NORM ||
-	       p == LP_K_NORM;
+	       p == LP_K_NORM || p == LP_ATTN_OUT_NORM || p == LP_MLP_OUT_NORM;
 }
 
 /* LoRA targets: a layer's seven projections, then the output head. */
@@ -253,12 +281,25 @@ struct llama {
 	const struct llama_objective *obj; /* from the objective option */
 	int64_t goff; /* global_offset of the last training forward */
 	struct mg_ctx *ctx;
-	char hf_dir[4096];	/* weights to start from, or "" */
-	struct llama_hf *hf;	/* its open files (llama_hf.c) */
-	struct mg_buf inv_freq; /* F32 [head_dim / 2] on the device */
-	struct mg_buf arena;	/* activations kept for backward */
-	struct mg_buf work;	/* backward's gradient buffers */
-	int64_t n, T;		/* batch the arena is laid out for */
+	char hf_dir[4096];   /* weights to start from, or "" */
+	struct llama_hf *hf; /* its open files (llama_hf.c) */
+	/* F32 [head_dim / 2] on the device: the global layers' rotary
+	 * frequencies, then the sliding layers' (rope_local_theta) */
+	struct mg_buf inv_freq;
+	/* the gate of the MLP: swiglu, or geglu (tanh GELU), by c.geglu */
+	int (*glu)(struct mg_ctx *ctx, const struct mg_tensor *g,
+		   const struct mg_tensor *u, struct mg_tensor *h);
+	int (*glu_backward)(struct mg_ctx *ctx, const struct mg_tensor *g,
+			    const struct mg_tensor *u,
+			    const struct mg_tensor *dh, struct mg_tensor *dg,
+			    struct mg_tensor *du);
+	/* norm_offset: (1 + w) of the norms in use, LLAMA_NORM_SLOTS
+	 * slots of max(hidden, head_dim) values in the weights' dtype */
+	struct mg_buf normw;
+	struct mg_tensor normw_t[8];
+	struct mg_buf arena; /* activations kept for backward */
+	struct mg_buf work;  /* backward's gradient buffers */
+	int64_t n, T;	     /* batch the arena is laid out for */
 	/* activation_checkpointing: one layer block in the arena, refilled
 	 * by recomputing each layer's forward in backward */
 	bool recompute;
@@ -472,6 +513,31 @@ void llama_qat_free(struct llama *m);
  * done, 0 the folder has no int4 form, -1 error. */
 int llama_hf_load_int4(struct llama *m, const char *name,
 		       struct mg_tensor *dst);
+
+/* llama_arch.c: the family's features as ops, shared by the forward,
+ * the backward and decoding. arch_setup picks the gate; attn_opts and
+ * inv_freq are layer l's (window, soft-cap, scale; the sliding layers'
+ * RoPE base); norm_w is the weight an RMSNorm multiplies by: w, or with
+ * norm_offset 1 + w written to slot `slot` (< 8; valid until that slot
+ * is used again); embed_scale multiplies x by the embedding scale (by
+ * it again in backward: linear), rounded to x's dtype as transformers
+ * rounds its normalizer; logit_cap soft-caps logits (forward: x into y;
+ * backward: x the uncapped logits, dy into dy). */
+void llama_arch_setup(struct llama *m);
+struct mg_attn_opts llama_attn_opts(const struct llama *m, int64_t l);
+struct mg_tensor llama_inv_freq_of(const struct llama *m, int64_t l);
+const struct mg_tensor *llama_norm_w(struct llama *m, struct mg_ctx *ctx,
+				     const struct mg_tensor *w, int slot);
+int llama_embed_scale(const struct llama *m, struct mg_ctx *ctx,
+		      struct mg_tensor *x);
+/* A layer's norm weights as its norms multiply by (llama_norm_w's, in
+ * slots NW_*; NULL where the layer has no such norm); the head's final
+ * norm takes slot NW_FINAL. */
+enum { NW_IN, NW_POST, NW_Q, NW_K, NW_AO, NW_MO, NW_N, NW_FINAL = NW_N };
+int llama_norm_ws(struct llama *m, struct mg_ctx *ctx,
+		  const struct mg_tensor *W, const struct mg_tensor **nw);
+/* rope_local_theta's frequencies (rope_theta's without one), unscaled. */
+void llama_inv_freq_local(const struct llama_cfg *c, float *out);
 
 /* llama_model.c */
 int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,

@@ -19,31 +19,48 @@ static const struct {
 	const char *name;
 	struct llama_cfg c;
 } presets[] = {
-	{"tiny", {256,	64, 176, 2, 4, 2,    16, 1e-5, 10000, false,
-		  0.02, 0,  0,	 0, 0, 2048, 0,	 0,    false, 0}},
+	{"tiny", {256,	64,    176,   2,    4,	   2, 16,
+		  1e-5, 10000, false, 0.02, 0,	   0, 0,
+		  0,	2048,  0,     0,    false, 0, .norm_offset = false}},
 	{"llama2-7b",
-	 {32000, 4096, 11008, 32, 32, 32,   128, 1e-5, 10000, false,
-	  0.02,	 0,    0,     0,  0,  4096, 0,	 0,    false, 0}},
+	 {32000, 4096,	11008, 32,   32,    32, 128,
+	  1e-5,	 10000, false, 0.02, 0,	    0,	0,
+	  0,	 4096,	0,     0,    false, 0,	.norm_offset = false}},
 	{"llama3-8b",
-	 {128256, 4096, 14336, 32, 32, 8,    128, 1e-5, 500000, false,
-	  0.02,	  0,	0,     0,  0,  8192, 0,	  0,	false,	0}},
+	 {128256, 4096,	  14336, 32,   32,    8, 128,
+	  1e-5,	  500000, false, 0.02, 0,     0, 0,
+	  0,	  8192,	  0,	 0,    false, 0, .norm_offset = false}},
 	{"llama3.2-1b",
-	 {128256, 2048, 8192, 16, 32,	8,	64, 1e-5, 500000, true,
-	  0.02,	  32,	1,    4,  8192, 131072, 0,  0,	  false,  0}},
+	 {128256, 2048,	  8192, 16,   32,    8, 64,
+	  1e-5,	  500000, true, 0.02, 32,    1, 4,
+	  8192,	  131072, 0,	0,    false, 0, .norm_offset = false}},
 	{"llama3.2-3b",
-	 {128256, 3072, 8192, 28, 24,	8,	128, 1e-5, 500000, true,
-	  0.02,	  32,	1,    4,  8192, 131072, 0,   0,	   false,  0}},
+	 {128256, 3072,	  8192, 28,   24,    8, 128,
+	  1e-5,	  500000, true, 0.02, 32,    1, 4,
+	  8192,	  131072, 0,	0,    false, 0, .norm_offset = false}},
 	/* the families' features come from their config keys (family
 	 * option auto: the preset's family, llama_family.c) */
 	{"mistral-7b",
-	 {32768, 4096, 14336, 32, 32, 8,     128, 1e-5, 1e6,   false,
-	  0.02,	 0,    0,     0,  0,  32768, 1,	  0,	false, 0}},
+	 {32768, 4096,	14336, 32,   32,    8, 128,
+	  1e-5,	 1e6,	false, 0.02, 0,	    0, 0,
+	  0,	 32768, 1,     0,    false, 0, .norm_offset = false}},
 	{"qwen2.5-1.5b",
-	 {151936, 1536, 8960, 28, 12, 2,     128, 1e-6, 1e6,   true,
-	  0.02,	  0,	0,    0,  0,  32768, 2,	  0,	false, 0}},
+	 {151936, 1536,	 8960, 28,   12,    2, 128,
+	  1e-6,	  1e6,	 true, 0.02, 0,	    0, 0,
+	  0,	  32768, 2,    0,    false, 0, .norm_offset = false}},
 	{"qwen3-1.7b",
-	 {151936, 2048, 6144, 28, 16, 8,     128, 1e-6, 1e6,   true,
-	  0.02,	  0,	0,    0,  0,  40960, 3,	  0,	false, 0}},
+	 {151936, 2048,	 6144, 28,   16,    8, 128,
+	  1e-6,	  1e6,	 true, 0.02, 0,	    0, 0,
+	  0,	  40960, 3,    0,    false, 0, .norm_offset = false}},
+	/* the sliding window is the preset's (Gemma 3 1B: 512) */
+	{"gemma-2-2b",
+	 {256000, 2304,	 9216, 26,   8,	    4,	  256,
+	  1e-6,	  10000, true, 0.02, 0,	    0,	  0,
+	  0,	  8192,	 4,    0,    false, 4096, .norm_offset = false}},
+	{"gemma-3-1b",
+	 {262144, 1152,	 6912, 26,   4,	    1,	 256,
+	  1e-6,	  1e6,	 true, 0.02, 0,	    0,	 0,
+	  0,	  32768, 5,    0,    false, 512, .norm_offset = false}},
 };
 
 int llama_cfg_check(const struct llama_cfg *c)
@@ -108,20 +125,45 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 	/* auto|llama|mistral|...: auto keeps the preset's */
 	const int opt = mg_opt_enum(o, "family");
 	const int f = opt ? opt - 1 : c->family;
-	const int64_t w = mg_opt_int(o, "sliding_window");
+	const int64_t w = mg_opt_int(o, "sliding_window"),
+		      pat = mg_opt_int(o, "sliding_window_pattern");
+	const double acap = mg_opt_float(o, "attn_logit_softcapping"),
+		     fcap = mg_opt_float(o, "final_logit_softcapping"),
+		     local = mg_opt_float(o, "rope_local_base_freq");
 	cJSON *j = cJSON_CreateObject();
-	if (!j || (w > 0 &&
-		   !cJSON_AddNumberToObject(j, "sliding_window", (double)w))) {
+	/* Gemma's keys as config.json names them (-1 / 0: the family's) */
+	if (!j ||
+	    (w > 0 &&
+	     !cJSON_AddNumberToObject(j, "sliding_window", (double)w)) ||
+	    (pat > 0 && !cJSON_AddNumberToObject(j, "sliding_window_pattern",
+						 (double)pat)) ||
+	    (acap >= 0 &&
+	     !cJSON_AddNumberToObject(j, "attn_logit_softcapping", acap)) ||
+	    (fcap >= 0 &&
+	     !cJSON_AddNumberToObject(j, "final_logit_softcapping", fcap)) ||
+	    (local > 0 &&
+	     !cJSON_AddNumberToObject(j, "rope_local_base_freq", local))) {
 		cJSON_Delete(j);
 		return mg_error("llama: out of memory");
 	}
 	c->family = f;
+	/* the preset and the tie_embeddings option decide tying here, not
+	 * the family's config default */
+	const bool tie = c->tie_embeddings;
 	int rc = llama_families[f].read(c, j, "[model] family");
+	c->tie_embeddings = tie;
 	cJSON_Delete(j);
 	if (!rc && w > 0 && c->window != w)
 		rc = mg_error("llama: sliding_window = %lld is read by family "
 			      "= mistral only (family = %s)",
 			      (long long)w, llama_families[f].model_type);
+	if (!rc && !c->norm_offset &&
+	    (pat > 0 || acap >= 0 || fcap >= 0 || local > 0))
+		rc = mg_error(
+			"llama: sliding_window_pattern, the soft-caps and "
+			"rope_local_base_freq are read by the gemma "
+			"families only (family = %s)",
+			llama_families[f].model_type);
 	return rc;
 }
 
@@ -224,9 +266,11 @@ static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
 	const char *type = cJSON_IsString(t) ? t->valuestring : "default";
 	if (!strcmp(type, "default"))
 		return 0;
+	if (!strcmp(type, "linear")) /* positions / factor (Gemma 3) */
+		return json_num(r, "factor", &c->rs_linear, path);
 	if (strcmp(type, "llama3"))
-		return mg_error("%s: rope type '%s' is not supported (default "
-				"and llama3 are)",
+		return mg_error("%s: rope type '%s' is not supported (default, "
+				"linear and llama3 are)",
 				path, type);
 	if (json_num(r, "factor", &c->rs_factor, path) ||
 	    json_num(r, "low_freq_factor", &c->rs_low, path) ||
@@ -254,6 +298,60 @@ char *llama_read_file(const char *path, size_t cap)
 	return text;
 }
 
+/*
+ * Gemma 3's multimodal folders (model_type gemma3): the language model
+ * is text_config, a Gemma3TextConfig of which transformers writes only
+ * the keys that differ from its defaults; *j becomes those defaults with
+ * text_config's keys over them (llama_hf.c maps the tensor names). The
+ * vision tower is not read: such a folder trains and exports as the text
+ * model it holds (gemma3_text).
+ */
+static int gemma3_text_of(cJSON **j, const char *path)
+{
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(*j, "model_type");
+	if (!cJSON_IsString(mt) || strcmp(mt->valuestring, "gemma3"))
+		return 0;
+	static const char defaults[] =
+		"{\"model_type\": \"gemma3_text\", \"vocab_size\": 262208, "
+		"\"hidden_size\": 2304, \"intermediate_size\": 9216, "
+		"\"num_hidden_layers\": 26, \"num_attention_heads\": 8, "
+		"\"num_key_value_heads\": 4, \"head_dim\": 256, "
+		"\"hidden_activation\": \"gelu_pytorch_tanh\", "
+		"\"max_position_embeddings\": 131072, "
+		"\"initializer_range\": 0.02, \"rms_norm_eps\": 1e-6, "
+		"\"rope_theta\": 1000000.0, \"query_pre_attn_scalar\": 256, "
+		"\"sliding_window\": 4096, \"rope_local_base_freq\": 10000.0, "
+		"\"sliding_window_pattern\": 6, \"tie_word_embeddings\": true}";
+	const cJSON *tc = cJSON_GetObjectItemCaseSensitive(*j, "text_config");
+	if (tc && !cJSON_IsObject(tc) && !cJSON_IsNull(tc))
+		return mg_error("%s: text_config is not an object", path);
+	cJSON *t = cJSON_Parse(defaults);
+	if (!t)
+		return mg_error("llama: out of memory");
+	const cJSON *e;
+	cJSON_ArrayForEach(e, tc)
+	{
+		cJSON *d = cJSON_Duplicate(e, true);
+		if (!d || !e->string) {
+			cJSON_Delete(d);
+			cJSON_Delete(t);
+			return mg_error("llama: out of memory");
+		}
+		cJSON_DeleteItemFromObjectCaseSensitive(t, e->string);
+		cJSON_AddItemToObject(t, e->string, d);
+	}
+	const cJSON *tmt = cJSON_GetObjectItemCaseSensitive(t, "model_type");
+	if (!cJSON_IsString(tmt) || strcmp(tmt->valuestring, "gemma3_text")) {
+		cJSON_Delete(t);
+		return mg_error("%s: text_config's model_type is not "
+				"\"gemma3_text\"",
+				path);
+	}
+	cJSON_Delete(*j);
+	*j = t;
+	return 0;
+}
+
 int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 {
 	char *text = llama_read_file(path, 1 << 20);
@@ -265,6 +363,8 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 		cJSON_Delete(j);
 		return mg_error("%s: not a JSON object", path);
 	}
+	if (gemma3_text_of(&j, path))
+		return -1;
 	int rc = 0;
 	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
 	const int fam =
@@ -311,12 +411,16 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 		     llama_families[fam].read(c, j, path);
 	}
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
-	if (!rc && act &&
+	/* Gemma's MLP reads hidden_activation (llama_family.c) */
+	if (!rc && act && !c->geglu &&
 	    (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
 		rc = mg_error("%s: hidden_act is not \"silu\"", path);
+	/* absent: the family's default (read sets it: Gemma ties, and
+	 * transformers leaves out a value equal to the class default) */
 	const cJSON *tie =
 		cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
-	c->tie_embeddings = tie && cJSON_IsTrue(tie);
+	if (tie)
+		c->tie_embeddings = cJSON_IsTrue(tie);
 	cJSON_Delete(j);
 	if (rc)
 		return -1;
@@ -332,6 +436,8 @@ void llama_inv_freq(const struct llama_cfg *c, float *out)
 		/* As transformers computes it: in float32. */
 		float f = 1.0f / powf((float)c->rope_theta,
 				      (float)(2 * j) / (float)c->head_dim);
+		if (c->rs_linear > 0) /* rope_scaling linear (Gemma 3) */
+			f = (float)(f / c->rs_linear);
 		if (c->rs_factor > 0) {
 			/* llama3: long wavelengths slowed by factor, short
 			 * ones kept, a smooth blend between. */
@@ -349,4 +455,13 @@ void llama_inv_freq(const struct llama_cfg *c, float *out)
 		}
 		out[j] = f;
 	}
+}
+
+void llama_inv_freq_local(const struct llama_cfg *c, float *out)
+{
+	const double theta =
+		c->rope_local_theta > 0 ? c->rope_local_theta : c->rope_theta;
+	for (int64_t j = 0; j < c->head_dim / 2; j++)
+		out[j] = 1.0f / powf((float)theta,
+				     (float)(2 * j) / (float)c->head_dim);
 }

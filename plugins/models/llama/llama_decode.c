@@ -16,7 +16,10 @@
  * The family's features as in training (llama_model.c): projection
  * biases, q and k normed per head in place before RoPE (the k rows in
  * the cache), the sliding window as the cache attention's option (the
- * cache still holds every position).
+ * cache still holds every position); Gemma's (llama_arch.c): each
+ * layer's attention options and rotary table, (1 + w) norms, the
+ * sandwich norms on the attention and MLP outputs (in place), the GeGLU
+ * gate, the embedding scale and the final logit soft-cap.
  *
  * With qat = 8da4w (or quant = int4) each layer projection reads its
  * input fake-quantized to int8 per token (into the qx slot) and, under
@@ -205,12 +208,11 @@ static int layer_decode(struct llama *m, struct mg_ctx *ctx,
 	cache_rows(m, &m->vcache, l, pos, n, &vf, &v4);
 	struct mg_tensor kc = cache_of(m, &m->kcache, l),
 			 vc = cache_of(m, &m->vcache, l);
-	int64_t half = c->head_dim / 2;
-	struct mg_tensor f = mg_tensor_make(m->inv_freq.ptr, MG_F32,
-					    ctx->dev->kind, 1, &half);
+	struct mg_tensor f = llama_inv_freq_of(m, l);
 	const double eps = c->norm_eps;
-	const struct mg_attn_opts ao =
-		MG_ATTN_OPTS(1.0 / sqrt((double)c->head_dim), c->window);
+	const struct mg_attn_opts ao = llama_attn_opts(m, l);
+	const struct mg_tensor *nw[NW_N];
+	const bool sw = c->sandwich;
 	/* q/k norms: per head, in place ([rows * heads, head_dim] views) */
 	struct mg_tensor qh = tat(m, B, L->q, dt, 2, n * c->heads, c->head_dim,
 				  0, 0),
@@ -219,24 +221,25 @@ static int layer_decode(struct llama *m, struct mg_ctx *ctx,
 	kh.shape[0] = n * c->kv_heads;
 	kh.shape[1] = c->head_dim;
 	const bool qkn = c->qk_norm;
-	return mg_op_rmsnorm(ctx, &x, &W[LP_IN_NORM], eps, &h, NULL) ||
+	return llama_norm_ws(m, ctx, W, nw) ||
+	       mg_op_rmsnorm(ctx, &x, nw[NW_IN], eps, &h, NULL) ||
 	       dproj(m, ctx, L, l, W, LP_Q, LT_Q, &h, &q) ||
 	       dproj(m, ctx, L, l, W, LP_K, LT_K, &h, &kf) ||
 	       dproj(m, ctx, L, l, W, LP_V, LT_V, &h, &vf) ||
-	       (qkn && (mg_op_rmsnorm(ctx, &qh, &W[m->lp[LP_Q_NORM]], eps, &qh,
-				      NULL) ||
-			mg_op_rmsnorm(ctx, &kh, &W[m->lp[LP_K_NORM]], eps, &kh,
-				      NULL))) ||
+	       (qkn && (mg_op_rmsnorm(ctx, &qh, nw[NW_Q], eps, &qh, NULL) ||
+			mg_op_rmsnorm(ctx, &kh, nw[NW_K], eps, &kh, NULL))) ||
 	       mg_op_rope(ctx, &q4, positions, &f) ||
 	       mg_op_rope(ctx, &k4, positions, &f) ||
 	       mg_op_attention_decode_opts(ctx, &q3, &kc, &vc, pos, &ao, &o3) ||
 	       dproj(m, ctx, L, l, W, LP_O, LT_O, &o, &t) ||
+	       (sw && mg_op_rmsnorm(ctx, &t, nw[NW_AO], eps, &t, NULL)) ||
 	       mg_op_add(ctx, &x, &t, &x) ||
-	       mg_op_rmsnorm(ctx, &x, &W[LP_POST_NORM], eps, &h, NULL) ||
+	       mg_op_rmsnorm(ctx, &x, nw[NW_POST], eps, &h, NULL) ||
 	       dproj(m, ctx, L, l, W, LP_GATE, LT_GATE, &h, &g) ||
 	       dproj(m, ctx, L, l, W, LP_UP, LT_UP, &h, &u) ||
-	       mg_op_swiglu(ctx, &g, &u, &g) ||
+	       m->glu(ctx, &g, &u, &g) ||
 	       dproj(m, ctx, L, l, W, LP_DOWN, LT_DOWN, &g, &t) ||
+	       (sw && mg_op_rmsnorm(ctx, &t, nw[NW_MO], eps, &t, NULL)) ||
 	       mg_op_add(ctx, &x, &t, &x);
 }
 
@@ -257,7 +260,9 @@ static int head_decode(struct llama *m, struct mg_ctx *ctx,
 	struct mg_unit_view *v = mg_acquire(ctx, head, ph);
 	if (!v)
 		return -1;
-	int rc = mg_op_rmsnorm(ctx, &xl, &v->params[0], c->norm_eps, &hn, NULL);
+	const struct mg_tensor *nwf =
+		llama_norm_w(m, ctx, &v->params[0], NW_FINAL);
+	int rc = !nwf || mg_op_rmsnorm(ctx, &xl, nwf, c->norm_eps, &hn, NULL);
 	if (!rc && c->tie_embeddings) {
 		struct mg_unit_view *e = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
 		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, &lg);
@@ -267,6 +272,8 @@ static int head_decode(struct llama *m, struct mg_ctx *ctx,
 		rc = dproj(m, ctx, L, (int)c->layers, v->params, 1, LT_HEAD,
 			   &hn, &lg);
 	}
+	if (!rc && c->final_softcap > 0)
+		rc = mg_op_softcap(ctx, &lg, c->final_softcap, &lg);
 	mg_release(ctx, head, ph);
 	if (rc)
 		return mg_error_prefix("llama decode head");
@@ -336,7 +343,8 @@ int llama_decode(struct llama *m, struct mg_ctx *ctx, const int32_t *ids,
 	struct mg_unit_view *v = mg_acquire(ctx, LLAMA_UNIT_EMBED, ph);
 	if (!v)
 		return -1;
-	rc = mg_op_embedding(ctx, &idt, &v->params[0], &x);
+	rc = mg_op_embedding(ctx, &idt, &v->params[0], &x) ||
+	     llama_embed_scale(m, ctx, &x);
 	mg_release(ctx, LLAMA_UNIT_EMBED, ph);
 	if (rc)
 		return mg_error_prefix("llama decode embedding");

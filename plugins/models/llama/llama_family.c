@@ -11,6 +11,13 @@
  *   mistral  sliding_window over every layer
  *   qwen2    q, k, v biases; Qwen's sliding-window keys
  *   qwen3    per-head q and k RMSNorm; attention_bias; the same keys
+ *   gemma2   (1 + w) RMSNorms, sandwich norms, GeGLU (tanh GELU),
+ *            embeddings times sqrt(hidden), query_pre_attn_scalar,
+ *            attention and final logit soft-capping, sliding and full
+ *            layers (layer_types; older configs: even layers slide)
+ *   gemma3_text  Gemma 2's without the soft-caps by default, with q/k
+ *            norms, rope_local_base_freq on sliding layers and
+ *            sliding_window_pattern (every 6th layer full)
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -200,12 +207,206 @@ static void write_qwen3(const struct llama_cfg *c, void *j)
 	write_qwen_window(c, j);
 }
 
+/* A number key: absent leaves *out, null writes 0 (Gemma's "no
+ * soft-capping"). */
+static int get_num(const void *j, const char *k, double *out, const char *path)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+	if (!v)
+		return 0;
+	if (cJSON_IsNull(v)) {
+		*out = 0;
+		return 0;
+	}
+	if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+	    v->valuedouble < 0)
+		return mg_error("%s: '%s' is not a non-negative number", path,
+				k);
+	*out = v->valuedouble;
+	return 0;
+}
+
+/* Gemma's layers: layer_types (full_attention / sliding_attention),
+ * else the family's pattern (layer l full when (l + 1) % pattern == 0:
+ * Gemma 2's 2 slides the even layers, Gemma 3's 6 every five of six);
+ * the window is sliding_window (the preset's, else 4096). */
+static int gemma_layers(struct llama_cfg *c, const void *j, int64_t pattern,
+			const char *path)
+{
+	int64_t w = c->window > 0 ? c->window : 4096;
+	if (get_count(j, "sliding_window", &w, path) ||
+	    get_count(j, "sliding_window_pattern", &pattern, path))
+		return -1;
+	if (c->layers > LLAMA_MAX_LAYERS)
+		return mg_error("%s: more than %d layers", path,
+				LLAMA_MAX_LAYERS);
+	memset(c->full, 0, sizeof c->full);
+	const cJSON *lt = key(j, "layer_types");
+	if (lt &&
+	    (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != (int)c->layers))
+		return mg_error("%s: 'layer_types' is not a list of "
+				"num_hidden_layers = %lld names",
+				path, (long long)c->layers);
+	for (int64_t l = 0; l < c->layers; l++) {
+		bool full = pattern > 0 && (l + 1) % pattern == 0;
+		if (lt) {
+			const cJSON *e = cJSON_GetArrayItem(lt, (int)l);
+			const char *n = cJSON_IsString(e) ? e->valuestring : "";
+			full = !strcmp(n, "full_attention");
+			if (!full && strcmp(n, "sliding_attention"))
+				return mg_error("%s: layer_types[%lld] is not "
+						"\"full_attention\" or "
+						"\"sliding_attention\"",
+						path, (long long)l);
+		}
+		if (full)
+			c->full[l / 64] |= (uint64_t)1 << (l % 64);
+	}
+	c->window = w;
+	return 0;
+}
+
+/* transformers 5's rope_parameters by layer type (Gemma 3): the full
+ * layers' theta and linear factor, the sliding layers' theta. */
+static int gemma_rope(struct llama_cfg *c, const void *j, const char *path)
+{
+	const cJSON *rp = key(j, "rope_parameters");
+	const cJSON *r[2] = {rp ? key(rp, "full_attention") : NULL,
+			     rp ? key(rp, "sliding_attention") : NULL};
+	for (int i = 0; i < 2; i++) {
+		if (!r[i])
+			continue;
+		const cJSON *t = key(r[i], "rope_type");
+		const char *type =
+			cJSON_IsString(t) ? t->valuestring : "default";
+		double f = 0;
+		if (get_num(r[i], "rope_theta",
+			    i ? &c->rope_local_theta : &c->rope_theta, path) ||
+		    get_num(r[i], "factor", &f, path))
+			return -1;
+		if (!strcmp(type, "linear") && i == 0)
+			c->rs_linear = f;
+		else if (strcmp(type, "default"))
+			return mg_error("%s: rope type '%s' of the %s layers "
+					"is not supported (default, and "
+					"linear on full layers, are)",
+					path, type, i ? "sliding" : "full");
+	}
+	return 0;
+}
+
+/* What Gemma 2 and 3 share; the soft-caps' defaults are the family's
+ * (transformers' Gemma2Config: 50 and 30; Gemma3: none). */
+static int read_gemma(struct llama_cfg *c, const void *j, const char *path,
+		      bool v3)
+{
+	bool ab = false;
+	double qs = 256, acap = v3 ? 0 : 50, fcap = v3 ? 0 : 30;
+	if (get_bool(j, "attention_bias", &ab, path) ||
+	    get_num(j, "query_pre_attn_scalar", &qs, path) ||
+	    get_num(j, "attn_logit_softcapping", &acap, path) ||
+	    get_num(j, "final_logit_softcapping", &fcap, path))
+		return -1;
+	const cJSON *act = key(j, "hidden_activation");
+	if (act && (!cJSON_IsString(act) ||
+		    strcmp(act->valuestring, "gelu_pytorch_tanh")))
+		return mg_error("%s: hidden_activation is not "
+				"\"gelu_pytorch_tanh\"",
+				path);
+	if (!(qs > 0))
+		return mg_error("%s: query_pre_attn_scalar must be > 0", path);
+	c->bias = ab ? BIAS_QKVO : 0;
+	c->norm_offset = c->sandwich = c->geglu = true;
+	/* transformers' default, which its config.json then leaves out
+	 * (llama_config.c reads tie_word_embeddings after this) */
+	c->tie_embeddings = true;
+	c->embed_scale = sqrt((double)c->dim);
+	c->attn_scale = 1 / sqrt(qs);
+	c->attn_softcap = acap;
+	c->final_softcap = fcap;
+	c->qk_norm = v3;
+	if (v3) {
+		c->rope_local_theta = 10000;
+		if (get_num(j, "rope_local_base_freq", &c->rope_local_theta,
+			    path) ||
+		    gemma_rope(c, j, path))
+			return -1;
+	}
+	return gemma_layers(c, j, v3 ? 6 : 2, path);
+}
+
+static int read_gemma2(struct llama_cfg *c, const void *j, const char *path)
+{
+	return read_gemma(c, j, path, false);
+}
+
+static int read_gemma3(struct llama_cfg *c, const void *j, const char *path)
+{
+	return read_gemma(c, j, path, true);
+}
+
+/* A number that is null when 0. */
+static void add_num_or_null(void *j, const char *k, double v)
+{
+	if (v > 0)
+		cJSON_AddNumberToObject(j, k, v);
+	else
+		cJSON_AddNullToObject(j, k);
+}
+
+static void write_gemma(const struct llama_cfg *c, void *j)
+{
+	cJSON_AddBoolToObject(j, "attention_bias", c->bias & BIAS_QKVO);
+	cJSON_ReplaceItemInObject(j, "hidden_act",
+				  cJSON_CreateString("gelu_pytorch_tanh"));
+	cJSON_AddStringToObject(j, "hidden_activation", "gelu_pytorch_tanh");
+	double qs = 1 / (c->attn_scale * c->attn_scale);
+	if (fabs(qs - round(qs)) < 1e-6 * qs)
+		qs = round(qs);
+	cJSON_AddNumberToObject(j, "query_pre_attn_scalar", qs);
+	add_num_or_null(j, "attn_logit_softcapping", c->attn_softcap);
+	add_num_or_null(j, "final_logit_softcapping", c->final_softcap);
+	add_num_or_null(j, "sliding_window", (double)c->window);
+	cJSON *lt = cJSON_AddArrayToObject(j, "layer_types");
+	for (int64_t l = 0; l < c->layers; l++)
+		cJSON_AddItemToArray(
+			lt, cJSON_CreateString(llama_slides(c, l)
+						       ? "sliding_attention"
+						       : "full_attention"));
+	if (c->qk_norm) {
+		cJSON_AddNumberToObject(j, "rope_local_base_freq",
+					c->rope_local_theta > 0
+						? c->rope_local_theta
+						: c->rope_theta);
+		/* the pattern too when the layers follow one (transformers
+		 * before layer_types reads only it) */
+		for (int64_t p = 1; p <= c->layers + 1; p++) {
+			bool fits = true;
+			for (int64_t l = 0; l < c->layers && fits; l++)
+				fits = llama_slides(c, l) == ((l + 1) % p != 0);
+			if (fits) {
+				cJSON_AddNumberToObject(
+					j, "sliding_window_pattern", (double)p);
+				break;
+			}
+		}
+		if (c->rs_linear > 0) {
+			cJSON *r = cJSON_CreateObject();
+			cJSON_AddStringToObject(r, "rope_type", "linear");
+			cJSON_AddNumberToObject(r, "factor", c->rs_linear);
+			cJSON_ReplaceItemInObject(j, "rope_scaling", r);
+		}
+	}
+}
+
 /* In the order of the plugin's `family` option. */
 const struct llama_family llama_families[] = {
 	{"llama", "LlamaForCausalLM", read_llama, write_llama},
 	{"mistral", "MistralForCausalLM", read_mistral, write_mistral},
 	{"qwen2", "Qwen2ForCausalLM", read_qwen2, write_qwen_window},
 	{"qwen3", "Qwen3ForCausalLM", read_qwen3, write_qwen3},
+	{"gemma2", "Gemma2ForCausalLM", read_gemma2, write_gemma},
+	{"gemma3_text", "Gemma3ForCausalLM", read_gemma3, write_gemma},
 	{NULL, NULL, NULL, NULL},
 };
 
@@ -219,5 +420,5 @@ int llama_family_find(const char *model_type)
 
 const char *llama_family_names(void)
 {
-	return "llama|mistral|qwen2|qwen3";
+	return "llama|mistral|qwen2|qwen3|gemma2|gemma3_text";
 }

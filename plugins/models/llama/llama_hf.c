@@ -27,7 +27,27 @@ struct llama_hf {
 	int nshards;
 	char *shard_name[MAX_SHARDS];
 	struct mg_tensor_file *shard[MAX_SHARDS];
+	/* Gemma 3's multimodal folders: the language model's tensors under
+	 * this prefix instead of "model." (transformers up to 4.51:
+	 * "language_model.model.", later "model.language_model."), and its
+	 * head under lm_head_name; "" for every other folder */
+	char prefix[32];
+	const char *lm_head_name;
 };
+
+/* The folder's name of tensor `name` (the model's "model.*" names,
+ * through the multimodal prefix when there is one), in buf. */
+static const char *hf_name(const struct llama_hf *h, const char *name,
+			   char *buf, size_t len)
+{
+	if (!h->prefix[0])
+		return name;
+	if (!strncmp(name, "model.", 6)) {
+		snprintf(buf, len, "%s%s", h->prefix, name + 6);
+		return buf;
+	}
+	return strcmp(name, "lm_head.weight") ? name : h->lm_head_name;
+}
 
 static bool is_file(const char *path)
 {
@@ -77,11 +97,53 @@ static int hf_open(struct llama *m)
 }
 
 static int check_shapes(struct llama *m);
+static int hf_get(void *ctx, const char *name, struct mg_tensor *view,
+		  const char **path);
+
+/* A Gemma 3 multimodal folder (config.json's model_type gemma3, whose
+ * text_config llama_config.c read): the prefix its language model's
+ * tensors carry, found by the embedding's name; the vision tower's
+ * tensors are not read. */
+static int multimodal_prefix(struct llama *m)
+{
+	struct llama_hf *h = m->hf;
+	char path[4200];
+	snprintf(path, sizeof path, "%s/config.json", h->dir);
+	char *text = llama_read_file(path, 16 << 20);
+	cJSON *j = text ? cJSON_Parse(text) : NULL;
+	free(text);
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+	const bool mm =
+		cJSON_IsString(mt) && !strcmp(mt->valuestring, "gemma3");
+	cJSON_Delete(j);
+	if (!mm)
+		return 0;
+	static const char *const pre[2] = {"language_model.model.",
+					   "model.language_model."};
+	static const char *const head[2] = {"language_model.lm_head.weight",
+					    "lm_head.weight"};
+	for (int i = 0; i < 2; i++) {
+		snprintf(h->prefix, sizeof h->prefix, "%s", pre[i]);
+		h->lm_head_name = head[i];
+		struct mg_tensor t;
+		const char *p;
+		const int rc = hf_get(h, "model.embed_tokens.weight", &t, &p);
+		if (rc < 0)
+			return -1;
+		if (rc > 0)
+			return 0;
+	}
+	return mg_error("llama: %s: a gemma3 folder without its language "
+			"model's embedding (language_model.model."
+			"embed_tokens.weight or model.language_model."
+			"embed_tokens.weight)",
+			h->dir);
+}
 
 /* Open the folder, then check its tensors' shapes against config.json. */
 int llama_hf_open(struct llama *m)
 {
-	if (hf_open(m) || check_shapes(m))
+	if (hf_open(m) || multimodal_prefix(m) || check_shapes(m))
 		return -1;
 	return 0;
 }
@@ -145,6 +207,8 @@ static int hf_get(void *ctx, const char *name, struct mg_tensor *view,
 		  const char **path)
 {
 	struct llama_hf *h = ctx;
+	char buf[512];
+	name = hf_name(h, name, buf, sizeof buf);
 	if (h->index) {
 		const cJSON *map = cJSON_GetObjectItemCaseSensitive(
 			h->index, "weight_map");
@@ -260,6 +324,8 @@ int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 	int q = bnb_weight_of(m, name, dst, &w);
 	if (q)
 		return q < 0 ? -1 : load_dequantized(&w, dst);
+	char buf[512];
+	name = hf_name(m->hf, name, buf, sizeof buf);
 	struct mg_tensor_file *f = shard_for(m->hf, name);
 	if (!f)
 		return -1;
@@ -306,7 +372,7 @@ static int check_shapes(struct llama *m)
 		if (k < c->layers * nl) {
 			const int p = m->kind[k % nl];
 			snprintf(name, sizeof name, "model.layers.%lld.%s",
-				 (long long)(k / nl), llama_layer_param[p]);
+				 (long long)(k / nl), llama_lp_name(c, p));
 			llama_lp_shape(c, p, want);
 		} else if (k == c->layers * nl) {
 			snprintf(name, sizeof name,

@@ -334,7 +334,7 @@ static int put_unit(struct llama *m, struct mg_ctx *ctx,
 				if (lp_of[k] == p)
 					t = k;
 			snprintf(name, sizeof name, "model.layers.%d.%s",
-				 u - LLAMA_UNIT_LAYER(0), llama_layer_param[p]);
+				 u - LLAMA_UNIT_LAYER(0), llama_lp_name(c, p));
 			rc = put_group(ctx, m, sw, w, v, i, t, name, dt);
 		}
 	}

@@ -1,7 +1,8 @@
 /*
  * llama_init.c - a unit's initial values. Random weights follow
  * transformers' LlamaPreTrainedModel: linear and embedding weights
- * normal(0, initializer_range), RMSNorm weights one, biases zero. Each value is a pure
+ * normal(0, initializer_range), RMSNorm weights one (Gemma's (1 + w)
+ * norms zero), biases zero. Each value is a pure
  * function of (seed, parameter, element), so every rank count and shard
  * layout starts from the same model. With model.hf_dir the values come
  * from the folder's safetensors instead (llama_hf.c). A sharded strategy
@@ -72,7 +73,7 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 			 * values, the same ones a float run starts from */
 			char name[160];
 			snprintf(name, sizeof name, "model.layers.%d.%s",
-				 unit - 1, llama_layer_param[kind]);
+				 unit - 1, llama_lp_name(c, kind));
 			if (llama_quant_fill(m, &params[i], name,
 					     mg_rng_key(seed, (uint64_t)i)))
 				return -1;
@@ -95,7 +96,7 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 			else
 				snprintf(name, sizeof name,
 					 "model.layers.%d.%s", unit - 1,
-					 llama_layer_param[kind]);
+					 llama_lp_name(c, kind));
 			/* quant = int4: each projection from its int4 form */
 			if (m->int4 && layer && llama_lp_proj(kind)) {
 				int rc =
@@ -128,8 +129,10 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 					"tensor of %lld elements",
 					(long long)a, (long long)b,
 					(long long)n);
+		/* (1 + w) norms (Gemma) start from w = 0 */
 		fill(&params[i], mg_rng_key(seed, (uint64_t)i),
-		     norm || bias ? 0 : c->init_std, norm ? 1 : 0, a, b);
+		     norm || bias ? 0 : c->init_std,
+		     norm && !c->norm_offset ? 1 : 0, a, b);
 	}
 	return 0;
 }

@@ -88,6 +88,14 @@ int llama_kernels_setup(struct llama *m, const struct mg_opts *o)
 	if (llama_kernels_parse(mg_opt_str(o, "kernels"), &m->kern))
 		return -1;
 	m->flce_chunk = mg_opt_int(o, "flce_chunk");
+	/* the fused head computes the loss of uncapped logits: with final
+	 * logit soft-capping (Gemma 2) the head stays unfused */
+	if ((m->kern & LK_FLCE) && m->c.final_softcap > 0) {
+		m->kern &= ~LK_FLCE;
+		if (m->ctx->rank == 0)
+			mg_info("llama: kernels flce off (the model caps its "
+				"logits: final_logit_softcapping)");
+	}
 	char b[64];
 	llama_kernels_str(m->kern, b, sizeof b);
 	if (m->kern && m->ctx->rank == 0)

@@ -36,6 +36,12 @@
  * a sliding window is the attention's option, and with q/k norms the
  * projections write q and k raw (kept, qr and kr) and a per-head RMSNorm
  * over [rows * heads, head_dim] views makes the q and k that RoPE turns.
+ * Gemma's features (llama_arch.c) the same way: each layer's attention
+ * options and rotary table, the gate op, the norm weight (1 + w made
+ * just before each norm), the embedding scale; with sandwich norms the
+ * o and down projections write a and f (kept) whose norms make the
+ * residual branches; final logit soft-capping keeps the uncapped logits
+ * (lraw) for its backward.
  *
  * With qat = 8da4w (llama_qat.c) each layer projection's base GEMM reads
  * fq8(x) (rebuilt in the arena's qx slot, forward and again in backward)
@@ -55,6 +61,8 @@ struct lay {
 	size_t h1, q, k, v, o, xm, h2, g, u, s; /* within a layer block */
 	size_t rstd1, rstd2, lse;		/* stats, within the block */
 	size_t qr, kr, rstdq, rstdk; /* q/k norms: raw q, k and their rstd */
+	size_t a, f, rstd3, rstd4;   /* sandwich norms: their inputs, rstd */
+	size_t lraw;		     /* final soft-cap: the uncapped logits */
 	size_t la[LT_COUNT];	     /* LoRA s A x, per target */
 	size_t hn, rstdn, logits;    /* the head's */
 	size_t lxd, ltmp;	     /* LoRA scratch */
@@ -97,6 +105,12 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	L->rstd1 = llama_slot(&p, R * ss);
 	L->rstd2 = llama_slot(&p, R * ss);
 	L->lse = llama_slot(&p, R * H * ss);
+	if (c->sandwich) {
+		L->a = llama_slot(&p, R * D * es);
+		L->f = llama_slot(&p, R * D * es);
+		L->rstd3 = llama_slot(&p, R * ss);
+		L->rstd4 = llama_slot(&p, R * ss);
+	}
 	if (c->qk_norm) {
 		const size_t Hkv = (size_t)c->kv_heads;
 		L->qr = llama_slot(&p, R * qd * es);
@@ -129,6 +143,8 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 		&o,
 		(m->kern & LK_FLCE ? (size_t)llama_flce_chunk(m, n * T) : R) *
 			(size_t)c->vocab * es);
+	if (c->final_softcap > 0)
+		L->lraw = llama_slot(&o, R * (size_t)c->vocab * es);
 	if (lo->ia[LT_HEAD] >= 0)
 		L->la[LT_HEAD] = llama_slot(&o, R * r * es);
 	L->lxd = llama_slot(&o, R * max_in * es);
@@ -182,6 +198,8 @@ struct lt {
 	/* q/k norms: raw q and k as [R, width] and as [R * heads,
 	 * head_dim] with the normed q and k in that view, and their rstd */
 	struct mg_tensor qr, kr, qrh, krh, qh, kh, rstdq, rstdk;
+	/* sandwich norms: the o and down projections' outputs, rstd */
+	struct mg_tensor a, f, rstd3, rstd4;
 };
 
 static void layer_tensors(const struct llama *m, const struct lay *L, int l,
@@ -215,6 +233,12 @@ static void layer_tensors(const struct llama *m, const struct lay *L, int l,
 	t->rstd1 = at(m, A, b + L->rstd1, st, 1, R, 0, 0, 0);
 	t->rstd2 = at(m, A, b + L->rstd2, st, 1, R, 0, 0, 0);
 	t->lse = at(m, A, b + L->lse, st, 3, n, c->heads, T, 0);
+	if (c->sandwich) {
+		t->a = at(m, A, b + L->a, dt, 2, R, D, 0, 0);
+		t->f = at(m, A, b + L->f, dt, 2, R, D, 0, 0);
+		t->rstd3 = at(m, A, b + L->rstd3, st, 1, R, 0, 0, 0);
+		t->rstd4 = at(m, A, b + L->rstd4, st, 1, R, 0, 0, 0);
+	}
 	if (c->qk_norm) {
 		const int64_t hd = c->head_dim, H = c->heads, Hk = c->kv_heads;
 		t->qr = at(m, A, b + L->qr, dt, 2, R, qd, 0, 0);
@@ -226,19 +250,6 @@ static void layer_tensors(const struct llama *m, const struct lay *L, int l,
 		t->rstdq = at(m, A, b + L->rstdq, st, 1, R * H, 0, 0, 0);
 		t->rstdk = at(m, A, b + L->rstdk, st, 1, R * Hk, 0, 0, 0);
 	}
-}
-
-static struct mg_tensor inv_freq(const struct llama *m)
-{
-	int64_t half = m->c.head_dim / 2;
-	return mg_tensor_make(m->inv_freq.ptr, MG_F32, m->ctx->dev->kind, 1,
-			      &half);
-}
-
-/* The family's attention: 1 / sqrt(head_dim) and its sliding window. */
-static struct mg_attn_opts attn_opts(const struct llama *m)
-{
-	return MG_ATTN_OPTS(1.0 / sqrt((double)m->c.head_dim), m->c.window);
 }
 
 /* Target tg's bias in the unit's tensors P (or their gradients), or
@@ -399,36 +410,45 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 			 const struct mg_tensor *pos, const struct lay *L,
 			 int l, bool again)
 {
-	struct mg_tensor f = inv_freq(m), pb;
+	struct mg_tensor f = llama_inv_freq_of(m, l), pb;
 	double eps = m->c.norm_eps;
-	const bool fused = m->kern & LK_RMSNORM, qkn = m->c.qk_norm;
-	const struct mg_attn_opts ao = attn_opts(m);
-	return norm_fwd(m, ctx, again ? NULL : pending(m, L, l, &pb), &t->x,
-			&W[LP_IN_NORM], &t->h1, &t->rstd1) ||
+	const bool fused = m->kern & LK_RMSNORM, qkn = m->c.qk_norm,
+		   sw = m->c.sandwich;
+	const struct mg_attn_opts ao = llama_attn_opts(m, l);
+	const struct mg_tensor *nw[NW_N];
+	return llama_norm_ws(m, ctx, W, nw) ||
+	       norm_fwd(m, ctx, again ? NULL : pending(m, L, l, &pb), &t->x,
+			nw[NW_IN], &t->h1, &t->rstd1) ||
 	       group_fwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, &t->h1,
 			 (struct mg_tensor *const[]){qkn ? &t->qr : &t->q,
 						     qkn ? &t->kr : &t->k,
 						     &t->v}) ||
-	       (qkn && (mg_op_rmsnorm(ctx, &t->qrh, &W[m->lp[LP_Q_NORM]], eps,
-				      &t->qh, &t->rstdq) ||
-			mg_op_rmsnorm(ctx, &t->krh, &W[m->lp[LP_K_NORM]], eps,
-				      &t->kh, &t->rstdk))) ||
+	       (qkn && (mg_op_rmsnorm(ctx, &t->qrh, nw[NW_Q], eps, &t->qh,
+				      &t->rstdq) ||
+			mg_op_rmsnorm(ctx, &t->krh, nw[NW_K], eps, &t->kh,
+				      &t->rstdk))) ||
 	       mg_op_rope(ctx, &t->q4, pos, &f) ||
 	       mg_op_rope(ctx, &t->k4, pos, &f) ||
 	       mg_op_attention_opts(ctx, &t->q4, &t->k4, &t->v4, pos, &ao,
 				    &t->o4, &t->lse) ||
-	       /* xm = x + o W_o^T, through xn as scratch */
-	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, NULL, &t->xn) ||
-	       (fused ? mg_op_add_rmsnorm(ctx, &t->x, &t->xn, &W[LP_POST_NORM],
-					  eps, &t->xm, &t->h2, &t->rstd2)
+	       /* xm = x + o W_o^T, through xn as scratch (sandwich: x +
+		* norm(a), a = o W_o^T kept) */
+	       proj_fwd(m, ctx, L, l, LT_O, W, LP_O, &t->o, NULL,
+			sw ? &t->a : &t->xn) ||
+	       (sw &&
+		mg_op_rmsnorm(ctx, &t->a, nw[NW_AO], eps, &t->xn, &t->rstd3)) ||
+	       (fused ? mg_op_add_rmsnorm(ctx, &t->x, &t->xn, nw[NW_POST], eps,
+					  &t->xm, &t->h2, &t->rstd2)
 		      : mg_op_add(ctx, &t->x, &t->xn, &t->xm) ||
-				mg_op_rmsnorm(ctx, &t->xm, &W[LP_POST_NORM],
-					      eps, &t->h2, &t->rstd2)) ||
+				mg_op_rmsnorm(ctx, &t->xm, nw[NW_POST], eps,
+					      &t->h2, &t->rstd2)) ||
 	       group_fwd(m, ctx, L, l, GU_T, GU_W, 2, W, &t->h2,
 			 (struct mg_tensor *const[]){&t->g, &t->u}) ||
-	       mg_op_swiglu(ctx, &t->g, &t->u, &t->s) ||
+	       m->glu(ctx, &t->g, &t->u, &t->s) ||
 	       proj_fwd(m, ctx, L, l, LT_DOWN, W, LP_DOWN, &t->s, NULL,
-			&t->xn) ||
+			sw ? &t->f : &t->xn) ||
+	       (sw &&
+		mg_op_rmsnorm(ctx, &t->f, nw[NW_MO], eps, &t->xn, &t->rstd4)) ||
 	       /* fused: the next norm adds xm (pending()) */
 	       (!fused && mg_op_add(ctx, &t->xm, &t->xn, &t->xn));
 }
@@ -493,7 +513,8 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		return -1;
 	struct mg_tensor ids =
 		mg_tensor_make(b->input.data, MG_I32, ctx->dev->kind, 1, &R);
-	int rc = mg_op_embedding(ctx, &ids, &v->params[0], &x0);
+	int rc = mg_op_embedding(ctx, &ids, &v->params[0], &x0) ||
+		 llama_embed_scale(m, ctx, &x0);
 	mg_release(ctx, ue, ph);
 	if (rc)
 		return mg_error_prefix("llama embedding");
@@ -521,12 +542,20 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 		   R, 0, 0, 0);
 	struct mg_tensor logits =
 		at(m, m->arena.ptr, L.logits, dt, 2, R, c->vocab, 0, 0);
+	/* final logit soft-capping: the head writes lraw, capped into
+	 * logits */
+	const bool cap = c->final_softcap > 0;
+	struct mg_tensor lraw =
+		at(m, m->arena.ptr, L.lraw, dt, 2, R, c->vocab, 0, 0);
+	struct mg_tensor *lout = cap ? &lraw : &logits;
 	v = mg_acquire(ctx, head, ph);
 	if (!v)
 		return -1;
 	struct mg_tensor pb;
-	rc = norm_fwd(m, ctx, pending(m, &L, (int)c->layers, &pb), &last.xn,
-		      &v->params[0], &hn, &rstdn);
+	const struct mg_tensor *nwf =
+		llama_norm_w(m, ctx, &v->params[0], NW_FINAL);
+	rc = !nwf || norm_fwd(m, ctx, pending(m, &L, (int)c->layers, &pb),
+			      &last.xn, nwf, &hn, &rstdn);
 	if (!rc && (m->kern & LK_FLCE)) {
 		struct llama_head_lora hl;
 		rc = llama_head_flce_forward(m, ctx, ph, v, &hn, &b->labels,
@@ -534,13 +563,15 @@ int llama_forward(struct llama *m, struct mg_ctx *ctx, const struct mg_batch *b,
 					     head_lora(m, &L, &hl), metrics);
 	} else if (!rc && c->tie_embeddings) {
 		struct mg_unit_view *e = mg_acquire(ctx, ue, ph);
-		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, &logits);
+		rc = !e || mg_op_linear(ctx, &hn, &e->params[0], NULL, lout);
 		if (e)
 			mg_release(ctx, ue, ph);
 	} else if (!rc) {
 		rc = proj_fwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params, 1,
-			      &hn, NULL, &logits);
+			      &hn, NULL, lout);
 	}
+	if (!rc && cap && !(m->kern & LK_FLCE))
+		rc = mg_op_softcap(ctx, &lraw, c->final_softcap, &logits);
 	mg_release(ctx, head, ph);
 	if (!rc && !(m->kern & LK_FLCE))
 		rc = m->obj->head(m, ctx, &logits, b, metrics);
@@ -724,8 +755,12 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 				  c->head_dim),
 			 do4 = at(m, B, L->dout, dt, 4, n, T, c->heads,
 				  c->head_dim);
-	struct mg_tensor f = inv_freq(m);
-	const struct mg_attn_opts ao = attn_opts(m);
+	struct mg_tensor f = llama_inv_freq_of(m, l);
+	const struct mg_attn_opts ao = llama_attn_opts(m, l);
+	const bool sw = c->sandwich;
+	const struct mg_tensor *nw[NW_N];
+	if (llama_norm_ws(m, ctx, W, nw))
+		return -1;
 	/* q/k norms: the raw q and k's gradients, in [R, width] for the
 	 * projections and [R * heads, head_dim] for the norms */
 	const bool qkn = c->qk_norm;
@@ -738,32 +773,38 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 			 dqh = at(m, B, L->dq, dt, 2, R * c->heads, hd, 0, 0),
 			 dkh = at(m, B, L->dk, dt, 2, R * c->kv_heads, hd, 0,
 				  0);
-	/* MLP: xn = xm + down(swiglu(gate(h2), up(h2))) */
-	return proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s, dx, &ds) ||
-	       mg_op_swiglu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
+	/* MLP: xn = xm + down(glu(gate(h2), up(h2))) (sandwich: xm +
+	 * norm(f), f the down projection's; its gradient through dtmp) */
+	const int mo = m->lp[LP_MLP_OUT_NORM], aon = m->lp[LP_ATTN_OUT_NORM];
+	return (sw && mg_op_rmsnorm_backward(ctx, &t->f, nw[NW_MO], &t->rstd4,
+					     dx, &dtmp, gw(&G[mo]))) ||
+	       proj_bwd(m, ctx, L, l, LT_DOWN, W, G, LP_DOWN, &t->s,
+			sw ? &dtmp : dx, &ds) ||
+	       m->glu_backward(ctx, &t->g, &t->u, &ds, &ds, &du) ||
 	       group_bwd(m, ctx, L, l, GU_T, GU_W, 2, W, G, &t->h2,
 			 (struct mg_tensor *const[]){&ds, &du}, &dh) ||
-	       norm_bwd(m, ctx, &t->xm, &W[LP_POST_NORM], &t->rstd2, &dh, dx,
-			&dxm, &dtmp, gw(&G[LP_POST_NORM])) ||
+	       norm_bwd(m, ctx, &t->xm, nw[NW_POST], &t->rstd2, &dh, dx, &dxm,
+			&dtmp, gw(&G[LP_POST_NORM])) ||
 	       /* attention: xm = x + o_proj(attn(rope(q), rope(k), v)) */
-	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o, &dxm, &dout) ||
+	       (sw && mg_op_rmsnorm_backward(ctx, &t->a, nw[NW_AO], &t->rstd3,
+					     &dxm, &dtmp, gw(&G[aon]))) ||
+	       proj_bwd(m, ctx, L, l, LT_O, W, G, LP_O, &t->o,
+			sw ? &dtmp : &dxm, &dout) ||
 	       mg_op_attention_opts_backward(ctx, &t->q4, &t->k4, &t->v4,
 					     &m->positions, &ao, &t->o4,
 					     &t->lse, &do4, &dq4, &dk4, &dv4) ||
 	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
 	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
 	       (qkn &&
-		(mg_op_rmsnorm_backward(ctx, &t->qrh, &W[m->lp[LP_Q_NORM]],
-					&t->rstdq, &dqh, &dqrh,
-					gw(&G[m->lp[LP_Q_NORM]])) ||
-		 mg_op_rmsnorm_backward(ctx, &t->krh, &W[m->lp[LP_K_NORM]],
-					&t->rstdk, &dkh, &dkrh,
-					gw(&G[m->lp[LP_K_NORM]])))) ||
+		(mg_op_rmsnorm_backward(ctx, &t->qrh, nw[NW_Q], &t->rstdq, &dqh,
+					&dqrh, gw(&G[m->lp[LP_Q_NORM]])) ||
+		 mg_op_rmsnorm_backward(ctx, &t->krh, nw[NW_K], &t->rstdk, &dkh,
+					&dkrh, gw(&G[m->lp[LP_K_NORM]])))) ||
 	       group_bwd(m, ctx, L, l, QKV_T, QKV_W, 3, W, G, &t->h1,
 			 (struct mg_tensor *const[]){qkn ? &dqr : &dq,
 						     qkn ? &dkr : &dk, &dv},
 			 &dh) ||
-	       norm_bwd(m, ctx, &t->x, &W[LP_IN_NORM], &t->rstd1, &dh, &dxm, dx,
+	       norm_bwd(m, ctx, &t->x, nw[NW_IN], &t->rstd1, &dh, &dxm, dx,
 			&dtmp, gw(&G[LP_IN_NORM]));
 }
 
@@ -790,8 +831,15 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		at(m, m->arena.ptr, L.logits, dt, 2, R, c->vocab, 0, 0);
 	struct lt last;
 	layer_tensors(m, &L, (int)c->layers - 1, &last);
-	/* d(loss)/d(logits), in place (flce: per chunk, below). */
-	if (!(m->kern & LK_FLCE) && m->obj->head_backward(m, ctx, &logits))
+	/* d(loss)/d(logits), in place (flce: per chunk, below), through
+	 * the final soft-cap from the uncapped logits */
+	struct mg_tensor lraw =
+		at(m, m->arena.ptr, L.lraw, dt, 2, R, c->vocab, 0, 0);
+	if (!(m->kern & LK_FLCE) &&
+	    (m->obj->head_backward(m, ctx, &logits) ||
+	     (c->final_softcap > 0 &&
+	      mg_op_softcap_backward(ctx, &lraw, c->final_softcap, &logits,
+				     &logits))))
 		return mg_error_prefix("llama loss backward");
 	struct mg_unit_view *v = mg_acquire(ctx, head, MG_PHASE_BACKWARD);
 	if (!v)
@@ -814,10 +862,12 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 		rc = proj_bwd(m, ctx, &L, (int)c->layers, LT_HEAD, v->params,
 			      v->grads, 1, &hn, &logits, &dhn);
 	}
+	const struct mg_tensor *nwf =
+		rc ? NULL : llama_norm_w(m, ctx, &v->params[0], NW_FINAL);
 	if (!rc)
-		rc = mg_op_rmsnorm_backward(ctx, &last.xn, &v->params[0],
-					    &rstdn, &dhn, &dx,
-					    gw(&v->grads[0]));
+		rc = !nwf ||
+		     mg_op_rmsnorm_backward(ctx, &last.xn, nwf, &rstdn, &dhn,
+					    &dx, gw(&v->grads[0]));
 	if (!rc)
 		rc = mg_grads_ready(ctx, head);
 	mg_release(ctx, head, MG_PHASE_BACKWARD);
@@ -850,9 +900,10 @@ int llama_backward(struct llama *m, struct mg_ctx *ctx)
 	struct mg_tensor ids =
 		mg_tensor_make(m->ids.data, MG_I32, ctx->dev->kind, 1, &R);
 	/* A frozen embedding (LoRA) takes no gradient. */
-	rc = v->grads[0].data
-		     ? mg_op_embedding_backward(ctx, &ids, &dx, &v->grads[0])
-		     : 0;
+	rc = v->grads[0].data ? llama_embed_scale(m, ctx, &dx) ||
+					mg_op_embedding_backward(ctx, &ids, &dx,
+								 &v->grads[0])
+			      : 0;
 	if (!rc)
 		rc = mg_grads_ready(ctx, LLAMA_UNIT_EMBED);
 	mg_release(ctx, LLAMA_UNIT_EMBED, MG_PHASE_BACKWARD);
