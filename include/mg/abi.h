@@ -97,9 +97,14 @@ extern "C" {
  *        mg_op_attention_decode_opts for the decoder families; new
  *        functions only, the scale-only ops stay, so plugins built for
  *        1.0-1.11 load unchanged
+ *   1.13 mg_op_linear_add (ops_nn.h: y += x w^T + b in the GEMM's
+ *        epilogue): LoRA's adapter term written first and the frozen
+ *        projection added onto it, instead of two extra passes over y;
+ *        a new function only, so plugins built for 1.0-1.12 load
+ *        unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 12
+#define MG_ABI_MINOR 13
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)
