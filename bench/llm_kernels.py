@@ -10,8 +10,10 @@ copies). Printed as markdown (scripts/gpu.sh llm_kernels).
 usage: llm_kernels.py MGRUN OUTDIR [CELL...]
   CELL: full:SHAPE,B,SEQ[,ckpt] or lora:SHAPE,B,SEQ,TARGETS (like4like's
   cells; default: full:llama3.2-1b,8,512 lora:llama3-8b,8,512,all)
-  llm_kernels.py --report REPORT_JSON [LABEL]   the tables of one run's
+  llm_kernels.py --report REPORT_JSON [CELL]   the tables of one run's
   report.json (no run)
+Beside each group: its floor (bench/llm_floor.py) at MG_LLMK_BW TB/s
+[4.0] and the GEMM ceiling MG_L4L_CEILING TFLOP/s [820].
 environment: MG_LLMK_TOP [25] kernels listed a cell;
   MG_LLMK_FIRST [6], MG_LLMK_STEPS [5] the window (steps 0-2 are the
   eager and capture steps); MG_LLMK_SETS extra --set options (blank-
@@ -26,6 +28,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import like4like  # noqa: E402  (llm_sets: the same mgrun options)
+import llm_floor  # noqa: E402  (each group's floor beside its time)
 
 # (group, pattern on the demangled name), first match wins; the order
 # puts the specific names before the catch-alls.
@@ -59,9 +62,24 @@ def short(name, n=70):
     return s if len(s) <= n else s[:n - 3] + "..."
 
 
-def tables(rep, label, top):
-    """The markdown tables of one run's report.json profile, and the
-    summary dict (group -> ms a step)."""
+def floor_ms(cell):
+    """{group: floor ms a step} of cell (bench/llm_floor.py) at
+    MG_LLMK_BW TB/s [4.0] and the call's GEMM ceiling (MG_L4L_CEILING,
+    TFLOP/s [820]), or {} when cell is not a cell llm_floor knows."""
+    try:
+        bw = float(os.environ.get("MG_LLMK_BW", "4.0")) * 1e12
+        ceil = (float(os.environ.get("MG_L4L_CEILING", "0") or 0) or 820) * 1e12
+        fl, _ = llm_floor.floors(cell, bw, ceil)
+    except (KeyError, ValueError, IndexError):
+        return {}
+    return {k: 1e3 * v for k, v in fl.items()}
+
+
+def tables(rep, label, top, floors=None):
+    """The markdown tables of one run's report.json profile (floors:
+    {group: floor ms a step} for a column beside each group's time), and
+    the summary dict (group -> ms a step)."""
+    floors = floors or {}
     p = rep["profile"]
     steps = p["window"]["steps"]
     r0 = p["ranks"][0]
@@ -90,12 +108,17 @@ def tables(rep, label, top):
           f"{1e3 * step_in:.2f} ms a step in the window, "
           f"{1e3 * (step_out or float('nan')):.2f} outside; window steps "
           f"{p['window']['first_step']}-{p['window']['last_step']}\n")
-    print("| group | launches / step | ms / step | share of device time |")
-    print("| --- | --- | --- | --- |")
+    print("| group | launches / step | ms / step | share of device time | "
+          "floor ms / step |")
+    print("| --- | --- | --- | --- | --- |")
     summary = {}
     for g, (c, s) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
         summary[g] = ms(s)
-        print(f"| {g} | {c / steps:.0f} | {ms(s):.2f} | {100 * s / device:.1f}% |")
+        fl = f"{floors[g]:.2f}" if g in floors else "-"
+        print(f"| {g} | {c / steps:.0f} | {ms(s):.2f} | {100 * s / device:.1f}% | {fl} |")
+    if floors:
+        print(f"\nfloor of the step (bench/llm_floor.py): "
+              f"{sum(floors.values()):.2f} ms")
     print(f"\n| kernel (top {min(top, len(kern))}) | group | launches / step | "
           "ms / step | share |")
     print("| --- | --- | --- | --- | --- |")
@@ -140,7 +163,8 @@ def main(argv):
     top = int(os.environ.get("MG_LLMK_TOP", "25"))
     if argv and argv[0] == "--report":
         rep = json.load(open(argv[1]))
-        tables(rep, argv[2] if len(argv) > 2 else argv[1], top)
+        label = argv[2] if len(argv) > 2 else argv[1]
+        tables(rep, label, top, floor_ms(label))
         return 0
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -160,7 +184,7 @@ def main(argv):
             print(f"\nFAILED: {cell}: mgrun exit {rc} (log {name}.log)")
             bad += 1
             continue
-        results.append(tables(json.load(open(rpath)), cell, top))
+        results.append(tables(json.load(open(rpath)), cell, top, floor_ms(cell)))
     json.dump(results, open(os.path.join(out, "llm_kernels.json"), "w"), indent=1)
     return 1 if bad else 0
 

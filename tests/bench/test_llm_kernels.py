@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_llm_kernels.py - bench/llm_kernels.py (scripts/gpu.sh llm_kernels)
-without a GPU: kernels grouped by name, each group's device ms a step and
+and the floors it prints (bench/llm_floor.py) without a GPU: kernels grouped by name, each group's device ms a step and
 share of the device time (kernels + memsets + device copies, the kernels
 past the listed top counted as "other"), and the runs it makes: like4like's
 mgrun options for each cell plus the [profile] window, a failed run
@@ -76,9 +76,9 @@ check(abs(s["groups"]["GEMM"] - 7.0) < 1e-9, f"GEMM {s['groups']}")
 check(abs(s["groups"]["other"] - 1.0) < 1e-9, f"other (unlisted) {s['groups']}")
 check(abs(s["groups"]["memset"] - 0.5) < 1e-9, "memset")
 lines = text.splitlines()
-for want in ("| GEMM | 60 | 7.00 | 58.3% |", "| optimizer | 2 | 2.00 | 16.7% |",
-             "| swiglu | 16 | 1.00 | 8.3% |", "| other | 0 | 1.00 | 8.3% |",
-             "| memset | 2 | 0.50 | 4.2% |", "| memcpy d2d | 1 | 0.50 | 4.2% |",
+for want in ("| GEMM | 60 | 7.00 | 58.3% | - |", "| optimizer | 2 | 2.00 | 16.7% | - |",
+             "| swiglu | 16 | 1.00 | 8.3% | - |", "| other | 0 | 1.00 | 8.3% | - |",
+             "| memset | 2 | 0.50 | 4.2% | - |", "| memcpy d2d | 1 | 0.50 | 4.2% | - |",
              "| `adamw_vec_kernel<bf16, bf16>` | optimizer | 2 | 2.000 | 16.7% |"):
     check(want in lines, f"missing line: {want}")
 check("12.00 ms of device time a step" in text, "the headline")
@@ -87,6 +87,35 @@ gl = [l.split(" | ")[0][2:] for l in lines if l.startswith("| ") and " | " in l
       and not l.startswith("| group") and not l.startswith("| ---")
       and not l.startswith("| `") and not l.startswith("| kernel")]
 check(gl[0] == "GEMM" and gl[1] == "optimizer", f"order {gl}")
+# with a cell, each group's floor beside it (bench/llm_floor.py)
+fl = lk.floor_ms("full:llama3.2-1b,8,512")
+check(abs(fl["optimizer"] - 28 * 1235814400 / 4e12 * 1e3) < 1e-6,
+      f"optimizer floor {fl.get('optimizer')}")
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    lk.tables(REPORT, "full:llama3.2-1b,8,512", 25, fl)
+check(f"| optimizer | 2 | 2.00 | 16.7% | {fl['optimizer']:.2f} |" in out.getvalue(),
+      "the floor column")
+check(lk.floor_ms("full:no-such-shape,8,512") == {}, "an unknown shape: no floors")
+
+# llm_floor's arithmetic against counts made by hand: SwiGLU moves
+# 8 R I elements a layer; the causal attention forward is llama_shapes'
+# attention FLOPs a token / 3 (forward of forward + backward) x R; the
+# adapters' new path saves 3 passes over each target's output and 2 over
+# each group's input gradient (8B, q and v: one group of input 4096,
+# outputs 4096 + 1024) against the product-and-add path.
+import llm_floor  # noqa: E402
+import llama_shapes  # noqa: E402
+g = llm_floor.groups("full:llama3.2-1b,8,512")
+check(g["swiglu"]["bytes"] == 2 * 8 * 16 * 4096 * 8192, f"swiglu bytes {g['swiglu']}")
+att = llama_shapes.model_flops_per_token("llama3.2-1b", 512, "all") - \
+    llama_shapes.model_flops_per_token("llama3.2-1b", 0, "all")
+check(abs(g["attention fwd"]["flops"] - att / 3 * 4096) < 1, "attention forward FLOPs")
+new_, old_ = (llm_floor.groups("lora:llama3-8b,2,2048,qv", p) for p in ("epilogue", "add"))
+moved = lambda gr: sum(v["bytes"] for v in gr.values())  # noqa: E731
+check(moved(old_) - moved(new_) == 2 * 4096 * 32 * (3 * (4096 + 1024) + 2 * 4096),
+      f"adapter bytes saved {moved(old_) - moved(new_)}")
+check(new_["GEMM"]["flops"] == old_["GEMM"]["flops"], "same adapter FLOPs")
 
 # The runs: a stand-in mgrun writes this report and keeps its arguments.
 os.makedirs(tmp, exist_ok=True)
