@@ -43,7 +43,8 @@ environment (defaults in brackets):
   MG_L4L_REPEATS [3]  processes a side in a headline cell
   MG_L4L_HEAD [28:tf32,28:bf16,224:tf32,224:bf16,500:tf32,500:bf16]
       MobileNetV2 headline cells (others: one process a side)
-  MG_L4L_EAGER [1]  the eager PyTorch row (0: not run)
+  MG_L4L_EAGER [1]  the eager PyTorch rows, MobileNetV2's and the LLMs'
+      (0: not run)
   MG_L4L_COMPILE [224:tf32,224:bf16]  torch.compile cells, run last
   MG_L4L_LORA ["llama3-8b,8,512,all llama3-8b,2,2048,qv"]
       cells shape,batch,seq,targets[,nf4]: targets qv (q, v), tt (q, v,
@@ -374,9 +375,12 @@ def llm_head(cell):
 
 
 def torch_llm(out, name, script, args, items, reps):
-    """The compiled baseline (reps processes) and the eager one (one)."""
+    """The compiled baseline (reps processes) and the eager one (one;
+    None with MG_L4L_EAGER=0, a call short of time)."""
     comp = repeated(reps, lambda i: torch_cell(
         out, f"{name}_compile_{i}", script, args + ["compile"], items, timeout=560))
+    if env("MG_L4L_EAGER", "1") != "1":
+        return comp, None
     eager = torch_cell(out, f"{name}_eager", script, args + ["eager"], items)
     return comp, eager
 

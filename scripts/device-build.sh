@@ -70,5 +70,8 @@ if [ -f "$sums" ]; then
 	[ -n "$changed" ] && echo "$changed" | xargs touch &&
 		echo "device-build: $(echo "$changed" | wc -l) changed file(s) since the last build here"
 fi
-cmake --build "$build" -j"$(nproc)"
+# MG_BUILD_TARGETS (blank-separated): only those targets and what they
+# need (e.g. "mgrun mg_llama mg_random_tokens mg_single test_gpu_ops"),
+# a shorter build for a call that runs only them.
+cmake --build "$build" -j"$(nproc)" ${MG_BUILD_TARGETS:+--target $MG_BUILD_TARGETS}
 mv "$new" "$sums"

@@ -81,6 +81,12 @@
 #                        cell (batch 64, static device batch; prec tf32 =
 #                        fp32 with run.tf32): the top 40 kernels by device
 #                        time
+#     llm_kernels [cells...]  one profiled window (CUPTI) of like4like's
+#                        LLM cells (default: full:llama3.2-1b,8,512
+#                        lora:llama3-8b,8,512,all), mgrun run as
+#                        like4like runs it: the top kernels a step with
+#                        their share of the device time, and by group
+#                        (GEMMs, attention, norms, ...; bench/llm_kernels.py)
 #     profile            the [profile] window (CUPTI) against mgrun's own
 #                        counters, 1 GPU and 2 where visible
 #                        (tests/gpu/profile_check.sh; also in all)
@@ -422,6 +428,12 @@ if [ "$what" = kernels ]; then
 		done
 	done
 	grep -E "^== kernels|step time|top compute|^ +[0-9]+\.[0-9]+ +[0-9]+ " "$out/kernels.log"
+fi
+if [ "$what" = llm_kernels ]; then
+	MG_GPU_TIMEOUT=${MG_GPU_TIMEOUT:-500} run llm_kernels llm_kernels \
+		python3 bench/llm_kernels.py "$mgrun" $tmp/mgllmk "$@"
+	cp $tmp/mgllmk/llm_kernels.json "$out/" 2>/dev/null
+	sed -n '/^### /,$p' "$out/llm_kernels.log"
 fi
 
 if [ "$what" = attention ]; then

@@ -197,6 +197,13 @@ static cJSON *profile_json(const struct mg_trainer *t)
 	for (int i = 0; i < NPIPE; i++)
 		cJSON_AddNumberToObject(pl, pipe_names[i],
 					(double)(p->c1[i] - p->c0[i]));
+	/* rank 0's memsets (zeroed gradients): device time outside the
+	 * kernel lists */
+	struct mg_cupti_stat ms = mg_cupti_memsets(p->cupti);
+	cJSON *mj = cJSON_AddObjectToObject(o, "memset");
+	cJSON_AddNumberToObject(mj, "count", (double)ms.count);
+	cJSON_AddNumberToObject(mj, "seconds", ms.seconds);
+	cJSON_AddNumberToObject(mj, "bytes", ms.bytes);
 	cJSON *ov = cJSON_AddObjectToObject(o, "overhead");
 	double in = median2(&p->in, NULL);
 	double out = median2(&p->before, &p->after);
@@ -278,6 +285,11 @@ static void summary(const struct mg_trainer *t, FILE *f)
 		fprintf(f, "  %-24s %10.0f %12.6f %12s\n", metric_names[m],
 			row[3 * m], row[3 * m + 1], b);
 	}
+	struct mg_cupti_stat ms = mg_cupti_memsets(p->cupti);
+	char mb[32];
+	human(mb, sizeof mb, ms.bytes);
+	fprintf(f, "  %-24s %10lld %12.6f %12s\n", "memset",
+		(long long)ms.count, ms.seconds, mb);
 	/* Libraries (cuDNN, cuBLAS, NCCL) launch through the driver. */
 	struct mg_cupti_stat d = mg_cupti_api(p->cupti, "cuLaunchKernel");
 	struct mg_cupti_stat dx = mg_cupti_api(p->cupti, "cuLaunchKernelEx");

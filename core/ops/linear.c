@@ -51,11 +51,12 @@ static int lin_check(const char *op, struct mg_ctx *ctx,
 	return 0;
 }
 
-int mg_op_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
-		 const struct mg_tensor *w, const struct mg_tensor *b,
-		 struct mg_tensor *y)
+/* Both forward ops: y written, or added to when y_add. */
+static int lin_forward(const char *op, struct mg_ctx *ctx,
+		       const struct mg_tensor *x, const struct mg_tensor *w,
+		       const struct mg_tensor *b, struct mg_tensor *y,
+		       bool y_add)
 {
-	static const char op[] = "linear";
 	int64_t rows, in, out;
 	if (lin_check(op, ctx, x, w, &rows, &in, &out) ||
 	    mgo_check(op, "y", ctx, y, x->dtype, -1) ||
@@ -63,8 +64,25 @@ int mg_op_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 	    mgo_check_opt(op, "b", ctx, b, x->dtype, 1) ||
 	    (b && mgo_check_vec(op, "b", b, out)))
 		return -1;
+	if (y_add)
+		MGO_DISPATCH(op, ctx, mg_cpu_linear_add(ctx, x, w, b, y),
+			     mg_cuda_linear_add(ctx, x, w, b, y));
 	MGO_DISPATCH(op, ctx, mg_cpu_linear(ctx, x, w, b, y),
 		     mg_cuda_linear(ctx, x, w, b, y));
+}
+
+int mg_op_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
+		 const struct mg_tensor *w, const struct mg_tensor *b,
+		 struct mg_tensor *y)
+{
+	return lin_forward("linear", ctx, x, w, b, y, false);
+}
+
+int mg_op_linear_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+		     const struct mg_tensor *w, const struct mg_tensor *b,
+		     struct mg_tensor *y)
+{
+	return lin_forward("linear_add", ctx, x, w, b, y, true);
 }
 
 /* Both backward ops: dx written, or added to when dx_add. */

@@ -167,6 +167,13 @@ MG_EXPORT int mg_op_global_avgpool_backward(struct mg_ctx *ctx,
 MG_EXPORT int mg_op_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 			   const struct mg_tensor *w, const struct mg_tensor *b,
 			   struct mg_tensor *y);
+/* y += x w^T + b (b may be NULL), the shapes of mg_op_linear: a
+ * projection whose output already holds another term (a LoRA adapter's
+ * s B A x) adds its own in the GEMM's epilogue, where reading y hides
+ * under the product, instead of a separate pass over y. ABI 1.13. */
+MG_EXPORT int mg_op_linear_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+			       const struct mg_tensor *w,
+			       const struct mg_tensor *b, struct mg_tensor *y);
 /* dx = dy w (written), dw += dy^T x, db += column sums of dy. */
 MG_EXPORT int mg_op_linear_backward(struct mg_ctx *ctx,
 				    const struct mg_tensor *x,

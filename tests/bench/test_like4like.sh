@@ -43,6 +43,11 @@ for k in none fused; do
 	grep -qF "| llama3.2-1b,8,512 | $k | 409,600 (409,600-409,600) [409,600 / 409,600 / 409,600] | 204,800 (136,533-273,067) [204,800 / 204,800 / 204,800] (flash) | **2.00x** | 1.50x | 204,800 (136,533-273,067) |" "$tmp/full.txt"
 done
 [ "$(ls "$tmp/full" | grep -c '_compile_[0-9].log$')" = 3 ]
+# MG_L4L_EAGER=0: no eager LLM row ("-"), the compiled one still there
+MG_L4L_EAGER=0 MG_L4L_REPEATS=1 MG_L4L_LORA="llama3.2-1b,2,512,qv" python3 "$bench/like4like.py" \
+	"$here/fake_mgrun.sh" "$tmp/noeager" lora >"$tmp/noeager.txt"
+grep -q '^| llama3.2-1b 2x512 qv | 102,400 (102,400-102,400) | 51,200 (34,133-68,267) (flash) | \*\*2.00x\*\* | 1.50x | - | ' "$tmp/noeager.txt"
+[ "$(ls "$tmp/noeager" | grep -c '_eager.log$')" = 0 ]
 grep -q ' compile$' "$tmp/full/torch_l4l_full_llama3.2-1b_8x512_compile_0.args"
 if MG_L4L_FULL="fail,8,512" MG_L4L_FULL_KERNELS=none python3 "$bench/like4like.py" \
 	"$here/fake_mgrun.sh" "$tmp/fullbad" full >"$tmp/fullbad.txt" 2>&1; then

@@ -445,6 +445,15 @@ static void linear_check(enum mg_dtype dt, int ndim, int64_t d0, int64_t d1,
 	if (!gt_ok(CALL(linear, dt, &x.g, &w.g, bias ? &b.g : NULL, &y.g),
 		   name))
 		gt_check(LBL("%s y", name), dt, &y, tol);
+	/* y += x w^T + b (the GEMM's beta = 1) onto a random y, small
+	 * beside the product for the reason dx's add below gives; an
+	 * overwrite or a lost bias would be off by far more than tol */
+	gt_rand(&y, -0.02, 0.02);
+	CPU(mg_op_linear_add(&gt_cpu, &x.c, &w.c, bias ? &b.c : NULL, &y.c),
+	    name);
+	if (!gt_ok(CALL(linear_add, dt, &x.g, &w.g, bias ? &b.g : NULL, &y.g),
+		   name))
+		gt_check_delta(LBL("%s y added", name), dt, &y, tol);
 	gt_rand(&dy, -1, 1);
 	gt_poison(&dx);
 	gt_rand(&dw, -1, 1);
@@ -488,6 +497,8 @@ static void test_linear(void)
 		linear_check(dt, 2, 7, 0, 13, 5, false);
 		linear_check(dt, 3, 4, 9, 33, 17, true);
 		linear_check(dt, 2, 1000, 0, 64, 48, true);
+		/* a LoRA adapter's B product: inner dimension = rank */
+		linear_check(dt, 2, 515, 0, 8, 333, false);
 	}
 }
 

@@ -764,11 +764,50 @@ static void linear_case(int ndim, int64_t d0, int64_t d1, int64_t in,
 			     name);
 		del(&dxa), del(&dxa0), del(&dwa);
 	}
+	/* linear_add: y0 + x w^T + b onto random y0, with and without the
+	 * bias (LoRA's adapter term first, the base GEMM adding) */
+	{
+		struct mg_tensor ya = clone(&y), ya0;
+		fill_rand(&ya, 1);
+		ya0 = clone(&ya);
+		CHECK_OK(mg_op_linear_add(&ctx, &x, &w, &b, &ya));
+		for (int64_t i = 0; i < N_(&ya); i++)
+			D(&ya)[i] -= D(&ya0)[i];
+		snprintf(what, sizeof what, "%s linear_add", name);
+		expect_close(what, D(&ya), D(&yr), N_(&y), 1e-12);
+		memcpy(ya.data, ya0.data, mg_tensor_bytes(&ya));
+		CHECK_OK(mg_op_linear_add(&ctx, &x, &w, NULL, &ya));
+		for (int64_t i = 0; i < rows; i++)
+			for (int64_t o = 0; o < out; o++)
+				D(&ya)
+				[i * out + o] +=
+					D(&b)[o] - D(&ya0)[i * out + o];
+		snprintf(what, sizeof what, "%s linear_add without bias", name);
+		expect_close(what, D(&ya), D(&yr), N_(&y), 1e-12);
+		/* w's shape is never y's in these cases */
+		struct mg_tensor yw = clone(&w);
+		if (mg_op_linear_add(&ctx, &x, &w, NULL, &yw) == 0)
+			fail("%s: linear_add into a y of the wrong shape "
+			     "accepted",
+			     name);
+		del(&ya), del(&ya0), del(&yw);
+	}
 	struct mg_tensor x32 = to_f32(&x), w32 = to_f32(&w), b32 = to_f32(&b),
 			 y32 = to_f32(&y);
 	CHECK_OK(mg_op_linear(&ctx, &x32, &w32, &b32, &y32));
 	snprintf(what, sizeof what, "%s f32", name);
 	expect_close32(what, &y32, &yr, 1e-5);
+	{
+		/* linear_add in f32: y32 already holds x w^T + b; adding once
+		 * more gives twice that */
+		struct mg_tensor y2 = clone(&yr);
+		for (int64_t i = 0; i < N_(&y2); i++)
+			D(&y2)[i] *= 2;
+		CHECK_OK(mg_op_linear_add(&ctx, &x32, &w32, &b32, &y32));
+		snprintf(what, sizeof what, "%s linear_add f32", name);
+		expect_close32(what, &y32, &y2, 1e-5);
+		del(&y2);
+	}
 	/* No bias. */
 	CHECK_OK(mg_op_linear(&ctx, &x, &w, NULL, &y));
 	for (int64_t i = 0; i < rows; i++)

@@ -172,6 +172,10 @@ int mg_cpu_global_avgpool_backward(struct mg_ctx *ctx,
 int mg_cpu_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 		  const struct mg_tensor *w, const struct mg_tensor *b,
 		  struct mg_tensor *y);
+/* y += x w^T + b */
+int mg_cpu_linear_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+		      const struct mg_tensor *w, const struct mg_tensor *b,
+		      struct mg_tensor *y);
 int mg_cpu_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 			   const struct mg_tensor *w,
 			   const struct mg_tensor *dy, struct mg_tensor *dx,

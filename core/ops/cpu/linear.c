@@ -24,9 +24,10 @@ static void lin_sizes(const struct mg_tensor *x, const struct mg_tensor *w,
 	*rows = *in ? mg_tensor_numel(x) / *in : 0;
 }
 
-int mg_cpu_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
-		  const struct mg_tensor *w, const struct mg_tensor *b,
-		  struct mg_tensor *y)
+/* y = (or += when y_add) x w^T + b. */
+static int lin_fwd(struct mg_ctx *ctx, const struct mg_tensor *x,
+		   const struct mg_tensor *w, const struct mg_tensor *b,
+		   struct mg_tensor *y, bool y_add)
 {
 	int64_t rows, in, out;
 	lin_sizes(x, w, &rows, &in, &out);
@@ -35,11 +36,25 @@ int mg_cpu_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 	const int nt = mgo_threads_for(ctx, rows * out), gt = mgo_threads(ctx);
 	if (x->dtype == MG_F32)
 		linear_fwd_f32(x->data, w->data, b ? b->data : NULL, y->data,
-			       rows, in, out, nt, gt);
+			       y_add, rows, in, out, nt, gt);
 	else
 		linear_fwd_f64(x->data, w->data, b ? b->data : NULL, y->data,
-			       rows, in, out, nt, gt);
+			       y_add, rows, in, out, nt, gt);
 	return 0;
+}
+
+int mg_cpu_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
+		  const struct mg_tensor *w, const struct mg_tensor *b,
+		  struct mg_tensor *y)
+{
+	return lin_fwd(ctx, x, w, b, y, false);
+}
+
+int mg_cpu_linear_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+		      const struct mg_tensor *w, const struct mg_tensor *b,
+		      struct mg_tensor *y)
+{
+	return lin_fwd(ctx, x, w, b, y, true);
 }
 
 int mg_cpu_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,

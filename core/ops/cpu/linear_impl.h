@@ -7,11 +7,13 @@
 /* This type's GEMM wrapper (gemm.c). */
 #define GEMM FN(mgo_gemm)
 
-static void FN(linear_fwd)(const T *x, const T *w, const T *b, T *y,
+/* y = (or += when y_add) x w^T + b */
+static void FN(linear_fwd)(const T *x, const T *w, const T *b, T *y, bool y_add,
 			   int64_t rows, int64_t in, int64_t out, int nt,
 			   int gt)
 {
-	GEMM(gt, false, true, rows, out, in, 1, x, in, w, in, 0, y, out);
+	GEMM(gt, false, true, rows, out, in, 1, x, in, w, in, y_add ? 1 : 0, y,
+	     out);
 	if (!b)
 		return;
 #pragma omp parallel for num_threads(nt) schedule(static)

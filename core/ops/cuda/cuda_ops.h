@@ -72,6 +72,11 @@ MG_EXPORT int mg_cuda_global_avgpool_backward(struct mg_ctx *ctx,
 MG_EXPORT int mg_cuda_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 			     const struct mg_tensor *w,
 			     const struct mg_tensor *b, struct mg_tensor *y);
+/* y += x w^T + b: the GEMM with beta 1 */
+MG_EXPORT int mg_cuda_linear_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+				 const struct mg_tensor *w,
+				 const struct mg_tensor *b,
+				 struct mg_tensor *y);
 MG_EXPORT int
 mg_cuda_linear_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 			const struct mg_tensor *w, const struct mg_tensor *dy,

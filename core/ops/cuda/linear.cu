@@ -153,11 +153,11 @@ extern "C" int mgc_gemm(struct mg_ctx *ctx, const char *op, cudaDataType_t data,
 	return 0;
 }
 
-extern "C" int mg_cuda_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
-			      const struct mg_tensor *w,
-			      const struct mg_tensor *b, struct mg_tensor *y)
+/* y = (or += when y_add: the GEMM's beta) x w^T + b. */
+static int lin_fwd(struct mg_ctx *ctx, const char *op,
+		   const struct mg_tensor *x, const struct mg_tensor *w,
+		   const struct mg_tensor *b, struct mg_tensor *y, bool y_add)
 {
-	static const char op[] = "linear";
 	const int64_t out = w->shape[0], in = w->shape[1];
 	const int64_t rows = in ? mg_tensor_numel(x) / in : 0;
 	gemm_types t = {CUDA_R_32F, CUBLAS_COMPUTE_32F, false};
@@ -166,10 +166,10 @@ extern "C" int mg_cuda_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 	if (rows == 0 || out == 0)
 		return 0;
 	if (in == 0) {
-		if (mgc_zero(ctx, y->data, y->dtype, rows * out))
+		if (!y_add && mgc_zero(ctx, y->data, y->dtype, rows * out))
 			return -1;
 	} else if (gemm(ctx, op, t, true, false, out, rows, in, w->data, in,
-			x->data, in, 0, y->data, out)) {
+			x->data, in, y_add ? 1 : 0, y->data, out)) {
 		return -1;
 	}
 	if (b) {
@@ -178,6 +178,21 @@ extern "C" int mg_cuda_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
 		return mgc_check_launch(op);
 	}
 	return 0;
+}
+
+extern "C" int mg_cuda_linear(struct mg_ctx *ctx, const struct mg_tensor *x,
+			      const struct mg_tensor *w,
+			      const struct mg_tensor *b, struct mg_tensor *y)
+{
+	return lin_fwd(ctx, "linear", x, w, b, y, false);
+}
+
+extern "C" int mg_cuda_linear_add(struct mg_ctx *ctx, const struct mg_tensor *x,
+				  const struct mg_tensor *w,
+				  const struct mg_tensor *b,
+				  struct mg_tensor *y)
+{
+	return lin_fwd(ctx, "linear_add", x, w, b, y, true);
 }
 
 extern "C" int

@@ -27,6 +27,7 @@ static const CUpti_ActivityKind kinds[] = {
 	CUPTI_ACTIVITY_KIND_RUNTIME,
 	CUPTI_ACTIVITY_KIND_DRIVER,
 	CUPTI_ACTIVITY_KIND_MEMCPY,
+	CUPTI_ACTIVITY_KIND_MEMSET,
 	CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 };
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
@@ -66,8 +67,8 @@ struct mg_cupti {
 	struct api_agg rt[CBID_MAX], drv[CBID_MAX];
 	struct kern *kt; /* open addressing, kcap a power of two */
 	size_t kcap, kn;
-	struct mg_cupti_stat copies[MG_CUPTI_COPY_N];
-	uint64_t copy_ns[MG_CUPTI_COPY_N];
+	struct mg_cupti_stat copies[MG_CUPTI_COPY_N], memsets;
+	uint64_t copy_ns[MG_CUPTI_COPY_N], memset_ns;
 	struct copy_rec *tl;
 	int64_t tl_n, tl_alloc, tl_cap, tl_dropped;
 	int64_t dropped;
@@ -216,6 +217,14 @@ static void take(struct mg_cupti *c, const CUpti_Activity *r)
 	case CUPTI_ACTIVITY_KIND_MEMCPY:
 		take_copy(c, (const CUpti_ActivityMemcpy6 *)r);
 		break;
+	case CUPTI_ACTIVITY_KIND_MEMSET: {
+		const CUpti_ActivityMemset4 *m =
+			(const CUpti_ActivityMemset4 *)r;
+		c->memsets.count++;
+		c->memsets.bytes += (double)m->bytes;
+		c->memset_ns += span(m->start, m->end);
+		break;
+	}
 	case CUPTI_ACTIVITY_KIND_KERNEL:
 	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
 		const CUpti_ActivityKernel10 *k =
@@ -399,6 +408,7 @@ static int build(struct mg_cupti *c)
 	free(raw);
 	for (int k = 0; k < MG_CUPTI_COPY_N; k++)
 		c->copies[k].seconds = (double)c->copy_ns[k] * 1e-9;
+	c->memsets.seconds = (double)c->memset_ns * 1e-9;
 	if (c->napis)
 		qsort(c->apis, (size_t)c->napis, sizeof *c->apis, by_seconds);
 	if (c->nkernels)
@@ -541,6 +551,11 @@ struct mg_cupti_stat mg_cupti_copies(const struct mg_cupti *c,
 				     enum mg_cupti_copy kind)
 {
 	return c->copies[kind];
+}
+
+struct mg_cupti_stat mg_cupti_memsets(const struct mg_cupti *c)
+{
+	return c->memsets;
 }
 
 struct mg_cupti_stat mg_cupti_nccl(const struct mg_cupti *c,

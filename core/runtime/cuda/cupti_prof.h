@@ -61,8 +61,8 @@ struct mg_cupti;
  * rest are aggregated only). NULL with mg_error set (CUPTI's message) on
  * failure, or when a collector exists already. */
 struct mg_cupti *mg_cupti_init(int64_t timeline_cap);
-/* Collect runtime and driver API calls, memory copies and kernels from
- * now on (only once per collector). */
+/* Collect runtime and driver API calls, memory copies, memsets and
+ * kernels from now on (only once per collector). */
 int mg_cupti_start(struct mg_cupti *c);
 /* Stop collecting: the caller has waited for the device work it wants
  * counted; every buffer is flushed (forced) and aggregated, then the
@@ -80,6 +80,10 @@ void mg_cupti_free(struct mg_cupti *c);
 struct mg_cupti_stat mg_cupti_api(const struct mg_cupti *c, const char *name);
 struct mg_cupti_stat mg_cupti_copies(const struct mg_cupti *c,
 				     enum mg_cupti_copy kind);
+/* Device memsets (cudaMemsetAsync: zeroed gradients, buffers), device
+ * time and bytes: outside the kernel lists, a share of a step's device
+ * time all the same. */
+struct mg_cupti_stat mg_cupti_memsets(const struct mg_cupti *c);
 struct mg_cupti_stat mg_cupti_nccl(const struct mg_cupti *c,
 				   enum mg_cupti_nccl coll);
 /* Every kernel that is not an NCCL kernel. */

@@ -384,12 +384,15 @@ int llama_lora_init(const struct llama *m, int layer, int t,
 		    struct mg_tensor *A, struct mg_tensor *B, uint64_t key);
 /*
  * The adapter path of one projection, reusable by training and decode.
- * Forward: y += scale * B (A drop(x)), x [R, in], y [R, out]; saves
- * as = scale * A drop(x) [R, rank] for backward (as may be scratch when
- * no backward follows). Dropout only when ctx->training, keyed on
- * (layer, target) and each row's global sample index so N ranks draw
- * what one rank would. xd [R, in] and tmp [R, max(out, rank)] are
- * scratch.
+ * Forward: y = scale * B (A drop(x)), x [R, in], y [R, out], WRITTEN:
+ * the caller adds the frozen projection's x W^T onto it with
+ * mg_op_linear_add, whose GEMM reads y in its epilogue (the adapter's
+ * product then costs one pass over y, not a product in scratch and an
+ * add: three more). Saves as = scale * A drop(x) [R, rank] for backward
+ * (as may be scratch when no backward follows). Dropout only when
+ * ctx->training, keyed on (layer, target) and each row's global sample
+ * index so N ranks draw what one rank would. xd [R, in] and tmp
+ * [R, rank] are scratch.
  */
 int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 		       const struct mg_tensor *A, const struct mg_tensor *B,
@@ -402,7 +405,8 @@ int llama_lora_down(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 		    const struct mg_tensor *A, const struct mg_tensor *x,
 		    struct mg_tensor *as, void *xd, void *tmp);
 /* The second half of llama_lora_backward, from das = dy B [R, r]: dA +=
- * (NULL: not computed), dx += the adapter's input gradient. */
+ * (NULL: not computed), dx += the adapter's input gradient (added by
+ * the GEMM itself without dropout; through dxd [R, in] with it). */
 int llama_lora_down_backward(struct llama *m, struct mg_ctx *ctx, int layer,
 			     int t, const struct mg_tensor *A,
 			     struct mg_tensor *dA, const struct mg_tensor *x,
@@ -429,20 +433,21 @@ int llama_lora_backward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 bool llama_lora_fusable(const struct llama *m, const struct mg_ctx *ctx,
 			const int *ts, int n, const struct mg_tensor *P,
 			const struct mg_tensor *G);
-/* y[j] += s B_j A_j x, as[j] saved; tmp [R, max(n rank, out_j)]. */
+/* y[j] = s B_j A_j x written (the frozen projections add theirs with
+ * mg_op_linear_add), as[j] saved; tmp [R, n rank]. */
 int llama_lora_forward_group(struct llama *m, struct mg_ctx *ctx, const int *ts,
 			     int n, const struct mg_tensor *P,
 			     const struct mg_tensor *x,
 			     struct mg_tensor *const *as,
 			     struct mg_tensor *const *y, void *tmp);
-/* From dy[j]: the adapters' gradients (+=), dx += their input gradient.
- * Scratch: das [R, rank], da3 and dt3 [R, n rank], dxd [R, in]. */
+/* From dy[j]: the adapters' gradients (+=), dx += their input gradient
+ * (in the GEMM). Scratch: das [R, rank], da3 and dt3 [R, n rank]. */
 int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
 			      const int *ts, int n, const struct mg_tensor *P,
 			      struct mg_tensor *G, const struct mg_tensor *x,
 			      struct mg_tensor *const *as,
 			      struct mg_tensor *const *dy, struct mg_tensor *dx,
-			      void *das, void *da3, void *dt3, void *dxd);
+			      void *das, void *da3, void *dt3);
 void llama_lora_free(struct llama *m);
 
 /* llama_kernels.c: the `kernels` option ("rmsnorm,flce", "fused" or

@@ -61,17 +61,11 @@ static void dlayout(const struct llama *m, int64_t n, struct dlay *L)
 	L->logits = llama_slot(&o, V * es);
 	L->lf32 = llama_slot(&o, V * sizeof(float));
 	if (m->lora.rank > 0) {
-		/* llama_lora_forward's scratch holds A x, then B (s A x):
-		 * n rows of the widest projection (the head: one row). */
-		const size_t r = (size_t)m->lora.rank,
-			     kvd = (size_t)(c->kv_heads * c->head_dim);
-		size_t w = D > qd ? D : qd;
-		w = w > I ? w : I;
-		w = w > kvd ? w : kvd;
-		w = w > r ? w : r;
-		size_t tmp = N * w > V ? N * w : V;
+		/* llama_lora_forward's scratch holds A x [n, r]; B's
+		 * product goes to the projection's output */
+		const size_t r = (size_t)m->lora.rank;
 		L->la = llama_slot(&o, N * r * es);
-		L->ltmp = llama_slot(&o, tmp * es);
+		L->ltmp = llama_slot(&o, N * r * es);
 	}
 	if (m->proj->fq_input) {
 		size_t w = D > qd ? D : qd;
@@ -168,16 +162,19 @@ static int dproj(struct llama *m, struct mg_ctx *ctx, const struct dlay *L,
 	const struct mg_tensor *b = tg < LT_HEAD && (m->c.bias & (1u << tg))
 					    ? &W[m->lp[LP_Q_BIAS + tg]]
 					    : NULL;
-	if (!Wd || mg_op_linear(ctx, &xq, Wd, b, y))
+	if (!Wd)
 		return -1;
 	if (m->lora.rank == 0 || m->lora.ia[tg] < 0)
-		return 0;
+		return mg_op_linear(ctx, &xq, Wd, b, y);
+	/* the adapter's term written, the base GEMM adding onto it: the
+	 * training forward's order, so the same roundings */
 	char *B = m->dec_work.ptr;
 	struct mg_tensor as = tat(m, B, L->la, ctx->compute_dtype, 2,
 				  x->shape[0], m->lora.rank, 0, 0);
 	return llama_lora_forward(m, ctx, layer, tg, &W[m->lora.ia[tg]],
 				  &W[m->lora.ib[tg]], x, &as, NULL, B + L->ltmp,
-				  y);
+				  y) ||
+	       mg_op_linear_add(ctx, &xq, Wd, b, y);
 }
 
 /* One decoder layer over the n new tokens in x (updated in place). */

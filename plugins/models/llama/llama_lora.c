@@ -430,10 +430,10 @@ int llama_lora_forward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 		       const struct mg_tensor *x, struct mg_tensor *as,
 		       void *xd, void *tmp, struct mg_tensor *y)
 {
-	/* y += B as, through tmp once as is made */
-	struct mg_tensor ty = like(ctx, tmp, x->shape[0], y->shape[1]);
+	/* y = B as, written: the frozen projection adds its product next
+	 * (mg_op_linear_add) */
 	return llama_lora_down(m, ctx, layer, t, A, x, as, xd, tmp) ||
-	       mg_op_linear(ctx, as, B, NULL, &ty) || mg_op_add(ctx, y, &ty, y);
+	       mg_op_linear(ctx, as, B, NULL, y);
 }
 
 int llama_lora_backward(struct llama *m, struct mg_ctx *ctx, int layer, int t,
@@ -467,11 +467,13 @@ int llama_lora_down_backward(struct llama *m, struct mg_ctx *ctx, int layer,
 	 * than kept. */
 	if (mg_op_linear_backward(ctx, das, &S, das, &tda, NULL, NULL))
 		return -1;
-	if (dropped && drop(m, ctx, layer, t, x, &txd, false))
-		return -1;
-	return mg_op_linear_backward(ctx, dropped ? &txd : x, A, &tda, &tdxd,
-				     dA, NULL) ||
-	       (dropped && drop(m, ctx, layer, t, &tdxd, &tdxd, true)) ||
+	/* Without dropout the GEMM adds its input gradient to dx itself
+	 * (read and written once, not a [R, in] product then an add) */
+	if (!dropped)
+		return mg_op_linear_backward_add(ctx, x, A, &tda, dx, dA, NULL);
+	return drop(m, ctx, layer, t, x, &txd, false) ||
+	       mg_op_linear_backward(ctx, &txd, A, &tda, &tdxd, dA, NULL) ||
+	       drop(m, ctx, layer, t, &tdxd, &tdxd, true) ||
 	       mg_op_add(ctx, dx, &tdxd, dx);
 }
 
@@ -544,13 +546,10 @@ int llama_lora_forward_group(struct llama *m, struct mg_ctx *ctx, const int *ts,
 		if (mg_op_linear(ctx, &a3, &sel, NULL, as[j]))
 			return -1;
 	}
-	for (int j = 0; j < n; j++) {
-		struct mg_tensor ty = like(ctx, tmp, R, y[j]->shape[1]);
-		if (mg_op_linear(ctx, as[j], &P[m->lora.ib[ts[j]]], NULL,
-				 &ty) ||
-		    mg_op_add(ctx, y[j], &ty, y[j]))
+	/* y[j] written: the frozen projections add theirs next */
+	for (int j = 0; j < n; j++)
+		if (mg_op_linear(ctx, as[j], &P[m->lora.ib[ts[j]]], NULL, y[j]))
 			return -1;
-	}
 	return 0;
 }
 
@@ -559,13 +558,12 @@ int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
 			      struct mg_tensor *G, const struct mg_tensor *x,
 			      struct mg_tensor *const *as,
 			      struct mg_tensor *const *dy, struct mg_tensor *dx,
-			      void *das, void *da3, void *dt3, void *dxd)
+			      void *das, void *da3, void *dt3)
 {
-	const int64_t R = x->shape[0], r = m->lora.rank, in = x->shape[1];
+	const int64_t R = x->shape[0], r = m->lora.rank;
 	struct mg_tensor tdas = like(ctx, das, R, r),
 			 tda3 = like(ctx, da3, R, n * r),
-			 tdt3 = like(ctx, dt3, R, n * r),
-			 tdxd = like(ctx, dxd, R, in);
+			 tdt3 = like(ctx, dt3, R, n * r);
 	announce(m, ts, n, true);
 	if (scale_buffer(m, ctx))
 		return -1;
@@ -582,8 +580,8 @@ int llama_lora_backward_group(struct llama *m, struct mg_ctx *ctx,
 		    (j && mg_op_add(ctx, &tda3, &tdt3, &tda3)))
 			return -1;
 	}
+	/* dx += da3 [A_0; ...] in the GEMM (no dropout in a fused group) */
 	struct mg_tensor A = a_cat(m, ts, n, P), dA = a_cat(m, ts, n, G);
-	return mg_op_linear_backward(ctx, x, &A, &tda3, &tdxd,
-				     dA.data ? &dA : NULL, NULL) ||
-	       mg_op_add(ctx, dx, &tdxd, dx);
+	return mg_op_linear_backward_add(ctx, x, &A, &tda3, dx,
+					 dA.data ? &dA : NULL, NULL);
 }

@@ -14,10 +14,13 @@
  * kept per layer; one layer block is shared and backward recomputes each
  * layer's forward into it just before that layer's backward.
  *
- * With LoRA (llama_lora.c) each targeted projection adds its adapter
- * path after the frozen GEMM and saves only s * A drop(x) [R, r];
- * backward takes no weight gradient of a frozen tensor (the strategy
- * lends it without one) and draws the dropout mask again.
+ * With LoRA (llama_lora.c) each targeted projection writes its
+ * adapter's term s B A drop(x) first and the frozen GEMM adds onto it
+ * in its epilogue (one pass over the output for the adapter, where a
+ * product in scratch and an add took four), and saves only
+ * s * A drop(x) [R, r]; backward takes no weight gradient of a frozen
+ * tensor (the strategy lends it without one), adds the adapter's input
+ * gradient in its GEMM, and draws the dropout mask again.
  *
  * The `kernels` option (llama_kernels.c) swaps in fused ops: rmsnorm
  * adds each residual inside the RMSNorm that reads it (a layer leaves
@@ -120,17 +123,16 @@ static void layout(const struct llama *m, int64_t n, int64_t T, struct lay *L)
 	}
 	const struct llama_lora *lo = &m->lora;
 	const size_t r = (size_t)lo->rank;
-	/* ltmp also holds a fused group's [R, 3 r] (llama_lora.c) */
-	size_t max_in = 0, max_out = 3 * r;
+	/* ltmp holds A x [R, r], or a fused group's [R, 3 r] (llama_lora.c):
+	 * B's product goes straight to the projection's output */
+	size_t max_in = 0;
+	const size_t max_out = 3 * r;
 	for (int t = 0; t < LT_COUNT; t++) {
 		if (lo->ia[t] < 0)
 			continue;
 		int64_t in, out;
 		llama_lora_dims(c, t, &in, &out);
-		if (t == LT_HEAD && (m->kern & LK_FLCE))
-			out = 0; /* the fused head never holds B as */
 		max_in = (size_t)in > max_in ? (size_t)in : max_in;
-		max_out = (size_t)out > max_out ? (size_t)out : max_out;
 		if (t != LT_HEAD)
 			L->la[t] = llama_slot(&p, R * r * es);
 	}
@@ -307,28 +309,44 @@ static const struct mg_tensor *base_w(struct llama *m, struct mg_ctx *ctx,
 	return llama_base_weight(m, ctx, tg, &P[w]);
 }
 
+/* The frozen (or trained) base GEMM of target tg: y = xb W^T + b, or
+ * added onto y (the adapter's term already there) when add. */
+static int base_gemm(struct llama *m, struct mg_ctx *ctx, int tg,
+		     const struct mg_tensor *P, int w,
+		     const struct mg_tensor *xb, bool add, struct mg_tensor *y)
+{
+	const struct mg_tensor *W = base_w(m, ctx, tg, P, w);
+	const struct mg_tensor *b = bias_of(m, (struct mg_tensor *)P, tg);
+	if (!W)
+		return -1;
+	return add ? mg_op_linear_add(ctx, xb, W, b, y)
+		   : mg_op_linear(ctx, xb, W, b, y);
+}
+
 /* y = x W^T of a projection (parameter w of the unit), plus target tg's
- * adapter path when it has one. xb: the base GEMM's input when the
- * caller made it (a group's shared fq8(x)), else NULL. */
+ * adapter path when it has one: the adapter's term written first, the
+ * base GEMM adding onto it (llama_lora_forward says why). xb: the base
+ * GEMM's input when the caller made it (a group's shared fq8(x)), else
+ * NULL. */
 static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		    int l, int tg, const struct mg_tensor *P, int w,
 		    const struct mg_tensor *x, const struct mg_tensor *xb,
 		    struct mg_tensor *y)
 {
 	const struct llama_lora *lo = &m->lora;
+	const bool ad = lo->ia[tg] >= 0;
+	if (ad) {
+		struct mg_tensor as = lora_saved(m, L, l, tg);
+		char *A = m->arena.ptr;
+		if (llama_lora_forward(m, ctx, l, tg, &P[lo->ia[tg]],
+				       &P[lo->ib[tg]], x, &as, A + L->lxd,
+				       A + L->ltmp, y))
+			return -1;
+	}
 	struct mg_tensor qb;
 	if (!xb)
 		xb = base_in(m, ctx, L, tg, x, &qb);
-	const struct mg_tensor *W = xb ? base_w(m, ctx, tg, P, w) : NULL;
-	if (!W ||
-	    mg_op_linear(ctx, xb, W, bias_of(m, (struct mg_tensor *)P, tg), y))
-		return -1;
-	if (lo->ia[tg] < 0)
-		return 0;
-	struct mg_tensor as = lora_saved(m, L, l, tg);
-	char *A = m->arena.ptr;
-	return llama_lora_forward(m, ctx, l, tg, &P[lo->ia[tg]], &P[lo->ib[tg]],
-				  x, &as, A + L->lxd, A + L->ltmp, y);
+	return !xb || base_gemm(m, ctx, tg, P, w, xb, ad, y);
 }
 
 /* The projections ws[j] (targets ts[j]) of one input x: the adapters
@@ -354,21 +372,23 @@ static int group_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 				return -1;
 		return 0;
 	}
+	/* the adapters' terms first, then each base GEMM adds onto its own */
 	struct mg_tensor as[3], *asp[3], *yf[3];
 	for (int j = 0, k = 0; j < n; j++) {
-		const struct mg_tensor *W = base_w(m, ctx, ts[j], P, ws[j]);
-		if (!W || mg_op_linear(ctx, xb, W,
-				       bias_of(m, (struct mg_tensor *)P, ts[j]),
-				       ys[j]))
-			return -1;
 		if (m->lora.ia[ts[j]] < 0)
 			continue;
 		as[k] = lora_saved(m, L, l, ts[j]);
 		asp[k] = &as[k];
 		yf[k++] = ys[j];
 	}
-	return llama_lora_forward_group(m, ctx, ft, nf, P, x, asp, yf,
-					(char *)m->arena.ptr + L->ltmp);
+	if (llama_lora_forward_group(m, ctx, ft, nf, P, x, asp, yf,
+				     (char *)m->arena.ptr + L->ltmp))
+		return -1;
+	for (int j = 0; j < n; j++)
+		if (base_gemm(m, ctx, ts[j], P, ws[j], xb,
+			      m->lora.ia[ts[j]] >= 0, ys[j]))
+			return -1;
+	return 0;
 }
 
 static const int QKV_T[3] = {LT_Q, LT_K, LT_V}, QKV_W[3] = {LP_Q, LP_K, LP_V},
@@ -706,8 +726,7 @@ static int group_bwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	}
 	char *B = m->work.ptr;
 	return llama_lora_backward_group(m, ctx, ft, nf, P, G, x, asp, dyf, dx,
-					 B + L->ldas, B + L->lda, B + L->ldt3,
-					 B + L->ldxd);
+					 B + L->ldas, B + L->lda, B + L->ldt3);
 }
 
 /* out = dres + the norm's input gradient from dy (tmp: scratch of the
