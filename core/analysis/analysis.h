@@ -9,7 +9,7 @@
  *	sweep_run.c	validate every point, run each as a child mgrun
  *	sweep.c		mgrun -c FILE with axes: plan, run, summarise;
  *			--replot
- *	run_load.c	a run directory -> struct mg_run
+ *	run_load.c	a run directory -> struct mg_run_record
  *	stats.c		the bootstrap noise test (quantiles: runtime/series.c)
  *	sweep_table.c	per-point summary: sweep.json, table.csv/.md
  *	sweep_charts.c	the SVG charts of a sweep
@@ -161,9 +161,9 @@ struct mg_copy {
 	enum mg_copy_kind kind;
 };
 
-/* One run directory, read once (report.json, steps.csv, memory.csv,
+/* One run directory as a record, read once (report.json, steps.csv, memory.csv,
  * profile_memcpy.csv). */
-struct mg_run {
+struct mg_run_record {
 	char *dir;
 	char *schema, *status, *config, *device, *precision;
 	int world;
@@ -211,17 +211,18 @@ struct mg_run {
 /* Read dir; -1 after mg_error() naming the file that is missing or
  * malformed (profile_memcpy.csv: with the line). r is zeroed first and
  * must be freed either way. */
-int mg_run_load(struct mg_run *r, const char *dir);
-void mg_run_free(struct mg_run *r);
+int mg_run_load(struct mg_run_record *r, const char *dir);
+void mg_run_free(struct mg_run_record *r);
 /*
  * The steady-state values of a steps.csv column (the first alternative
  * name present, "|"-separated: "comm_exposed_s|comm_s"): rows after the
  * first 3 of the run, not the first of an epoch, not skipped. Returns
  * their count (0 when the column is absent); *out is malloc'd.
  */
-int mg_run_steady(const struct mg_run *r, const char *cols, double **out);
+int mg_run_steady(const struct mg_run_record *r, const char *cols,
+		  double **out);
 /* The time metric a sweep reports: "train_s", "wall_s" or "epoch_s". */
-double mg_run_metric(const struct mg_run *r, const char *metric);
+double mg_run_metric(const struct mg_run_record *r, const char *metric);
 /* Does dir's report.json say "finished"? *config gets its "config"
  * text (malloc'd; NULL when absent), to tell which run it was. */
 bool mg_run_finished(const char *dir, char **config);
@@ -246,7 +247,7 @@ struct mg_sweep_run {
 	char last[240]; /* failed: the child's last output line */
 	char dir[4096]; /* its run directory */
 	bool loaded;	/* run holds the run directory */
-	struct mg_run run;
+	struct mg_run_record run;
 };
 
 /* How a failed run ended: "exit 3" or "killed by SIGSEGV" (into buf). */

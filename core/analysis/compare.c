@@ -63,8 +63,8 @@ static struct row *add(struct rows *t, const char *section, const char *name,
 
 /* A per-step timing: medians of the steady steps, and the verdict. */
 static struct row *timed(struct rows *t, const char *section, const char *name,
-			 const struct mg_run *a, const struct mg_run *b,
-			 const char *cols)
+			 const struct mg_run_record *a,
+			 const struct mg_run_record *b, const char *cols)
 {
 	double *va, *vb;
 	int na = mg_run_steady(a, cols, &va), nb = mg_run_steady(b, cols, &vb);
@@ -76,7 +76,7 @@ static struct row *timed(struct rows *t, const char *section, const char *name,
 	return r;
 }
 
-static double mem_of(const struct mg_run *r, const char *name)
+static double mem_of(const struct mg_run_record *r, const char *name)
 {
 	for (int i = 0; i < r->nmem; i++)
 		if (!strcmp(r->mem[i].name, name))
@@ -84,7 +84,7 @@ static double mem_of(const struct mg_run *r, const char *name)
 	return NAN;
 }
 
-static const struct mg_prof_metric *prof_of(const struct mg_run *r,
+static const struct mg_prof_metric *prof_of(const struct mg_run_record *r,
 					    const char *name)
 {
 	for (int i = 0; i < r->nprof; i++)
@@ -93,8 +93,8 @@ static const struct mg_prof_metric *prof_of(const struct mg_run *r,
 	return NULL;
 }
 
-static void build(struct rows *t, const struct mg_run *a,
-		  const struct mg_run *b)
+static void build(struct rows *t, const struct mg_run_record *a,
+		  const struct mg_run_record *b)
 {
 	static const char *const ph_cols[MG_PH_COUNT] = {
 		"data_s",
@@ -229,7 +229,7 @@ static double ratio(const struct row *r)
 	return r->b / r->a;
 }
 
-static void describe(FILE *f, const char *tag, const struct mg_run *r)
+static void describe(FILE *f, const char *tag, const struct mg_run_record *r)
 {
 	double *v;
 	int n = mg_run_steady(r, "step_s", &v);
@@ -301,8 +301,8 @@ static const char *cfg_get(const struct cfg_kv *kv, int n, const char *key)
 
 /* "settings that differ": every key whose value is not the same in A and
  * B (absent on one side: "-"), but the run's name and folder. */
-static void print_config_diff(FILE *f, const struct mg_run *a,
-			      const struct mg_run *b)
+static void print_config_diff(FILE *f, const struct mg_run_record *a,
+			      const struct mg_run_record *b)
 {
 	if (!a->config || !b->config)
 		return;
@@ -330,8 +330,9 @@ static void print_config_diff(FILE *f, const struct mg_run *a,
 	free(ka);
 }
 
-static void print_text(FILE *f, const struct rows *t, const struct mg_run *a,
-		       const struct mg_run *b)
+static void print_text(FILE *f, const struct rows *t,
+		       const struct mg_run_record *a,
+		       const struct mg_run_record *b)
 {
 	describe(f, "A", a);
 	describe(f, "B", b);
@@ -414,7 +415,7 @@ static void usage(FILE *f)
 }
 
 /* Load one side; a sweep folder gets a hint at its points. */
-static int load(struct mg_run *r, const char *dir)
+static int load(struct mg_run_record *r, const char *dir)
 {
 	if (mg_run_load(r, dir) == 0)
 		return 0;
@@ -451,7 +452,7 @@ int mg_compare_main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	struct mg_run a, b;
+	struct mg_run_record a, b;
 	int rc = 0;
 	if (load(&a, dirs[0]) | load(&b, dirs[1]))
 		rc = 2;

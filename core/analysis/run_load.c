@@ -187,7 +187,7 @@ static bool cell_is(const char *p, size_t n, const char *name)
  * none (an unprofiled run).
  */
 #define MAX_CELLS 16
-static int copies_load(struct mg_run *r, const char *path)
+static int copies_load(struct mg_run_record *r, const char *path)
 {
 	static const char *const want[4] = {"t_s", "kind", "bytes",
 					    "duration_s"};
@@ -314,7 +314,7 @@ static bool steady_row(const struct mg_csv *c, int i, int epoch, int skipped)
 	return !(skipped >= 0 && row[skipped] == 1);
 }
 
-int mg_run_steady(const struct mg_run *r, const char *cols, double **out)
+int mg_run_steady(const struct mg_run_record *r, const char *cols, double **out)
 {
 	const struct mg_csv *c = &r->steps;
 	int col = -1, n = 0;
@@ -359,7 +359,7 @@ static double col_sum(const struct mg_csv *c, const char *name)
 	return col >= 0 ? s : NAN;
 }
 
-static void load_ranks(struct mg_run *r, const cJSON *ranks)
+static void load_ranks(struct mg_run_record *r, const cJSON *ranks)
 {
 	const cJSON *rk;
 	double tokens = 0;
@@ -410,7 +410,7 @@ static void load_ranks(struct mg_run *r, const cJSON *ranks)
 }
 
 /* An epoch's declared test metrics, replacing an earlier epoch's. */
-static void load_test_metrics(struct mg_run *r, const cJSON *ep)
+static void load_test_metrics(struct mg_run_record *r, const cJSON *ep)
 {
 	const cJSON *tm = cJSON_GetObjectItemCaseSensitive(ep, "test_metrics");
 	if (!cJSON_IsObject(tm))
@@ -431,7 +431,7 @@ static void load_test_metrics(struct mg_run *r, const cJSON *ep)
 }
 
 /* "profile": each listed metric averaged over the ranks that have it. */
-static void load_profile(struct mg_run *r, const cJSON *prof)
+static void load_profile(struct mg_run_record *r, const cJSON *prof)
 {
 	const cJSON *names = cJSON_GetObjectItemCaseSensitive(prof, "metrics");
 	const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(prof, "ranks");
@@ -470,7 +470,7 @@ static void load_profile(struct mg_run *r, const cJSON *prof)
 }
 
 /* Per-step numbers from steps.csv (steady steps), else from totals. */
-static void derive_steps(struct mg_run *r)
+static void derive_steps(struct mg_run_record *r)
 {
 	double *v;
 	int n = mg_run_steady(r, "step_s", &v);
@@ -496,8 +496,8 @@ static void derive_steps(struct mg_run *r)
 
 /* The seed experiments' "time per epoch": measured, or for a run that
  * run.max_steps stopped inside its first epoch estimated from the steady
- * step median (struct mg_run says which). */
-static void derive_epoch(struct mg_run *r)
+ * step median (struct mg_run_record says which). */
+static void derive_epoch(struct mg_run_record *r)
 {
 	if (!(r->steps_per_epoch > 0))
 		return;
@@ -507,7 +507,7 @@ static void derive_epoch(struct mg_run *r)
 		r->epoch_s = r->steps_per_epoch * r->step_median;
 }
 
-int mg_run_load(struct mg_run *r, const char *dir)
+int mg_run_load(struct mg_run_record *r, const char *dir)
 {
 	char path[4200];
 	size_t len;
@@ -608,7 +608,7 @@ int mg_run_load(struct mg_run *r, const char *dir)
 	return 0;
 }
 
-void mg_run_free(struct mg_run *r)
+void mg_run_free(struct mg_run_record *r)
 {
 	free(r->dir);
 	free(r->schema);
@@ -631,7 +631,7 @@ void mg_run_free(struct mg_run *r)
 	memset(r, 0, sizeof *r);
 }
 
-double mg_run_metric(const struct mg_run *r, const char *metric)
+double mg_run_metric(const struct mg_run_record *r, const char *metric)
 {
 	return !strcmp(metric, "wall_s")    ? r->wall_s
 	       : !strcmp(metric, "epoch_s") ? r->epoch_s

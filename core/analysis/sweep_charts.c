@@ -503,7 +503,7 @@ static int profile_chart(const struct mg_sweep *sw, FILE *log)
 }
 
 /* The first loaded repeat of a point that has memory.csv rows. */
-static const struct mg_run *memory_run(const struct mg_sweep *sw, int pt)
+static const struct mg_run_record *memory_run(const struct mg_sweep *sw, int pt)
 {
 	for (int r = 0; r < sw->plan->repeats; r++) {
 		const struct mg_sweep_run *sr = MG_SWEEP_RUN(sw, pt, r);
@@ -517,7 +517,7 @@ static const struct mg_run *memory_run(const struct mg_sweep *sw, int pt)
 
 /* When a run ended on memory.csv's clock (which starts as the trainer
  * sets up, like wall_s): rows are written only when memory changes. */
-static double run_end(const struct mg_run *r)
+static double run_end(const struct mg_run_record *r)
 {
 	return isnan(r->wall_s) ? 0 : r->wall_s;
 }
@@ -531,7 +531,7 @@ static int memory_chart(const struct mg_sweep *sw, FILE *log)
 	double tmax = 0, ymax = 0;
 	int nl = 0;
 	for (int pt = 0; pt < p->npoints; pt++) {
-		const struct mg_run *r = memory_run(sw, pt);
+		const struct mg_run_record *r = memory_run(sw, pt);
 		if (!r)
 			continue;
 		const struct mg_csv *c = &r->memory;
@@ -577,7 +577,7 @@ static int memory_chart(const struct mg_sweep *sw, FILE *log)
 		mg_svg_axes(&s, &pl, "seconds since the run started",
 			    gib ? "GiB" : "MiB", NULL, NULL, 0);
 		for (int pt = 0, l = 0; pt < p->npoints; pt++) {
-			const struct mg_run *r = memory_run(sw, pt);
+			const struct mg_run_record *r = memory_run(sw, pt);
 			if (!r)
 				continue;
 			const struct mg_csv *c = &r->memory;
@@ -641,8 +641,8 @@ static int memory_chart(const struct mg_sweep *sw, FILE *log)
 #define TRAFFIC_MIN_BIN 50e-6 /* s */
 
 /* The first loaded repeat of a point that has profile_memcpy.csv. */
-static const struct mg_run *traffic_run(const struct mg_sweep *sw, int pt,
-					int *rep)
+static const struct mg_run_record *traffic_run(const struct mg_sweep *sw,
+					       int pt, int *rep)
 {
 	for (int r = 0; r < sw->plan->repeats; r++) {
 		const struct mg_sweep_run *sr = MG_SWEEP_RUN(sw, pt, r);
@@ -679,7 +679,7 @@ static void bytes_text(double b, char *buf, size_t n)
  * [t, t + duration] (all in t's bin when the duration is 0), so a bin's
  * bytes over its width is the mean throughput in it.
  */
-static void bin_copies(const struct mg_run *r, enum mg_copy_kind kind,
+static void bin_copies(const struct mg_run_record *r, enum mg_copy_kind kind,
 		       double lo, double bw, int nb, double *gbs, double *total)
 {
 	memset(gbs, 0, (size_t)nb * sizeof *gbs);
@@ -750,7 +750,7 @@ static int traffic_chart(const struct mg_sweep *sw, FILE *log)
 	double lo = 0, hi = 0, end[TRAFFIC_PANELS];
 	for (int pt = 0; pt < p->npoints; pt++) {
 		int rep;
-		const struct mg_run *r = traffic_run(sw, pt, &rep);
+		const struct mg_run_record *r = traffic_run(sw, pt, &rep);
 		if (!r)
 			continue;
 		if (nall++ >= TRAFFIC_PANELS)

@@ -35,7 +35,7 @@ static bool has_run(const struct mg_sweep_run *r)
 		     r_++) {                                                   \
 			const struct mg_sweep_run *sr_ =                       \
 				MG_SWEEP_RUN(sw, pt, r_);                      \
-			const struct mg_run *run = &sr_->run;                  \
+			const struct mg_run_record *run = &sr_->run;           \
 			if (!has_run(sr_) || isnan(expr))                      \
 				continue;                                      \
 			v_[n_++] = (expr);                                     \
@@ -43,7 +43,7 @@ static bool has_run(const struct mg_sweep_run *r)
 		(out) = mg_median(v_, n_);                                     \
 	} while (0)
 
-static double prof_seconds(const struct mg_run *r, const char *name)
+static double prof_seconds(const struct mg_run_record *r, const char *name)
 {
 	for (int i = 0; i < r->nprof; i++)
 		if (!strcmp(r->prof[i].name, name))
@@ -51,7 +51,7 @@ static double prof_seconds(const struct mg_run *r, const char *name)
 	return NAN;
 }
 
-static double mem_of(const struct mg_run *r, const char *name)
+static double mem_of(const struct mg_run_record *r, const char *name)
 {
 	for (int i = 0; i < r->nmem; i++)
 		if (!strcmp(r->mem[i].name, name))
@@ -59,7 +59,7 @@ static double mem_of(const struct mg_run *r, const char *name)
 	return NAN;
 }
 
-static double tmet_of(const struct mg_run *r, const char *name)
+static double tmet_of(const struct mg_run_record *r, const char *name)
 {
 	for (int i = 0; i < r->ntmet; i++)
 		if (!strcmp(r->tmet[i].name, name))
@@ -552,7 +552,7 @@ static cJSON *run_json(const struct mg_sweep_run *sr, int rep)
 		cJSON_AddStringToObject(o, "reason", sr->last);
 	if (!has_run(sr))
 		return o;
-	const struct mg_run *r = &sr->run;
+	const struct mg_run_record *r = &sr->run;
 	add_num(o, "train_s", r->train_s);
 	add_num(o, "wall_s", r->wall_s);
 	add_num(o, "setup_s", r->setup_s);

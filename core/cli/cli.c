@@ -15,7 +15,7 @@
 #include "analysis/analysis.h"
 #include "dist/dist.h"
 #include "engine/core_schema.h"
-#include "engine/trainer.h"
+#include "engine/run.h"
 
 int mg_main(int argc, char **argv);
 int mg_tokenize_main(int argc, char **argv); /* tokenize.c */

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli_common.h"
-#include "engine/trainer.h"
+#include "engine/run.h"
 #include "mg/tensor_file.h"
 
 int mg_export_main(int argc, char **argv);
@@ -316,7 +316,7 @@ static int not_the_source(const struct mg_session *s, const char *out)
 /* The dtype to write: --dtype, else the run's compute dtype where HF
  * has it, else fp32. */
 static enum mg_dtype out_dtype(const struct exp_opts *o,
-			       const struct mg_trainer *t)
+			       const struct mg_run *t)
 {
 	if (o->dtype != MG_DTYPE_AUTO)
 		return o->dtype;
@@ -348,7 +348,7 @@ static int run_export(struct exp_opts *o, struct mg_session *s)
 	}
 	if (not_the_source(s, o->out))
 		return 2;
-	struct mg_trainer *t = NULL;
+	struct mg_run *t = NULL;
 	char ckpt[4200];
 	int saved = mg_cli_stdout_to_stderr();
 	int rc = mg_inference_open(s, &t, ckpt, sizeof ckpt, true);

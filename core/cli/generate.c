@@ -25,7 +25,7 @@
 
 #include "cli/generate.h"
 #include "dist/dist.h"
-#include "engine/trainer.h"
+#include "engine/run.h"
 #include "mg/rng.h"
 #include "mg/tokenizer.h"
 
@@ -698,7 +698,7 @@ static bool is_stop(const struct gen *g, int32_t id)
 
 int gen_setup(struct gen *g)
 {
-	struct mg_trainer *t = g->t;
+	struct mg_run *t = g->t;
 	const uint64_t seed = g->o.have_seed ? g->o.seed : t->ctx.seed;
 	g->key = mg_rng_key(seed, 0x67656e65726174ull);
 	if (!g->o.greedy)
@@ -731,7 +731,7 @@ int gen_setup(struct gen *g)
 int gen_continue(struct gen *g, struct mg_ids *ids, uint64_t key, bool stream,
 		 struct gen_done *d)
 {
-	struct mg_trainer *t = g->t;
+	struct mg_run *t = g->t;
 	const struct mg_model_ops *ops = t->model;
 	void *model = t->inst[MG_SEC_MODEL];
 	const int64_t n0 = ids->n, max_len = n0 + g->o.max_new, V = g->vocab;

@@ -48,7 +48,7 @@ struct gen_cand {
 struct gen {
 	struct gen_opts o;
 	struct mg_session s;
-	struct mg_trainer *t;
+	struct mg_run *t;
 	struct mg_tokenizer *tok;
 	struct mg_ids ids; /* prompt, then generated tokens appended */
 	struct mg_cli_adapter adapter; /* --adapter's overrides */

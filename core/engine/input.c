@@ -34,15 +34,15 @@
 int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 {
 	struct mg_input *in = &t->in;
-	struct mg_ctx *ctx = &t->ctx;
+	struct mg_ctx *ctx = &t->r.ctx;
 	memset(&in->lay, 0, sizeof in->lay);
-	if (t->data->layout(t->inst[MG_SEC_DATASET], &in->lay))
+	if (t->r.data->layout(t->r.inst[MG_SEC_DATASET], &in->lay))
 		return mg_error_prefix("dataset layout");
 	const struct mg_sample_layout *l = &in->lay;
-	const char *dname = t->s->plugin[MG_SEC_DATASET].desc->name;
+	const char *dname = t->r.s->plugin[MG_SEC_DATASET].desc->name;
 	in->tokens = l->seq_len > 0;
 	if (in->tokens) {
-		if (!t->data->read_tokens)
+		if (!t->r.data->read_tokens)
 			return mg_error("dataset '%s' declares token rows "
 					"(seq_len %lld) but no read_tokens",
 					dname, (long long)l->seq_len);
@@ -52,7 +52,7 @@ int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 					"I32 rows of seq_len (1..16M) ids and "
 					"labels",
 					dname);
-	} else if (!t->data->read || !t->data->transform)
+	} else if (!t->r.data->read || !t->r.data->transform)
 		return mg_error("dataset '%s' has no read/transform", dname);
 	in->raw_sample = mg_dtype_size(l->raw_dtype);
 	for (int i = 0; i < l->raw_ndim; i++)
@@ -67,17 +67,17 @@ int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 	size_t total = (size_t)cap * (size_t)slots;
 	in->cap = cap;
 	in->slots = slots;
-	in->static_batch = mg_opt_bool(t->s->run, "static_batch");
+	in->static_batch = mg_opt_bool(t->r.s->run, "static_batch");
 	/* Evaluation reads through slot 0: it would overwrite the kept batch
 	 * (and a kept batch has nothing to say about held-out data). */
-	if (in->static_batch && mg_opt_bool(t->s->run, "eval"))
+	if (in->static_batch && mg_opt_bool(t->r.s->run, "eval"))
 		return mg_error("run.static_batch = true trains on one kept "
 				"batch: set run.eval = false");
 	in->idx = calloc(total, sizeof *in->idx);
 	in->slot = calloc((size_t)slots, sizeof *in->slot);
 	if (!in->idx || !in->slot)
 		return mg_error("out of memory");
-	bool pin = mg_opt_bool(t->s->run, "pin_memory");
+	bool pin = mg_opt_bool(t->r.s->run, "pin_memory");
 	if (mg_buf_alloc_host(ctx, &in->raw_host, in->raw_sample * total,
 			      MG_MEM_INPUT, pin) ||
 	    mg_buf_alloc_host(ctx, &in->labels_host, lab * total, MG_MEM_INPUT,
@@ -112,7 +112,7 @@ int mg_input_init(struct mg_trainer *t, int64_t cap, int slots)
 void mg_input_free(struct mg_trainer *t)
 {
 	struct mg_input *in = &t->in;
-	struct mg_ctx *ctx = &t->ctx;
+	struct mg_ctx *ctx = &t->r.ctx;
 	struct mg_buf *bufs[] = {
 		&in->raw_host,	 &in->labels_host, &in->raw_dev,
 		&in->labels_dev, &in->input_dev,   &in->pos_host,
@@ -162,9 +162,9 @@ static size_t read_tokens(struct mg_trainer *t, enum mg_split split, int slot,
 	int32_t *pos = (int32_t *)in->pos_host.ptr + off * (size_t)L;
 	int32_t *lens = (int32_t *)in->lens_host.ptr + off;
 	struct mg_token_rows rows = {L, ids, lab, pos, lens};
-	const char *dname = t->s->plugin[MG_SEC_DATASET].desc->name;
-	if (t->data->read_tokens(t->inst[MG_SEC_DATASET], split, idx, n,
-				 &rows)) {
+	const char *dname = t->r.s->plugin[MG_SEC_DATASET].desc->name;
+	if (t->r.data->read_tokens(t->r.inst[MG_SEC_DATASET], split, idx, n,
+				   &rows)) {
 		mg_error_prefix("dataset '%s' read", dname);
 		return 0;
 	}
@@ -227,7 +227,7 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split, int slot,
 		   int64_t ccount)
 {
 	struct mg_input *in = &t->in;
-	struct mg_ctx *ctx = &t->ctx;
+	struct mg_ctx *ctx = &t->r.ctx;
 	if (n > in->cap || slot < 0 || slot >= in->slots)
 		return mg_error("input: batch of %lld (slot %d) exceeds the "
 				"%lld-sample buffers",
@@ -254,12 +254,12 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split, int slot,
 			read_tokens(t, split, slot, idx, n, cbegin, ccount);
 		rc = raw_bytes == 0;
 	} else {
-		rc = t->data->read(t->inst[MG_SEC_DATASET], split, idx, n,
-				   raw_h, (int32_t *)lab_h);
+		rc = t->r.data->read(t->r.inst[MG_SEC_DATASET], split, idx, n,
+				     raw_h, (int32_t *)lab_h);
 		if (rc)
 			mg_error_prefix(
 				"dataset '%s' read",
-				t->s->plugin[MG_SEC_DATASET].desc->name);
+				t->r.s->plugin[MG_SEC_DATASET].desc->name);
 		raw_bytes = in->raw_sample * (size_t)n;
 		lab_bytes = lab_row * (size_t)n;
 	}
@@ -284,9 +284,9 @@ int mg_input_fetch(struct mg_trainer *t, enum mg_split split, int slot,
 	mg_nvtx_pop();
 	/* Host time spent issuing copies: with pageable memory the driver
 	 * copies through its own staging buffer before returning. */
-	if (!t->stats.paused) {
-		t->stats.t_step[MG_T_H2D] += mg_now() - t0;
-		t->stats.t_total[MG_T_H2D] += mg_now() - t0;
+	if (!t->r.stats.paused) {
+		t->r.stats.t_step[MG_T_H2D] += mg_now() - t0;
+		t->r.stats.t_total[MG_T_H2D] += mg_now() - t0;
 	}
 	if (rc)
 		return -1;
@@ -308,7 +308,7 @@ static void token_batch(struct mg_trainer *t, int slot, int64_t begin,
 			int64_t count, struct mg_batch *batch)
 {
 	struct mg_input *in = &t->in;
-	const enum mg_device_kind dk = t->ctx.dev->kind;
+	const enum mg_device_kind dk = t->r.ctx.dev->kind;
 	const size_t off = (size_t)slot * (size_t)in->cap;
 	const size_t row_off = off * (size_t)in->lay.seq_len;
 	int64_t T = in->slot[slot].seq;
@@ -328,7 +328,7 @@ int mg_input_transform(struct mg_trainer *t, int slot, int64_t begin,
 		       int64_t count, struct mg_batch *batch)
 {
 	struct mg_input *in = &t->in;
-	struct mg_ctx *ctx = &t->ctx;
+	struct mg_ctx *ctx = &t->r.ctx;
 	const struct mg_sample_layout *l = &in->lay;
 	memset(batch, 0, sizeof *batch);
 	if (slot < 0 || slot >= in->slots || begin < 0 ||
@@ -355,7 +355,7 @@ int mg_input_transform(struct mg_trainer *t, int slot, int64_t begin,
 		      ctx->compute_dtype, ctx->dev->kind, l->input_ndim,
 		      l->input_shape, 0, count);
 	if (!in->slot[slot].kept &&
-	    t->data->transform(t->inst[MG_SEC_DATASET], ctx, &raw, &input))
+	    t->r.data->transform(t->r.inst[MG_SEC_DATASET], ctx, &raw, &input))
 		return mg_error_prefix("dataset transform");
 	in->slot[slot].kept = in->static_batch;
 	int64_t lshape[1] = {l->label_len};

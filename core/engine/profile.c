@@ -107,7 +107,7 @@ static int open_window(struct mg_trainer *t, int64_t step)
 {
 	struct mg_profile *p = t->prof;
 	for (int i = 0; i < NPIPE; i++)
-		p->c0[i] = t->stats.counters[pipe_counters[i]];
+		p->c0[i] = t->r.stats.counters[pipe_counters[i]];
 	if (mg_cupti_start(p->cupti))
 		return mg_error_prefix("[profile] window at step %lld",
 				       (long long)step);
@@ -123,19 +123,19 @@ static int close_window(struct mg_trainer *t)
 	struct mg_profile *p = t->prof;
 	p->window_s = mg_now() - p->t_open;
 	for (int i = 0; i < NPIPE; i++)
-		p->c1[i] = t->stats.counters[pipe_counters[i]];
+		p->c1[i] = t->r.stats.counters[pipe_counters[i]];
 	p->last = p->cur;
 	p->state = P_DONE;
 	if (mg_cupti_stop(p->cupti))
 		return mg_error_prefix("[profile] end of the window");
 	/* The host<->device traffic over time, one file per rank. */
 	char path[PATH_MAX + 48];
-	if (t->ctx.rank == 0)
+	if (t->r.ctx.rank == 0)
 		snprintf(path, sizeof path, "%s/profile_memcpy.csv",
-			 t->run_dir);
+			 t->r.run_dir);
 	else
 		snprintf(path, sizeof path, "%s/profile_memcpy.rank%d.csv",
-			 t->run_dir, t->ctx.rank);
+			 t->r.run_dir, t->r.ctx.rank);
 	if (mg_cupti_write_memcpy_csv(p->cupti, path))
 		return -1;
 	int64_t dropped = mg_cupti_dropped(p->cupti);
@@ -144,7 +144,7 @@ static int close_window(struct mg_trainer *t)
 		mg_warn("[profile] CUPTI dropped %lld records (buffers full): "
 			"the window's counts are low",
 			(long long)dropped);
-	if (t->ctx.rank != 0)
+	if (t->r.ctx.rank != 0)
 		return 0;
 	if (tl)
 		mg_info("[profile] %s holds the first %d memory copies; %lld "
@@ -220,7 +220,7 @@ static cJSON *profile_json(const struct mg_trainer *t)
 		cJSON_AddItemToArray(names,
 				     cJSON_CreateString(metric_names[m]));
 	cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
-	for (int r = 0; r < t->ctx.world; r++) {
+	for (int r = 0; r < t->r.ctx.world; r++) {
 		const double *row = p->rows + (size_t)r * ROW_N;
 		cJSON *e = cJSON_CreateObject();
 		cJSON_AddNumberToObject(e, "rank", r);
@@ -297,10 +297,10 @@ static void summary(const struct mg_trainer *t, FILE *f)
 		fprintf(f, "  %-24s %10lld %12.6f   (driver API)\n",
 			"cuLaunchKernel(Ex)", (long long)(d.count + dx.count),
 			d.seconds + dx.seconds);
-	if (t->ctx.world > 1) {
+	if (t->r.ctx.world > 1) {
 		fprintf(f, "  NCCL kernels (count/seconds)  AllGather  "
 			   "ReduceScatter  AllReduce  Broadcast\n");
-		for (int r = 0; r < t->ctx.world; r++) {
+		for (int r = 0; r < t->r.ctx.world; r++) {
 			const double *w = p->rows + (size_t)r * ROW_N;
 			fprintf(f, "    rank %-4d", r);
 			for (int m = M_AG; m <= M_BC; m++)
@@ -344,7 +344,7 @@ static void summary(const struct mg_trainer *t, FILE *f)
 
 int mg_profile_init(struct mg_trainer *t)
 {
-	const struct mg_opts *o = t->s->profile;
+	const struct mg_opts *o = t->r.s->profile;
 	struct mg_profile *p = calloc(1, sizeof *p);
 	if (!p)
 		return mg_error("out of memory");
@@ -353,8 +353,8 @@ int mg_profile_init(struct mg_trainer *t)
 	mg_nvtx_enable(p->nvtx);
 	if (!mg_opt_bool(o, "enabled"))
 		return 0;
-	if (t->dev.kind != MG_DEV_CUDA) {
-		if (t->ctx.rank == 0)
+	if (t->r.dev.kind != MG_DEV_CUDA) {
+		if (t->r.ctx.rank == 0)
 			mg_warn("[profile] enabled = true: CUPTI profiling "
 				"needs run.device = cuda; this run continues "
 				"without it");
@@ -374,7 +374,7 @@ int mg_profile_init(struct mg_trainer *t)
 	if (!p->cupti)
 		return mg_error_prefix("[profile]");
 	p->state = P_WAIT;
-	if (t->ctx.rank != 0)
+	if (t->r.ctx.rank != 0)
 		return 0;
 	if (p->first >= t->total_steps)
 		mg_warn("[profile] first_step = %lld is past the run's last "
@@ -470,12 +470,12 @@ int mg_profile_gather(struct mg_trainer *t)
 	 * and device kind), so either every rank all-reduces here or none. */
 	if (!p || p->state == P_OFF)
 		return 0;
-	const int world = t->ctx.world;
+	const int world = t->r.ctx.world;
 	double *rows = calloc((size_t)world * ROW_N, sizeof *rows);
 	if (!rows)
 		return mg_error("out of memory");
 #ifdef MG_HAVE_CUDA
-	double *row = rows + (size_t)t->ctx.rank * ROW_N;
+	double *row = rows + (size_t)t->r.ctx.rank * ROW_N;
 	if (p->state == P_DONE) {
 		for (int m = 0; m < M_N; m++) {
 			struct mg_cupti_stat s = metric(p->cupti, m);
@@ -487,8 +487,8 @@ int mg_profile_gather(struct mg_trainer *t)
 	}
 #endif
 	if (world > 1 &&
-	    t->comm->all_reduce_host(t->comm, rows, (int64_t)world * ROW_N,
-				     MG_F64, MG_REDUCE_SUM)) {
+	    t->r.comm->all_reduce_host(t->r.comm, rows, (int64_t)world * ROW_N,
+				       MG_F64, MG_REDUCE_SUM)) {
 		free(rows);
 		return mg_error_prefix("gathering the profile of every rank");
 	}

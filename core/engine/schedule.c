@@ -23,7 +23,7 @@ void mg_optim_from_opts(struct mg_optim_hparams *h, const struct mg_opts *o)
 
 double mg_schedule_lr(const struct mg_trainer *t, int64_t step)
 {
-	const struct mg_opts *o = t->s->optim;
+	const struct mg_opts *o = t->r.s->optim;
 	double lr = mg_opt_float(o, "lr"), min_lr = mg_opt_float(o, "min_lr");
 	int64_t warm = mg_opt_int(o, "warmup_steps");
 	if (step < warm)

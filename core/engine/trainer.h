@@ -12,9 +12,8 @@
 
 #include "engine/fingerprint.h"
 #include "engine/report.h"
+#include "engine/run.h"
 #include "engine/run_lock.h"
-#include "engine/session.h"
-#include "engine/strategy_bind.h"
 #include "runtime/runtime.h"
 
 /* One micro-batch slot of the input buffers: what was fetched into it. */
@@ -62,27 +61,13 @@ struct mg_profile; /* profile.c */
 struct cJSON;
 
 struct mg_trainer {
-	struct mg_session *s;
-	struct mg_ctx ctx;
-	struct mg_device dev;
-	struct mg_stats stats;
-	struct mg_comm *comm;
-	bool watchdog; /* comm is wrapped by the collective watchdog */
-	void *inst[MG_SEC_PLUGIN_COUNT];
-	const struct mg_model_ops *model;
-	const struct mg_dataset_ops *data;
-	const struct mg_strategy_ops *strat;
-	struct mg_strategy_bind sbind; /* what ctx->strategy points at */
-	struct mg_model_spec spec;
-	struct mg_optim_hparams hp;
+	struct mg_run r; /* start-up: context, plugins, spec (run.h) */
 	struct mg_input in;
 	/* F32 [grad_accum][MG_METRIC_MAX]: each micro-batch's forward writes
 	 * its sums into its own row */
 	struct mg_buf metrics, grad_scale;
-	struct mg_metric_spec mspec; /* what the model reports */
-	int64_t accum;		     /* run.grad_accum */
-	struct mg_plan *plans;	     /* [accum]: the step's micro-batches */
-	struct mg_plan *next_plans;  /* [accum]: the prefetched step's */
+	struct mg_plan *plans;	    /* [accum]: the step's micro-batches */
+	struct mg_plan *next_plans; /* [accum]: the prefetched step's */
 	/* Token-weighted loss on several ranks: this rank's label tokens
 	 * (F32, uploaded each step), summed over ranks on the device and
 	 * turned into grad_scale there */
@@ -103,8 +88,6 @@ struct mg_trainer {
 	int64_t batch, epochs, steps_per_epoch, total_steps;
 	int64_t start_step; /* first step this process runs (resume) */
 	bool eval_only;	    /* --eval-only: loads, evaluates, trains not */
-	char run_dir[PATH_MAX];
-	char cache_dir[PATH_MAX];  /* ctx->cache_dir: out_dir/cache */
 	struct mg_epoch_stats *ep; /* epochs done, for report.json */
 	int nep;
 	double t_begin;
@@ -151,7 +134,6 @@ int mg_input_load(struct mg_trainer *t, enum mg_split split, const int64_t *idx,
 
 /* schedule.c */
 double mg_schedule_lr(const struct mg_trainer *t, int64_t step);
-void mg_optim_from_opts(struct mg_optim_hparams *h, const struct mg_opts *o);
 
 /* report.c (report.h) sees the run through this view, filled from t. */
 const struct mg_run_view *mg_run_view(struct mg_trainer *t);
@@ -190,26 +172,44 @@ int mg_trainer_load_checkpoint(struct mg_trainer *t);
 char *mg_epochs_text(const struct mg_trainer *t);
 int mg_epochs_parse(struct mg_trainer *t, const char *text, const char *path);
 
+/* eval.c: the metric sums forward() writes, read back and checked */
+/* The metrics row micro-batch `micro` writes. */
+struct mg_tensor mg_metrics_row(struct mg_trainer *t, int micro);
+/* The F32 metric sums of `rows` micro-batches, added up. */
+int mg_metrics_read(struct mg_trainer *t, int rows, double m[MG_METRIC_MAX]);
+/* The most a forward over `samples` rows may count: the rows, or their
+ * tokens for token data. */
+double mg_metrics_max_count(const struct mg_trainer *t, int64_t samples);
+/* What forward() wrote: a count in [1, most] (per-token models: [0,
+ * most]) and a number correct in [0, count], or the plugin is named as
+ * at fault. */
+int mg_metrics_check(const struct mg_trainer *t, const double *m, double most,
+		     const char *what);
+/* The test split's metric sums over every rank into tot. */
+int mg_evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX]);
+
+/* step.c: one step's device work, eagerly or as a replayed CUDA graph */
+int mg_step_launch(struct mg_trainer *t, int64_t step, const struct mg_plan *ps,
+		   struct mg_step_report *sr);
+/* The captured graph no longer matches the buffers: capture anew. */
+void mg_step_graph_drop(struct mg_trainer *t);
+
+/* train_loop.c */
+/* The steps from t->start_step on, with evaluation, checkpoints and the
+ * report; returns early (0) on a stop signal or run.stop_after. */
+int mg_train_loop(struct mg_trainer *t);
+/* --resume of a checkpoint at the run's last step whose final writes a
+ * crash cut short: complete them. */
+int mg_train_finish(struct mg_trainer *t);
+/* A new epoch opens: nothing of it trained yet. */
+void mg_epoch_reset(struct mg_trainer *t);
+
 /* trainer.c */
+/* The run's start-up (run.c), then the training half: input buffers for a
+ * step's micro-batches, the step's device values, the schedule's length.
+ * t zeroed but for t->r.s. -1: error set; mg_trainer_teardown frees. */
+int mg_trainer_setup(struct mg_trainer *t);
+void mg_trainer_teardown(struct mg_trainer *t);
 const char *mg_device_desc(const struct mg_trainer *t);
-MG_INTERNAL int mg_train(struct mg_session *s, bool resume);
-/* --eval-only: the test split's metrics of the run directory's
- * checkpoint, or of the initial weights when there is none; printed and
- * written to RUN_DIR/eval.json. */
-MG_INTERNAL int mg_eval_only(struct mg_session *s);
-/*
- * `mgrun generate` and other inference: the run set up as --eval-only
- * sets it up (context, plugins, the strategy holding the parameters),
- * with the run directory's checkpoint loaded when there is one and
- * load_ckpt (false: the model's initial weights whatever the run holds,
- * as `generate --adapter` wants the base). ckpt gets that checkpoint's
- * path, or "" when the model kept its initial weights (the caller
- * decides whether those will do). training is off.
- * Returns 0 with *out to close with mg_inference_close, or -1 (error
- * set, everything freed).
- */
-MG_INTERNAL int mg_inference_open(struct mg_session *s, struct mg_trainer **out,
-				  char *ckpt, size_t len, bool load_ckpt);
-MG_INTERNAL void mg_inference_close(struct mg_trainer *t);
 
 #endif

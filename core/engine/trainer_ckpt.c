@@ -19,9 +19,9 @@
 int mg_trainer_save_checkpoint(struct mg_trainer *t, int64_t next_step)
 {
 	struct mg_ckpt ck;
-	mg_ckpt_begin_write(&ck, &t->ctx);
-	int rc = t->strat->save(t->inst[MG_SEC_STRATEGY], &ck);
-	if (!rc && t->ctx.rank == 0) {
+	mg_ckpt_begin_write(&ck, &t->r.ctx);
+	int rc = t->r.strat->save(t->r.inst[MG_SEC_STRATEGY], &ck);
+	if (!rc && t->r.ctx.rank == 0) {
 		char v[64], path[PATH_MAX + 32];
 		mg_st_writer_meta(&ck.w, "format", MG_CKPT_FORMAT);
 		snprintf(v, sizeof v, "%lld", (long long)next_step);
@@ -32,24 +32,25 @@ int mg_trainer_save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		mg_st_writer_meta(&ck.w, "loss_scale", v);
 		snprintf(v, sizeof v, "%lld", (long long)t->good_steps);
 		mg_st_writer_meta(&ck.w, "good_steps", v);
-		snprintf(v, sizeof v, "%llu", (unsigned long long)t->ctx.seed);
+		snprintf(v, sizeof v, "%llu",
+			 (unsigned long long)t->r.ctx.seed);
 		mg_st_writer_meta(&ck.w, "seed", v);
 		snprintf(v, sizeof v, "%lld", (long long)t->skipped_steps);
 		mg_st_writer_meta(&ck.w, "skipped_steps", v);
-		snprintf(v, sizeof v, "%lld", (long long)t->accum);
+		snprintf(v, sizeof v, "%lld", (long long)t->r.accum);
 		mg_st_writer_meta(&ck.w, "grad_accum", v);
 		/* What the data order depends on, checked on --resume. */
 		snprintf(v, sizeof v, "%lld",
-			 (long long)t->batch * t->ctx.world);
+			 (long long)t->batch * t->r.ctx.world);
 		mg_st_writer_meta(&ck.w, "global_batch", v);
 		snprintf(v, sizeof v, "%lld",
-			 (long long)t->data->count(t->inst[MG_SEC_DATASET],
-						   MG_SPLIT_TRAIN));
+			 (long long)t->r.data->count(t->r.inst[MG_SEC_DATASET],
+						     MG_SPLIT_TRAIN));
 		mg_st_writer_meta(&ck.w, "train_samples", v);
 		mg_st_writer_meta(&ck.w, "model",
-				  t->s->plugin[MG_SEC_MODEL].desc->name);
+				  t->r.s->plugin[MG_SEC_MODEL].desc->name);
 		mg_st_writer_meta(&ck.w, "strategy",
-				  t->s->plugin[MG_SEC_STRATEGY].desc->name);
+				  t->r.s->plugin[MG_SEC_STRATEGY].desc->name);
 		/* The experiment (fingerprint.h), compared on --resume. */
 		if (t->fp.config)
 			mg_st_writer_meta(&ck.w, "experiment", t->fp.config);
@@ -63,10 +64,10 @@ int mg_trainer_save_checkpoint(struct mg_trainer *t, int64_t next_step)
 		/* The adapter folder before the checkpoint: a checkpoint in
 		 * place has its adapter complete, and a crash before its
 		 * rename leaves the older one, which --resume continues. */
-		snprintf(path, sizeof path, "%s/" MG_CKPT_FILE, t->run_dir);
+		snprintf(path, sizeof path, "%s/" MG_CKPT_FILE, t->r.run_dir);
 		rc = rc ||
-		     mg_peft_export(&ck.w, t->s->plugin[MG_SEC_MODEL].desc,
-				    t->s->opts[MG_SEC_MODEL], t->run_dir) ||
+		     mg_peft_export(&ck.w, t->r.s->plugin[MG_SEC_MODEL].desc,
+				    t->r.s->opts[MG_SEC_MODEL], t->r.run_dir) ||
 		     mg_st_writer_save(&ck.w, path);
 		if (!rc)
 			mg_crash_point("checkpoint");
@@ -141,16 +142,16 @@ static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
 	    meta_int(f, "good_steps", 0, 1999, &t->good_steps) ||
 	    meta_scale(f, &t->loss_scale) || meta_seed(f, &seed))
 		return -1;
-	if (seed != t->ctx.seed)
+	if (seed != t->r.ctx.seed)
 		return mg_error("%s was written with seed %llu, this run has "
 				"seed %llu (resuming would change the data "
 				"order)",
 				f->path, (unsigned long long)seed,
-				(unsigned long long)t->ctx.seed);
+				(unsigned long long)t->r.ctx.seed);
 	/* Like the seed, the global batch and the training set size fix
 	 * the data order (older checkpoints lack them: not checked). */
-	int64_t gb = t->batch * t->ctx.world,
-		n = t->data->count(t->inst[MG_SEC_DATASET], MG_SPLIT_TRAIN),
+	int64_t gb = t->batch * t->r.ctx.world,
+		n = t->r.data->count(t->r.inst[MG_SEC_DATASET], MG_SPLIT_TRAIN),
 		ck_gb = gb, ck_n = n;
 	if ((mg_st_meta(f, "global_batch") &&
 	     meta_int(f, "global_batch", 1, INT64_MAX, &ck_gb)) ||
@@ -162,15 +163,16 @@ static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
 				"(run.batch_size x ranks), this run has %lld "
 				"(resuming would change the data order)",
 				f->path, (long long)ck_gb, (long long)gb);
-	int64_t ck_k = t->accum;
+	int64_t ck_k = t->r.accum;
 	if (mg_st_meta(f, "grad_accum") &&
 	    meta_int(f, "grad_accum", 1, 1 << 16, &ck_k))
 		return -1;
-	if (ck_k != t->accum)
+	if (ck_k != t->r.accum)
 		return mg_error("%s was written with run.grad_accum = %lld, "
 				"this run has %lld (resuming would change the "
 				"data order)",
-				f->path, (long long)ck_k, (long long)t->accum);
+				f->path, (long long)ck_k,
+				(long long)t->r.accum);
 	if (ck_n != n)
 		return mg_error("%s was written for %lld training samples, "
 				"this run has %lld (dataset.limit_train "
@@ -186,11 +188,11 @@ static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
 	 * (no report.json saying "finished") is completed, a finished one
 	 * refused. Rank 0's run directory decides for every rank. */
 	if (next == t->total_steps && !t->eval_only) {
-		double done = t->ctx.rank == 0 &&
-			      mg_report_has_status(t->run_dir, "finished");
-		if (t->ctx.world > 1 &&
-		    t->comm->all_reduce_host(t->comm, &done, 1, MG_F64,
-					     MG_REDUCE_MAX))
+		double done = t->r.ctx.rank == 0 &&
+			      mg_report_has_status(t->r.run_dir, "finished");
+		if (t->r.ctx.world > 1 &&
+		    t->r.comm->all_reduce_host(t->r.comm, &done, 1, MG_F64,
+					       MG_REDUCE_MAX))
 			return -1;
 		if (done)
 			return mg_error("%s is at step %lld of %lld: the run "
@@ -209,9 +211,9 @@ static int load_counters(struct mg_trainer *t, const struct mg_st_file *f)
 int mg_trainer_load_checkpoint(struct mg_trainer *t)
 {
 	char path[PATH_MAX + 32];
-	snprintf(path, sizeof path, "%s/" MG_CKPT_FILE, t->run_dir);
+	snprintf(path, sizeof path, "%s/" MG_CKPT_FILE, t->r.run_dir);
 	struct mg_ckpt ck;
-	if (mg_ckpt_open_read(&ck, &t->ctx, path)) {
+	if (mg_ckpt_open_read(&ck, &t->r.ctx, path)) {
 		mg_ckpt_free(&ck);
 		return mg_error_prefix("--resume");
 	}
@@ -222,20 +224,21 @@ int mg_trainer_load_checkpoint(struct mg_trainer *t)
 		rc = mg_error("%s is not an mgrun checkpoint (metadata "
 			      "format is not " MG_CKPT_FORMAT ")",
 			      path);
-	else if (!model || strcmp(model, t->s->plugin[MG_SEC_MODEL].desc->name))
+	else if (!model ||
+		 strcmp(model, t->r.s->plugin[MG_SEC_MODEL].desc->name))
 		rc = mg_error("%s holds model '%s', this run is '%s'", path,
 			      model ? model : "?",
-			      t->s->plugin[MG_SEC_MODEL].desc->name);
+			      t->r.s->plugin[MG_SEC_MODEL].desc->name);
 	/* The experiment first: a changed option is named as such, not
 	 * by the data order or size it changes. */
 	else if (!t->eval_only &&
 		 mg_fingerprint_check(&t->fp, path,
 				      mg_st_meta(&ck.f, "experiment"),
 				      mg_st_meta(&ck.f, "input_files"),
-				      t->s->resume_changed))
+				      t->r.s->resume_changed))
 		rc = -1;
 	else if (!(rc = load_counters(t, &ck.f)))
-		rc = t->strat->load(t->inst[MG_SEC_STRATEGY], &ck);
+		rc = t->r.strat->load(t->r.inst[MG_SEC_STRATEGY], &ck);
 	/* A tensor the checkpoint holds and this model did not take
 	 * would vanish from the next checkpoint (lora_targets narrowed). */
 	const char *left = rc ? NULL : mg_ckpt_unread(&ck);

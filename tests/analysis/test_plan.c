@@ -91,7 +91,7 @@ static void t_epoch_metric(void)
 		snprintf(run, sizeof run, "\"world\": 1, \"train_s\": 34, %s",
 			 cases[i].run);
 		write_run(dir, run, secs, 8);
-		struct mg_run r;
+		struct mg_run_record r;
 		CHECK(mg_run_load(&r, dir) == 0);
 		const double want = cases[i].epoch_s, got = r.epoch_s;
 		CHECK(isnan(want) ? isnan(got) : fabs(got - want) < 1e-12);

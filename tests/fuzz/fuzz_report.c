@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_write(files[i], p, (size_t)(q - p), path, sizeof path);
 		p = q < end ? q + 4 : NULL;
 	}
-	struct mg_run r;
+	struct mg_run_record r;
 	if (!mg_run_load(&r, fuzz_scratch())) {
 		double *v = NULL;
 		int n = mg_run_steady(&r, "step_s", &v);

@@ -3,7 +3,9 @@
  * the loader and trainer tests (tests/plugins/CMakeLists.txt): ddp_ds
  * from the kit with one callback missing or one answer wrong. Each
  * BAD_* macro builds one variant; the core must refuse it with a message
- * naming the strategy and the callback.
+ * naming the strategy and the callback. BAD_OLD_ABI breaks nothing: a
+ * correct strategy that says it was built for ABI 1.0, so the core must
+ * train with it and read nothing a later minor added (its `caps`).
  */
 #include "mg/kit.h"
 
@@ -62,7 +64,13 @@ static const struct mg_strategy_ops ops = {
 };
 
 static const struct mg_plugin plugin = {
+#ifdef BAD_OLD_ABI
+	.abi_major = MG_ABI_MAJOR,
+	.abi_minor = 0,
+	.struct_size = sizeof(struct mg_plugin),
+#else
 	MG_PLUGIN_HEADER,
+#endif
 	.kind = MG_PLUGIN_STRATEGY,
 	.name = PLUGIN_NAME,
 	.version = "0",
