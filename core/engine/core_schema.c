@@ -53,6 +53,11 @@ const struct mg_option mg_run_schema[] = {
 	MG_OPT_I("eval_batch_size", "256", 1, 1 << 20,
 		 "samples per evaluation batch"),
 	MG_OPT_B("eval", "true", "evaluate on the test split after each epoch"),
+	MG_OPT_B("tensorboard", "true",
+		 "write TensorBoard scalars (loss, learning rate, gradient "
+		 "norm, step and phase times, memory by category, held-out "
+		 "metrics) to an event file in the run directory, flushed "
+		 "every step: `tensorboard --logdir runs/` shows live curves"),
 	MG_OPT_I("seed", "42", 0, 9.2e18,
 		 "seed for initialisation, shuffling and dropout; equal seeds "
 		 "give equal runs"),

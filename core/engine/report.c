@@ -4,6 +4,7 @@
  * end), plus the readable summary printed at the end of a run.
  */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -146,6 +147,27 @@ static int trim_csv(const char *path, int64_t keep_below)
 	return replace_file(out, tmp, path, werr);
 }
 
+/* An earlier run's event files in run_dir (ours only: *.mgrun). */
+static void remove_event_files(const char *run_dir)
+{
+	DIR *d = opendir(run_dir);
+	if (!d)
+		return;
+	const char *suffix = ".mgrun";
+	struct dirent *e;
+	char path[PATH_MAX + 256];
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (strncmp(e->d_name, "events.out.tfevents.", 20) ||
+		    n < strlen(suffix) ||
+		    strcmp(e->d_name + n - strlen(suffix), suffix))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", run_dir, e->d_name);
+		remove(path);
+	}
+	closedir(d);
+}
+
 int mg_report_open(const struct mg_run_view *rs, bool resume)
 {
 	struct mg_report *rep = rs->rep;
@@ -162,7 +184,89 @@ int mg_report_open(const struct mg_run_view *rs, bool resume)
 		if (rep->csv)
 			fputs(csv_header, rep->csv);
 	}
-	return rep->csv ? 0 : -1;
+	if (!rep->csv)
+		return -1;
+	if (!mg_opt_bool(rs->s->run, "tensorboard"))
+		return 0;
+	/* A new run in this folder: an earlier run's curves would mix with
+	 * its own; a resumed one adds a file, as TensorBoard expects. */
+	if (!resume)
+		remove_event_files(rs->run_dir);
+	return mg_tb_open(&rep->tb, rs->run_dir);
+}
+
+/* The event file's curves of one step. */
+static void tb_step(const struct mg_run_view *rs, int64_t step, double loss,
+		    double acc, double lr, double grad_norm, double seconds)
+{
+	struct mg_tb *tb = &rs->rep->tb;
+	if (!tb->f)
+		return;
+	static const char *const phase_tag[MG_T_COUNT] = {
+		[MG_T_DATA] = "time/data_ms",
+		[MG_T_H2D] = "time/h2d_ms",
+		[MG_T_FORWARD] = "time/forward_ms",
+		[MG_T_BACKWARD] = "time/backward_ms",
+		[MG_T_COMM] = "time/comm_exposed_ms",
+		[MG_T_OPTIM] = "time/optimizer_ms",
+	};
+	const struct mg_stats *st = rs->stats;
+	const double gib = 1.0 / (1024.0 * 1024.0 * 1024.0);
+	char tag[64];
+	mg_tb_begin(tb, step);
+	mg_tb_value(tb, "train/loss", loss);
+	if (!rs->metrics->per_token)
+		mg_tb_value(tb, "train/accuracy", acc);
+	mg_tb_value(tb, "optim/lr", lr);
+	mg_tb_value(tb, "optim/grad_norm", grad_norm);
+	mg_tb_value(tb, "perf/step_ms", 1e3 * seconds);
+	for (int i = 0; i < MG_T_COUNT; i++)
+		if (phase_tag[i])
+			mg_tb_value(tb, phase_tag[i], 1e3 * st->t_step[i]);
+	mg_tb_value(tb, "memory/step_peak_gib",
+		    (double)st->mem_step_peak * gib);
+	for (int c = 0; c < MG_MEM_CAT_COUNT; c++) {
+		snprintf(tag, sizeof tag, "memory/%s_gib",
+			 mg_mem_cat_name((enum mg_mem_cat)c));
+		mg_tb_value(tb, tag, (double)st->mem_cur[c] * gib);
+	}
+	if (mg_tb_end(tb)) {
+		mg_warn("%s; no more TensorBoard events", mg_last_error());
+		mg_tb_close(tb);
+	}
+}
+
+void mg_report_epoch(const struct mg_run_view *rs,
+		     const struct mg_epoch_stats *e)
+{
+	struct mg_tb *tb = &rs->rep->tb;
+	if (!tb->f)
+		return;
+	const struct mg_metric_spec *ms = rs->metrics;
+	char tag[96];
+	/* at the epoch's last step, so the curves line up with the steps' */
+	mg_tb_begin(tb, (e->epoch + 1) * rs->steps_per_epoch - 1);
+	for (int i = 0; i < ms->ndecl; i++) {
+		snprintf(tag, sizeof tag, "epoch/train_%s", ms->decl[i].name);
+		mg_tb_value(tb, tag,
+			    mg_metric_value(&ms->decl[i], e->train_sums));
+		if (!e->has_test)
+			continue;
+		snprintf(tag, sizeof tag, "eval/%s", ms->decl[i].name);
+		mg_tb_value(tb, tag,
+			    mg_metric_value(&ms->decl[i], e->test_sums));
+	}
+	if (e->seconds > 0)
+		mg_tb_value(
+			tb,
+			e->tokens ? "epoch/tokens_per_s"
+				  : "epoch/samples_per_s",
+			(double)(e->tokens ? e->here_tokens : e->here_samples) /
+				e->seconds);
+	if (mg_tb_end(tb)) {
+		mg_warn("%s; no more TensorBoard events", mg_last_error());
+		mg_tb_close(tb);
+	}
 }
 
 void mg_report_step(const struct mg_run_view *rs, int64_t step, double loss,
@@ -183,6 +287,7 @@ void mg_report_step(const struct mg_run_view *rs, int64_t step, double loss,
 		ts[MG_T_H2D], ts[MG_T_FORWARD], ts[MG_T_BACKWARD],
 		ts[MG_T_COMM], overlapped > 0 ? overlapped : 0, ts[MG_T_OPTIM],
 		(long long)st->mem_total_cur, (long long)st->mem_step_peak);
+	tb_step(rs, step, loss, acc, lr, grad_norm, seconds);
 }
 
 int mg_report_step_time(struct mg_report *rep, double seconds, bool steady)
@@ -198,6 +303,7 @@ void mg_report_close(struct mg_report *rep)
 	if (rep->csv)
 		fclose(rep->csv);
 	rep->csv = NULL;
+	mg_tb_close(&rep->tb);
 	mg_series_free(&rep->step_s);
 	free(rep->rank_rows);
 	rep->rank_rows = NULL;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "engine/session.h"
+#include "engine/tb_events.h"
 #include "runtime/runtime.h"
 
 struct cJSON;
@@ -41,6 +42,7 @@ struct mg_report {
 	double *rank_rows;	 /* every rank's statistics */
 	double train_s;		 /* wall seconds in training steps */
 	struct mg_series step_s; /* steady steps' wall seconds */
+	struct mg_tb tb;	 /* run.tensorboard: the event file */
 };
 
 /* The run as the report sees it: its state, read-only. (Not named
@@ -76,6 +78,10 @@ int mg_report_open(const struct mg_run_view *r, bool resume);
 void mg_report_step(const struct mg_run_view *r, int64_t step, double loss,
 		    double acc, double lr, double grad_norm, int skipped,
 		    double seconds);
+/* An epoch ended (its statistics, evaluation included): the event
+ * file's held-out and epoch curves. */
+void mg_report_epoch(const struct mg_run_view *r,
+		     const struct mg_epoch_stats *e);
 int mg_report_write(const struct mg_run_view *r, bool final);
 /* report.json with this status ("running", "finished", "interrupted",
  * "failed") and, when not NULL, an "error" message. collective: every

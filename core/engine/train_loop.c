@@ -195,6 +195,7 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, bool eval_on)
 		return mg_error("out of memory");
 	t->ep = p;
 	t->ep[t->nep++] = e;
+	mg_report_epoch(mg_run_view(t), &e);
 	if (t->r.ctx.rank != 0)
 		return 0;
 	char tr[256], te[256], rate[64];
