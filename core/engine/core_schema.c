@@ -53,6 +53,18 @@ const struct mg_option mg_run_schema[] = {
 	MG_OPT_I("eval_batch_size", "256", 1, 1 << 20,
 		 "samples per evaluation batch"),
 	MG_OPT_B("eval", "true", "evaluate on the test split after each epoch"),
+	MG_OPT_I("eval_every", "0", 0, 1e12,
+		 "also evaluate every this many optimizer steps inside epochs "
+		 "(with run.eval; 0: only at epoch ends); reported in "
+		 "report.json's evals and TensorBoard's eval/ curves"),
+	MG_OPT_I("eval_limit", "0", 0, 1e12,
+		 "batches of run.eval_batch_size a rank evaluates at each "
+		 "run.eval_every point (0: the whole test split); the epoch "
+		 "ends always evaluate it whole"),
+	MG_OPT_I("early_stop_patience", "0", 0, 1000000,
+		 "stop (with a checkpoint, status stopped) when the held-out "
+		 "loss has not improved for this many evaluations in a row "
+		 "(0: never)"),
 	MG_OPT_B("tensorboard", "true",
 		 "write TensorBoard scalars (loss, learning rate, gradient "
 		 "norm, step and phase times, memory by category, held-out "

@@ -64,7 +64,7 @@ int mg_metrics_check(const struct mg_trainer *t, const double *m, double most,
 }
 
 /* The test split's metric sums over every rank into tot. */
-int mg_evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
+int mg_evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX], int64_t limit)
 {
 	struct mg_ctx *ctx = &t->r.ctx;
 	void *data = t->r.inst[MG_SEC_DATASET];
@@ -81,7 +81,9 @@ int mg_evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX])
 	 * without a batch in the last round forwards the first one again
 	 * and drops its sums, instead of leaving the others waiting. */
 	const int64_t stride = eb * ctx->world;
-	const int64_t rounds = (n + stride - 1) / stride;
+	int64_t rounds = (n + stride - 1) / stride;
+	if (limit > 0 && limit < rounds)
+		rounds = limit;
 	for (int64_t k = 0; k < rounds; k++) {
 		int64_t b = k * stride + (int64_t)ctx->rank * eb;
 		const bool spare = b >= n;
@@ -167,7 +169,7 @@ int mg_eval_only(struct mg_session *s)
 	}
 	double sums[MG_METRIC_MAX];
 	if (!rc)
-		rc = mg_evaluate(&t, sums);
+		rc = mg_evaluate(&t, sums, 0);
 	if (!rc && t.r.ctx.rank == 0) {
 		char m[256];
 		int64_t n = t.r.data->count(t.r.inst[MG_SEC_DATASET],

@@ -236,6 +236,24 @@ static void tb_step(const struct mg_run_view *rs, int64_t step, double loss,
 	}
 }
 
+void mg_report_eval(const struct mg_run_view *rs, const struct mg_eval_point *v)
+{
+	struct mg_tb *tb = &rs->rep->tb;
+	if (!tb->f)
+		return;
+	const struct mg_metric_spec *ms = rs->metrics;
+	char tag[96];
+	mg_tb_begin(tb, v->step);
+	for (int i = 0; i < ms->ndecl; i++) {
+		snprintf(tag, sizeof tag, "eval/%s", ms->decl[i].name);
+		mg_tb_value(tb, tag, mg_metric_value(&ms->decl[i], v->sums));
+	}
+	if (mg_tb_end(tb)) {
+		mg_warn("%s; no more TensorBoard events", mg_last_error());
+		mg_tb_close(tb);
+	}
+}
+
 void mg_report_epoch(const struct mg_run_view *rs,
 		     const struct mg_epoch_stats *e)
 {
@@ -650,6 +668,24 @@ int mg_report_write_status(const struct mg_run_view *rs, const char *status,
 				o, "test_metrics",
 				metrics_json(rs->metrics, e->test_sums));
 		cJSON_AddItemToArray(eps, o);
+	}
+	if (rs->nevals) { /* run.eval_every's, inside epochs */
+		cJSON *evs = cJSON_AddArrayToObject(root, "evals");
+		for (int i = 0; i < rs->nevals; i++) {
+			const struct mg_eval_point *v = &rs->evals[i];
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddNumberToObject(o, "step", (double)v->step);
+			cJSON_AddNumberToObject(o, "samples",
+						(double)v->samples);
+			const double c = v->sums[MG_METRIC_COUNT];
+			cJSON_AddNumberToObject(
+				o, "test_loss",
+				c > 0 ? v->sums[MG_METRIC_LOSS_SUM] / c : 0);
+			cJSON_AddItemToObject(
+				o, "test_metrics",
+				metrics_json(rs->metrics, v->sums));
+			cJSON_AddItemToArray(evs, o);
+		}
 	}
 	cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
 	for (int r = 0; r < rs->world; r++)

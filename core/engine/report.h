@@ -36,6 +36,14 @@ struct mg_epoch_stats {
 	int64_t here_samples, here_tokens;
 };
 
+/* An evaluation inside an epoch (run.eval_every): after step `step`,
+ * the model's metric sums over the part of the test split it covered. */
+struct mg_eval_point {
+	int64_t step;
+	int64_t samples;
+	double sums[MG_METRIC_MAX];
+};
+
 /* What report.c keeps between calls (zeroed at the start). */
 struct mg_report {
 	FILE *csv;		 /* steps.csv, rank 0 */
@@ -62,7 +70,9 @@ struct mg_run_view {
 	int64_t skipped_steps, trainable_parameters;
 	double t_begin; /* mg_now() at the start */
 	double t_loop;	/* mg_now() when the step loop began; 0 before */
-	const struct mg_epoch_stats *ep;      /* epochs done */
+	const struct mg_epoch_stats *ep;   /* epochs done */
+	const struct mg_eval_point *evals; /* run.eval_every's */
+	int nevals;
 	const struct mg_metric_spec *metrics; /* what the model declares */
 	int nep;
 	/* The profiler's part (profile.c), called with profile_arg:
@@ -82,6 +92,8 @@ void mg_report_step(const struct mg_run_view *r, int64_t step, double loss,
  * file's held-out and epoch curves. */
 void mg_report_epoch(const struct mg_run_view *r,
 		     const struct mg_epoch_stats *e);
+/* An evaluation inside an epoch: the event file's eval/ curves. */
+void mg_report_eval(const struct mg_run_view *r, const struct mg_eval_point *v);
 int mg_report_write(const struct mg_run_view *r, bool final);
 /* report.json with this status ("running", "finished", "interrupted",
  * "failed") and, when not NULL, an "error" message. collective: every

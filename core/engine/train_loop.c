@@ -181,7 +181,7 @@ static int end_of_epoch(struct mg_trainer *t, int64_t step, bool eval_on)
 	};
 	memcpy(e.train_sums, ep_m, sizeof e.train_sums);
 	if (eval_on) {
-		if (mg_evaluate(t, e.test_sums))
+		if (mg_evaluate(t, e.test_sums, 0))
 			return -1;
 		e.test_loss = ratio(e.test_sums, MG_METRIC_LOSS_SUM);
 		e.test_acc = ratio(e.test_sums, MG_METRIC_CORRECT);
@@ -274,6 +274,65 @@ void mg_epoch_reset(struct mg_trainer *t)
 	t->ep_t0 = mg_now();
 }
 
+/*
+ * run.eval_every's evaluation after step `step` (at most run.eval_limit
+ * batches a rank): kept for report.json, drawn in TensorBoard and
+ * printed. The captured step is dropped (evaluation may grow buffers).
+ * NULL on failure.
+ */
+static const struct mg_eval_point *eval_point(struct mg_trainer *t,
+					      int64_t step)
+{
+	struct mg_eval_point v = {.step = step};
+	const int64_t limit = mg_opt_int(t->r.s->run, "eval_limit");
+	if (mg_evaluate(t, v.sums, limit))
+		return NULL;
+	mg_step_graph_drop(t);
+	const int64_t n =
+		t->r.data->count(t->r.inst[MG_SEC_DATASET], MG_SPLIT_TEST);
+	const int64_t most = limit *
+			     mg_opt_int(t->r.s->run, "eval_batch_size") *
+			     t->r.ctx.world;
+	v.samples = limit > 0 && most < n ? most : n;
+	void *p = realloc(t->evals, (size_t)(t->nevals + 1) * sizeof *t->evals);
+	if (!p) {
+		mg_error("out of memory");
+		return NULL;
+	}
+	t->evals = p;
+	t->evals[t->nevals++] = v;
+	mg_report_eval(mg_run_view(t), &v);
+	if (t->r.ctx.rank == 0) {
+		char m[256];
+		mg_info("eval after step %lld: test %s over %lld samples",
+			(long long)step + 1,
+			mg_metric_format(&t->r.mspec, v.sums, m, sizeof m),
+			(long long)v.samples);
+	}
+	return &t->evals[t->nevals - 1];
+}
+
+/* run.early_stop_patience: has the held-out loss (sums of an evaluation
+ * after step `step`) failed to improve on the best for that many
+ * evaluations in a row? Every rank holds the same reduced sums, so every
+ * rank decides the same. (An evaluation over run.eval_limit batches and
+ * an epoch end's over the whole split are compared alike: keep the limit
+ * large enough for the loss to be a fair sample.) */
+static bool early_stop(struct mg_trainer *t, const double *sums)
+{
+	const int64_t patience = mg_opt_int(t->r.s->run, "early_stop_patience");
+	const double count = sums[MG_METRIC_COUNT];
+	if (patience <= 0 || !(count > 0))
+		return false;
+	const double loss = sums[MG_METRIC_LOSS_SUM] / count;
+	if (loss < t->best_eval_loss) {
+		t->best_eval_loss = loss;
+		t->evals_since_best = 0;
+		return false;
+	}
+	return ++t->evals_since_best >= patience;
+}
+
 int mg_train_loop(struct mg_trainer *t)
 {
 	struct mg_ctx *ctx = &t->r.ctx;
@@ -283,6 +342,7 @@ int mg_train_loop(struct mg_trainer *t)
 	t->ck_last = t->t_loop = mg_now();
 	bool ck_on = mg_opt_bool(run, "checkpoint");
 	bool eval_on = mg_opt_bool(run, "eval");
+	const int64_t eval_every = eval_on ? mg_opt_int(run, "eval_every") : 0;
 	int64_t stop_after = mg_opt_int(run, "stop_after");
 	int64_t end = t->total_steps;
 	if (stop_after > 0 && t->start_step + stop_after < end)
@@ -296,6 +356,9 @@ int mg_train_loop(struct mg_trainer *t)
 		int skipped = 0;
 		bool epoch_end = (step + 1) % t->steps_per_epoch == 0 ||
 				 step + 1 == t->total_steps;
+		/* run.eval_every inside an epoch (its end evaluates anyway) */
+		bool eval_now = eval_every > 0 &&
+				(step + 1) % eval_every == 0 && !epoch_end;
 		mg_stats_step_begin(&t->r.stats, step);
 		if (!fetched && fetch_step(t, step, t->plans))
 			return -1;
@@ -316,9 +379,9 @@ int mg_train_loop(struct mg_trainer *t)
 		    mg_step_launch(t, step, t->plans, &sr))
 			return -1;
 		/* Read the next batch while the device computes this one
-		 * (not across an epoch end: evaluation uses the buffers). */
+		 * (not before an evaluation: it uses the buffers). */
 		fetched = false;
-		if (!epoch_end && step + 1 < end) {
+		if (!epoch_end && !eval_now && step + 1 < end) {
 			if (fetch_step(t, step + 1, t->next_plans))
 				return -1;
 			fetched = true;
@@ -357,11 +420,19 @@ int mg_train_loop(struct mg_trainer *t)
 		mg_report_step(mg_run_view(t), step, loss, acc, lr, gnorm,
 			       skipped, dt);
 		mg_progress_step(t, step, m, lr, m[MG_METRIC_COUNT] / dt);
+		bool early = false; /* run.early_stop_patience */
 		if (epoch_end) {
 			if (end_of_epoch(t, step, eval_on))
 				return -1;
 			mg_crash_point("epoch_end");
 			mg_epoch_reset(t);
+			const struct mg_epoch_stats *e = &t->ep[t->nep - 1];
+			early = e->has_test && early_stop(t, e->test_sums);
+		} else if (eval_now) {
+			const struct mg_eval_point *v = eval_point(t, step);
+			if (!v)
+				return -1;
+			early = early_stop(t, v->sums);
 		}
 		/* SIGINT/SIGTERM: this step is the last (not when it ends
 		 * the run anyway), with a checkpoint. */
@@ -370,9 +441,11 @@ int mg_train_loop(struct mg_trainer *t)
 		if (stop < 0)
 			return -1;
 		stop = step + 1 < end ? stop : 0;
-		bool ck_now = ck_on &&
-			      (stop || ck_due || epoch_end || step + 1 == end ||
-			       (ck_every > 0 && (step + 1) % ck_every == 0));
+		early = early && step + 1 < end;
+		bool ck_now =
+			ck_on && (stop || early || ck_due || epoch_end ||
+				  step + 1 == end ||
+				  (ck_every > 0 && (step + 1) % ck_every == 0));
 		/* The rows a checkpoint covers reach the disk before it. */
 		if (ck_now && t->rep.csv) {
 			fflush(t->rep.csv);
@@ -389,6 +462,22 @@ int mg_train_loop(struct mg_trainer *t)
 		if (stop) {
 			t->stop_sig = stop;
 			t->stop_step = step + 1;
+			return 0;
+		}
+		if (early) {
+			/* not finished: "stopped", continued by --resume */
+			t->stopped = true;
+			if (ctx->rank == 0)
+				mg_info("early stop after step %lld of %lld: "
+					"the held-out loss has not improved "
+					"for %lld evaluations (best %.6g; "
+					"run.early_stop_patience)",
+					(long long)step + 1,
+					(long long)t->total_steps,
+					(long long)t->evals_since_best,
+					t->best_eval_loss);
+			if (!ck_on && mg_report_write(mg_run_view(t), false))
+				return -1;
 			return 0;
 		}
 	}

@@ -5,6 +5,7 @@
  * short, the run's end (finished, stopped, interrupted or failed, said
  * in report.json), and the same start-up kept open for inference.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ int mg_trainer_setup(struct mg_trainer *t)
 	struct mg_ctx *ctx = &t->r.ctx;
 	/* fp16's narrow range needs loss scaling (PyTorch GradScaler's
 	 * defaults); bf16 has fp32's range. */
+	t->best_eval_loss = INFINITY; /* run.early_stop_patience */
 	t->dynamic_scale = ctx->compute_dtype == MG_F16;
 	t->loss_scale = t->dynamic_scale ? 65536.0 : 1.0;
 	t->batch = mg_opt_int(run, "batch_size");
@@ -138,6 +140,8 @@ const struct mg_run_view *mg_run_view(struct mg_trainer *t)
 		.t_loop = t->t_loop,
 		.ep = t->ep,
 		.nep = t->nep,
+		.evals = t->evals,
+		.nevals = t->nevals,
 		.metrics = &t->r.mspec,
 		.profile_gather = profile_gather,
 		.profile_json = profile_json,
@@ -166,6 +170,7 @@ void mg_trainer_teardown(struct mg_trainer *t)
 	mg_report_close(&t->rep);
 	mg_run_close(&t->r);
 	free(t->ep);
+	free(t->evals);
 	free(t->plans);
 	free(t->next_plans);
 	free(t->graph_key);

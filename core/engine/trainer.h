@@ -90,6 +90,13 @@ struct mg_trainer {
 	bool eval_only;	    /* --eval-only: loads, evaluates, trains not */
 	struct mg_epoch_stats *ep; /* epochs done, for report.json */
 	int nep;
+	/* run.eval_every's evaluations inside epochs (report.json evals) */
+	struct mg_eval_point *evals;
+	int nevals;
+	/* run.early_stop_patience: the best held-out loss so far and the
+	 * evaluations since it */
+	double best_eval_loss;
+	int64_t evals_since_best;
 	double t_begin;
 	double t_loop; /* the step loop's start: the progress line's ETA
 			* counts from here, not from setup */
@@ -186,7 +193,8 @@ double mg_metrics_max_count(const struct mg_trainer *t, int64_t samples);
 int mg_metrics_check(const struct mg_trainer *t, const double *m, double most,
 		     const char *what);
 /* The test split's metric sums over every rank into tot. */
-int mg_evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX]);
+/* limit > 0: at most that many batches a rank (run.eval_limit). */
+int mg_evaluate(struct mg_trainer *t, double tot[MG_METRIC_MAX], int64_t limit);
 
 /* step.c: one step's device work, eagerly or as a replayed CUDA graph */
 int mg_step_launch(struct mg_trainer *t, int64_t step, const struct mg_plan *ps,

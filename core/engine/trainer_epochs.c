@@ -6,7 +6,9 @@
  *
  * One line per epoch done, "e EPOCH STEPS SAMPLES TOKENS SECONDS
  * HAS_TEST TRAIN_SUMS... TEST_SUMS...", then "o STEPS SAMPLES SECONDS
- * SUMS..." for the open epoch (%.17g: the sums come back exactly).
+ * SUMS..." for the open epoch, "v STEP SAMPLES SUMS..." for each
+ * run.eval_every evaluation and "s BEST_LOSS SINCE" for early stopping
+ * (%.17g: the sums come back exactly).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -44,6 +46,14 @@ char *mg_epochs_text(const struct mg_trainer *t)
 		t->ep_secs + (t->ep_steps ? mg_now() - t->ep_t0 : 0));
 	sums(f, t->ep_m);
 	fputc('\n', f);
+	for (int i = 0; i < t->nevals; i++) {
+		fprintf(f, "v %lld %lld", (long long)t->evals[i].step,
+			(long long)t->evals[i].samples);
+		sums(f, t->evals[i].sums);
+		fputc('\n', f);
+	}
+	fprintf(f, "s %.17g %lld\n", t->best_eval_loss,
+		(long long)t->evals_since_best);
 	fclose(f);
 	return text;
 }
@@ -106,6 +116,22 @@ int mg_epochs_parse(struct mg_trainer *t, const char *text, const char *path)
 			t->ep_secs = v[2];
 			memcpy(t->ep_m, v + OH, sizeof t->ep_m);
 			memcpy(t->ep_base_m, v + OH, sizeof t->ep_base_m);
+			ok = true;
+		} else if (l[0] == 'v' && numbers(l, v, 2 + MG_METRIC_MAX) &&
+			   v[0] >= 0 && v[0] < t->start_step && v[1] >= 0) {
+			struct mg_eval_point e = {.step = (int64_t)v[0],
+						  .samples = (int64_t)v[1]};
+			memcpy(e.sums, v + 2, sizeof e.sums);
+			void *p = realloc(t->evals, (size_t)(t->nevals + 1) *
+							    sizeof *t->evals);
+			if (!p)
+				return mg_error("out of memory");
+			t->evals = p;
+			t->evals[t->nevals++] = e;
+			ok = true;
+		} else if (l[0] == 's' && numbers(l, v, 2) && v[1] >= 0) {
+			t->best_eval_loss = v[0];
+			t->evals_since_best = (int64_t)v[1];
 			ok = true;
 		}
 		if (!ok)
