@@ -72,8 +72,10 @@ static void usage(FILE *f)
 		"(index, completion,\n"
 		"                          completion_ids, prompt_tokens, "
 		"new_tokens, stop)\n"
-		"  --ids                   the prompt is token ids (spaces or "
-		"commas); print ids\n"
+		"  --ids [\"ID ID ...\"]     the prompt is token ids (spaces "
+		"or "
+		"commas), after the\n"
+		"                          flag or in --prompt; print ids\n"
 		"  --max-new-tokens N      tokens to generate at most "
 		"(128)\n"
 		"  --temperature T         sampling temperature (0.8; 0: "
@@ -195,6 +197,13 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 			g->sets[g->nsets++] = optarg;
 			break;
 		case O_PROMPT:
+			if (g->ids_mode && g->prompt) {
+				fprintf(stderr,
+					"mgrun generate: --ids IDS and "
+					"--prompt both give the prompt: "
+					"give one\n");
+				return 2;
+			}
 			g->prompt = optarg;
 			break;
 		case O_PROMPT_FILE:
@@ -202,6 +211,19 @@ static int parse_args(int argc, char **argv, struct gen_opts *g)
 			break;
 		case O_IDS:
 			g->ids_mode = true;
+			/* `--ids "5 17 42"`: the prompt's ids may follow the
+			 * flag itself (else --prompt or --prompt-file gives
+			 * them) */
+			if (optind < argc && argv[optind][0] != '-') {
+				if (g->prompt) {
+					fprintf(stderr,
+						"mgrun generate: --ids IDS and "
+						"--prompt both give the "
+						"prompt: give one\n");
+					return 2;
+				}
+				g->prompt = argv[optind++];
+			}
 			break;
 		case O_MAX_NEW:
 			if (parse_ll("--max-new-tokens", optarg, 0, 1 << 24,

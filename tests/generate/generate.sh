@@ -50,6 +50,13 @@ awk '{ for (i = 1; i <= NF; i++) if ($i !~ /^[0-9]+$/ || $i >= 256) exit 1 }' \
 	"$work/g1.out" || fail "not ids of the vocabulary: $(cat "$work/g1.out")"
 gen g2.out g2.err --ids --prompt "$P" --greedy --max-new-tokens 12
 cmp -s "$work/g1.out" "$work/g2.out" || fail "greedy differs between runs"
+# the ids right after the flag (`--ids "5 17 ..."`) are the same prompt;
+# given twice, refused
+gen g2b.out g2b.err --ids "$P" --greedy --max-new-tokens 12
+cmp -s "$work/g1.out" "$work/g2b.out" || fail "--ids IDS differs from --ids --prompt IDS"
+gen twice.out twice.err --ids "$P" --prompt "$P" --max-new-tokens 2
+[ "$rc" = 2 ] && grep -q "give one" "$work/twice.err" ||
+	fail "--ids IDS with --prompt not refused (rc $rc): $(cat "$work/twice.err")"
 # temperature 0 is greedy; the prompt from a file, comma-separated
 echo "5, 17, 42, 99, 3" >"$work/prompt.txt"
 gen g3.out g3.err --ids --prompt-file "$work/prompt.txt" --temperature 0 \
