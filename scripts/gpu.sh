@@ -20,7 +20,7 @@
 #                        (bench/like4like.py), printed as markdown
 #     llama [steps]      LLM ops vs CPU twins, llama vs transformers
 #                        (tests/llama/hf_check.py), tiny llama training
-#     families           the decoder families (Qwen2, Qwen3, Mistral)
+#     families           the decoder families (Qwen2, Qwen3, Mistral, Phi-3)
 #                        against transformers: loss, gradients, greedy
 #                        generation, export (tests/llama/family_check.py),
 #                        after the LLM ops and attention with windows

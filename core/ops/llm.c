@@ -221,12 +221,15 @@ static int rope_run(const char *op, struct mg_ctx *ctx, const char *xn,
 	    shape_is(op, "positions", positions, 2, x->shape) ||
 	    mgo_check(op, "inv_freq", ctx, inv_freq, MG_F32, 1))
 		return -1;
-	if (x->shape[3] % 2)
-		return mg_error("%s: the head dimension (%s's last, %lld) must "
-				"be even",
-				op, xn, (long long)x->shape[3]);
-	if (mgo_check_vec(op, "inv_freq", inv_freq, x->shape[3] / 2))
-		return -1;
+	/* partial rotary: inv_freq's length h <= hd / 2 turns the first 2h
+	 * dims of each head, the rest pass */
+	if (inv_freq->shape[0] < 1 || 2 * inv_freq->shape[0] > x->shape[3])
+		return mg_error("%s: inv_freq has %lld frequencies, a head of "
+				"%lld (%s's last dimension) holds 1 to %lld "
+				"rotary pairs",
+				op, (long long)inv_freq->shape[0],
+				(long long)x->shape[3], xn,
+				(long long)x->shape[3] / 2);
 	switch (ctx->dev->kind) {
 	case MG_DEV_CPU:
 		return mg_cpu_rope(ctx, x, positions, inv_freq, sign);

@@ -97,9 +97,14 @@ extern "C" {
  *        mg_op_attention_decode_opts for the decoder families; new
  *        functions only, the scale-only ops stay, so plugins built for
  *        1.0-1.11 load unchanged
+ *   1.13 partial rotary (Phi-3): mg_op_rope and _backward take an
+ *        inv_freq of h <= hd/2 frequencies and turn the first 2h dims
+ *        of each head only (an older core refuses such a table); the
+ *        same calls as before otherwise, so plugins built for 1.0-1.12
+ *        load unchanged
  */
 #define MG_ABI_MAJOR 1
-#define MG_ABI_MINOR 12
+#define MG_ABI_MINOR 13
 
 /* Symbols the core exports to plugins (libmg.so) and plugins export to it. */
 #if defined(__GNUC__)

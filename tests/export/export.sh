@@ -5,7 +5,8 @@
 # of the run it came from and greedy `generate --ids` gives the same
 # ids; untied fp32, tied, fp64 (written fp32), bf16 and fp16 (close), and
 # LoRA runs (rslora too) exported merged (a plain full model then) to
-# the LoRA run's loss, the decoder families (Qwen2, Qwen3, Mistral) as
+# the LoRA run's loss, the decoder families (Qwen2, Qwen3, Mistral,
+# Phi-3 with its fused projections and PEFT adapter) as
 # their own model types, and a QLoRA run (quant = nf4) exported with its
 # NF4 base dequantized and the adapters merged, to the QLoRA run's loss.
 # Then the refusals: no checkpoint, a model without save_hf, run.gpus >
@@ -145,6 +146,40 @@ grep -q '"model_type":.*"qwen3"' "$work/qwen3.hf/config.json" &&
 roundtrip mistral 1e-6 --set model.family=mistral --set model.sliding_window=5
 grep -q '"sliding_window":.*5' "$work/mistral.hf/config.json" ||
 	fail "mistral: sliding_window not written: $(cat "$work/mistral.hf/config.json")"
+# Phi-3: 12 of 16 dims rotary, a window; written with its fused
+# qkv_proj and gate_up_proj (and no split projection), read back split
+roundtrip phi3 1e-6 --set model.family=phi3 \
+	--set model.partial_rotary_factor=0.75 --set model.sliding_window=5
+grep -q '"model_type":.*"phi3"' "$work/phi3.hf/config.json" &&
+	grep -q '"Phi3ForCausalLM"' "$work/phi3.hf/config.json" &&
+	grep -q '"partial_rotary_factor":.*0.75' "$work/phi3.hf/config.json" &&
+	grep -q '"sliding_window":.*5' "$work/phi3.hf/config.json" &&
+	grep -q "self_attn.qkv_proj.weight" "$work/phi3.hf/model.safetensors" &&
+	grep -q "mlp.gate_up_proj.weight" "$work/phi3.hf/model.safetensors" ||
+	fail "phi3: config.json or fused tensors: $(cat "$work/phi3.hf/config.json")"
+grep -q -e "q_proj.weight" -e "gate_proj.weight" \
+	"$work/phi3.hf/model.safetensors" && fail "phi3: split projections written"
+# LoRA on the Phi-3 folder (fused modules: one adapter each), merged;
+# its PEFT adapter names the fused modules and, loaded back with
+# lora_adapter, evaluates to the run's loss
+# shellcheck disable=SC2086
+roundtrip phi3_lora 1e-5 $L --set model.hf_dir="$work/phi3.hf"
+A=$work/phi3_lora/adapter
+grep -q "self_attn.qkv_proj.lora_A" "$A/adapter_model.safetensors" &&
+	grep -q "mlp.gate_up_proj.lora_B" "$A/adapter_model.safetensors" &&
+	grep -q '"qkv_proj"' "$A/adapter_config.json" &&
+	grep -q '"gate_up_proj"' "$A/adapter_config.json" ||
+	fail "phi3_lora: adapter: $(cat "$A/adapter_config.json")"
+grep -q -e "\.q_proj\.lora" -e "\.up_proj\.lora" "$A/adapter_model.safetensors" &&
+	fail "phi3_lora: split adapters written"
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $B --set run.name=phi3_ad $L \
+	--set model.hf_dir="$work/phi3.hf" --set model.lora_adapter="$A" \
+	--eval-only >"$work/phi3_ad.eval" 2>&1 ||
+	fail "phi3 adapter: eval: $(tail -3 "$work/phi3_ad.eval")"
+a=$(loss phi3_lora) b=$(loss phi3_ad)
+echo "phi3_lora: run loss $a, its adapter loaded back $b"
+near "$a" "$b" 1e-6 || fail "phi3 adapter: loss $a, loaded back $b"
 # (from the qwen2 export, whose biases trained away from zero)
 # shellcheck disable=SC2086
 roundtrip qwen2_lora 1e-5 $L --set model.hf_dir="$work/qwen2.hf"

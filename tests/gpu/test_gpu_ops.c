@@ -1546,11 +1546,12 @@ static void llm_positions(struct gt *p, int64_t N, int64_t T)
 	gt_upload(p);
 }
 
-static void llm_inv_freq(struct gt *f, int64_t hd)
+/* rd / 2 frequencies: rd < hd is partial rotary (Phi-3). */
+static void llm_inv_freq(struct gt *f, int64_t rd)
 {
-	gt_make(f, MG_F32, MG_F32, 1, hd / 2, 0, 0, 0);
-	for (int64_t j = 0; j < hd / 2; j++)
-		f->v[j] = 1.0 / pow(500000.0, 2.0 * (double)j / (double)hd);
+	gt_make(f, MG_F32, MG_F32, 1, rd / 2, 0, 0, 0);
+	for (int64_t j = 0; j < rd / 2; j++)
+		f->v[j] = 1.0 / pow(500000.0, 2.0 * (double)j / (double)rd);
 	gt_upload(f);
 }
 
@@ -1629,17 +1630,20 @@ static void llm_rmsnorm_check(enum mg_dtype dt, int64_t R, int64_t D, bool wf32)
 		gt_free(all[i]);
 }
 
+/* rd: the rotary dims of each head (rd < hd: partial rotary, the rest
+ * must pass through as the CPU leaves them). */
 static void llm_rope_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t H,
-			   int64_t hd)
+			   int64_t hd, int64_t rd)
 {
 	const double tol = gt_tol(dt);
 	struct gt x, pos, f;
 	char name[96];
-	snprintf(name, sizeof name, "rope [%lld, %lld, %lld, %lld]",
-		 (long long)N, (long long)T, (long long)H, (long long)hd);
+	snprintf(name, sizeof name, "rope [%lld, %lld, %lld, %lld] rot %lld",
+		 (long long)N, (long long)T, (long long)H, (long long)hd,
+		 (long long)rd);
 	gt_make(&x, dt, -1, 4, N, T, H, hd);
 	llm_positions(&pos, N, T);
-	llm_inv_freq(&f, hd);
+	llm_inv_freq(&f, rd);
 	gt_rand(&x, -1, 1);
 	CPU(mg_op_rope(&gt_cpu, &x.c, &pos.c, &f.c), name);
 	if (!gt_ok(mg_op_rope(&gt_gpu, &x.g, &pos.g, &f.g), name))
@@ -1843,8 +1847,12 @@ static void test_llm(void)
 		llm_rmsnorm_check(dt, 1024, 2048, true);
 		llm_rmsnorm_check(dt, 37, 100, false);
 		llm_rmsnorm_check(dt, 5, 8, true);
-		llm_rope_check(dt, 4, 256, 8, 64);
-		llm_rope_check(dt, 3, 13, 3, 8);
+		llm_rope_check(dt, 4, 256, 8, 64, 64);
+		llm_rope_check(dt, 3, 13, 3, 8, 8);
+		/* partial rotary: Phi-4-mini's 96 of 128, odd pair counts */
+		llm_rope_check(dt, 2, 37, 5, 128, 96);
+		llm_rope_check(dt, 3, 13, 3, 24, 18);
+		llm_rope_check(dt, 1, 5, 7, 10, 2);
 		/* LLaMA-like heads; GQA 4:1 and multi-query; odd T; the
 		 * head dims of small models and hd 256 */
 		llm_attention_check(dt, 4, 256, 8, 2, 64, 0);

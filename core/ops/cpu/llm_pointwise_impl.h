@@ -106,11 +106,12 @@ static void FN(rms_bwd)(const T *x, const void *w, bool wf32, const T *rstd,
 #undef LLM_W
 
 /* x [NT, H, hd] rotated in place by sign * positions[nt] * inv_freq[j]
- * (angle, cos and sin in float, as Hugging Face computes them). */
+ * (angle, cos and sin in float, as Hugging Face computes them): pairs
+ * (j, j + h2) for j < h2 <= hd / 2, dims 2 h2.. untouched (partial
+ * rotary). */
 static void FN(rope)(T *x, const int32_t *pos, const float *invf, int sign,
-		     int64_t NT, int64_t H, int64_t hd, int nt)
+		     int64_t NT, int64_t H, int64_t hd, int64_t h2, int nt)
 {
-	const int64_t h2 = hd / 2;
 #pragma omp parallel for num_threads(nt) schedule(static)
 	for (int64_t r = 0; r < NT; r++) {
 		for (int64_t j = 0; j < h2; j++) {

@@ -35,7 +35,21 @@ struct llama_cfg {
 	unsigned bias;	/* projections with a bias: bits 1u << LT_* */
 	bool qk_norm;	/* per-head RMSNorm of q and k before RoPE */
 	int64_t window; /* sliding-window attention (keys), 0: none */
+	/* Phi-3's fused projections: HF folders (and PEFT adapters) hold
+	 * q, k, v as one qkv_proj and gate, up as one gate_up_proj; the
+	 * model keeps them apart (split at load, fused at export) */
+	unsigned fused;	 /* LLAMA_FUSE_* */
+	int64_t rot_dim; /* rotary dims of each head (partial_rotary_factor:
+			  * the first rot_dim turn, the rest pass), 0: all */
 };
+#define LLAMA_FUSE_QKV 1u /* q, k, v: self_attn.qkv_proj */
+#define LLAMA_FUSE_GU 2u  /* gate, up: mlp.gate_up_proj */
+
+/* The rotary dims of a head: rot_dim, or the whole head_dim. */
+static inline int64_t llama_rot_dim(const struct llama_cfg *c)
+{
+	return c->rot_dim ? c->rot_dim : c->head_dim;
+}
 
 /* A decoder family: config.json's model_type and architecture, the keys
  * it adds to LlamaConfig's (read: features into c, errors naming path
@@ -72,6 +86,11 @@ struct llama;
 void llama_layer_params(struct llama *m);
 /* The [rows, cols] (cols 0: 1-D) of layer parameter kind p. */
 void llama_lp_shape(const struct llama_cfg *c, int p, int64_t shape[2]);
+/* Where kind p lies in a Hugging Face folder: the tensor's name within
+ * "model.layers.N.", and p's rows [*row0, *row0 + rows) of its *total
+ * rows (the whole tensor, unless the family fuses p with others). */
+const char *llama_lp_hf(const struct llama_cfg *c, int p, int64_t *row0,
+			int64_t *total);
 
 /* Fill cfg from the plugin's options: a preset's shape, overridden by
  * explicit options, or an HF folder's config.json (hf_dir). */
@@ -87,7 +106,7 @@ static inline int64_t llama_max_proj(const struct llama_cfg *c)
 	const int64_t q = c->heads * c->head_dim * c->dim, f = c->ffn * c->dim;
 	return q > f ? q : f;
 }
-/* inv_freq[j] for j < head_dim / 2, rope scaling applied. */
+/* inv_freq[j] for j < llama_rot_dim / 2, rope scaling applied. */
 void llama_inv_freq(const struct llama_cfg *c, float *out);
 /* A regular text file of at most cap bytes (mg_file_read) holding no 0
  * byte, NUL-terminated (free it); NULL after mg_error() named the file
@@ -158,6 +177,9 @@ enum {
 };
 /* The names PEFT's target_modules use, by LT_* (llama_adapter.c). */
 extern const char *const llama_lora_module[LT_COUNT];
+/* Target t's module name in model c: llama_lora_module[t], or the fused
+ * module (qkv_proj, gate_up_proj) that holds it. */
+const char *llama_lora_mod(const struct llama_cfg *c, int t);
 /* "q_proj, v_proj" of target bits (bit LT_*). */
 void llama_lora_modules_of(unsigned bits, char *out, size_t cap);
 /* adapter_config.json at path checked against the options: r, lora_alpha
@@ -176,6 +198,13 @@ struct llama_lora {
 	unsigned targets; /* bit LT_* */
 	/* Index of the target's lora_A and lora_B within its unit, or -1. */
 	int ia[LT_COUNT], ib[LT_COUNT];
+	/* A fused module (Phi-3's qkv_proj, gate_up_proj) is one PEFT
+	 * adapter: one A and one B over the fused output. Its targets share
+	 * the A of own[t], the first of them, and their B's are rows
+	 * [brow[t], brow[t] + out) of that one B (llama_lora_b). Otherwise
+	 * own[t] = t and brow[t] = 0. */
+	int own[LT_COUNT];
+	int64_t brow[LT_COUNT];
 	int layer_params, head_params; /* parameters per unit */
 	/* lora_adapter: a PEFT adapter to start from, or NULL. */
 	struct mg_tensor_file *from;
@@ -336,6 +365,11 @@ int llama_hf_load_nf4(struct llama *m, const char *name,
 int llama_lora_setup(struct llama *m, const struct mg_opts *o);
 void llama_lora_dims(const struct llama_cfg *c, int t, int64_t *in,
 		     int64_t *out);
+/* Target t's lora_B [out, r] among a unit's tensors T (its parameters or
+ * gradients): T[ib[t]], or t's rows of a fused module's B. A NULL
+ * tensor (a gradient not lent) stays NULL. */
+struct mg_tensor llama_lora_b(const struct llama *m, const struct mg_tensor *T,
+			      int t);
 /* Target t's adapter of layer `layer` (layers: the head): from the
  * lora_adapter folder, else A [rank, in] kaiming-uniform(a = sqrt(5)) as
  * PEFT (uniform within +-1/sqrt(in)) and B zero. */

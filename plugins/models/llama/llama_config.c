@@ -19,31 +19,39 @@ static const struct {
 	const char *name;
 	struct llama_cfg c;
 } presets[] = {
-	{"tiny", {256,	64, 176, 2, 4, 2,    16, 1e-5, 10000, false,
-		  0.02, 0,  0,	 0, 0, 2048, 0,	 0,    false, 0}},
+	{"tiny", {256, 64, 176, 2, 4,	 2, 16, 1e-5,  10000, false, 0.02,
+		  0,   0,  0,	0, 2048, 0, 0,	false, 0,     0,     0}},
 	{"llama2-7b",
-	 {32000, 4096, 11008, 32, 32, 32,   128, 1e-5, 10000, false,
-	  0.02,	 0,    0,     0,  0,  4096, 0,	 0,    false, 0}},
+	 {32000, 4096, 11008, 32, 32,	32, 128, 1e-5,	10000, false, 0.02,
+	  0,	 0,    0,     0,  4096, 0,  0,	 false, 0,     0,     0}},
 	{"llama3-8b",
-	 {128256, 4096, 14336, 32, 32, 8,    128, 1e-5, 500000, false,
-	  0.02,	  0,	0,     0,  0,  8192, 0,	  0,	false,	0}},
+	 {128256, 4096, 14336, 32, 32,	 8, 128, 1e-5,	500000, false, 0.02,
+	  0,	  0,	0,     0,  8192, 0, 0,	 false, 0,	0,     0}},
 	{"llama3.2-1b",
-	 {128256, 2048, 8192, 16, 32,	8,	64, 1e-5, 500000, true,
-	  0.02,	  32,	1,    4,  8192, 131072, 0,  0,	  false,  0}},
+	 {128256, 2048, 8192, 16,   32,	    8, 64, 1e-5,  500000, true, 0.02,
+	  32,	  1,	4,    8192, 131072, 0, 0,  false, 0,	  0,	0}},
 	{"llama3.2-3b",
-	 {128256, 3072, 8192, 28, 24,	8,	128, 1e-5, 500000, true,
-	  0.02,	  32,	1,    4,  8192, 131072, 0,   0,	   false,  0}},
+	 {128256, 3072, 8192, 28,   24,	    8, 128, 1e-5,  500000, true, 0.02,
+	  32,	  1,	4,    8192, 131072, 0, 0,   false, 0,	   0,	 0}},
 	/* the families' features come from their config keys (family
 	 * option auto: the preset's family, llama_family.c) */
 	{"mistral-7b",
-	 {32768, 4096, 14336, 32, 32, 8,     128, 1e-5, 1e6,   false,
-	  0.02,	 0,    0,     0,  0,  32768, 1,	  0,	false, 0}},
+	 {32768, 4096, 14336, 32, 32,	 8, 128, 1e-5,	1e6, false, 0.02,
+	  0,	 0,    0,     0,  32768, 1, 0,	 false, 0,   0,	    0}},
 	{"qwen2.5-1.5b",
-	 {151936, 1536, 8960, 28, 12, 2,     128, 1e-6, 1e6,   true,
-	  0.02,	  0,	0,    0,  0,  32768, 2,	  0,	false, 0}},
+	 {151936, 1536, 8960, 28, 12,	 2, 128, 1e-6,	1e6, true, 0.02,
+	  0,	  0,	0,    0,  32768, 2, 0,	 false, 0,   0,	   0}},
 	{"qwen3-1.7b",
-	 {151936, 2048, 6144, 28, 16, 8,     128, 1e-6, 1e6,   true,
-	  0.02,	  0,	0,    0,  0,  40960, 3,	  0,	false, 0}},
+	 {151936, 2048, 6144, 28, 16,	 8, 128, 1e-6,	1e6, true, 0.02,
+	  0,	  0,	0,    0,  40960, 3, 0,	 false, 0,   0,	   0}},
+	/* Phi-3-mini-4k (window 2047) and Phi-4-mini (3/4 of each head
+	 * rotary, tied; its longrope scaling is not run: the shape) */
+	{"phi-3-mini",
+	 {32064, 3072, 8192, 32, 32,   32, 96, 1e-5,  10000, false, 0.02,
+	  0,	 0,    0,    0,	 4096, 4,  0,  false, 2047,  0,	    0}},
+	{"phi-4-mini",
+	 {200064, 3072, 8192, 32, 24,	  8, 128, 1e-5,	 10000, true, 0.02,
+	  0,	  0,	0,    0,  131072, 4, 0,	  false, 0,	0,    96}},
 };
 
 int llama_cfg_check(const struct llama_cfg *c)
@@ -87,6 +95,12 @@ int llama_cfg_check(const struct llama_cfg *c)
 	if (c->head_dim % 2)
 		return mg_error("llama: head_dim %lld is odd (rotary pairs)",
 				(long long)c->head_dim);
+	if (c->rot_dim &&
+	    (c->rot_dim < 2 || c->rot_dim % 2 || c->rot_dim > c->head_dim))
+		return mg_error("llama: %lld rotary dims of a head of %lld "
+				"(partial_rotary_factor): not even, or out "
+				"of [2, head_dim]",
+				(long long)c->rot_dim, (long long)c->head_dim);
 	if (!(c->norm_eps > 0) || !(c->rope_theta > 1))
 		return mg_error("llama: rms_norm_eps %g and rope_theta %g must "
 				"be positive (theta > 1)",
@@ -109,19 +123,29 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 	const int opt = mg_opt_enum(o, "family");
 	const int f = opt ? opt - 1 : c->family;
 	const int64_t w = mg_opt_int(o, "sliding_window");
+	const double prf = mg_opt_float(o, "partial_rotary_factor");
 	cJSON *j = cJSON_CreateObject();
-	if (!j || (w > 0 &&
-		   !cJSON_AddNumberToObject(j, "sliding_window", (double)w))) {
+	if (!j ||
+	    (w > 0 &&
+	     !cJSON_AddNumberToObject(j, "sliding_window", (double)w)) ||
+	    (prf > 0 &&
+	     !cJSON_AddNumberToObject(j, "partial_rotary_factor", prf))) {
 		cJSON_Delete(j);
 		return mg_error("llama: out of memory");
 	}
 	c->family = f;
+	const int64_t rot0 = c->rot_dim;
+	c->rot_dim = prf > 0 ? -1 : rot0; /* -1: must be read */
 	int rc = llama_families[f].read(c, j, "[model] family");
 	cJSON_Delete(j);
 	if (!rc && w > 0 && c->window != w)
 		rc = mg_error("llama: sliding_window = %lld is read by family "
-			      "= mistral only (family = %s)",
+			      "= mistral or phi3 only (family = %s)",
 			      (long long)w, llama_families[f].model_type);
+	if (!rc && c->rot_dim < 0)
+		rc = mg_error("llama: partial_rotary_factor is read by family "
+			      "= phi3 only (family = %s)",
+			      llama_families[f].model_type);
 	return rc;
 }
 
@@ -208,14 +232,17 @@ static int json_num(const cJSON *j, const char *key, double *out,
 	return 0;
 }
 
-/* rope_scaling (transformers 4) or rope_parameters (5): theta (5 only),
- * and llama3 scaling; "default" (or none) is unscaled. */
-static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
+/* rope_scaling (transformers 4) or rope_parameters (5), the object at
+ * key k of j: theta (5 only), and llama3 scaling; "default" (or none) is
+ * unscaled. */
+static int rope_params(struct llama_cfg *c, const cJSON *j, const char *k,
+		       const char *path)
 {
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, k);
 	if (!r || cJSON_IsNull(r))
 		return 0;
 	if (!cJSON_IsObject(r))
-		return mg_error("%s: rope parameters are not an object", path);
+		return mg_error("%s: '%s' is not an object", path, k);
 	if (json_num(r, "rope_theta", &c->rope_theta, path))
 		return -1;
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "rope_type");
@@ -225,9 +252,13 @@ static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
 	if (!strcmp(type, "default"))
 		return 0;
 	if (strcmp(type, "llama3"))
-		return mg_error("%s: rope type '%s' is not supported (default "
-				"and llama3 are)",
-				path, type);
+		return mg_error("%s: '%s' has rope type '%s', which the llama "
+				"model does not run (default and llama3 are%s)",
+				path, k, type,
+				strcmp(type, "longrope")
+					? ""
+					: "; Phi-3's longrope scaling is not "
+					  "implemented");
 	if (json_num(r, "factor", &c->rs_factor, path) ||
 	    json_num(r, "low_freq_factor", &c->rs_low, path) ||
 	    json_num(r, "high_freq_factor", &c->rs_high, path) ||
@@ -300,14 +331,8 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 		rc = json_int(j, "num_key_value_heads", &c->kv_heads, false,
 			      path) ||
 		     json_int(j, "head_dim", &c->head_dim, false, path) ||
-		     rope_params(c,
-				 cJSON_GetObjectItemCaseSensitive(
-					 j, "rope_scaling"),
-				 path) ||
-		     rope_params(c,
-				 cJSON_GetObjectItemCaseSensitive(
-					 j, "rope_parameters"),
-				 path) ||
+		     rope_params(c, j, "rope_scaling", path) ||
+		     rope_params(c, j, "rope_parameters", path) ||
 		     llama_families[fam].read(c, j, path);
 	}
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
@@ -327,11 +352,12 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 
 void llama_inv_freq(const struct llama_cfg *c, float *out)
 {
-	const int64_t half = c->head_dim / 2;
+	/* partial rotary: transformers' dim = int(head_dim * factor) */
+	const int64_t rd = llama_rot_dim(c), half = rd / 2;
 	for (int64_t j = 0; j < half; j++) {
 		/* As transformers computes it: in float32. */
 		float f = 1.0f / powf((float)c->rope_theta,
-				      (float)(2 * j) / (float)c->head_dim);
+				      (float)(2 * j) / (float)rd);
 		if (c->rs_factor > 0) {
 			/* llama3: long wavelengths slowed by factor, short
 			 * ones kept, a smooth blend between. */

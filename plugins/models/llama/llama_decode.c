@@ -172,9 +172,9 @@ static int dproj(struct llama *m, struct mg_ctx *ctx, const struct dlay *L,
 	char *B = m->dec_work.ptr;
 	struct mg_tensor as = tat(m, B, L->la, ctx->compute_dtype, 2,
 				  x->shape[0], m->lora.rank, 0, 0);
-	return llama_lora_forward(m, ctx, layer, tg, &W[m->lora.ia[tg]],
-				  &W[m->lora.ib[tg]], x, &as, NULL, B + L->ltmp,
-				  y);
+	struct mg_tensor Bt = llama_lora_b(m, W, tg);
+	return llama_lora_forward(m, ctx, layer, tg, &W[m->lora.ia[tg]], &Bt, x,
+				  &as, NULL, B + L->ltmp, y);
 }
 
 /* One decoder layer over the n new tokens in x (updated in place). */
@@ -205,7 +205,7 @@ static int layer_decode(struct llama *m, struct mg_ctx *ctx,
 	cache_rows(m, &m->vcache, l, pos, n, &vf, &v4);
 	struct mg_tensor kc = cache_of(m, &m->kcache, l),
 			 vc = cache_of(m, &m->vcache, l);
-	int64_t half = c->head_dim / 2;
+	int64_t half = llama_rot_dim(c) / 2; /* partial rotary: fewer */
 	struct mg_tensor f = mg_tensor_make(m->inv_freq.ptr, MG_F32,
 					    ctx->dev->kind, 1, &half);
 	const double eps = c->norm_eps;

@@ -33,7 +33,10 @@
  *
  * The family's features (llama_family.c) are data here, not branches:
  * a projection's bias is its GEMM's bias argument (NULL without one),
- * a sliding window is the attention's option, and with q/k norms the
+ * a sliding window is the attention's option, partial rotary is the
+ * length of the RoPE op's frequency table, Phi-3's fused projections
+ * are split ones here (a fused LoRA module's targets share one A and
+ * take rows of one B: llama_lora_b), and with q/k norms the
  * projections write q and k raw (kept, qr and kr) and a per-head RMSNorm
  * over [rows * heads, head_dim] views makes the q and k that RoPE turns.
  *
@@ -228,9 +231,10 @@ static void layer_tensors(const struct llama *m, const struct lay *L, int l,
 	}
 }
 
+/* [rot_dim / 2]: its length tells the RoPE op how many dims turn. */
 static struct mg_tensor inv_freq(const struct llama *m)
 {
-	int64_t half = m->c.head_dim / 2;
+	int64_t half = llama_rot_dim(&m->c) / 2;
 	return mg_tensor_make(m->inv_freq.ptr, MG_F32, m->ctx->dev->kind, 1,
 			      &half);
 }
@@ -314,10 +318,11 @@ static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 		return -1;
 	if (lo->ia[tg] < 0)
 		return 0;
-	struct mg_tensor as = lora_saved(m, L, l, tg);
+	struct mg_tensor as = lora_saved(m, L, l, tg),
+			 Bt = llama_lora_b(m, P, tg);
 	char *A = m->arena.ptr;
-	return llama_lora_forward(m, ctx, l, tg, &P[lo->ia[tg]], &P[lo->ib[tg]],
-				  x, &as, A + L->lxd, A + L->ltmp, y);
+	return llama_lora_forward(m, ctx, l, tg, &P[lo->ia[tg]], &Bt, x, &as,
+				  A + L->lxd, A + L->ltmp, y);
 }
 
 /* The projections ws[j] (targets ts[j]) of one input x: the adapters
@@ -588,13 +593,16 @@ static int proj_lora_bwd(struct llama *m, struct mg_ctx *ctx,
 			 struct mg_tensor *dx)
 {
 	const struct llama_lora *lo = &m->lora;
-	const int a = lo->ia[tg], b = lo->ib[tg];
+	const int a = lo->ia[tg];
 	if (a < 0)
 		return 0;
-	struct mg_tensor as = lora_saved(m, L, l, tg);
+	/* a fused module's targets: t's rows of the one B, dA summed */
+	struct mg_tensor as = lora_saved(m, L, l, tg),
+			 Bt = llama_lora_b(m, P, tg),
+			 dBt = llama_lora_b(m, G, tg);
 	char *B = m->work.ptr;
-	return llama_lora_backward(m, ctx, l, tg, &P[a], &P[b], gw(&G[a]),
-				   gw(&G[b]), x, &as, dy, dx, B + L->ldas,
+	return llama_lora_backward(m, ctx, l, tg, &P[a], &Bt, gw(&G[a]),
+				   gw(&dBt), x, &as, dy, dx, B + L->ldas,
 				   B + L->lda, (char *)m->arena.ptr + L->lxd,
 				   B + L->ldxd);
 }
