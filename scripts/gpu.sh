@@ -342,9 +342,11 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 	grep -E "^== generate|^[0-9 ]+$|tokens/s" "$out/test_llama_generate.log"
 fi
 if [ "$what" = families ]; then
-	run test_gpu_ops llm "$bin/test_gpu_ops" llm attention
+	# the families against transformers first (MG_FAMILIES=phi3,...:
+	# those only), then the ops they use
 	run test_llama_hf family_check python3 tests/llama/family_check.py \
 		"$mgrun" $tmp/mgfam
+	run test_gpu_ops llm "$bin/test_gpu_ops" llm attention
 	grep -E "^(ok|FAIL|PASS|SKIPPED)|family_check|failure" \
 		"$out/test_llama_hf.log" "$out/test_gpu_ops.log" | tail -80
 fi

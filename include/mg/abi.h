@@ -99,9 +99,10 @@ extern "C" {
  *        1.0-1.11 load unchanged
  *   1.13 partial rotary (Phi-3): mg_op_rope and _backward take an
  *        inv_freq of h <= hd/2 frequencies and turn the first 2h dims
- *        of each head only (an older core refuses such a table); the
- *        same calls as before otherwise, so plugins built for 1.0-1.12
- *        load unchanged
+ *        of each head only (an older core refuses such a table), and
+ *        mg_op_rope_scaled / _scaled_backward scale cos and sin
+ *        (longrope's attention factor); the same calls as before
+ *        otherwise, so plugins built for 1.0-1.12 load unchanged
  */
 #define MG_ABI_MAJOR 1
 #define MG_ABI_MINOR 13

@@ -67,6 +67,18 @@ MG_EXPORT int mg_op_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 MG_EXPORT int mg_op_rope_backward(struct mg_ctx *ctx, struct mg_tensor *dx,
 				  const struct mg_tensor *positions,
 				  const struct mg_tensor *inv_freq);
+/* The same with cos and sin scaled by `scale` (ABI 1.13; transformers'
+ * attention_scaling, longrope's attention factor: cos * scale and
+ * sin * scale in F32, then x's dtype); the dims past 2h pass unscaled.
+ * Backward is the adjoint, scale R(-angle). scale 1: mg_op_rope. */
+MG_EXPORT int mg_op_rope_scaled(struct mg_ctx *ctx, struct mg_tensor *x,
+				const struct mg_tensor *positions,
+				const struct mg_tensor *inv_freq, double scale);
+MG_EXPORT int mg_op_rope_scaled_backward(struct mg_ctx *ctx,
+					 struct mg_tensor *dx,
+					 const struct mg_tensor *positions,
+					 const struct mg_tensor *inv_freq,
+					 double scale);
 
 /*
  * What differs between decoder families' attention, beyond the shapes

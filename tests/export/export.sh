@@ -159,6 +159,37 @@ grep -q '"model_type":.*"phi3"' "$work/phi3.hf/config.json" &&
 	fail "phi3: config.json or fused tensors: $(cat "$work/phi3.hf/config.json")"
 grep -q -e "q_proj.weight" -e "gate_proj.weight" \
 	"$work/phi3.hf/model.safetensors" && fail "phi3: split projections written"
+# Phi-4-mini's rope_scaling longrope written into the phi3 folder:
+# short factors and the attention factor change the loss, the export
+# writes them back (and evaluates as the run), rows past
+# original_max_position_embeddings (where transformers takes the long
+# factors) are refused
+lr=$work/phi3_lr.src
+rm -rf "$lr"
+cp -r "$work/phi3.hf" "$lr"
+sed -i 's/"rope_scaling":[[:space:]]*null/"rope_scaling": {"type": "longrope", "short_factor": [1, 1.5, 2, 1.25, 3, 1.1], "long_factor": [2, 2, 2, 2, 2, 2]}, "original_max_position_embeddings": 128/' \
+	"$lr/config.json"
+grep -q longrope "$lr/config.json" || fail "phi3_lr: config.json not edited"
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $B --set run.name=phi3_lr_base --set model.hf_dir="$lr" \
+	--eval-only >"$work/phi3_lr_base.eval" 2>&1 ||
+	fail "phi3_lr: eval: $(tail -3 "$work/phi3_lr_base.eval")"
+a=$(loss phi3_hf) b=$(loss phi3_lr_base)
+echo "phi3: folder loss $a, with longrope $b"
+near "$a" "$b" 1e-6 && fail "phi3_lr: longrope changed nothing ($a, $b)"
+roundtrip phi3_lr 1e-6 --set model.hf_dir="$lr"
+grep -q '"longrope"' "$work/phi3_lr.hf/config.json" &&
+	grep -q '"original_max_position_embeddings":.*128' \
+		"$work/phi3_lr.hf/config.json" &&
+	grep -q '"short_factor"' "$work/phi3_lr.hf/config.json" ||
+	fail "phi3_lr: longrope not written: $(cat "$work/phi3_lr.hf/config.json")"
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $B --set run.name=phi3_lr_long --set model.hf_dir="$lr" \
+	--set dataset.seq_len=160 --eval-only >"$work/phi3_lr_long.eval" 2>&1 &&
+	fail "phi3_lr: rows of 160 tokens past original_max_position_embeddings ran"
+grep -q "original_max_position_embeddings 128 of rope_scaling longrope" \
+	"$work/phi3_lr_long.eval" ||
+	fail "phi3_lr: long rows: $(tail -2 "$work/phi3_lr_long.eval")"
 # LoRA on the Phi-3 folder (fused modules: one adapter each), merged;
 # its PEFT adapter names the fused modules and, loaded back with
 # lora_adapter, evaluates to the run's loss

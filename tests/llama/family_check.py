@@ -9,8 +9,9 @@ For each family a random-weight model saved by transformers (its own
 config class and module names: Qwen2's q/k/v biases with tied
 embeddings, Qwen3's q/k norms with head_dim apart from hidden/heads,
 Mistral's sliding window shorter than most rows, Phi-3's fused qkv_proj
-and gate_up_proj with Phi-4-mini's partial rotary (3/4 of each head),
-tied embeddings and a window) and pre-tokenized rows
+and gate_up_proj with Phi-4-mini's partial rotary (3/4 of each head)
+and longrope scaling, tied embeddings and a window) and pre-tokenized
+rows
 with masked prompts. Checks that mgrun loading the folder computes the
 same per-token loss (fp32 on the CPU and CUDA, bf16 on CUDA), the same
 gradients after one SGD step with lr 1 as transformers in fp64 (fp64 on
@@ -57,12 +58,21 @@ FAMILIES = [
                      num_key_value_heads=1, rope_theta=10000.0,
                      sliding_window=16, max_position_embeddings=256,
                      tie_word_embeddings=False, rms_norm_eps=1e-5)),
+    # Phi-4-mini's features: 18 of 24 dims rotary, longrope (short
+    # factors and the attention factor sqrt(1 + ln 2 / ln 128): every
+    # row is within original_max_position_embeddings), tied, a window
     ("phi3", dict(vocab_size=256, hidden_size=96, intermediate_size=200,
                   num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, rope_theta=10000.0,
                   partial_rotary_factor=0.75, sliding_window=16,
                   max_position_embeddings=256,
-                  original_max_position_embeddings=256,
+                  original_max_position_embeddings=128,
+                  rope_scaling=dict(
+                      type="longrope",
+                      short_factor=[1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.0,
+                                    3.5, 4.0],
+                      long_factor=[2.0, 2.2, 2.6, 3.2, 4.0, 5.0, 6.0,
+                                   7.0, 8.0]),
                   tie_word_embeddings=True, rms_norm_eps=1e-5,
                   pad_token_id=0, bos_token_id=1, eos_token_id=2)),
 ]

@@ -449,11 +449,21 @@ static void test_errors(void)
 		 "without a 'sliding_window'"},
 		{"\"model_type\": \"qwen3\", \"attention_bias\": 1",
 		 "'attention_bias' is not true or false"},
-		/* Phi-3's longrope is refused naming the key; a rotary
-		 * share that leaves an odd count */
+		/* rope types not run are refused naming the key; Phi-3's
+		 * longrope without its original length, or with factors
+		 * that do not match the rotary pairs; a rotary share that
+		 * leaves an odd count */
 		{"\"model_type\": \"phi3\", \"rope_scaling\": {\"type\": "
-		 "\"longrope\", \"short_factor\": [1], \"long_factor\": [1]}",
-		 "'rope_scaling' has rope type 'longrope'"},
+		 "\"dynamic\", \"factor\": 2}",
+		 "'rope_scaling' has rope type 'dynamic'"},
+		{"\"model_type\": \"phi3\", \"rope_scaling\": {\"type\": "
+		 "\"longrope\", \"short_factor\": [1, 1], \"long_factor\": "
+		 "[1, 1]}",
+		 "longrope needs original_max_position_embeddings"},
+		{"\"model_type\": \"phi3\", \"rope_scaling\": {\"type\": "
+		 "\"longrope\", \"short_factor\": [1], \"long_factor\": "
+		 "[1]}, \"original_max_position_embeddings\": 64",
+		 "longrope has 1 factors, the heads 2 rotary pairs"},
 		{"\"model_type\": \"phi3\", \"partial_rotary_factor\": 0.3",
 		 "not an even number"},
 	};

@@ -11,6 +11,10 @@
 
 #include "mg/mg.h"
 
+/* longrope factors a config may hold (rotary dims / 2): 256 covers
+ * heads of 512 rotary dims, Phi's are 48. */
+#define LLAMA_LR_MAX 256
+
 /* The architecture, as Hugging Face's LlamaConfig names it. */
 struct llama_cfg {
 	int64_t vocab;	     /* vocab_size */
@@ -41,9 +45,25 @@ struct llama_cfg {
 	unsigned fused;	 /* LLAMA_FUSE_* */
 	int64_t rot_dim; /* rotary dims of each head (partial_rotary_factor:
 			  * the first rot_dim turn, the rest pass), 0: all */
+	/* rope type "longrope" (Phi-3-128k, Phi-4-mini), lr_n 0: none:
+	 * inv_freq divided by short_factor, cos and sin scaled by the
+	 * attention factor lr_attn; rows longer than lr_orig_max would take
+	 * long_factor instead (transformers switches by the longest
+	 * position), which is refused, not run */
+	int lr_n;
+	double lr_short[LLAMA_LR_MAX], lr_long[LLAMA_LR_MAX];
+	double lr_attn;	    /* attention factor (1: none) */
+	bool lr_attn_given; /* config.json named it (written back so) */
+	int64_t lr_orig_max;
 };
 #define LLAMA_FUSE_QKV 1u /* q, k, v: self_attn.qkv_proj */
 #define LLAMA_FUSE_GU 2u  /* gate, up: mlp.gate_up_proj */
+
+/* cos and sin's scale (longrope's attention factor), 1 without. */
+static inline double llama_rope_scale(const struct llama_cfg *c)
+{
+	return c->lr_n ? c->lr_attn : 1.0;
+}
 
 /* The rotary dims of a head: rot_dim, or the whole head_dim. */
 static inline int64_t llama_rot_dim(const struct llama_cfg *c)

@@ -14,45 +14,51 @@
 
 #include "llama.h"
 
-/* Shapes of the published models (their config.json files). */
+/* Shapes of the published models (their config.json files), by field
+ * (what a preset leaves out is 0: no rope scaling, no window, ...). */
+#define P(V, D, F, L, H, KV, HD, EPS, THETA, TIE, MAXP)                        \
+	.vocab = V, .dim = D, .ffn = F, .layers = L, .heads = H,               \
+	.kv_heads = KV, .head_dim = HD, .norm_eps = EPS, .rope_theta = THETA,  \
+	.tie_embeddings = TIE, .init_std = 0.02, .max_positions = MAXP
+/* llama3's rope scaling of Llama 3.2 */
+#define LLAMA32_RS                                                             \
+	.rs_factor = 32, .rs_low = 1, .rs_high = 4, .rs_orig_max = 8192
 static const struct {
 	const char *name;
 	struct llama_cfg c;
 } presets[] = {
-	{"tiny", {256, 64, 176, 2, 4,	 2, 16, 1e-5,  10000, false, 0.02,
-		  0,   0,  0,	0, 2048, 0, 0,	false, 0,     0,     0}},
+	{"tiny", {P(256, 64, 176, 2, 4, 2, 16, 1e-5, 10000, false, 2048)}},
 	{"llama2-7b",
-	 {32000, 4096, 11008, 32, 32,	32, 128, 1e-5,	10000, false, 0.02,
-	  0,	 0,    0,     0,  4096, 0,  0,	 false, 0,     0,     0}},
+	 {P(32000, 4096, 11008, 32, 32, 32, 128, 1e-5, 10000, false, 4096)}},
 	{"llama3-8b",
-	 {128256, 4096, 14336, 32, 32,	 8, 128, 1e-5,	500000, false, 0.02,
-	  0,	  0,	0,     0,  8192, 0, 0,	 false, 0,	0,     0}},
+	 {P(128256, 4096, 14336, 32, 32, 8, 128, 1e-5, 500000, false, 8192)}},
 	{"llama3.2-1b",
-	 {128256, 2048, 8192, 16,   32,	    8, 64, 1e-5,  500000, true, 0.02,
-	  32,	  1,	4,    8192, 131072, 0, 0,  false, 0,	  0,	0}},
+	 {P(128256, 2048, 8192, 16, 32, 8, 64, 1e-5, 500000, true, 131072),
+	  LLAMA32_RS}},
 	{"llama3.2-3b",
-	 {128256, 3072, 8192, 28,   24,	    8, 128, 1e-5,  500000, true, 0.02,
-	  32,	  1,	4,    8192, 131072, 0, 0,   false, 0,	   0,	 0}},
+	 {P(128256, 3072, 8192, 28, 24, 8, 128, 1e-5, 500000, true, 131072),
+	  LLAMA32_RS}},
 	/* the families' features come from their config keys (family
 	 * option auto: the preset's family, llama_family.c) */
 	{"mistral-7b",
-	 {32768, 4096, 14336, 32, 32,	 8, 128, 1e-5,	1e6, false, 0.02,
-	  0,	 0,    0,     0,  32768, 1, 0,	 false, 0,   0,	    0}},
+	 {P(32768, 4096, 14336, 32, 32, 8, 128, 1e-5, 1e6, false, 32768),
+	  .family = 1}},
 	{"qwen2.5-1.5b",
-	 {151936, 1536, 8960, 28, 12,	 2, 128, 1e-6,	1e6, true, 0.02,
-	  0,	  0,	0,    0,  32768, 2, 0,	 false, 0,   0,	   0}},
+	 {P(151936, 1536, 8960, 28, 12, 2, 128, 1e-6, 1e6, true, 32768),
+	  .family = 2}},
 	{"qwen3-1.7b",
-	 {151936, 2048, 6144, 28, 16,	 8, 128, 1e-6,	1e6, true, 0.02,
-	  0,	  0,	0,    0,  40960, 3, 0,	 false, 0,   0,	   0}},
+	 {P(151936, 2048, 6144, 28, 16, 8, 128, 1e-6, 1e6, true, 40960),
+	  .family = 3}},
 	/* Phi-3-mini-4k (window 2047) and Phi-4-mini (3/4 of each head
-	 * rotary, tied; its longrope scaling is not run: the shape) */
+	 * rotary, tied; its longrope factors come with its folder) */
 	{"phi-3-mini",
-	 {32064, 3072, 8192, 32, 32,   32, 96, 1e-5,  10000, false, 0.02,
-	  0,	 0,    0,    0,	 4096, 4,  0,  false, 2047,  0,	    0}},
+	 {P(32064, 3072, 8192, 32, 32, 32, 96, 1e-5, 10000, false, 4096),
+	  .family = 4, .window = 2047}},
 	{"phi-4-mini",
-	 {200064, 3072, 8192, 32, 24,	  8, 128, 1e-5,	 10000, true, 0.02,
-	  0,	  0,	0,    0,  131072, 4, 0,	  false, 0,	0,    96}},
+	 {P(200064, 3072, 8192, 32, 24, 8, 128, 1e-5, 10000, true, 131072),
+	  .family = 4, .rot_dim = 96}},
 };
+#undef P
 
 int llama_cfg_check(const struct llama_cfg *c)
 {
@@ -95,6 +101,10 @@ int llama_cfg_check(const struct llama_cfg *c)
 	if (c->head_dim % 2)
 		return mg_error("llama: head_dim %lld is odd (rotary pairs)",
 				(long long)c->head_dim);
+	if (c->lr_n && c->lr_n != llama_rot_dim(c) / 2)
+		return mg_error("llama: rope_scaling longrope has %d factors, "
+				"the heads %lld rotary pairs",
+				c->lr_n, (long long)(llama_rot_dim(c) / 2));
 	if (c->rot_dim &&
 	    (c->rot_dim < 2 || c->rot_dim % 2 || c->rot_dim > c->head_dim))
 		return mg_error("llama: %lld rotary dims of a head of %lld "
@@ -232,6 +242,71 @@ static int json_num(const cJSON *j, const char *key, double *out,
 	return 0;
 }
 
+/* A list of at most LLAMA_LR_MAX numbers at key `name` of r into out;
+ * their count, or -1 after an error naming k and name. */
+static int factors(const cJSON *r, const char *name, double *out, const char *k,
+		   const char *path)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, name), *e;
+	if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1 ||
+	    cJSON_GetArraySize(a) > LLAMA_LR_MAX)
+		return mg_error("%s: '%s' longrope: '%s' is not a list of 1 "
+				"to %d numbers",
+				path, k, name, LLAMA_LR_MAX);
+	int n = 0;
+	cJSON_ArrayForEach(e, a)
+	{
+		if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) ||
+		    !isfinite(e->valuedouble))
+			return mg_error("%s: '%s' longrope: %s[%d] is not a "
+					"positive number",
+					path, k, name, n);
+		out[n++] = e->valuedouble;
+	}
+	return n;
+}
+
+/*
+ * rope type "longrope" (transformers' _compute_longrope_parameters, as
+ * Phi3Config has it): short_factor and long_factor, one per rotary pair;
+ * original_max_position_embeddings (config.json's, or the rope
+ * object's); the attention factor given, else sqrt(1 + ln(s) / ln(orig))
+ * for s = max_position_embeddings / orig > 1, else 1.
+ */
+static int longrope(struct llama_cfg *c, const cJSON *j, const cJSON *r,
+		    const char *k, const char *path)
+{
+	const int ns = factors(r, "short_factor", c->lr_short, k, path);
+	const int nl =
+		ns < 0 ? -1 : factors(r, "long_factor", c->lr_long, k, path);
+	if (ns < 0 || nl < 0)
+		return -1;
+	if (ns != nl)
+		return mg_error("%s: '%s' longrope: %d short and %d long "
+				"factors",
+				path, k, ns, nl);
+	c->lr_n = ns;
+	c->lr_orig_max = 0;
+	if (json_int(j, "original_max_position_embeddings", &c->lr_orig_max,
+		     false, path) ||
+	    json_int(r, "original_max_position_embeddings", &c->lr_orig_max,
+		     false, path))
+		return -1;
+	if (c->lr_orig_max < 1)
+		return mg_error("%s: '%s' longrope needs "
+				"original_max_position_embeddings",
+				path, k);
+	double a = 0;
+	if (json_num(r, "attention_factor", &a, path))
+		return -1;
+	c->lr_attn_given = a > 0;
+	const double s = (double)c->max_positions / (double)c->lr_orig_max;
+	c->lr_attn = a > 0    ? a
+		     : s <= 1 ? 1
+			      : sqrt(1 + log(s) / log((double)c->lr_orig_max));
+	return 0;
+}
+
 /* rope_scaling (transformers 4) or rope_parameters (5), the object at
  * key k of j: theta (5 only), and llama3 scaling; "default" (or none) is
  * unscaled. */
@@ -251,14 +326,13 @@ static int rope_params(struct llama_cfg *c, const cJSON *j, const char *k,
 	const char *type = cJSON_IsString(t) ? t->valuestring : "default";
 	if (!strcmp(type, "default"))
 		return 0;
+	if (!strcmp(type, "longrope"))
+		return longrope(c, j, r, k, path);
 	if (strcmp(type, "llama3"))
 		return mg_error("%s: '%s' has rope type '%s', which the llama "
-				"model does not run (default and llama3 are%s)",
-				path, k, type,
-				strcmp(type, "longrope")
-					? ""
-					: "; Phi-3's longrope scaling is not "
-					  "implemented");
+				"model does not run (default, llama3 and "
+				"longrope are)",
+				path, k, type);
 	if (json_num(r, "factor", &c->rs_factor, path) ||
 	    json_num(r, "low_freq_factor", &c->rs_low, path) ||
 	    json_num(r, "high_freq_factor", &c->rs_high, path) ||
@@ -358,6 +432,11 @@ void llama_inv_freq(const struct llama_cfg *c, float *out)
 		/* As transformers computes it: in float32. */
 		float f = 1.0f / powf((float)c->rope_theta,
 				      (float)(2 * j) / (float)rd);
+		/* longrope: 1 / (short_factor * base^(2j / rd)), float32 */
+		if (c->lr_n)
+			f = 1.0f / ((float)c->lr_short[j] *
+				    powf((float)c->rope_theta,
+					 (float)(2 * j) / (float)rd));
 		if (c->rs_factor > 0) {
 			/* llama3: long wavelengths slowed by factor, short
 			 * ones kept, a smooth blend between. */

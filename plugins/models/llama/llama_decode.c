@@ -106,6 +106,12 @@ static int cache_begin(struct llama *m, struct mg_ctx *ctx, int64_t max_len)
 				"generate)",
 				(long long)max_len,
 				(long long)c->max_positions);
+	if (c->lr_n && max_len > c->lr_orig_max)
+		return mg_error("llama decode: a sequence of up to %lld tokens "
+				"exceeds original_max_position_embeddings = "
+				"%lld of rope_scaling longrope, whose long "
+				"factors are not run",
+				(long long)max_len, (long long)c->lr_orig_max);
 	const size_t per = cache_layer_bytes(m, max_len);
 	if (mg_buf_reserve(ctx, &m->kcache, per * (size_t)c->layers,
 			   MG_MEM_ACTIVATIONS) ||
@@ -227,8 +233,10 @@ static int layer_decode(struct llama *m, struct mg_ctx *ctx,
 				      NULL) ||
 			mg_op_rmsnorm(ctx, &kh, &W[m->lp[LP_K_NORM]], eps, &kh,
 				      NULL))) ||
-	       mg_op_rope(ctx, &q4, positions, &f) ||
-	       mg_op_rope(ctx, &k4, positions, &f) ||
+	       mg_op_rope_scaled(ctx, &q4, positions, &f,
+				 llama_rope_scale(c)) ||
+	       mg_op_rope_scaled(ctx, &k4, positions, &f,
+				 llama_rope_scale(c)) ||
 	       mg_op_attention_decode_opts(ctx, &q3, &kc, &vc, pos, &ao, &o3) ||
 	       dproj(m, ctx, L, l, W, LP_O, LT_O, &o, &t) ||
 	       mg_op_add(ctx, &x, &t, &x) ||

@@ -90,6 +90,21 @@ static int write_config(const struct llama_cfg *c, const char *dir,
 		cJSON_AddNumberToObject(r, "high_freq_factor", c->rs_high);
 		cJSON_AddNumberToObject(r, "original_max_position_embeddings",
 					(double)c->rs_orig_max);
+	} else if (c->lr_n) {
+		/* longrope, as Phi3Config writes it */
+		cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
+		cJSON_AddStringToObject(r, "type", "longrope");
+		cJSON_AddItemToObject(
+			r, "short_factor",
+			cJSON_CreateDoubleArray(c->lr_short, c->lr_n));
+		cJSON_AddItemToObject(
+			r, "long_factor",
+			cJSON_CreateDoubleArray(c->lr_long, c->lr_n));
+		if (c->lr_attn_given)
+			cJSON_AddNumberToObject(r, "attention_factor",
+						c->lr_attn);
+		cJSON_AddNumberToObject(j, "original_max_position_embeddings",
+					(double)c->lr_orig_max);
 	} else {
 		cJSON_AddNullToObject(j, "rope_scaling");
 	}

@@ -405,7 +405,7 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 			 int l, bool again)
 {
 	struct mg_tensor f = inv_freq(m), pb;
-	double eps = m->c.norm_eps;
+	const double eps = m->c.norm_eps, rs = llama_rope_scale(&m->c);
 	const bool fused = m->kern & LK_RMSNORM, qkn = m->c.qk_norm;
 	const struct mg_attn_opts ao = attn_opts(m);
 	return norm_fwd(m, ctx, again ? NULL : pending(m, L, l, &pb), &t->x,
@@ -418,8 +418,8 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 				      &t->qh, &t->rstdq) ||
 			mg_op_rmsnorm(ctx, &t->krh, &W[m->lp[LP_K_NORM]], eps,
 				      &t->kh, &t->rstdk))) ||
-	       mg_op_rope(ctx, &t->q4, pos, &f) ||
-	       mg_op_rope(ctx, &t->k4, pos, &f) ||
+	       mg_op_rope_scaled(ctx, &t->q4, pos, &f, rs) ||
+	       mg_op_rope_scaled(ctx, &t->k4, pos, &f, rs) ||
 	       mg_op_attention_opts(ctx, &t->q4, &t->k4, &t->v4, pos, &ao,
 				    &t->o4, &t->lse) ||
 	       /* xm = x + o W_o^T, through xn as scratch */
@@ -463,6 +463,15 @@ static int check_batch(struct llama *m, const struct mg_batch *b)
 		return mg_error("llama: the input is not a token batch (I32 "
 				"ids [n, T] with positions); use a token "
 				"dataset such as random_tokens");
+	/* longrope: transformers takes the long factors once a position
+	 * reaches original_max_position_embeddings; rows that long are
+	 * refused rather than run with the short ones */
+	if (m->c.lr_n && b->seq > m->c.lr_orig_max)
+		return mg_error("llama: rows of %lld tokens exceed "
+				"original_max_position_embeddings %lld of "
+				"rope_scaling longrope, whose long factors "
+				"are not run (shorten dataset.seq_len)",
+				(long long)b->seq, (long long)m->c.lr_orig_max);
 	if (b->seq > m->c.max_positions && !m->warned_len) {
 		mg_warn("llama: rows of %lld tokens exceed "
 			"max_position_embeddings %lld",
@@ -733,6 +742,7 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 			 do4 = at(m, B, L->dout, dt, 4, n, T, c->heads,
 				  c->head_dim);
 	struct mg_tensor f = inv_freq(m);
+	const double rs = llama_rope_scale(c);
 	const struct mg_attn_opts ao = attn_opts(m);
 	/* q/k norms: the raw q and k's gradients, in [R, width] for the
 	 * projections and [R * heads, head_dim] for the norms */
@@ -758,8 +768,8 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 	       mg_op_attention_opts_backward(ctx, &t->q4, &t->k4, &t->v4,
 					     &m->positions, &ao, &t->o4,
 					     &t->lse, &do4, &dq4, &dk4, &dv4) ||
-	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
-	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
+	       mg_op_rope_scaled_backward(ctx, &dq4, &m->positions, &f, rs) ||
+	       mg_op_rope_scaled_backward(ctx, &dk4, &m->positions, &f, rs) ||
 	       (qkn &&
 		(mg_op_rmsnorm_backward(ctx, &t->qrh, &W[m->lp[LP_Q_NORM]],
 					&t->rstdq, &dqh, &dqrh,
