@@ -6,7 +6,8 @@
 # ids; untied fp32, tied, fp64 (written fp32), bf16 and fp16 (close), and
 # LoRA runs (rslora too) exported merged (a plain full model then) to
 # the LoRA run's loss, the decoder families (Qwen2, Qwen3, Mistral,
-# Phi-3 with its fused projections and PEFT adapter) as
+# Phi-3 with its fused projections and PEFT adapter, and a Llama folder
+# fused into Phi-3's layout by phi3_fuse.py) as
 # their own model types, and a QLoRA run (quant = nf4) exported with its
 # NF4 base dequantized and the adapters merged, to the QLoRA run's loss.
 # Then the refusals: no checkpoint, a model without save_hf, run.gpus >
@@ -78,6 +79,30 @@ grep -q '"architectures".*LlamaForCausalLM' "$work/untied.hf/config.json" &&
 	grep -q '"torch_dtype":.*"float32"' "$work/untied.hf/config.json" &&
 	grep -q '"tie_word_embeddings":.*false' "$work/untied.hf/config.json" ||
 	fail "untied: config.json: $(cat "$work/untied.hf/config.json")"
+# Phi-3's folder layout as transformers defines it (phi3_fuse.py: q, k,
+# v rows fused into qkv_proj, gate then up into gate_up_proj), not as
+# mgrun's export writes it: the untied folder so fused evaluates and
+# decodes as the folder itself
+if python3 "$repo/tests/export/phi3_fuse.py" "$work/untied.hf" \
+	"$work/fused.hf" >"$work/fused.log" 2>&1; then
+	# shellcheck disable=SC2086
+	"$mgrun" -c "$ini" $B --set run.name=fused_hf \
+		--set model.hf_dir="$work/fused.hf" --eval-only \
+		>"$work/fused_hf.eval" 2>&1 ||
+		fail "fused: eval: $(tail -3 "$work/fused_hf.eval")"
+	a=$(loss untied_hf) b=$(loss fused_hf)
+	echo "phi3 layout: llama folder loss $a, fused as Phi-3 $b"
+	near "$a" "$b" 1e-12 || fail "fused: loss $a, as Phi-3 $b"
+	# shellcheck disable=SC2086
+	"$mgrun" generate -c "$ini" $B --set run.name=fused_hf \
+		--set model.hf_dir="$work/fused.hf" --ids --prompt "$P" \
+		--greedy --max-new-tokens 10 >"$work/fused_hf.ids" 2>/dev/null
+	[ -s "$work/fused_hf.ids" ] &&
+		cmp -s "$work/untied_hf.ids" "$work/fused_hf.ids" ||
+		fail "fused: greedy ids $(cat "$work/fused_hf.ids") vs $(cat "$work/untied_hf.ids")"
+else
+	fail "phi3_fuse.py: $(tail -3 "$work/fused.log")"
+fi
 roundtrip tied 1e-6 --set model.tie_embeddings=yes
 grep -q '"lm_head.weight"' "$work/tied.hf/model.safetensors" &&
 	fail "tied: lm_head.weight written (HF writes the embedding once)"

@@ -354,14 +354,17 @@ examples)
 families)
 	# The decoder families (Qwen2's q/k/v biases, Qwen3's q/k norms,
 	# Mistral's sliding window shorter than the rows, LoRA over Qwen2's
-	# frozen biases): ddp_ds, fsdp full and grad_op and offload on 4
+	# frozen biases, Phi-3's partial rotary and its fused modules' LoRA,
+	# one A shared by q, k, v): ddp_ds, fsdp full and grad_op and offload on 4
 	# ranks train what one rank trains with the whole batch. No
 	# clipping: these models' gradient norms pass max_grad_norm, and
 	# fsdp sums the squared norm across ranks in F32 (a clip factor
 	# 1e-8 apart in fp64, as dpo_full's note says).
 	for fam in "qwen2" "qwen3 --set model.head_dim=24" \
 		"mistral --set model.sliding_window=5" \
-		"qwen2 --set model.lora_rank=4 --set model.lora_alpha=8 --set model.lora_targets=all"; do
+		"qwen2 --set model.lora_rank=4 --set model.lora_alpha=8 --set model.lora_targets=all" \
+		"phi3 --set model.partial_rotary_factor=0.75 --set model.sliding_window=5" \
+		"phi3 --set model.lora_rank=4 --set model.lora_alpha=8 --set model.lora_targets=all"; do
 		tag=$(echo "$fam" | cut -d' ' -f1)
 		case $fam in *lora*) tag=${tag}_lora ;; esac
 		f="--set optimizer.max_grad_norm=0 --set model.family=$fam"
