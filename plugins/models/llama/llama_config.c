@@ -187,12 +187,18 @@ int llama_cfg_from_opts(struct llama_cfg *c, const struct mg_opts *o,
 		over(&c->heads, o, "num_heads");
 		over(&c->kv_heads, o, "num_kv_heads");
 		int64_t hd = mg_opt_int(o, "head_dim");
+		const int64_t hd0 = c->head_dim;
 		/* A changed width or head count re-derives head_dim. */
 		if (hd > 0)
 			c->head_dim = hd;
 		else if (mg_opt_int(o, "hidden_size") > 0 ||
 			 mg_opt_int(o, "num_heads") > 0)
 			c->head_dim = c->dim / c->heads;
+		/* a preset's partial rotary keeps its share of the head */
+		if (c->rot_dim && c->head_dim != hd0)
+			c->rot_dim =
+				(int64_t)((double)c->head_dim *
+					  ((double)c->rot_dim / (double)hd0));
 		if (mg_opt_float(o, "rope_theta") > 0)
 			c->rope_theta = mg_opt_float(o, "rope_theta");
 		if (mg_opt_float(o, "rms_norm_eps") > 0)
