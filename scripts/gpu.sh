@@ -21,10 +21,11 @@
 #     llama [steps]      LLM ops vs CPU twins, llama vs transformers
 #                        (tests/llama/hf_check.py), tiny llama training
 #     families           the decoder families (Qwen2, Qwen3, Mistral,
-#                        Gemma 2, Gemma 3 text; MG_FAMILIES a subset)
+#                        Gemma 2, Gemma 3 text, Phi-3; MG_FAMILIES a
+#                        subset, e.g. gemma2,phi3)
 #                        against transformers: loss, gradients, greedy
 #                        generation, export (tests/llama/family_check.py),
-#                        after the LLM ops and attention with windows
+#                        then the LLM ops and attention with windows
 #                        (also in llama)
 #     text               mgrun tokenize against HF tokenizers
 #                        (tests/text/hf_tokenizers_check.py), LoRA adapters
@@ -351,10 +352,11 @@ if [ "$what" = llama ] || [ "$what" = all ]; then
 	grep -E "^== generate|^[0-9 ]+$|tokens/s" "$out/test_llama_generate.log"
 fi
 if [ "$what" = families ]; then
-	run test_gpu_ops llm "$bin/test_gpu_ops" llm attention
-	# MG_FAMILIES: a comma-separated subset (default: every family)
+	# the families against transformers first (MG_FAMILIES: a
+	# comma-separated subset, default every family), then the ops they use
 	run test_llama_hf family_check python3 tests/llama/family_check.py \
 		"$mgrun" $tmp/mgfam ${MG_FAMILIES:+"$MG_FAMILIES"}
+	run test_gpu_ops llm "$bin/test_gpu_ops" llm attention
 	grep -E "^(ok|FAIL|PASS|SKIPPED)|family_check|failure" \
 		"$out/test_llama_hf.log" "$out/test_gpu_ops.log" | tail -80
 fi

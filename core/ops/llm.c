@@ -214,25 +214,31 @@ int mg_op_rmsnorm_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 
 static int rope_run(const char *op, struct mg_ctx *ctx, const char *xn,
 		    struct mg_tensor *x, const struct mg_tensor *positions,
-		    const struct mg_tensor *inv_freq, int sign)
+		    const struct mg_tensor *inv_freq, int sign, double scale)
 {
+	if (!isfinite(scale) || !(scale > 0))
+		return mg_error("%s: scale %g is not a positive number", op,
+				scale);
 	if (mgo_check_ctx(op, ctx) || fcheck(op, xn, ctx, x, 4) ||
 	    mgo_check(op, "positions", ctx, positions, MG_I32, -1) ||
 	    shape_is(op, "positions", positions, 2, x->shape) ||
 	    mgo_check(op, "inv_freq", ctx, inv_freq, MG_F32, 1))
 		return -1;
-	if (x->shape[3] % 2)
-		return mg_error("%s: the head dimension (%s's last, %lld) must "
-				"be even",
-				op, xn, (long long)x->shape[3]);
-	if (mgo_check_vec(op, "inv_freq", inv_freq, x->shape[3] / 2))
-		return -1;
+	/* partial rotary: inv_freq's length h <= hd / 2 turns the first 2h
+	 * dims of each head, the rest pass */
+	if (inv_freq->shape[0] < 1 || 2 * inv_freq->shape[0] > x->shape[3])
+		return mg_error("%s: inv_freq has %lld frequencies, a head of "
+				"%lld (%s's last dimension) holds 1 to %lld "
+				"rotary pairs",
+				op, (long long)inv_freq->shape[0],
+				(long long)x->shape[3], xn,
+				(long long)x->shape[3] / 2);
 	switch (ctx->dev->kind) {
 	case MG_DEV_CPU:
-		return mg_cpu_rope(ctx, x, positions, inv_freq, sign);
+		return mg_cpu_rope(ctx, x, positions, inv_freq, sign, scale);
 #ifdef MG_HAVE_CUDA
 	case MG_DEV_CUDA:
-		return mg_cuda_rope(ctx, x, positions, inv_freq, sign);
+		return mg_cuda_rope(ctx, x, positions, inv_freq, sign, scale);
 #endif
 	default:
 		return mgo_no_device(op, ctx);
@@ -243,15 +249,31 @@ int mg_op_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 	       const struct mg_tensor *positions,
 	       const struct mg_tensor *inv_freq)
 {
-	return rope_run("rope", ctx, "x", x, positions, inv_freq, 1);
+	return rope_run("rope", ctx, "x", x, positions, inv_freq, 1, 1);
+}
+
+int mg_op_rope_scaled(struct mg_ctx *ctx, struct mg_tensor *x,
+		      const struct mg_tensor *positions,
+		      const struct mg_tensor *inv_freq, double scale)
+{
+	return rope_run("rope_scaled", ctx, "x", x, positions, inv_freq, 1,
+			scale);
+}
+
+int mg_op_rope_scaled_backward(struct mg_ctx *ctx, struct mg_tensor *dx,
+			       const struct mg_tensor *positions,
+			       const struct mg_tensor *inv_freq, double scale)
+{
+	return rope_run("rope_scaled_backward", ctx, "dx", dx, positions,
+			inv_freq, -1, scale);
 }
 
 int mg_op_rope_backward(struct mg_ctx *ctx, struct mg_tensor *dx,
 			const struct mg_tensor *positions,
 			const struct mg_tensor *inv_freq)
 {
-	return rope_run("rope_backward", ctx, "dx", dx, positions, inv_freq,
-			-1);
+	return rope_run("rope_backward", ctx, "dx", dx, positions, inv_freq, -1,
+			1);
 }
 
 /* ---- attention ---------------------------------------------------- */

@@ -51,11 +51,15 @@ mg_op_rmsnorm_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 
 /*
  * Rotary position embedding in place, Hugging Face's rotate-half layout:
- * for pair j < hd/2 of each head, (x[j], x[j + hd/2]) is rotated by angle
+ * for pair j < h of each head, (x[j], x[j + h]) is rotated by angle
  * positions[n, t] * inv_freq[j] (angle, cos and sin in F32, as HF
  * computes them). x [N, T, H, hd], positions I32 [N, T], inv_freq F32
- * [hd/2] (the model folds rope scaling such as llama3's into it).
- * rope_backward rotates a gradient back (by minus the angle), in place.
+ * [h] (the model folds rope scaling such as llama3's into it). h is
+ * hd/2, or fewer for partial rotary (ABI 1.13; Phi-3's
+ * partial_rotary_factor): the first 2h dims of each head turn, as
+ * transformers' rotate_half of x[..., :2h], and dims 2h.. pass as they
+ * are. rope_backward rotates a gradient back (by minus the angle), in
+ * place.
  */
 MG_EXPORT int mg_op_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 			 const struct mg_tensor *positions,
@@ -63,6 +67,18 @@ MG_EXPORT int mg_op_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 MG_EXPORT int mg_op_rope_backward(struct mg_ctx *ctx, struct mg_tensor *dx,
 				  const struct mg_tensor *positions,
 				  const struct mg_tensor *inv_freq);
+/* The same with cos and sin scaled by `scale` (ABI 1.13; transformers'
+ * attention_scaling, longrope's attention factor: cos * scale and
+ * sin * scale in F32, then x's dtype); the dims past 2h pass unscaled.
+ * Backward is the adjoint, scale R(-angle). scale 1: mg_op_rope. */
+MG_EXPORT int mg_op_rope_scaled(struct mg_ctx *ctx, struct mg_tensor *x,
+				const struct mg_tensor *positions,
+				const struct mg_tensor *inv_freq, double scale);
+MG_EXPORT int mg_op_rope_scaled_backward(struct mg_ctx *ctx,
+					 struct mg_tensor *dx,
+					 const struct mg_tensor *positions,
+					 const struct mg_tensor *inv_freq,
+					 double scale);
 
 /*
  * What differs between decoder families' attention, beyond the shapes

@@ -6,7 +6,8 @@
 # ids; untied fp32, tied, fp64 (written fp32), bf16 and fp16 (close), and
 # LoRA runs (rslora too) exported merged (a plain full model then) to
 # the LoRA run's loss, the decoder families (Qwen2, Qwen3, Mistral, Gemma
-# 2 and 3) as
+# 2 and 3, Phi-3 with its fused projections and PEFT adapter, and a Llama
+# folder fused into Phi-3's layout by phi3_fuse.py) as
 # their own model types, and a QLoRA run (quant = nf4) exported with its
 # NF4 base dequantized and the adapters merged, to the QLoRA run's loss.
 # Then the refusals: no checkpoint, a model without save_hf, run.gpus >
@@ -78,6 +79,30 @@ grep -q '"architectures".*LlamaForCausalLM' "$work/untied.hf/config.json" &&
 	grep -q '"torch_dtype":.*"float32"' "$work/untied.hf/config.json" &&
 	grep -q '"tie_word_embeddings":.*false' "$work/untied.hf/config.json" ||
 	fail "untied: config.json: $(cat "$work/untied.hf/config.json")"
+# Phi-3's folder layout as transformers defines it (phi3_fuse.py: q, k,
+# v rows fused into qkv_proj, gate then up into gate_up_proj), not as
+# mgrun's export writes it: the untied folder so fused evaluates and
+# decodes as the folder itself
+if python3 "$repo/tests/export/phi3_fuse.py" "$work/untied.hf" \
+	"$work/fused.hf" >"$work/fused.log" 2>&1; then
+	# shellcheck disable=SC2086
+	"$mgrun" -c "$ini" $B --set run.name=fused_hf \
+		--set model.hf_dir="$work/fused.hf" --eval-only \
+		>"$work/fused_hf.eval" 2>&1 ||
+		fail "fused: eval: $(tail -3 "$work/fused_hf.eval")"
+	a=$(loss untied_hf) b=$(loss fused_hf)
+	echo "phi3 layout: llama folder loss $a, fused as Phi-3 $b"
+	near "$a" "$b" 1e-12 || fail "fused: loss $a, as Phi-3 $b"
+	# shellcheck disable=SC2086
+	"$mgrun" generate -c "$ini" $B --set run.name=fused_hf \
+		--set model.hf_dir="$work/fused.hf" --ids --prompt "$P" \
+		--greedy --max-new-tokens 10 >"$work/fused_hf.ids" 2>/dev/null
+	[ -s "$work/fused_hf.ids" ] &&
+		cmp -s "$work/untied_hf.ids" "$work/fused_hf.ids" ||
+		fail "fused: greedy ids $(cat "$work/fused_hf.ids") vs $(cat "$work/untied_hf.ids")"
+else
+	fail "phi3_fuse.py: $(tail -3 "$work/fused.log")"
+fi
 roundtrip tied 1e-6 --set model.tie_embeddings=yes
 grep -q '"lm_head.weight"' "$work/tied.hf/model.safetensors" &&
 	fail "tied: lm_head.weight written (HF writes the embedding once)"
@@ -183,6 +208,71 @@ for pre in language_model.model. model.language_model.; do
 	near "$a" "$b" 1e-12 || fail "gemma3 multimodal ($pre): loss $b vs $a"
 	rm -rf "$work/gemma3mm.hf" "$work/gemma3mm"
 done
+# Phi-3: 12 of 16 dims rotary, a window; written with its fused
+# qkv_proj and gate_up_proj (and no split projection), read back split
+roundtrip phi3 1e-6 --set model.family=phi3 \
+	--set model.partial_rotary_factor=0.75 --set model.sliding_window=5
+grep -q '"model_type":.*"phi3"' "$work/phi3.hf/config.json" &&
+	grep -q '"Phi3ForCausalLM"' "$work/phi3.hf/config.json" &&
+	grep -q '"partial_rotary_factor":.*0.75' "$work/phi3.hf/config.json" &&
+	grep -q '"sliding_window":.*5' "$work/phi3.hf/config.json" &&
+	grep -q "self_attn.qkv_proj.weight" "$work/phi3.hf/model.safetensors" &&
+	grep -q "mlp.gate_up_proj.weight" "$work/phi3.hf/model.safetensors" ||
+	fail "phi3: config.json or fused tensors: $(cat "$work/phi3.hf/config.json")"
+grep -q -e "q_proj.weight" -e "gate_proj.weight" \
+	"$work/phi3.hf/model.safetensors" && fail "phi3: split projections written"
+# Phi-4-mini's rope_scaling longrope written into the phi3 folder:
+# short factors and the attention factor change the loss, the export
+# writes them back (and evaluates as the run), rows past
+# original_max_position_embeddings (where transformers takes the long
+# factors) are refused
+lr=$work/phi3_lr.src
+rm -rf "$lr"
+cp -r "$work/phi3.hf" "$lr"
+sed -i 's/"rope_scaling":[[:space:]]*null/"rope_scaling": {"type": "longrope", "short_factor": [1, 1.5, 2, 1.25, 3, 1.1], "long_factor": [2, 2, 2, 2, 2, 2]}, "original_max_position_embeddings": 128/' \
+	"$lr/config.json"
+grep -q longrope "$lr/config.json" || fail "phi3_lr: config.json not edited"
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $B --set run.name=phi3_lr_base --set model.hf_dir="$lr" \
+	--eval-only >"$work/phi3_lr_base.eval" 2>&1 ||
+	fail "phi3_lr: eval: $(tail -3 "$work/phi3_lr_base.eval")"
+a=$(loss phi3_hf) b=$(loss phi3_lr_base)
+echo "phi3: folder loss $a, with longrope $b"
+near "$a" "$b" 1e-6 && fail "phi3_lr: longrope changed nothing ($a, $b)"
+roundtrip phi3_lr 1e-6 --set model.hf_dir="$lr"
+grep -q '"longrope"' "$work/phi3_lr.hf/config.json" &&
+	grep -q '"original_max_position_embeddings":.*128' \
+		"$work/phi3_lr.hf/config.json" &&
+	grep -q '"short_factor"' "$work/phi3_lr.hf/config.json" ||
+	fail "phi3_lr: longrope not written: $(cat "$work/phi3_lr.hf/config.json")"
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $B --set run.name=phi3_lr_long --set model.hf_dir="$lr" \
+	--set dataset.seq_len=160 --eval-only >"$work/phi3_lr_long.eval" 2>&1 &&
+	fail "phi3_lr: rows of 160 tokens past original_max_position_embeddings ran"
+grep -q "original_max_position_embeddings 128 of rope_scaling longrope" \
+	"$work/phi3_lr_long.eval" ||
+	fail "phi3_lr: long rows: $(tail -2 "$work/phi3_lr_long.eval")"
+# LoRA on the Phi-3 folder (fused modules: one adapter each), merged;
+# its PEFT adapter names the fused modules and, loaded back with
+# lora_adapter, evaluates to the run's loss
+# shellcheck disable=SC2086
+roundtrip phi3_lora 1e-5 $L --set model.hf_dir="$work/phi3.hf"
+A=$work/phi3_lora/adapter
+grep -q "self_attn.qkv_proj.lora_A" "$A/adapter_model.safetensors" &&
+	grep -q "mlp.gate_up_proj.lora_B" "$A/adapter_model.safetensors" &&
+	grep -q '"qkv_proj"' "$A/adapter_config.json" &&
+	grep -q '"gate_up_proj"' "$A/adapter_config.json" ||
+	fail "phi3_lora: adapter: $(cat "$A/adapter_config.json")"
+grep -q -e "\.q_proj\.lora" -e "\.up_proj\.lora" "$A/adapter_model.safetensors" &&
+	fail "phi3_lora: split adapters written"
+# shellcheck disable=SC2086
+"$mgrun" -c "$ini" $B --set run.name=phi3_ad $L \
+	--set model.hf_dir="$work/phi3.hf" --set model.lora_adapter="$A" \
+	--eval-only >"$work/phi3_ad.eval" 2>&1 ||
+	fail "phi3 adapter: eval: $(tail -3 "$work/phi3_ad.eval")"
+a=$(loss phi3_lora) b=$(loss phi3_ad)
+echo "phi3_lora: run loss $a, its adapter loaded back $b"
+near "$a" "$b" 1e-6 || fail "phi3 adapter: loss $a, loaded back $b"
 # (from the qwen2 export, whose biases trained away from zero)
 # shellcheck disable=SC2086
 roundtrip qwen2_lora 1e-5 $L --set model.hf_dir="$work/qwen2.hf"

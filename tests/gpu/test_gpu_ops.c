@@ -1557,11 +1557,12 @@ static void llm_positions(struct gt *p, int64_t N, int64_t T)
 	gt_upload(p);
 }
 
-static void llm_inv_freq(struct gt *f, int64_t hd)
+/* rd / 2 frequencies: rd < hd is partial rotary (Phi-3). */
+static void llm_inv_freq(struct gt *f, int64_t rd)
 {
-	gt_make(f, MG_F32, MG_F32, 1, hd / 2, 0, 0, 0);
-	for (int64_t j = 0; j < hd / 2; j++)
-		f->v[j] = 1.0 / pow(500000.0, 2.0 * (double)j / (double)hd);
+	gt_make(f, MG_F32, MG_F32, 1, rd / 2, 0, 0, 0);
+	for (int64_t j = 0; j < rd / 2; j++)
+		f->v[j] = 1.0 / pow(500000.0, 2.0 * (double)j / (double)rd);
 	gt_upload(f);
 }
 
@@ -1640,24 +1641,31 @@ static void llm_rmsnorm_check(enum mg_dtype dt, int64_t R, int64_t D, bool wf32)
 		gt_free(all[i]);
 }
 
+/* rd: the rotary dims of each head (rd < hd: partial rotary, the rest
+ * must pass through as the CPU leaves them). */
 static void llm_rope_check(enum mg_dtype dt, int64_t N, int64_t T, int64_t H,
-			   int64_t hd)
+			   int64_t hd, int64_t rd, double scale)
 {
 	const double tol = gt_tol(dt);
 	struct gt x, pos, f;
-	char name[96];
-	snprintf(name, sizeof name, "rope [%lld, %lld, %lld, %lld]",
-		 (long long)N, (long long)T, (long long)H, (long long)hd);
+	char name[128];
+	snprintf(name, sizeof name,
+		 "rope [%lld, %lld, %lld, %lld] rot %lld scale %g",
+		 (long long)N, (long long)T, (long long)H, (long long)hd,
+		 (long long)rd, scale);
 	gt_make(&x, dt, -1, 4, N, T, H, hd);
 	llm_positions(&pos, N, T);
-	llm_inv_freq(&f, hd);
+	llm_inv_freq(&f, rd);
 	gt_rand(&x, -1, 1);
-	CPU(mg_op_rope(&gt_cpu, &x.c, &pos.c, &f.c), name);
-	if (!gt_ok(mg_op_rope(&gt_gpu, &x.g, &pos.g, &f.g), name))
+	CPU(mg_op_rope_scaled(&gt_cpu, &x.c, &pos.c, &f.c, scale), name);
+	if (!gt_ok(mg_op_rope_scaled(&gt_gpu, &x.g, &pos.g, &f.g, scale), name))
 		gt_check(LBL("%s x", name), dt, &x, tol);
 	gt_rand(&x, -1, 1);
-	CPU(mg_op_rope_backward(&gt_cpu, &x.c, &pos.c, &f.c), name);
-	if (!gt_ok(mg_op_rope_backward(&gt_gpu, &x.g, &pos.g, &f.g), name))
+	CPU(mg_op_rope_scaled_backward(&gt_cpu, &x.c, &pos.c, &f.c, scale),
+	    name);
+	if (!gt_ok(mg_op_rope_scaled_backward(&gt_gpu, &x.g, &pos.g, &f.g,
+					      scale),
+		   name))
 		gt_check(LBL("%s backward", name), dt, &x, tol);
 	gt_free(&x);
 	gt_free(&pos);
@@ -1907,8 +1915,13 @@ static void test_llm(void)
 		llm_rmsnorm_check(dt, 1024, 2048, true);
 		llm_rmsnorm_check(dt, 37, 100, false);
 		llm_rmsnorm_check(dt, 5, 8, true);
-		llm_rope_check(dt, 4, 256, 8, 64);
-		llm_rope_check(dt, 3, 13, 3, 8);
+		llm_rope_check(dt, 4, 256, 8, 64, 64, 1);
+		llm_rope_check(dt, 3, 13, 3, 8, 8, 1);
+		/* partial rotary: Phi-4-mini's 96 of 128 with its longrope
+		 * attention factor, odd pair counts */
+		llm_rope_check(dt, 2, 37, 5, 128, 96, 1.1902380714238083);
+		llm_rope_check(dt, 3, 13, 3, 24, 18, 1);
+		llm_rope_check(dt, 1, 5, 7, 10, 2, 0.7);
 		/* LLaMA-like heads; GQA 4:1 and multi-query; odd T; the
 		 * head dims of small models and hd 256 */
 		llm_attention_check(dt, 4, 256, 8, 2, 64, 0, 0);

@@ -237,12 +237,83 @@ static void test_families_gradcheck(void)
 		GEMMA3,
 		GEMMA2 "kernels = all\nactivation_checkpointing = true\n",
 		GEMMA3 "lora_rank = 2\nlora_targets = all\n",
+		/* Phi-3: 6 of 8 dims rotary, a window; fused modules' LoRA
+		 * (one A shared by q, k, v and by gate, up) */
+		"family = phi3\nhead_dim = 8\npartial_rotary_factor = "
+		"0.75\nsliding_window = 5\n",
+		"family = phi3\nhead_dim = 8\npartial_rotary_factor = "
+		"0.75\nlora_rank = 2\nlora_targets = all\n",
+		"family = phi3\nhead_dim = 10\npartial_rotary_factor = "
+		"0.4\nkernels = none\nlora_rank = 3\nlora_targets = "
+		"qkv_proj,down\n",
 	};
 	for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
 		char lines[512];
 		snprintf(lines, sizeof lines, "%s%s", fam_tiny, fam[i]);
 		gradcheck(lines);
 	}
+}
+
+/* Phi-3's partial rotary turns the first dims only: the same weights
+ * give another loss with 6 of 8 dims rotary than with all 8 (and with a
+ * factor of 1 the same as with none); a fused module's adapter is one A
+ * (declared once, under the fused name) and one B over the fused
+ * output; a part of a fused module cannot be targeted. */
+static double family_loss(const char *extra);
+static void test_families_phi3(void)
+{
+	const double all = family_loss("family = phi3\nhead_dim = 8\n"),
+		     one = family_loss("family = phi3\nhead_dim = 8\n"
+				       "partial_rotary_factor = 1\n"),
+		     part = family_loss("family = phi3\nhead_dim = 8\n"
+					"partial_rotary_factor = 0.75\n"),
+		     llama = family_loss("head_dim = 8\n");
+	printf("phi3 loss rotary 8/8 %.12g, factor 1 %.12g, 6/8 %.12g, "
+	       "llama %.12g\n",
+	       all, one, part, llama);
+	CHECK(isfinite(all) && all == one && all == llama);
+	CHECK(isfinite(part) && fabs(part - all) > 1e-6);
+	char lines[512];
+	snprintf(lines, sizeof lines,
+		 "%sfamily = phi3\nhead_dim = 8\nlora_rank = 2\n"
+		 "lora_targets = all\n",
+		 fam_tiny);
+	struct env e;
+	if (env_open(&e, lines)) {
+		fail("'%s': %s", lines, mg_last_error());
+		env_close(&e);
+		return;
+	}
+	int qkv_a = 0, qkv_b = 0, gu_b = 0, split = 0;
+	for (int i = 0; i < e.st.spec.nparams; i++) {
+		const struct mg_param_decl *d = &e.st.spec.params[i];
+		if (!strcmp(d->name, "self_attn.qkv_proj.lora_A.weight"))
+			qkv_a += d->shape[0] == 2 && d->shape[1] == 16;
+		if (!strcmp(d->name, "self_attn.qkv_proj.lora_B.weight"))
+			qkv_b += d->shape[0] == 4 * 8 + 2 * 2 * 8 &&
+				 d->shape[1] == 2;
+		if (!strcmp(d->name, "mlp.gate_up_proj.lora_B.weight"))
+			gu_b += d->shape[0] == 2 * 24;
+		split += strstr(d->name, "q_proj.lora") ||
+			 strstr(d->name, "k_proj.lora") ||
+			 strstr(d->name, "gate_proj.lora");
+	}
+	/* one of each per layer (fam_tiny: 2) */
+	CHECK(qkv_a == 2 && qkv_b == 2 && gu_b == 2 && split == 0);
+	env_close(&e);
+	snprintf(lines, sizeof lines,
+		 "%sfamily = phi3\nlora_rank = 2\nlora_targets = q,v\n",
+		 fam_tiny);
+	CHECK(env_open(&e, lines) != 0);
+	CHECK(strstr(mg_last_error(), "target all of them or none") != NULL);
+	env_close(&e);
+	snprintf(lines, sizeof lines,
+		 "%sfamily = qwen2\n"
+		 "partial_rotary_factor = 0.5\n",
+		 fam_tiny);
+	CHECK(env_open(&e, lines) != 0);
+	CHECK(strstr(mg_last_error(), "read by family = phi3 only") != NULL);
+	env_close(&e);
 }
 
 /* Decoding equals the forward for each family (biases, q/k norms in the
@@ -256,6 +327,9 @@ static void test_families_decode(void)
 		"family = mistral\nsliding_window = 4\n",
 		GEMMA2,
 		GEMMA3,
+		"family = phi3\nhead_dim = 8\npartial_rotary_factor = "
+		"0.75\nsliding_window = 4\nlora_rank = 2\nlora_targets = "
+		"qkv_proj,gate_up_proj,o,down\n",
 	};
 	for (size_t i = 0; i < sizeof fam / sizeof *fam; i++) {
 		char lines[512];
@@ -427,6 +501,23 @@ static void test_errors(void)
 		 "without a 'sliding_window'"},
 		{"\"model_type\": \"qwen3\", \"attention_bias\": 1",
 		 "'attention_bias' is not true or false"},
+		/* rope types not run are refused naming the key; Phi-3's
+		 * longrope without its original length, or with factors
+		 * that do not match the rotary pairs; a rotary share that
+		 * leaves an odd count */
+		{"\"model_type\": \"phi3\", \"rope_scaling\": {\"type\": "
+		 "\"dynamic\", \"factor\": 2}",
+		 "'rope_scaling' has rope type 'dynamic'"},
+		{"\"model_type\": \"phi3\", \"rope_scaling\": {\"type\": "
+		 "\"longrope\", \"short_factor\": [1, 1], \"long_factor\": "
+		 "[1, 1]}",
+		 "longrope needs original_max_position_embeddings"},
+		{"\"model_type\": \"phi3\", \"rope_scaling\": {\"type\": "
+		 "\"longrope\", \"short_factor\": [1], \"long_factor\": "
+		 "[1]}, \"original_max_position_embeddings\": 64",
+		 "longrope has 1 factors, the heads 2 rotary pairs"},
+		{"\"model_type\": \"phi3\", \"partial_rotary_factor\": 0.3",
+		 "not an even number"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		f = fopen(path, "w");
@@ -444,7 +535,8 @@ static void test_errors(void)
 	}
 	/* sliding_window on a family that has none */
 	CHECK(env_open(&e, "family = qwen2\nsliding_window = 4\n") != 0);
-	CHECK(strstr(mg_last_error(), "read by family = mistral only") != NULL);
+	CHECK(strstr(mg_last_error(), "read by family = mistral, phi3 or "
+				      "the gemma families only") != NULL);
 	env_close(&e);
 	remove(path);
 	rmdir(dir);
@@ -1683,6 +1775,7 @@ static const struct test_case cases[] = {
 	{"families_gradcheck", test_families_gradcheck},
 	{"families_decode", test_families_decode},
 	{"families_window", test_families_window},
+	{"families_phi3", test_families_phi3},
 	{"masking", test_masking},
 	{"errors", test_errors},
 	{"decode", test_decode},

@@ -210,14 +210,20 @@ static struct mg_tensor make_positions(int64_t N, int64_t T)
 	return p;
 }
 
-static struct mg_tensor make_inv_freq(int64_t hd)
+/* rd / 2 frequencies of rd rotary dims (rd < head_dim: partial). */
+static struct mg_tensor make_inv_freq_rot(int64_t rd)
 {
-	struct mg_tensor f = mk(MG_F32, 1, hd / 2, 0, 0, 0);
-	for (int64_t j = 0; j < hd / 2; j++)
+	struct mg_tensor f = mk(MG_F32, 1, rd / 2, 0, 0, 0);
+	for (int64_t j = 0; j < rd / 2; j++)
 		((float *)f.data)[j] =
 			(float)(1.0 /
-				pow(10000.0, 2.0 * (double)j / (double)hd));
+				pow(10000.0, 2.0 * (double)j / (double)rd));
 	return f;
+}
+
+static struct mg_tensor make_inv_freq(int64_t hd)
+{
+	return make_inv_freq_rot(hd);
 }
 
 /* ------------------------------------------------------------------ */
@@ -225,37 +231,55 @@ static struct mg_tensor make_inv_freq(int64_t hd)
 
 struct rope_fd {
 	struct mg_tensor *x, *pos, *f, *R;
+	double scale;
 };
 
 static double rope_loss(void *arg)
 {
 	struct rope_fd *f = arg;
 	struct mg_tensor y = clone(f->x);
-	double l = mg_op_rope(&ctx, &y, f->pos, f->f) ? NAN : dot(&y, f->R);
+	double l = mg_op_rope_scaled(&ctx, &y, f->pos, f->f, f->scale)
+			   ? NAN
+			   : dot(&y, f->R);
 	del(&y);
 	return l;
 }
 
-static void rope_case(int64_t N, int64_t T, int64_t H, int64_t hd)
+/* rd: rotary dims of a head; rd < hd is partial rotary (transformers'
+ * Phi-3: rotate_half of x[..., :rd], x[..., rd:] passed as it is);
+ * scale: cos and sin times it (longrope's attention factor; 1: the
+ * plain op, mg_op_rope). */
+static void rope_case(int64_t N, int64_t T, int64_t H, int64_t hd, int64_t rd,
+		      double scale)
 {
-	char name[64], buf[128];
-	snprintf(name, sizeof name, "rope [%lld, %lld, %lld, %lld]",
-		 (long long)N, (long long)T, (long long)H, (long long)hd);
+	char name[96], buf[160];
+	snprintf(name, sizeof name,
+		 "rope [%lld, %lld, %lld, %lld] rot %lld scale %g",
+		 (long long)N, (long long)T, (long long)H, (long long)hd,
+		 (long long)rd, scale);
 	struct mg_tensor x = mk(MG_F64, 4, N, T, H, hd), R = clone(&x);
-	struct mg_tensor pos = make_positions(N, T), f = make_inv_freq(hd);
+	struct mg_tensor pos = make_positions(N, T), f = make_inv_freq_rot(rd);
 	fill_rand(&x, 1), fill_rand(&R, 1);
 	struct mg_tensor y = clone(&x);
-	CHECK_OK(mg_op_rope(&ctx, &y, &pos, &f));
+	if (scale == 1)
+		CHECK_OK(mg_op_rope(&ctx, &y, &pos, &f));
+	else
+		CHECK_OK(mg_op_rope_scaled(&ctx, &y, &pos, &f, scale));
 	double *want = malloc((size_t)N_(&x) * sizeof *want);
-	const int64_t h2 = hd / 2;
+	const int64_t h2 = rd / 2;
+	const float sc = (float)scale;
 	for (int64_t r = 0; r < N * T; r++)
 		for (int64_t h = 0; h < H; h++)
 			for (int64_t j = 0; j < hd; j++) {
+				const double *xr = D(&x) + (r * H + h) * hd;
+				if (j >= rd) {
+					want[(r * H + h) * hd + j] = xr[j];
+					continue;
+				}
 				const int64_t jj = j % h2;
 				const float a = (float)I(&pos)[r] *
 						((float *)f.data)[jj];
-				const double c = cosf(a), s = sinf(a);
-				const double *xr = D(&x) + (r * H + h) * hd;
+				const double c = cosf(a) * sc, s = sinf(a) * sc;
 				want[(r * H + h) * hd + j] =
 					xr[j] * c +
 					(j < h2 ? -xr[j + h2] : xr[j - h2]) * s;
@@ -264,22 +288,35 @@ static void rope_case(int64_t N, int64_t T, int64_t H, int64_t hd)
 	expect_close(buf, D(&y), want, N_(&y), 1e-14);
 	/* backward: the adjoint, by finite differences */
 	struct mg_tensor g = clone(&R);
-	CHECK_OK(mg_op_rope_backward(&ctx, &g, &pos, &f));
-	struct rope_fd fd = {&x, &pos, &f, &R};
+	if (scale == 1)
+		CHECK_OK(mg_op_rope_backward(&ctx, &g, &pos, &f));
+	else
+		CHECK_OK(mg_op_rope_scaled_backward(&ctx, &g, &pos, &f, scale));
+	struct rope_fd fd = {&x, &pos, &f, &R, scale};
 	snprintf(buf, sizeof buf, "%s backward", name);
 	fd_check(buf, &x, D(&g), rope_loss, &fd, 0, FD_TOL);
-	/* backward undoes forward */
-	CHECK_OK(mg_op_rope_backward(&ctx, &y, &pos, &f));
-	snprintf(buf, sizeof buf, "%s backward(forward(x)) = x", name);
-	expect_close(buf, D(&y), D(&x), N_(&x), 1e-6);
+	/* backward undoes forward (a rotation: up to the scale squared on
+	 * the rotary dims) */
+	if (scale == 1) {
+		CHECK_OK(mg_op_rope_backward(&ctx, &y, &pos, &f));
+		snprintf(buf, sizeof buf, "%s backward(forward(x)) = x", name);
+		expect_close(buf, D(&y), D(&x), N_(&x), 1e-6);
+	}
 	free(want);
 	del(&x), del(&y), del(&R), del(&pos), del(&f), del(&g);
 }
 
 static void test_rope(void)
 {
-	rope_case(3, 7, 2, 8);
-	rope_case(4, 13, 3, 16);
+	rope_case(3, 7, 2, 8, 8, 1);
+	rope_case(4, 13, 3, 16, 16, 1);
+	/* partial rotary: 3/4 of the head (Phi-4-mini), an odd pair
+	 * count, one pair; longrope's attention factor */
+	rope_case(2, 9, 3, 16, 12, 1);
+	rope_case(3, 5, 2, 14, 10, 1);
+	rope_case(1, 6, 1, 6, 2, 1);
+	rope_case(2, 7, 3, 16, 12, 1.1902380714238083);
+	rope_case(1, 5, 2, 8, 8, 0.7);
 }
 
 /* ------------------------------------------------------------------ */
@@ -827,9 +864,13 @@ static void test_errors(void)
 		"attention no options",
 		mg_op_attention_opts(&ctx, &q, &k1, &k1, &pos, NULL, &o, NULL),
 		"no options");
-	struct mg_tensor f = mk(MG_F32, 1, 3, 0, 0, 0);
+	struct mg_tensor f = mk(MG_F32, 1, 5, 0, 0, 0);
 	expect_error("rope inv_freq", mg_op_rope(&ctx, &q, &pos, &f),
-		     "inv_freq must be [4]");
+		     "holds 1 to 4 rotary pairs");
+	struct mg_tensor f4 = mk(MG_F32, 1, 4, 0, 0, 0);
+	expect_error("rope scale", mg_op_rope_scaled(&ctx, &q, &pos, &f4, 0),
+		     "scale 0 is not a positive number");
+	del(&f4);
 	struct mg_tensor u = mk(MG_F64, 1, 7, 0, 0, 0);
 	expect_error("swiglu sizes", mg_op_swiglu(&ctx, &x, &u, &x2),
 		     "swiglu: shape mismatch");

@@ -355,7 +355,8 @@ families)
 	# The decoder families (Qwen2's q/k/v biases, Qwen3's q/k norms,
 	# Mistral's sliding window shorter than the rows, LoRA over Qwen2's
 	# frozen biases, Gemma 2's soft-caps and mixed layers, Gemma 3's
-	# local RoPE base): ddp_ds, fsdp full and grad_op and offload on 4
+	# local RoPE base, Phi-3's partial rotary and its fused modules' LoRA,
+	# one A shared by q, k, v): ddp_ds, fsdp full and grad_op and offload on 4
 	# ranks train what one rank trains with the whole batch. No
 	# clipping: these models' gradient norms pass max_grad_norm, and
 	# fsdp sums the squared norm across ranks in F32 (a clip factor
@@ -364,7 +365,9 @@ families)
 		"mistral --set model.sliding_window=5" \
 		"qwen2 --set model.lora_rank=4 --set model.lora_alpha=8 --set model.lora_targets=all" \
 		"gemma2 --set model.sliding_window=5 --set model.attn_logit_softcapping=3 --set model.final_logit_softcapping=5" \
-		"gemma3_text --set model.head_dim=24 --set model.sliding_window=5 --set model.sliding_window_pattern=2"; do
+		"gemma3_text --set model.head_dim=24 --set model.sliding_window=5 --set model.sliding_window_pattern=2" \
+		"phi3 --set model.partial_rotary_factor=0.75 --set model.sliding_window=5" \
+		"phi3 --set model.lora_rank=4 --set model.lora_alpha=8 --set model.lora_targets=all"; do
 		tag=$(echo "$fam" | cut -d' ' -f1)
 		case $fam in *lora*) tag=${tag}_lora ;; esac
 		f="--set optimizer.max_grad_norm=0 --set model.family=$fam"

@@ -116,10 +116,11 @@ dpo_full="--set model.objective=dpo --set model.dpo_beta=0.5
 # update as its gradient shard lands, pooled shards) and offload's (each
 # unit's host update on the side stream while backward goes on).
 # The decoder families (llama_family.c): Qwen2 (biases, full fine-tuning
-# and LoRA), Qwen3 (q/k norms), Mistral (a window shorter than the rows).
+# and LoRA), Qwen3 (q/k norms), Mistral (a window shorter than the rows),
+# Phi-3 (partial rotary, a window; its fused modules' LoRA).
 fam="--set model.tie_embeddings=no --set model.family"
 for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw qwen2 \
-	qwen2_lora qwen3 mistral}; do
+	qwen2_lora qwen3 mistral phi3 phi3_lora}; do
 	[ "$mode" = none ] && continue
 	extra="" ref=single_$mode sx="" strategies=""
 	[ $mode = lora ] && extra=$lora
@@ -130,6 +131,8 @@ for mode in ${MG_EQ_MODES:-full lora qlora dpo dpo_full accum ubw qwen2 \
 	[ $mode = qwen2_lora ] && extra="$lora --set model.family=qwen2"
 	[ $mode = qwen3 ] && extra="$fam=qwen3 --set model.head_dim=24"
 	[ $mode = mistral ] && extra="$fam=mistral --set model.sliding_window=5"
+	[ $mode = phi3 ] && extra="$fam=phi3 --set model.partial_rotary_factor=0.75 --set model.sliding_window=5"
+	[ $mode = phi3_lora ] && extra="$lora --set model.family=phi3"
 	if [ $mode = ubw ]; then
 		extra="--set optimizer.max_grad_norm=0"
 		sx="--set strategy.update_in_backward=true"

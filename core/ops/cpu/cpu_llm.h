@@ -24,7 +24,7 @@ int mg_cpu_rmsnorm_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 /* sign +1: forward rotation, -1: backward. */
 int mg_cpu_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 		const struct mg_tensor *positions,
-		const struct mg_tensor *inv_freq, int sign);
+		const struct mg_tensor *inv_freq, int sign, double scale);
 int mg_cpu_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 		     const struct mg_tensor *k, const struct mg_tensor *v,
 		     const struct mg_tensor *positions,

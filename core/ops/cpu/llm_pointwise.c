@@ -105,17 +105,18 @@ int mg_cpu_rmsnorm_backward(struct mg_ctx *ctx, const struct mg_tensor *x,
 
 int mg_cpu_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 		const struct mg_tensor *positions,
-		const struct mg_tensor *inv_freq, int sign)
+		const struct mg_tensor *inv_freq, int sign, double scale)
 {
 	const int64_t NT = x->shape[0] * x->shape[1], H = x->shape[2],
 		      hd = x->shape[3];
 	const int nt = mgo_threads_for(ctx, mg_tensor_numel(x));
+	const int64_t h2 = inv_freq->shape[0]; /* rotary pairs a head */
 	if (x->dtype == MG_F32)
-		rope_f32(x->data, positions->data, inv_freq->data, sign, NT, H,
-			 hd, nt);
+		rope_f32(x->data, positions->data, inv_freq->data, sign,
+			 (float)scale, NT, H, hd, h2, nt);
 	else
-		rope_f64(x->data, positions->data, inv_freq->data, sign, NT, H,
-			 hd, nt);
+		rope_f64(x->data, positions->data, inv_freq->data, sign,
+			 (float)scale, NT, H, hd, h2, nt);
 	return 0;
 }
 

@@ -106,16 +106,22 @@ static void FN(rms_bwd)(const T *x, const void *w, bool wf32, const T *rstd,
 #undef LLM_W
 
 /* x [NT, H, hd] rotated in place by sign * positions[nt] * inv_freq[j]
- * (angle, cos and sin in float, as Hugging Face computes them). */
+ * and scaled by scale (angle, cos and sin in float, as Hugging Face
+ * computes them): pairs
+ * (j, j + h2) for j < h2 <= hd / 2, dims 2 h2.. untouched (partial
+ * rotary). */
 static void FN(rope)(T *x, const int32_t *pos, const float *invf, int sign,
-		     int64_t NT, int64_t H, int64_t hd, int nt)
+		     float scale, int64_t NT, int64_t H, int64_t hd, int64_t h2,
+		     int nt)
 {
-	const int64_t h2 = hd / 2;
 #pragma omp parallel for num_threads(nt) schedule(static)
 	for (int64_t r = 0; r < NT; r++) {
 		for (int64_t j = 0; j < h2; j++) {
 			const float a = (float)pos[r] * invf[j];
-			const T c = (T)cosf(a), s = (T)(sign * sinf(a));
+			/* cos and sin times the scale in float, as HF's
+			 * attention_scaling */
+			const T c = (T)(cosf(a) * scale),
+				s = (T)(sign * (sinf(a) * scale));
 			for (int64_t h = 0; h < H; h++) {
 				T *p = x + (r * H + h) * hd;
 				const T x1 = p[j], x2 = p[j + h2];

@@ -32,7 +32,8 @@ MG_EXPORT int mg_cuda_rmsnorm_backward(
 /* sign +1: forward rotation, -1: backward. */
 MG_EXPORT int mg_cuda_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 			   const struct mg_tensor *positions,
-			   const struct mg_tensor *inv_freq, int sign);
+			   const struct mg_tensor *inv_freq, int sign,
+			   double scale);
 MG_EXPORT int mg_cuda_attention(struct mg_ctx *ctx, const struct mg_tensor *q,
 				const struct mg_tensor *k,
 				const struct mg_tensor *v,

@@ -314,15 +314,17 @@ void rms_bwd(cudaStream_t st, const void *x, const void *w, bool wf32,
  * same for all heads of a token). */
 template <typename T>
 __global__ void rope_k(T *x, const int32_t *pos, const float *invf, float sign,
-		       int64_t NT, int64_t H, int64_t h2)
+		       float scale, int64_t NT, int64_t H, int64_t hd,
+		       int64_t h2)
 {
 	GRID_LOOP(i, NT * h2)
 	{
 		const int64_t j = i % h2, r = i / h2;
 		const float a = (float)pos[r] * invf[j];
-		const float c = rnd<T>(cosf(a)), s = sign * rnd<T>(sinf(a));
-		T *p = x + r * H * 2 * h2;
-		for (int64_t h = 0; h < H; h++, p += 2 * h2) {
+		const float c = rnd<T>(cosf(a) * scale),
+			    s = sign * rnd<T>(sinf(a) * scale);
+		T *p = x + r * H * hd;
+		for (int64_t h = 0; h < H; h++, p += hd) {
 			const float x1 = mgc_ld(p, j), x2 = mgc_ld(p, j + h2);
 			p[j] = mgc_t<T>::from(rnd<T>(x1 * c) - rnd<T>(x2 * s));
 			p[j + h2] =
@@ -331,13 +333,16 @@ __global__ void rope_k(T *x, const int32_t *pos, const float *invf, float sign,
 	}
 }
 
+/* Pairs (j, j + h2) of heads of hd (2 h2 < hd: partial rotary, the
+ * dims past 2 h2 untouched). */
 template <typename T>
 void rope(cudaStream_t st, void *x, const void *pos, const void *invf,
-	  float sign, int64_t NT, int64_t H, int64_t h2)
+	  float sign, float scale, int64_t NT, int64_t H, int64_t hd,
+	  int64_t h2)
 {
 	rope_k<T><<<mgc_blocks(NT * h2, TH), TH, 0, st>>>(
-		(T *)x, (const int32_t *)pos, (const float *)invf, sign, NT, H,
-		h2);
+		(T *)x, (const int32_t *)pos, (const float *)invf, sign, scale,
+		NT, H, hd, h2);
 }
 
 /* ---- swiglu ------------------------------------------------------- */
@@ -1099,14 +1104,16 @@ extern "C" int mg_cuda_rmsnorm_backward(
 
 extern "C" int mg_cuda_rope(struct mg_ctx *ctx, struct mg_tensor *x,
 			    const struct mg_tensor *positions,
-			    const struct mg_tensor *inv_freq, int sign)
+			    const struct mg_tensor *inv_freq, int sign,
+			    double scale)
 {
 	const int64_t NT = x->shape[0] * x->shape[1], H = x->shape[2],
-		      h2 = x->shape[3] / 2;
+		      hd = x->shape[3], h2 = inv_freq->shape[0];
 	if (NT * H * h2 == 0)
 		return 0;
 	LLM_DISPATCH("rope", x->dtype, rope, mgc_stream(ctx), x->data,
-		     positions->data, inv_freq->data, (float)sign, NT, H, h2);
+		     positions->data, inv_freq->data, (float)sign, (float)scale,
+		     NT, H, hd, h2);
 	return mgc_check_launch(sign > 0 ? "rope" : "rope_backward");
 }
 

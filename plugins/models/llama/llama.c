@@ -1,5 +1,6 @@
 /*
- * llama.c - the llama model plugin: Llama 2 / 3 / 3.x decoders from a
+ * llama.c - the llama model plugin: Llama 2 / 3 / 3.x decoders (and the
+ * families of llama_family.c: Mistral, Qwen2 / 3, Gemma 2 / 3, Phi-3) from a
  * preset shape, explicit options or a Hugging Face folder, declared as
  * one unit for the embedding, one per decoder layer and one for the
  * final norm with the output head (FSDP wraps a layer at a time).
@@ -15,29 +16,32 @@
 static const struct mg_option llama_options[] = {
 	MG_OPT_E("preset", "tiny",
 		 "tiny|llama2-7b|llama3-8b|llama3.2-1b|llama3.2-3b|mistral-7b|"
-		 "qwen2.5-1.5b|qwen3-1.7b|gemma-2-2b|gemma-3-1b",
+		 "qwen2.5-1.5b|qwen3-1.7b|gemma-2-2b|gemma-3-1b|phi-3-mini|"
+		 "phi-4-mini",
 		 "architecture to start from (published shapes; tiny: 2 "
 		 "layers of 64 for tests); the size options below override "
 		 "it"),
 	MG_OPT_P("hf_dir", "",
 		 "Hugging Face model folder (config.json, model.safetensors "
 		 "or its sharded index) to take the architecture and weights "
-		 "from, of model_type llama, mistral, qwen2, qwen3, gemma2 "
-		 "or gemma3_text; empty: "
+		 "from, of model_type llama, mistral, qwen2, qwen3, gemma2, "
+		 "gemma3_text or phi3; empty: "
 		 "random weights of the preset"),
 	MG_OPT_E("family", "auto",
-		 "auto|llama|mistral|qwen2|qwen3|gemma2|gemma3_text",
+		 "auto|llama|mistral|qwen2|qwen3|gemma2|gemma3_text|phi3",
 		 "decoder family of the preset's shape (auto: the preset's; "
 		 "with hf_dir, config.json's model_type): llama, mistral "
 		 "(sliding-window attention), qwen2 (q, k, v biases), qwen3 "
 		 "(per-head q and k RMSNorm), gemma2 ((1 + w) and sandwich "
 		 "norms, GeGLU, soft-capping, sliding and full layers), "
 		 "gemma3_text (gemma2's with q/k norms and a local RoPE "
-		 "base, no soft-capping)"),
+		 "base, no soft-capping), phi3 (fused qkv_proj and "
+		 "gate_up_proj, partial rotary)"),
 	MG_OPT_I("sliding_window", "0", 0, 1 << 30,
-		 "family mistral: keys each query sees, itself included (0: "
-		 "no window); gemma2 / gemma3_text: their sliding layers' "
-		 "(0: the preset's, else 4096)"),
+		 "family mistral or phi3: keys each query sees, itself "
+		 "included (0: the preset's, none for tiny); gemma2 / "
+		 "gemma3_text: their sliding layers' (0: the preset's, else "
+		 "4096)"),
 	MG_OPT_I("sliding_window_pattern", "0", 0, 4096,
 		 "gemma2 / gemma3_text: layer l attends in full when (l + 1) "
 		 "is a multiple of this (0: the family's, 2 and 6)"),
@@ -49,6 +53,10 @@ static const struct mg_option llama_options[] = {
 		 "the family's, 30 and none; 0: none)"),
 	MG_OPT_F("rope_local_base_freq", "0", 0, 1e12,
 		 "gemma3_text: the sliding layers' RoPE base (0: 10000)"),
+	MG_OPT_F("partial_rotary_factor", "0", 0, 1,
+		 "family phi3: the share of each head RoPE turns, the first "
+		 "int(head_dim * factor) dims (0: the preset's, all for "
+		 "tiny)"),
 	MG_OPT_I("vocab_size", "0", 0, 1 << 24, "vocabulary (0: preset's)"),
 	MG_OPT_I("hidden_size", "0", 0, 1 << 20, "model width (0: preset's)"),
 	MG_OPT_I("intermediate_size", "0", 0, 1 << 22,
@@ -155,8 +163,9 @@ static int llama_create(const struct mg_opts *o, struct mg_ctx *ctx,
 	}
 	llama_arch_setup(m);
 	/* Rotary frequencies live on the device, computed once: the global
-	 * layers' then the sliding layers' (llama_inv_freq_of). */
-	int64_t half = m->c.head_dim / 2;
+	 * layers' then the sliding layers' (llama_inv_freq_of), each
+	 * [rot_dim / 2] (partial rotary: fewer than head_dim / 2). */
+	int64_t half = llama_rot_dim(&m->c) / 2;
 	float *f = malloc((size_t)(2 * half) * sizeof *f);
 	if (!f || mg_buf_alloc(ctx, &m->inv_freq,
 			       (size_t)(2 * half) * sizeof *f, MG_MEM_PARAMS)) {
@@ -261,6 +270,28 @@ void llama_lp_shape(const struct llama_cfg *c, int p, int64_t shape[2])
 		shape[0] = io[lt[p]][0], shape[1] = io[lt[p]][1];
 }
 
+const char *llama_lp_hf(const struct llama_cfg *c, int p, int64_t *row0,
+			int64_t *total)
+{
+	const int64_t q = c->heads * c->head_dim,
+		      kv = c->kv_heads * c->head_dim, I = c->ffn;
+	int64_t sh[2];
+	llama_lp_shape(c, p, sh);
+	*row0 = 0;
+	*total = sh[0];
+	if ((c->fused & LLAMA_FUSE_QKV) && p >= LP_Q && p <= LP_V) {
+		*row0 = p == LP_Q ? 0 : p == LP_K ? q : q + kv;
+		*total = q + 2 * kv;
+		return "self_attn.qkv_proj.weight";
+	}
+	if ((c->fused & LLAMA_FUSE_GU) && (p == LP_GATE || p == LP_UP)) {
+		*row0 = p == LP_GATE ? 0 : I;
+		*total = 2 * I;
+		return "mlp.gate_up_proj.weight";
+	}
+	return llama_lp_name(c, p);
+}
+
 void llama_layer_params(struct llama *m)
 {
 	const struct llama_cfg *c = &m->c;
@@ -293,23 +324,32 @@ static int add(struct mg_model_spec *s, const char *name, int flags, int64_t a,
 }
 
 /* A unit's adapters, lora_A's of every target then lora_B's (the order
- * llama_lora_setup gave their indices). */
+ * llama_lora_setup gave their indices); a fused module's targets are one
+ * adapter, declared by the first, its B over their outputs. */
 static int add_adapters(struct mg_model_spec *s, const struct llama *m,
 			int first, int last)
 {
 	const struct llama_lora *L = &m->lora;
 	for (int pass = 0; pass < 2; pass++)
 		for (int t = first; t <= last; t++) {
-			if (!(L->targets & (1u << t)))
+			if (!(L->targets & (1u << t)) || L->own[t] != t)
 				continue;
-			int64_t in, out;
-			llama_lora_dims(&m->c, t, &in, &out);
+			int64_t in = 0, out = 0;
+			for (int k = t; k <= last; k++) {
+				int64_t ik, ok;
+				llama_lora_dims(&m->c, k, &ik, &ok);
+				if (L->own[k] == t &&
+				    (L->targets & (1u << k))) {
+					in = ik;
+					out += ok;
+				}
+			}
 			char name[64];
 			snprintf(name, sizeof name, "%s%s.lora_%c.weight",
 				 t <= LT_O	? "self_attn."
 				 : t == LT_HEAD ? ""
 						: "mlp.",
-				 llama_lora_module[t], pass ? 'B' : 'A');
+				 llama_lora_mod(&m->c, t), pass ? 'B' : 'A');
 			if (pass ? add(s, name, MG_P_TRAIN, out, L->rank)
 				 : add(s, name, MG_P_TRAIN, L->rank, in))
 				return -1;
@@ -467,9 +507,10 @@ static const struct mg_plugin llama_plugin = {
 	.name = "llama",
 	.version = "0.1",
 	.description = "Llama 2 / 3 / 3.x, Mistral, Qwen2 / 2.5, Qwen3, "
-		       "Gemma 2 and Gemma 3 (text) decoders (RMSNorm, RoPE "
-		       "with llama3 scaling, GQA, SwiGLU / GeGLU; biases, "
-		       "q/k norms, sliding windows, soft-capping), "
+		       "Gemma 2, Gemma 3 (text) and Phi-3 / Phi-4-mini "
+		       "decoders (RMSNorm, RoPE with llama3 scaling, longrope "
+		       "or partial, GQA, SwiGLU / GeGLU; biases, q/k norms, "
+		       "sliding windows, soft-capping, fused projections), "
 		       "per-token loss; presets or a Hugging Face folder",
 	.options = llama_options,
 	.create = llama_create,

@@ -14,6 +14,10 @@
 /* The most layers a model has (num_hidden_layers' bound). */
 #define LLAMA_MAX_LAYERS 4096
 
+/* longrope factors a config may hold (rotary dims / 2): 256 covers
+ * heads of 512 rotary dims, Phi's are 48. */
+#define LLAMA_LR_MAX 256
+
 /* The architecture, as Hugging Face's LlamaConfig names it. */
 struct llama_cfg {
 	int64_t vocab;	     /* vocab_size */
@@ -51,7 +55,37 @@ struct llama_cfg {
 	/* layers that attend in full despite a window (bit l of word l /
 	 * 64): transformers' layer_types mixing sliding and full layers */
 	uint64_t full[LLAMA_MAX_LAYERS / 64];
+	/* Phi-3's fused projections: HF folders (and PEFT adapters) hold
+	 * q, k, v as one qkv_proj and gate, up as one gate_up_proj; the
+	 * model keeps them apart (split at load, fused at export) */
+	unsigned fused;	 /* LLAMA_FUSE_* */
+	int64_t rot_dim; /* rotary dims of each head (partial_rotary_factor:
+			  * the first rot_dim turn, the rest pass), 0: all */
+	/* rope type "longrope" (Phi-3-128k, Phi-4-mini), lr_n 0: none:
+	 * inv_freq divided by short_factor, cos and sin scaled by the
+	 * attention factor lr_attn; rows longer than lr_orig_max would take
+	 * long_factor instead (transformers switches by the longest
+	 * position), which is refused, not run */
+	int lr_n;
+	double lr_short[LLAMA_LR_MAX], lr_long[LLAMA_LR_MAX];
+	double lr_attn;	    /* attention factor (1: none) */
+	bool lr_attn_given; /* config.json named it (written back so) */
+	int64_t lr_orig_max;
 };
+#define LLAMA_FUSE_QKV 1u /* q, k, v: self_attn.qkv_proj */
+#define LLAMA_FUSE_GU 2u  /* gate, up: mlp.gate_up_proj */
+
+/* cos and sin's scale (longrope's attention factor), 1 without. */
+static inline double llama_rope_scale(const struct llama_cfg *c)
+{
+	return c->lr_n ? c->lr_attn : 1.0;
+}
+
+/* The rotary dims of a head: rot_dim, or the whole head_dim. */
+static inline int64_t llama_rot_dim(const struct llama_cfg *c)
+{
+	return c->rot_dim ? c->rot_dim : c->head_dim;
+}
 
 /* Whether layer l attends through the sliding window. */
 static inline bool llama_slides(const struct llama_cfg *c, int64_t l)
@@ -94,6 +128,11 @@ struct llama;
 void llama_layer_params(struct llama *m);
 /* The [rows, cols] (cols 0: 1-D) of layer parameter kind p. */
 void llama_lp_shape(const struct llama_cfg *c, int p, int64_t shape[2]);
+/* Where kind p lies in a Hugging Face folder: the tensor's name within
+ * "model.layers.N.", and p's rows [*row0, *row0 + rows) of its *total
+ * rows (the whole tensor, unless the family fuses p with others). */
+const char *llama_lp_hf(const struct llama_cfg *c, int p, int64_t *row0,
+			int64_t *total);
 
 /* Fill cfg from the plugin's options: a preset's shape, overridden by
  * explicit options, or an HF folder's config.json (hf_dir). */
@@ -109,7 +148,7 @@ static inline int64_t llama_max_proj(const struct llama_cfg *c)
 	const int64_t q = c->heads * c->head_dim * c->dim, f = c->ffn * c->dim;
 	return q > f ? q : f;
 }
-/* inv_freq[j] for j < head_dim / 2, rope scaling applied. */
+/* inv_freq[j] for j < llama_rot_dim / 2, rope scaling applied. */
 void llama_inv_freq(const struct llama_cfg *c, float *out);
 /* A regular text file of at most cap bytes (mg_file_read) holding no 0
  * byte, NUL-terminated (free it); NULL after mg_error() named the file
@@ -186,6 +225,9 @@ enum {
 };
 /* The names PEFT's target_modules use, by LT_* (llama_adapter.c). */
 extern const char *const llama_lora_module[LT_COUNT];
+/* Target t's module name in model c: llama_lora_module[t], or the fused
+ * module (qkv_proj, gate_up_proj) that holds it. */
+const char *llama_lora_mod(const struct llama_cfg *c, int t);
 /* "q_proj, v_proj" of target bits (bit LT_*). */
 void llama_lora_modules_of(unsigned bits, char *out, size_t cap);
 /* adapter_config.json at path checked against the options: r, lora_alpha
@@ -204,6 +246,13 @@ struct llama_lora {
 	unsigned targets; /* bit LT_* */
 	/* Index of the target's lora_A and lora_B within its unit, or -1. */
 	int ia[LT_COUNT], ib[LT_COUNT];
+	/* A fused module (Phi-3's qkv_proj, gate_up_proj) is one PEFT
+	 * adapter: one A and one B over the fused output. Its targets share
+	 * the A of own[t], the first of them, and their B's are rows
+	 * [brow[t], brow[t] + out) of that one B (llama_lora_b). Otherwise
+	 * own[t] = t and brow[t] = 0. */
+	int own[LT_COUNT];
+	int64_t brow[LT_COUNT];
 	int layer_params, head_params; /* parameters per unit */
 	/* lora_adapter: a PEFT adapter to start from, or NULL. */
 	struct mg_tensor_file *from;
@@ -283,7 +332,7 @@ struct llama {
 	struct mg_ctx *ctx;
 	char hf_dir[4096];   /* weights to start from, or "" */
 	struct llama_hf *hf; /* its open files (llama_hf.c) */
-	/* F32 [head_dim / 2] on the device: the global layers' rotary
+	/* F32 [rot_dim / 2] on the device: the global layers' rotary
 	 * frequencies, then the sliding layers' (rope_local_theta) */
 	struct mg_buf inv_freq;
 	/* the gate of the MLP: swiglu, or geglu (tanh GELU), by c.geglu */
@@ -377,6 +426,11 @@ int llama_hf_load_nf4(struct llama *m, const char *name,
 int llama_lora_setup(struct llama *m, const struct mg_opts *o);
 void llama_lora_dims(const struct llama_cfg *c, int t, int64_t *in,
 		     int64_t *out);
+/* Target t's lora_B [out, r] among a unit's tensors T (its parameters or
+ * gradients): T[ib[t]], or t's rows of a fused module's B. A NULL
+ * tensor (a gradient not lent) stays NULL. */
+struct mg_tensor llama_lora_b(const struct llama *m, const struct mg_tensor *T,
+			      int t);
 /* Target t's adapter of layer `layer` (layers: the head): from the
  * lora_adapter folder, else A [rank, in] kaiming-uniform(a = sqrt(5)) as
  * PEFT (uniform within +-1/sqrt(in)) and B zero. */
@@ -541,7 +595,8 @@ int llama_embed_scale(const struct llama *m, struct mg_ctx *ctx,
 enum { NW_IN, NW_POST, NW_Q, NW_K, NW_AO, NW_MO, NW_N, NW_FINAL = NW_N };
 int llama_norm_ws(struct llama *m, struct mg_ctx *ctx,
 		  const struct mg_tensor *W, const struct mg_tensor **nw);
-/* rope_local_theta's frequencies (rope_theta's without one), unscaled. */
+/* rope_local_theta's frequencies (rope_theta's without one), unscaled,
+ * [llama_rot_dim / 2]. */
 void llama_inv_freq_local(const struct llama_cfg *c, float *out);
 
 /* llama_model.c */

@@ -18,8 +18,18 @@ const char *const llama_lora_module[LT_COUNT] = {
 	"q_proj",    "k_proj",	"v_proj",    "o_proj",
 	"gate_proj", "up_proj", "down_proj", "lm_head"};
 
+const char *llama_lora_mod(const struct llama_cfg *c, int t)
+{
+	if ((c->fused & LLAMA_FUSE_QKV) && t >= LT_Q && t <= LT_V)
+		return "qkv_proj";
+	if ((c->fused & LLAMA_FUSE_GU) && (t == LT_GATE || t == LT_UP))
+		return "gate_up_proj";
+	return llama_lora_module[t];
+}
+
 /* target_modules of adapter_config.json (a list of module names, or
- * PEFT's "all-linear") as target bits; 0 after an error naming path. */
+ * PEFT's "all-linear") as target bits; 0 after an error naming path.
+ * Phi-3's fused modules name their projections together. */
 static unsigned config_targets(const cJSON *tm, const char *path)
 {
 	if (cJSON_IsString(tm) && !strcmp(tm->valuestring, "all-linear"))
@@ -39,11 +49,21 @@ static unsigned config_targets(const cJSON *tm, const char *path)
 			if (cJSON_IsString(it) &&
 			    !strcmp(it->valuestring, llama_lora_module[t]))
 				found = t;
+		if (cJSON_IsString(it) &&
+		    !strcmp(it->valuestring, "qkv_proj")) {
+			bits |= (1u << LT_Q) | (1u << LT_K) | (1u << LT_V);
+			continue;
+		}
+		if (cJSON_IsString(it) &&
+		    !strcmp(it->valuestring, "gate_up_proj")) {
+			bits |= (1u << LT_GATE) | (1u << LT_UP);
+			continue;
+		}
 		if (found < 0) {
 			mg_error("llama: %s: 'target_modules' names %s%s%s, "
 				 "not a llama module (q_proj, k_proj, v_proj, "
 				 "o_proj, gate_proj, up_proj, down_proj, "
-				 "lm_head)",
+				 "lm_head; Phi-3's qkv_proj, gate_up_proj)",
 				 path, cJSON_IsString(it) ? "'" : "",
 				 cJSON_IsString(it) ? it->valuestring
 						    : "a non-string",

@@ -31,7 +31,9 @@ struct mg_attn_opts llama_attn_opts(const struct llama *m, int64_t l)
 
 struct mg_tensor llama_inv_freq_of(const struct llama *m, int64_t l)
 {
-	int64_t half = m->c.head_dim / 2;
+	/* [rot_dim / 2]: its length tells the RoPE op how many dims turn
+	 * (partial rotary, Phi-3) */
+	int64_t half = llama_rot_dim(&m->c) / 2;
 	const bool local = m->c.rope_local_theta > 0 && llama_slides(&m->c, l);
 	return mg_tensor_make((float *)m->inv_freq.ptr + (local ? half : 0),
 			      MG_F32, m->ctx->dev->kind, 1, &half);

@@ -14,54 +14,58 @@
 
 #include "llama.h"
 
-/* Shapes of the published models (their config.json files). */
+/* Shapes of the published models (their config.json files), by field
+ * (what a preset leaves out is 0: no rope scaling, no window, ...). */
+#define P(V, D, F, L, H, KV, HD, EPS, THETA, TIE, MAXP)                        \
+	.vocab = V, .dim = D, .ffn = F, .layers = L, .heads = H,               \
+	.kv_heads = KV, .head_dim = HD, .norm_eps = EPS, .rope_theta = THETA,  \
+	.tie_embeddings = TIE, .init_std = 0.02, .max_positions = MAXP
+/* llama3's rope scaling of Llama 3.2 */
+#define LLAMA32_RS                                                             \
+	.rs_factor = 32, .rs_low = 1, .rs_high = 4, .rs_orig_max = 8192
 static const struct {
 	const char *name;
 	struct llama_cfg c;
 } presets[] = {
-	{"tiny", {256,	64,    176,   2,    4,	   2, 16,
-		  1e-5, 10000, false, 0.02, 0,	   0, 0,
-		  0,	2048,  0,     0,    false, 0, .norm_offset = false}},
+	{"tiny", {P(256, 64, 176, 2, 4, 2, 16, 1e-5, 10000, false, 2048)}},
 	{"llama2-7b",
-	 {32000, 4096,	11008, 32,   32,    32, 128,
-	  1e-5,	 10000, false, 0.02, 0,	    0,	0,
-	  0,	 4096,	0,     0,    false, 0,	.norm_offset = false}},
+	 {P(32000, 4096, 11008, 32, 32, 32, 128, 1e-5, 10000, false, 4096)}},
 	{"llama3-8b",
-	 {128256, 4096,	  14336, 32,   32,    8, 128,
-	  1e-5,	  500000, false, 0.02, 0,     0, 0,
-	  0,	  8192,	  0,	 0,    false, 0, .norm_offset = false}},
+	 {P(128256, 4096, 14336, 32, 32, 8, 128, 1e-5, 500000, false, 8192)}},
 	{"llama3.2-1b",
-	 {128256, 2048,	  8192, 16,   32,    8, 64,
-	  1e-5,	  500000, true, 0.02, 32,    1, 4,
-	  8192,	  131072, 0,	0,    false, 0, .norm_offset = false}},
+	 {P(128256, 2048, 8192, 16, 32, 8, 64, 1e-5, 500000, true, 131072),
+	  LLAMA32_RS}},
 	{"llama3.2-3b",
-	 {128256, 3072,	  8192, 28,   24,    8, 128,
-	  1e-5,	  500000, true, 0.02, 32,    1, 4,
-	  8192,	  131072, 0,	0,    false, 0, .norm_offset = false}},
+	 {P(128256, 3072, 8192, 28, 24, 8, 128, 1e-5, 500000, true, 131072),
+	  LLAMA32_RS}},
 	/* the families' features come from their config keys (family
 	 * option auto: the preset's family, llama_family.c) */
 	{"mistral-7b",
-	 {32768, 4096,	14336, 32,   32,    8, 128,
-	  1e-5,	 1e6,	false, 0.02, 0,	    0, 0,
-	  0,	 32768, 1,     0,    false, 0, .norm_offset = false}},
+	 {P(32768, 4096, 14336, 32, 32, 8, 128, 1e-5, 1e6, false, 32768),
+	  .family = 1}},
 	{"qwen2.5-1.5b",
-	 {151936, 1536,	 8960, 28,   12,    2, 128,
-	  1e-6,	  1e6,	 true, 0.02, 0,	    0, 0,
-	  0,	  32768, 2,    0,    false, 0, .norm_offset = false}},
+	 {P(151936, 1536, 8960, 28, 12, 2, 128, 1e-6, 1e6, true, 32768),
+	  .family = 2}},
 	{"qwen3-1.7b",
-	 {151936, 2048,	 6144, 28,   16,    8, 128,
-	  1e-6,	  1e6,	 true, 0.02, 0,	    0, 0,
-	  0,	  40960, 3,    0,    false, 0, .norm_offset = false}},
+	 {P(151936, 2048, 6144, 28, 16, 8, 128, 1e-6, 1e6, true, 40960),
+	  .family = 3}},
 	/* the sliding window is the preset's (Gemma 3 1B: 512) */
 	{"gemma-2-2b",
-	 {256000, 2304,	 9216, 26,   8,	    4,	  256,
-	  1e-6,	  10000, true, 0.02, 0,	    0,	  0,
-	  0,	  8192,	 4,    0,    false, 4096, .norm_offset = false}},
+	 {P(256000, 2304, 9216, 26, 8, 4, 256, 1e-6, 10000, true, 8192),
+	  .family = 4, .window = 4096}},
 	{"gemma-3-1b",
-	 {262144, 1152,	 6912, 26,   4,	    1,	 256,
-	  1e-6,	  1e6,	 true, 0.02, 0,	    0,	 0,
-	  0,	  32768, 5,    0,    false, 512, .norm_offset = false}},
+	 {P(262144, 1152, 6912, 26, 4, 1, 256, 1e-6, 1e6, true, 32768),
+	  .family = 5, .window = 512}},
+	/* Phi-3-mini-4k (window 2047) and Phi-4-mini (3/4 of each head
+	 * rotary, tied; its longrope factors come with its folder) */
+	{"phi-3-mini",
+	 {P(32064, 3072, 8192, 32, 32, 32, 96, 1e-5, 10000, false, 4096),
+	  .family = 6, .window = 2047}},
+	{"phi-4-mini",
+	 {P(200064, 3072, 8192, 32, 24, 8, 128, 1e-5, 10000, true, 131072),
+	  .family = 6, .rot_dim = 96}},
 };
+#undef P
 
 int llama_cfg_check(const struct llama_cfg *c)
 {
@@ -104,6 +108,16 @@ int llama_cfg_check(const struct llama_cfg *c)
 	if (c->head_dim % 2)
 		return mg_error("llama: head_dim %lld is odd (rotary pairs)",
 				(long long)c->head_dim);
+	if (c->lr_n && c->lr_n != llama_rot_dim(c) / 2)
+		return mg_error("llama: rope_scaling longrope has %d factors, "
+				"the heads %lld rotary pairs",
+				c->lr_n, (long long)(llama_rot_dim(c) / 2));
+	if (c->rot_dim &&
+	    (c->rot_dim < 2 || c->rot_dim % 2 || c->rot_dim > c->head_dim))
+		return mg_error("llama: %lld rotary dims of a head of %lld "
+				"(partial_rotary_factor): not even, or out "
+				"of [2, head_dim]",
+				(long long)c->rot_dim, (long long)c->head_dim);
 	if (!(c->norm_eps > 0) || !(c->rope_theta > 1))
 		return mg_error("llama: rms_norm_eps %g and rope_theta %g must "
 				"be positive (theta > 1)",
@@ -129,9 +143,11 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 		      pat = mg_opt_int(o, "sliding_window_pattern");
 	const double acap = mg_opt_float(o, "attn_logit_softcapping"),
 		     fcap = mg_opt_float(o, "final_logit_softcapping"),
-		     local = mg_opt_float(o, "rope_local_base_freq");
+		     local = mg_opt_float(o, "rope_local_base_freq"),
+		     prf = mg_opt_float(o, "partial_rotary_factor");
 	cJSON *j = cJSON_CreateObject();
-	/* Gemma's keys as config.json names them (-1 / 0: the family's) */
+	/* the families' keys as config.json names them (-1 / 0: the
+	 * family's) */
 	if (!j ||
 	    (w > 0 &&
 	     !cJSON_AddNumberToObject(j, "sliding_window", (double)w)) ||
@@ -142,7 +158,9 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 	    (fcap >= 0 &&
 	     !cJSON_AddNumberToObject(j, "final_logit_softcapping", fcap)) ||
 	    (local > 0 &&
-	     !cJSON_AddNumberToObject(j, "rope_local_base_freq", local))) {
+	     !cJSON_AddNumberToObject(j, "rope_local_base_freq", local)) ||
+	    (prf > 0 &&
+	     !cJSON_AddNumberToObject(j, "partial_rotary_factor", prf))) {
 		cJSON_Delete(j);
 		return mg_error("llama: out of memory");
 	}
@@ -150,12 +168,15 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 	/* the preset and the tie_embeddings option decide tying here, not
 	 * the family's config default */
 	const bool tie = c->tie_embeddings;
+	const int64_t rot0 = c->rot_dim;
+	c->rot_dim = prf > 0 ? -1 : rot0; /* -1: must be read */
 	int rc = llama_families[f].read(c, j, "[model] family");
 	c->tie_embeddings = tie;
 	cJSON_Delete(j);
 	if (!rc && w > 0 && c->window != w)
 		rc = mg_error("llama: sliding_window = %lld is read by family "
-			      "= mistral only (family = %s)",
+			      "= mistral, phi3 or the gemma families only "
+			      "(family = %s)",
 			      (long long)w, llama_families[f].model_type);
 	if (!rc && !c->norm_offset &&
 	    (pat > 0 || acap >= 0 || fcap >= 0 || local > 0))
@@ -164,6 +185,10 @@ static int family_from_opts(struct llama_cfg *c, const struct mg_opts *o)
 			"rope_local_base_freq are read by the gemma "
 			"families only (family = %s)",
 			llama_families[f].model_type);
+	if (!rc && c->rot_dim < 0)
+		rc = mg_error("llama: partial_rotary_factor is read by family "
+			      "= phi3 only (family = %s)",
+			      llama_families[f].model_type);
 	return rc;
 }
 
@@ -195,12 +220,18 @@ int llama_cfg_from_opts(struct llama_cfg *c, const struct mg_opts *o,
 		over(&c->heads, o, "num_heads");
 		over(&c->kv_heads, o, "num_kv_heads");
 		int64_t hd = mg_opt_int(o, "head_dim");
+		const int64_t hd0 = c->head_dim;
 		/* A changed width or head count re-derives head_dim. */
 		if (hd > 0)
 			c->head_dim = hd;
 		else if (mg_opt_int(o, "hidden_size") > 0 ||
 			 mg_opt_int(o, "num_heads") > 0)
 			c->head_dim = c->dim / c->heads;
+		/* a preset's partial rotary keeps its share of the head */
+		if (c->rot_dim && c->head_dim != hd0)
+			c->rot_dim =
+				(int64_t)((double)c->head_dim *
+					  ((double)c->rot_dim / (double)hd0));
 		if (mg_opt_float(o, "rope_theta") > 0)
 			c->rope_theta = mg_opt_float(o, "rope_theta");
 		if (mg_opt_float(o, "rms_norm_eps") > 0)
@@ -250,14 +281,82 @@ static int json_num(const cJSON *j, const char *key, double *out,
 	return 0;
 }
 
-/* rope_scaling (transformers 4) or rope_parameters (5): theta (5 only),
- * and llama3 scaling; "default" (or none) is unscaled. */
-static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
+/* A list of at most LLAMA_LR_MAX numbers at key `name` of r into out;
+ * their count, or -1 after an error naming k and name. */
+static int factors(const cJSON *r, const char *name, double *out, const char *k,
+		   const char *path)
 {
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, name), *e;
+	if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) < 1 ||
+	    cJSON_GetArraySize(a) > LLAMA_LR_MAX)
+		return mg_error("%s: '%s' longrope: '%s' is not a list of 1 "
+				"to %d numbers",
+				path, k, name, LLAMA_LR_MAX);
+	int n = 0;
+	cJSON_ArrayForEach(e, a)
+	{
+		if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) ||
+		    !isfinite(e->valuedouble))
+			return mg_error("%s: '%s' longrope: %s[%d] is not a "
+					"positive number",
+					path, k, name, n);
+		out[n++] = e->valuedouble;
+	}
+	return n;
+}
+
+/*
+ * rope type "longrope" (transformers' _compute_longrope_parameters, as
+ * Phi3Config has it): short_factor and long_factor, one per rotary pair;
+ * original_max_position_embeddings (config.json's, or the rope
+ * object's); the attention factor given, else sqrt(1 + ln(s) / ln(orig))
+ * for s = max_position_embeddings / orig > 1, else 1.
+ */
+static int longrope(struct llama_cfg *c, const cJSON *j, const cJSON *r,
+		    const char *k, const char *path)
+{
+	const int ns = factors(r, "short_factor", c->lr_short, k, path);
+	const int nl =
+		ns < 0 ? -1 : factors(r, "long_factor", c->lr_long, k, path);
+	if (ns < 0 || nl < 0)
+		return -1;
+	if (ns != nl)
+		return mg_error("%s: '%s' longrope: %d short and %d long "
+				"factors",
+				path, k, ns, nl);
+	c->lr_n = ns;
+	c->lr_orig_max = 0;
+	if (json_int(j, "original_max_position_embeddings", &c->lr_orig_max,
+		     false, path) ||
+	    json_int(r, "original_max_position_embeddings", &c->lr_orig_max,
+		     false, path))
+		return -1;
+	if (c->lr_orig_max < 1)
+		return mg_error("%s: '%s' longrope needs "
+				"original_max_position_embeddings",
+				path, k);
+	double a = 0;
+	if (json_num(r, "attention_factor", &a, path))
+		return -1;
+	c->lr_attn_given = a > 0;
+	const double s = (double)c->max_positions / (double)c->lr_orig_max;
+	c->lr_attn = a > 0    ? a
+		     : s <= 1 ? 1
+			      : sqrt(1 + log(s) / log((double)c->lr_orig_max));
+	return 0;
+}
+
+/* rope_scaling (transformers 4) or rope_parameters (5), the object at
+ * key k of j: theta (5 only), and llama3 scaling; "default" (or none) is
+ * unscaled. */
+static int rope_params(struct llama_cfg *c, const cJSON *j, const char *k,
+		       const char *path)
+{
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, k);
 	if (!r || cJSON_IsNull(r))
 		return 0;
 	if (!cJSON_IsObject(r))
-		return mg_error("%s: rope parameters are not an object", path);
+		return mg_error("%s: '%s' is not an object", path, k);
 	if (json_num(r, "rope_theta", &c->rope_theta, path))
 		return -1;
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "rope_type");
@@ -268,10 +367,13 @@ static int rope_params(struct llama_cfg *c, const cJSON *r, const char *path)
 		return 0;
 	if (!strcmp(type, "linear")) /* positions / factor (Gemma 3) */
 		return json_num(r, "factor", &c->rs_linear, path);
+	if (!strcmp(type, "longrope"))
+		return longrope(c, j, r, k, path);
 	if (strcmp(type, "llama3"))
-		return mg_error("%s: rope type '%s' is not supported (default, "
-				"linear and llama3 are)",
-				path, type);
+		return mg_error("%s: '%s' has rope type '%s', which the llama "
+				"model does not run (default, linear, llama3 "
+				"and longrope are)",
+				path, k, type);
 	if (json_num(r, "factor", &c->rs_factor, path) ||
 	    json_num(r, "low_freq_factor", &c->rs_low, path) ||
 	    json_num(r, "high_freq_factor", &c->rs_high, path) ||
@@ -400,14 +502,8 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 		rc = json_int(j, "num_key_value_heads", &c->kv_heads, false,
 			      path) ||
 		     json_int(j, "head_dim", &c->head_dim, false, path) ||
-		     rope_params(c,
-				 cJSON_GetObjectItemCaseSensitive(
-					 j, "rope_scaling"),
-				 path) ||
-		     rope_params(c,
-				 cJSON_GetObjectItemCaseSensitive(
-					 j, "rope_parameters"),
-				 path) ||
+		     rope_params(c, j, "rope_scaling", path) ||
+		     rope_params(c, j, "rope_parameters", path) ||
 		     llama_families[fam].read(c, j, path);
 	}
 	const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
@@ -431,11 +527,17 @@ int llama_cfg_from_hf(struct llama_cfg *c, const char *path)
 
 void llama_inv_freq(const struct llama_cfg *c, float *out)
 {
-	const int64_t half = c->head_dim / 2;
+	/* partial rotary: transformers' dim = int(head_dim * factor) */
+	const int64_t rd = llama_rot_dim(c), half = rd / 2;
 	for (int64_t j = 0; j < half; j++) {
 		/* As transformers computes it: in float32. */
 		float f = 1.0f / powf((float)c->rope_theta,
-				      (float)(2 * j) / (float)c->head_dim);
+				      (float)(2 * j) / (float)rd);
+		/* longrope: 1 / (short_factor * base^(2j / rd)), float32 */
+		if (c->lr_n)
+			f = 1.0f / ((float)c->lr_short[j] *
+				    powf((float)c->rope_theta,
+					 (float)(2 * j) / (float)rd));
 		if (c->rs_linear > 0) /* rope_scaling linear (Gemma 3) */
 			f = (float)(f / c->rs_linear);
 		if (c->rs_factor > 0) {
@@ -461,7 +563,7 @@ void llama_inv_freq_local(const struct llama_cfg *c, float *out)
 {
 	const double theta =
 		c->rope_local_theta > 0 ? c->rope_local_theta : c->rope_theta;
-	for (int64_t j = 0; j < c->head_dim / 2; j++)
-		out[j] = 1.0f / powf((float)theta,
-				     (float)(2 * j) / (float)c->head_dim);
+	const int64_t rd = llama_rot_dim(c);
+	for (int64_t j = 0; j < rd / 2; j++)
+		out[j] = 1.0f / powf((float)theta, (float)(2 * j) / (float)rd);
 }

@@ -103,6 +103,12 @@ static int cache_begin(struct llama *m, struct mg_ctx *ctx, int64_t max_len)
 				"generate)",
 				(long long)max_len,
 				(long long)c->max_positions);
+	if (c->lr_n && max_len > c->lr_orig_max)
+		return mg_error("llama decode: a sequence of up to %lld tokens "
+				"exceeds original_max_position_embeddings = "
+				"%lld of rope_scaling longrope, whose long "
+				"factors are not run",
+				(long long)max_len, (long long)c->lr_orig_max);
 	const size_t per = cache_layer_bytes(m, max_len);
 	if (mg_buf_reserve(ctx, &m->kcache, per * (size_t)c->layers,
 			   MG_MEM_ACTIVATIONS) ||
@@ -171,9 +177,9 @@ static int dproj(struct llama *m, struct mg_ctx *ctx, const struct dlay *L,
 	char *B = m->dec_work.ptr;
 	struct mg_tensor as = tat(m, B, L->la, ctx->compute_dtype, 2,
 				  x->shape[0], m->lora.rank, 0, 0);
-	return llama_lora_forward(m, ctx, layer, tg, &W[m->lora.ia[tg]],
-				  &W[m->lora.ib[tg]], x, &as, NULL, B + L->ltmp,
-				  y) ||
+	struct mg_tensor Bt = llama_lora_b(m, W, tg);
+	return llama_lora_forward(m, ctx, layer, tg, &W[m->lora.ia[tg]], &Bt, x,
+				  &as, NULL, B + L->ltmp, y) ||
 	       mg_op_linear_add(ctx, &xq, Wd, b, y);
 }
 
@@ -225,8 +231,10 @@ static int layer_decode(struct llama *m, struct mg_ctx *ctx,
 	       dproj(m, ctx, L, l, W, LP_V, LT_V, &h, &vf) ||
 	       (qkn && (mg_op_rmsnorm(ctx, &qh, nw[NW_Q], eps, &qh, NULL) ||
 			mg_op_rmsnorm(ctx, &kh, nw[NW_K], eps, &kh, NULL))) ||
-	       mg_op_rope(ctx, &q4, positions, &f) ||
-	       mg_op_rope(ctx, &k4, positions, &f) ||
+	       mg_op_rope_scaled(ctx, &q4, positions, &f,
+				 llama_rope_scale(c)) ||
+	       mg_op_rope_scaled(ctx, &k4, positions, &f,
+				 llama_rope_scale(c)) ||
 	       mg_op_attention_decode_opts(ctx, &q3, &kc, &vc, pos, &ao, &o3) ||
 	       dproj(m, ctx, L, l, W, LP_O, LT_O, &o, &t) ||
 	       (sw && mg_op_rmsnorm(ctx, &t, nw[NW_AO], eps, &t, NULL)) ||

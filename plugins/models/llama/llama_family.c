@@ -18,6 +18,9 @@
  *   gemma3_text  Gemma 2's without the soft-caps by default, with q/k
  *            norms, rope_local_base_freq on sliding layers and
  *            sliding_window_pattern (every 6th layer full)
+ *   phi3     fused qkv_proj and gate_up_proj in the folder (split at
+ *            load, fused at export), partial_rotary_factor (Phi-4-mini
+ *            turns 3/4 of each head), sliding_window over every layer
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -399,6 +402,67 @@ static void write_gemma(const struct llama_cfg *c, void *j)
 	}
 }
 
+/* A factor key in (0, 1]: absent or null leaves *out. */
+static int get_factor(const void *j, const char *k, double *out,
+		      const char *path)
+{
+	const cJSON *v = key(j, k);
+	if (!v)
+		return 0;
+	if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || v->valuedouble > 1)
+		return mg_error("%s: '%s' is not a number in (0, 1]", path, k);
+	*out = v->valuedouble;
+	return 0;
+}
+
+/* Phi-3: q, k, v and gate, up fused in the folder; no biases; RoPE on
+ * the first int(head_dim * partial_rotary_factor) dims of each head (as
+ * transformers truncates it; transformers 5 may keep the factor in
+ * rope_parameters); a sliding window over every layer when
+ * sliding_window is set (transformers' Phi3Model masks with it). A
+ * config without the keys keeps the window and rotary dims it has (a
+ * preset's; a folder's start at none and all). */
+static int read_phi3(struct llama_cfg *c, const void *j, const char *path)
+{
+	double f = 0;
+	int64_t w = 0;
+	const cJSON *rp = key(j, "rope_parameters");
+	if (get_factor(j, "partial_rotary_factor", &f, path) ||
+	    (cJSON_IsObject(rp) &&
+	     get_factor(rp, "partial_rotary_factor", &f, path)) ||
+	    get_count(j, "sliding_window", &w, path))
+		return -1;
+	c->bias = 0;
+	c->fused = LLAMA_FUSE_QKV | LLAMA_FUSE_GU;
+	if (f > 0) {
+		const int64_t rd = (int64_t)((double)c->head_dim * f);
+		if (rd < 2 || rd % 2)
+			return mg_error("%s: partial_rotary_factor %g of "
+					"head_dim %lld makes %lld rotary "
+					"dims, not an even number >= 2",
+					path, f, (long long)c->head_dim,
+					(long long)rd);
+		c->rot_dim = rd == c->head_dim ? 0 : rd;
+	}
+	if (key(j, "sliding_window") || key(j, "layer_types"))
+		return window_of(c, j, w > 0, w, path);
+	return 0;
+}
+
+static void write_phi3(const struct llama_cfg *c, void *j)
+{
+	write_mistral(c, j);
+	/* a factor that int(head_dim * factor) turns back into rot_dim */
+	const int64_t rd = llama_rot_dim(c);
+	double f = (double)rd / (double)c->head_dim;
+	while ((int64_t)((double)c->head_dim * f) < rd)
+		f = nextafter(f, 2.0);
+	cJSON_AddNumberToObject(j, "partial_rotary_factor", f);
+	/* Phi3Config's default pad_token_id (32000) would be outside a
+	 * smaller vocabulary; the folder does not say which id pads */
+	cJSON_AddNullToObject(j, "pad_token_id");
+}
+
 /* In the order of the plugin's `family` option. */
 const struct llama_family llama_families[] = {
 	{"llama", "LlamaForCausalLM", read_llama, write_llama},
@@ -407,6 +471,7 @@ const struct llama_family llama_families[] = {
 	{"qwen3", "Qwen3ForCausalLM", read_qwen3, write_qwen3},
 	{"gemma2", "Gemma2ForCausalLM", read_gemma2, write_gemma},
 	{"gemma3_text", "Gemma3ForCausalLM", read_gemma3, write_gemma},
+	{"phi3", "Phi3ForCausalLM", read_phi3, write_phi3},
 	{NULL, NULL, NULL, NULL},
 };
 
@@ -420,5 +485,5 @@ int llama_family_find(const char *model_type)
 
 const char *llama_family_names(void)
 {
-	return "llama|mistral|qwen2|qwen3|gemma2|gemma3_text";
+	return "llama|mistral|qwen2|qwen3|gemma2|gemma3_text|phi3";
 }

@@ -7,6 +7,9 @@
  * never holds a second copy of the model. A bitsandbytes 4-bit folder
  * (llama_bnb.c) loads too: its NF4 projections dequantized into float
  * parameters, or copied as they are into NF4 ones (quant = nf4).
+ * A family that fuses projections in its folders (Phi-3's qkv_proj,
+ * gate_up_proj) has each split projection read as its rows of the
+ * fused tensor, in whatever form the folder holds it.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -260,8 +263,66 @@ static int load_dequantized(const struct bnb_weight *w, struct mg_tensor *dst)
 	return rc ? -1 : 0;
 }
 
+/* Is `name` ("model.layers.N." + a projection's name) a part of a fused
+ * tensor in this family's folders? 1: src names that tensor, whose rows
+ * [*row0, *row0 + dst rows) of *total it is; 0: it is stored as itself. */
+static int fused_part(const struct llama *m, const char *name, char *src,
+		      size_t cap, int64_t *row0, int64_t *total)
+{
+	static const char pre[] = "model.layers.";
+	if (!m->c.fused || strncmp(name, pre, sizeof pre - 1))
+		return 0;
+	const char *rest = strchr(name + sizeof pre - 1, '.');
+	if (!rest)
+		return 0;
+	rest++;
+	for (int p = LP_Q; p <= LP_DOWN; p++) {
+		if (!llama_lp_proj(p) || strcmp(rest, llama_layer_param[p]))
+			continue;
+		const char *f = llama_lp_hf(&m->c, p, row0, total);
+		if (!strcmp(f, rest))
+			return 0;
+		snprintf(src, cap, "%.*s%s", (int)(rest - name), name, f);
+		return 1;
+	}
+	return 0;
+}
+
+/* dst as rows [row0, row0 + rows) of tensor src [total, cols], read whole
+ * into f32 by load (llama_hf_load or _int4: its return value, 1 or 0 of
+ * _int4 passed on). */
+static int load_rows(struct llama *m, const char *src, int64_t row0,
+		     int64_t total, struct mg_tensor *dst,
+		     int (*load)(struct llama *, const char *,
+				 struct mg_tensor *))
+{
+	const int64_t cols = dst->ndim == 2 ? dst->shape[1] : 1,
+		      shape[2] = {total, cols};
+	float *f = malloc((size_t)(total * cols) * sizeof *f);
+	if (!f)
+		return mg_error("llama: out of memory for '%s'", src);
+	struct mg_tensor whole =
+		mg_tensor_make(f, MG_F32, MG_DEV_CPU, dst->ndim, shape);
+	int rc = load(m, src, &whole);
+	if (rc >= 0 && (rc == 1 || load == llama_hf_load)) {
+		struct mg_tensor part =
+			mg_tensor_make(f + row0 * cols, MG_F32, MG_DEV_CPU,
+				       dst->ndim, dst->shape);
+		if (mg_tensor_convert_host(dst, &part))
+			rc = mg_error_prefix("llama: %s: rows %lld.. of '%s'",
+					     m->hf->dir, (long long)row0, src);
+	}
+	free(f);
+	return rc;
+}
+
 int llama_hf_load_int4(struct llama *m, const char *name, struct mg_tensor *dst)
 {
+	char fused[200];
+	int64_t row0, total;
+	if (fused_part(m, name, fused, sizeof fused, &row0, &total))
+		return load_rows(m, fused, row0, total, dst,
+				 llama_hf_load_int4);
 	char qn[256], sn[256];
 	snprintf(qn, sizeof qn, "%s_int4", name);
 	snprintf(sn, sizeof sn, "%s_scales", name);
@@ -317,6 +378,10 @@ static const char *shape_str(int ndim, const int64_t *shape, char *buf,
 
 int llama_hf_load(struct llama *m, const char *name, struct mg_tensor *dst)
 {
+	char fused[200];
+	int64_t row0, total;
+	if (fused_part(m, name, fused, sizeof fused, &row0, &total))
+		return load_rows(m, fused, row0, total, dst, llama_hf_load);
 	int q4 = llama_hf_load_int4(m, name, dst);
 	if (q4)
 		return q4 < 0 ? -1 : 0;
@@ -371,9 +436,14 @@ static int check_shapes(struct llama *m)
 		int64_t want[2];
 		if (k < c->layers * nl) {
 			const int p = m->kind[k % nl];
+			int64_t row0;
+			/* a fused tensor: its whole shape (once a part) */
+			const char *hn = llama_lp_hf(c, p, &row0, &want[0]);
 			snprintf(name, sizeof name, "model.layers.%lld.%s",
-				 (long long)(k / nl), llama_lp_name(c, p));
-			llama_lp_shape(c, p, want);
+				 (long long)(k / nl), hn);
+			int64_t sh[2];
+			llama_lp_shape(c, p, sh);
+			want[1] = sh[1];
 		} else if (k == c->layers * nl) {
 			snprintf(name, sizeof name,
 				 "model.embed_tokens.weight");

@@ -10,7 +10,9 @@
  * shard at most). LoRA adapters are merged into the weights they adapt
  * (W + s B A, in fp32 on the host), so the folder is a plain full model
  * (an NF4 base, quant = nf4, is dequantized first);
- * a tied output head is the embedding, written once as HF writes it.
+ * a tied output head is the embedding, written once as HF writes it;
+ * a family that fuses projections in its folders (Phi-3) gets them
+ * fused back (qkv_proj, gate_up_proj: the parts' rows in order).
  * With dtype MG_NF4 (`export --dtype nf4`) the folder is a bitsandbytes
  * 4-bit one, as transformers saves a model loaded with
  * BitsAndBytesConfig(load_in_4bit, nf4, double quant, bf16 compute): the
@@ -88,6 +90,21 @@ static int write_config(const struct llama_cfg *c, const char *dir,
 		cJSON_AddNumberToObject(r, "high_freq_factor", c->rs_high);
 		cJSON_AddNumberToObject(r, "original_max_position_embeddings",
 					(double)c->rs_orig_max);
+	} else if (c->lr_n) {
+		/* longrope, as Phi3Config writes it */
+		cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
+		cJSON_AddStringToObject(r, "type", "longrope");
+		cJSON_AddItemToObject(
+			r, "short_factor",
+			cJSON_CreateDoubleArray(c->lr_short, c->lr_n));
+		cJSON_AddItemToObject(
+			r, "long_factor",
+			cJSON_CreateDoubleArray(c->lr_long, c->lr_n));
+		if (c->lr_attn_given)
+			cJSON_AddNumberToObject(r, "attention_factor",
+						c->lr_attn);
+		cJSON_AddNumberToObject(j, "original_max_position_embeddings",
+					(double)c->lr_orig_max);
 	} else {
 		cJSON_AddNullToObject(j, "rope_scaling");
 	}
@@ -224,6 +241,71 @@ static int put_int4(const struct llama *m, struct mg_tensor_writer *w,
 	return rc ? mg_error_prefix("llama export: %s", name) : 0;
 }
 
+/* Parameter p of an acquired unit as fp32 host values (malloc'd; NULL
+ * after mg_error), target t's adapter merged in (t < 0: none; a fused
+ * module's target: its rows of the one B, with the shared A). */
+static float *merged_f32(struct mg_ctx *ctx, const struct llama *m,
+			 const struct mg_unit_view *v, int p, int t,
+			 const char *name)
+{
+	const struct mg_tensor *W = &v->params[p];
+	const struct llama_lora *L = &m->lora;
+	const bool merged = t >= 0 && L->rank && (L->targets & (1u << t));
+	float *f = to_host_f32(ctx, W);
+	if (!f) {
+		mg_error_prefix("llama export: %s", name);
+		return NULL;
+	}
+	if (!merged)
+		return f;
+	const struct mg_tensor Bt = llama_lora_b(m, v->params, t);
+	float *a = to_host_f32(ctx, &v->params[L->ia[t]]),
+	      *b = to_host_f32(ctx, &Bt);
+	if (a && b)
+		merge(f, a, b, W->shape[0], W->shape[1], L->rank, L->scale);
+	free(a);
+	free(b);
+	if (!a || !b) {
+		free(f);
+		mg_error_prefix("llama export: %s's adapter", name);
+		return NULL;
+	}
+	return f;
+}
+
+/* fp32 values f of shape (ndim, shape) into the writer under name, in
+ * dt; proj: one of a layer's projections, which NF4 and int4 exports
+ * quantize (the rest of a 4-bit export is bf16). */
+static int emit(const struct llama *m, struct mg_tensor_writer *w, float *f,
+		int ndim, const int64_t *shape, const char *name,
+		enum mg_dtype dt, bool proj)
+{
+	const struct mg_tensor W =
+		mg_tensor_make(f, MG_F32, MG_DEV_CPU, ndim, shape);
+	if (dt == MG_NF4 && proj)
+		return put_quantized(w, f, &W, name);
+	if (dt == MG_INT4 && proj)
+		return put_int4(m, w, f, &W, name);
+	if (dt == MG_NF4 || dt == MG_INT4)
+		dt = MG_BF16; /* the rest of a 4-bit export */
+	void *out = NULL;
+	int rc = 0;
+	if (dt != MG_F32) {
+		out = malloc((size_t)mg_tensor_numel(&W) * mg_dtype_size(dt));
+		struct mg_tensor dst =
+			mg_tensor_make(out, dt, MG_DEV_CPU, ndim, shape);
+		rc = !out ? mg_error("llama export: out of memory")
+			  : mg_tensor_convert_host(&dst, &W);
+	}
+	if (!rc) {
+		struct mg_tensor h = mg_tensor_make(out ? out : f, dt,
+						    MG_DEV_CPU, ndim, shape);
+		rc = mg_tensor_writer_add(w, name, &h);
+	}
+	free(out);
+	return rc;
+}
+
 /* Parameter p of an acquired unit into the writer under name, in dt,
  * with target t's adapter merged in (t < 0: none). */
 static int put(struct mg_ctx *ctx, const struct llama *m,
@@ -237,52 +319,46 @@ static int put(struct mg_ctx *ctx, const struct llama *m,
 	const bool merged = t >= 0 && L->rank && (L->targets & (1u << t));
 	if (dt == MG_NF4 && W->dtype == MG_NF4 && !merged)
 		return put_blob(ctx, w, W, name);
-	float *f = to_host_f32(ctx, W);
+	float *f = merged_f32(ctx, m, v, p, t, name);
 	if (!f)
-		return mg_error_prefix("llama export: %s", name);
-	int rc = 0;
-	if (merged) {
-		const struct mg_tensor *A = &v->params[L->ia[t]],
-				       *B = &v->params[L->ib[t]];
-		float *a = to_host_f32(ctx, A), *b = to_host_f32(ctx, B);
-		if (!a || !b)
-			rc = mg_error_prefix("llama export: %s's adapter",
-					     name);
-		else
-			merge(f, a, b, W->shape[0], W->shape[1], L->rank,
-			      L->scale);
-		free(a);
-		free(b);
-	}
-	if (!rc && dt == MG_NF4 && nf4_here) {
-		rc = put_quantized(w, f, W, name);
-		free(f);
-		return rc;
-	}
-	if (!rc && dt == MG_INT4 && nf4_here) {
-		rc = put_int4(m, w, f, W, name);
-		free(f);
-		return rc;
-	}
-	if (dt == MG_NF4 || dt == MG_INT4)
-		dt = MG_BF16; /* the rest of a 4-bit export */
-	void *out = NULL;
-	if (!rc && dt != MG_F32) {
-		out = malloc((size_t)mg_tensor_numel(W) * mg_dtype_size(dt));
-		struct mg_tensor src = mg_tensor_make(f, MG_F32, MG_DEV_CPU,
-						      W->ndim, W->shape),
-				 dst = mg_tensor_make(out, dt, MG_DEV_CPU,
-						      W->ndim, W->shape);
-		rc = !out ? mg_error("llama export: out of memory")
-			  : mg_tensor_convert_host(&dst, &src);
-	}
-	if (!rc) {
-		struct mg_tensor h = mg_tensor_make(
-			out ? out : f, dt, MG_DEV_CPU, W->ndim, W->shape);
-		rc = mg_tensor_writer_add(w, name, &h);
-	}
-	free(out);
+		return -1;
+	int rc = emit(m, w, f, W->ndim, W->shape, name, dt, nf4_here);
 	free(f);
+	return rc;
+}
+
+/* Projections ps[0..n) (targets ts) of an acquired unit, merged, as one
+ * fused tensor of their rows in order (Phi-3's qkv_proj, gate_up_proj)
+ * under name. */
+static int put_fused(struct mg_ctx *ctx, const struct llama *m,
+		     struct mg_tensor_writer *w, const struct mg_unit_view *v,
+		     const int *ps, const int *ts, int n, const char *name,
+		     enum mg_dtype dt)
+{
+	if (n < 1)
+		return mg_error("llama export: %s has no parts", name);
+	int64_t shape[2] = {0, v->params[ps[0]].shape[1]};
+	for (int j = 0; j < n; j++)
+		shape[0] += v->params[ps[j]].shape[0];
+	float *all = malloc((size_t)(shape[0] * shape[1]) * sizeof *all);
+	if (!all)
+		return mg_error("llama export: out of memory for %s", name);
+	int rc = 0;
+	for (int j = 0, row = 0; j < n && !rc; j++) {
+		const int64_t rows = v->params[ps[j]].shape[0];
+		float *f = merged_f32(ctx, m, v, ps[j], ts[j], name);
+		if (!f) {
+			rc = -1;
+			break;
+		}
+		memcpy(all + row * shape[1], f,
+		       (size_t)(rows * shape[1]) * sizeof *f);
+		row += (int)rows;
+		free(f);
+	}
+	if (!rc)
+		rc = emit(m, w, all, 2, shape, name, dt, true);
+	free(all);
 	return rc;
 }
 
@@ -333,9 +409,38 @@ static int put_unit(struct llama *m, struct mg_ctx *ctx,
 			for (int k = 0; k < LT_HEAD; k++)
 				if (lp_of[k] == p)
 					t = k;
+			int64_t row0, total, sh[2];
+			const char *hn = llama_lp_hf(c, p, &row0, &total);
+			llama_lp_shape(c, p, sh);
 			snprintf(name, sizeof name, "model.layers.%d.%s",
-				 u - LLAMA_UNIT_LAYER(0), llama_lp_name(c, p));
-			rc = put_group(ctx, m, sw, w, v, i, t, name, dt);
+				 u - LLAMA_UNIT_LAYER(0), hn);
+			if (total == sh[0]) {
+				rc = put_group(ctx, m, sw, w, v, i, t, name,
+					       dt);
+				continue;
+			}
+			if (row0)
+				continue; /* written with its first part */
+			/* the parts of this fused tensor, in row order */
+			int ps[LT_HEAD] = {0}, ts[LT_HEAD] = {0}, n = 0;
+			for (int64_t r = 0; r < total && n < LT_HEAD;) {
+				int k = 0;
+				int64_t r0 = -1, tot;
+				for (; k < LT_HEAD; k++)
+					if (!strcmp(llama_lp_hf(c, lp_of[k],
+								&r0, &tot),
+						    hn) &&
+					    r0 == r)
+						break;
+				if (k == LT_HEAD)
+					break;
+				ps[n] = m->lp[lp_of[k]];
+				ts[n++] = k;
+				llama_lp_shape(c, lp_of[k], sh);
+				r += sh[0];
+			}
+			rc = put_fused(ctx, m, w, v, ps, ts, n, name, dt) ||
+			     mg_shard_writer_take(sw, w);
 		}
 	}
 	mg_release(ctx, u, ph);

@@ -55,7 +55,9 @@ int llama_init_unit(struct llama *m, int unit, struct mg_tensor *params,
 	for (int t = 0; t < LT_COUNT; t++) {
 		bool here = unit == LLAMA_UNIT_HEAD(c) ? t == LT_HEAD
 						       : t != LT_HEAD;
-		if (L->ia[t] < 0 || !here || unit == LLAMA_UNIT_EMBED)
+		/* a fused module's adapter once, by its first target */
+		if (L->ia[t] < 0 || !here || unit == LLAMA_UNIT_EMBED ||
+		    L->own[t] != t)
 			continue;
 		if (L->ia[t] >= nall || L->ib[t] >= nall)
 			return mg_error("llama: adapter index out of range");

@@ -41,14 +41,34 @@ void llama_lora_dims(const struct llama_cfg *c, int t, int64_t *in,
 	*out = outs[t];
 }
 
-/* "q,k,v" (or PEFT's "q_proj", "all") into target bits. */
+/* Fused modules' names (Phi-3's, PEFT's and short) as target bits. */
+static unsigned fused_bits(const char *p, size_t n)
+{
+	static const struct {
+		const char *name;
+		unsigned bits;
+	} f[] = {
+		{"qkv_proj", (1u << LT_Q) | (1u << LT_K) | (1u << LT_V)},
+		{"qkv", (1u << LT_Q) | (1u << LT_K) | (1u << LT_V)},
+		{"gate_up_proj", (1u << LT_GATE) | (1u << LT_UP)},
+		{"gate_up", (1u << LT_GATE) | (1u << LT_UP)},
+	};
+	for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+		if (strlen(f[i].name) == n && !strncmp(p, f[i].name, n))
+			return f[i].bits;
+	return 0;
+}
+
+/* "q,k,v" (or PEFT's "q_proj", "qkv_proj", "all") into target bits. */
 static int parse_targets(const char *s, unsigned *bits)
 {
 	*bits = 0;
 	const char *p = s;
 	while (*p) {
 		size_t n = strcspn(p, ", ");
-		if (n) {
+		if (n && fused_bits(p, n)) {
+			*bits |= fused_bits(p, n);
+		} else if (n) {
 			int found = -1;
 			for (int t = 0; t < LT_COUNT && found < 0; t++)
 				if ((strlen(short_name[t]) == n &&
@@ -61,7 +81,8 @@ static int parse_targets(const char *s, unsigned *bits)
 			} else if (found < 0) {
 				return mg_error("llama: lora_targets: unknown "
 						"target '%.*s' (q, k, v, o, "
-						"gate, up, down, head, all)",
+						"gate, up, down, head, qkv, "
+						"gate_up, all)",
 						(int)n, p);
 			} else {
 				*bits |= 1u << found;
@@ -184,9 +205,70 @@ static int open_adapter(struct llama *m, const char *dir)
 	return check_tensors(m, path);
 }
 
+/*
+ * PEFT adapts a fused module as one Linear: qkv_proj's adapter is
+ * qkv += s B (A drop(x)) with one A [r, D] and one B [q + 2 kv, r], so
+ * q, k and v share A and take their rows of B. own[] and brow[] say so;
+ * a fused module is adapted whole or not at all (PEFT cannot target a
+ * part of it, so a part could not be written as an adapter).
+ */
+static int fused_groups(struct llama *m)
+{
+	struct llama_lora *L = &m->lora;
+	const struct llama_cfg *c = &m->c;
+	static const int qkv[] = {LT_Q, LT_K, LT_V, -1},
+			 gu[] = {LT_GATE, LT_UP, -1};
+	const struct {
+		unsigned flag;
+		const int *ts;
+		const char *name;
+	} g[] = {{LLAMA_FUSE_QKV, qkv, "q, k, v (qkv_proj)"},
+		 {LLAMA_FUSE_GU, gu, "gate, up (gate_up_proj)"}};
+	for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+		if (!(c->fused & g[i].flag))
+			continue;
+		unsigned want = 0;
+		for (const int *t = g[i].ts; *t >= 0; t++)
+			want |= 1u << *t;
+		if ((L->targets & want) && (L->targets & want) != want)
+			return mg_error("llama: lora_targets: family %s fuses "
+					"%s into one module, adapted whole: "
+					"target all of them or none",
+					llama_families[c->family].model_type,
+					g[i].name);
+		int64_t row = 0;
+		for (const int *t = g[i].ts; *t >= 0; t++) {
+			int64_t in, out;
+			llama_lora_dims(c, *t, &in, &out);
+			L->own[*t] = g[i].ts[0];
+			L->brow[*t] = row;
+			row += out;
+		}
+	}
+	return 0;
+}
+
+struct mg_tensor llama_lora_b(const struct llama *m, const struct mg_tensor *T,
+			      int t)
+{
+	struct mg_tensor b = T[m->lora.ib[t]];
+	int64_t in, out;
+	llama_lora_dims(&m->c, t, &in, &out);
+	if (b.data)
+		b.data = (char *)b.data +
+			 (size_t)(m->lora.brow[t] * b.shape[1]) *
+				 mg_dtype_size(b.dtype);
+	b.shape[0] = out;
+	return b;
+}
+
 int llama_lora_setup(struct llama *m, const struct mg_opts *o)
 {
 	struct llama_lora *L = &m->lora;
+	for (int t = 0; t < LT_COUNT; t++) {
+		L->own[t] = t;
+		L->brow[t] = 0;
+	}
 	L->rank = (int)mg_opt_int(o, "lora_rank");
 	L->alpha = mg_opt_float(o, "lora_alpha");
 	L->dropout = mg_opt_float(o, "lora_dropout");
@@ -209,17 +291,23 @@ int llama_lora_setup(struct llama *m, const struct mg_opts *o)
 				"embedding)");
 	L->scale = L->rslora ? L->alpha / sqrt((double)L->rank)
 			     : L->alpha / L->rank;
+	if (fused_groups(m))
+		return -1;
 	/* A's of a unit first, then B's: the q, k, v (and gate, up) A's
-	 * lie side by side in replicated storage. */
+	 * lie side by side in replicated storage. A fused module's targets
+	 * share its one A and B (fused_groups). */
 	int na = 0;
 	for (int t = 0; t < LT_HEAD; t++)
-		na += !!(L->targets & (1u << t));
+		na += (L->targets & (1u << t)) && L->own[t] == t;
 	int k = 0;
 	for (int t = 0; t < LT_HEAD; t++)
-		if (L->targets & (1u << t)) {
+		if ((L->targets & (1u << t)) && L->own[t] == t) {
 			L->ia[t] = m->nlp + k;
 			L->ib[t] = m->nlp + na + k;
 			k++;
+		} else if (L->targets & (1u << t)) {
+			L->ia[t] = L->ia[L->own[t]];
+			L->ib[t] = L->ib[L->own[t]];
 		}
 	L->layer_params = m->nlp + 2 * na;
 	if (L->targets & (1u << LT_HEAD)) {
@@ -249,7 +337,7 @@ static void peft_name(const struct llama *m, int layer, int t, char ab,
 		snprintf(out, cap,
 			 "base_model.model.model.layers.%d.%s%s.lora_%c.weight",
 			 layer, t <= LT_O ? "self_attn." : "mlp.",
-			 llama_lora_module[t], ab);
+			 llama_lora_mod(&m->c, t), ab);
 }
 
 /* dst from the adapter file's tensor of the same shape. */
@@ -390,8 +478,10 @@ static int drop(struct llama *m, struct mg_ctx *ctx, int layer, int t,
 	const double p = m->lora.dropout;
 	const int64_t T = m->T, w = x->shape[1];
 	const size_t rb = (size_t)(T * w) * mg_dtype_size(x->dtype);
-	const uint64_t key = mg_rng_key(mg_rng_key(ctx->seed, LORA_DROP_LABEL),
-					(uint64_t)(layer * LT_COUNT + t));
+	/* a fused module's targets drop their one input once: one mask */
+	const uint64_t key =
+		mg_rng_key(mg_rng_key(ctx->seed, LORA_DROP_LABEL),
+			   (uint64_t)(layer * LT_COUNT + m->lora.own[t]));
 	if (T > ROW_STRIDE)
 		return mg_error("llama: lora_dropout on rows over %lld tokens",
 				(long long)ROW_STRIDE);
@@ -499,8 +589,9 @@ bool llama_lora_fusable(const struct llama *m, const struct mg_ctx *ctx,
 {
 	if (n < 2 || n > 3 || (ctx->training && m->lora.dropout > 0))
 		return false;
+	/* a fused module's targets share one A: no stack of A's */
 	for (int j = 0; j < n; j++)
-		if (m->lora.ia[ts[j]] < 0)
+		if (m->lora.ia[ts[j]] < 0 || m->lora.own[ts[j]] != ts[j])
 			return false;
 	return adjacent(m, ts, n, P, false) &&
 	       (!G || adjacent(m, ts, n, G, false));

@@ -36,7 +36,10 @@
  *
  * The family's features (llama_family.c) are data here, not branches:
  * a projection's bias is its GEMM's bias argument (NULL without one),
- * a sliding window is the attention's option, and with q/k norms the
+ * a sliding window is the attention's option, partial rotary is the
+ * length of the RoPE op's frequency table, Phi-3's fused projections
+ * are split ones here (a fused LoRA module's targets share one A and
+ * take rows of one B: llama_lora_b), and with q/k norms the
  * projections write q and k raw (kept, qr and kr) and a per-head RMSNorm
  * over [rows * heads, head_dim] views makes the q and k that RoPE turns.
  * Gemma's features (llama_arch.c) the same way: each layer's attention
@@ -336,11 +339,12 @@ static int proj_fwd(struct llama *m, struct mg_ctx *ctx, const struct lay *L,
 	const struct llama_lora *lo = &m->lora;
 	const bool ad = lo->ia[tg] >= 0;
 	if (ad) {
-		struct mg_tensor as = lora_saved(m, L, l, tg);
+		/* a fused module's targets: t's rows of the one B */
+		struct mg_tensor as = lora_saved(m, L, l, tg),
+				 Bt = llama_lora_b(m, P, tg);
 		char *A = m->arena.ptr;
-		if (llama_lora_forward(m, ctx, l, tg, &P[lo->ia[tg]],
-				       &P[lo->ib[tg]], x, &as, A + L->lxd,
-				       A + L->ltmp, y))
+		if (llama_lora_forward(m, ctx, l, tg, &P[lo->ia[tg]], &Bt, x,
+				       &as, A + L->lxd, A + L->ltmp, y))
 			return -1;
 	}
 	struct mg_tensor qb;
@@ -431,7 +435,7 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 			 int l, bool again)
 {
 	struct mg_tensor f = llama_inv_freq_of(m, l), pb;
-	double eps = m->c.norm_eps;
+	const double eps = m->c.norm_eps, rs = llama_rope_scale(&m->c);
 	const bool fused = m->kern & LK_RMSNORM, qkn = m->c.qk_norm,
 		   sw = m->c.sandwich;
 	const struct mg_attn_opts ao = llama_attn_opts(m, l);
@@ -447,8 +451,8 @@ static int layer_forward(struct llama *m, struct mg_ctx *ctx,
 				      &t->rstdq) ||
 			mg_op_rmsnorm(ctx, &t->krh, nw[NW_K], eps, &t->kh,
 				      &t->rstdk))) ||
-	       mg_op_rope(ctx, &t->q4, pos, &f) ||
-	       mg_op_rope(ctx, &t->k4, pos, &f) ||
+	       mg_op_rope_scaled(ctx, &t->q4, pos, &f, rs) ||
+	       mg_op_rope_scaled(ctx, &t->k4, pos, &f, rs) ||
 	       mg_op_attention_opts(ctx, &t->q4, &t->k4, &t->v4, pos, &ao,
 				    &t->o4, &t->lse) ||
 	       /* xm = x + o W_o^T, through xn as scratch (sandwich: x +
@@ -498,6 +502,15 @@ static int check_batch(struct llama *m, const struct mg_batch *b)
 		return mg_error("llama: the input is not a token batch (I32 "
 				"ids [n, T] with positions); use a token "
 				"dataset such as random_tokens");
+	/* longrope: transformers takes the long factors once a position
+	 * reaches original_max_position_embeddings; rows that long are
+	 * refused rather than run with the short ones */
+	if (m->c.lr_n && b->seq > m->c.lr_orig_max)
+		return mg_error("llama: rows of %lld tokens exceed "
+				"original_max_position_embeddings %lld of "
+				"rope_scaling longrope, whose long factors "
+				"are not run (shorten dataset.seq_len)",
+				(long long)b->seq, (long long)m->c.lr_orig_max);
 	if (b->seq > m->c.max_positions && !m->warned_len) {
 		mg_warn("llama: rows of %lld tokens exceed "
 			"max_position_embeddings %lld",
@@ -639,13 +652,16 @@ static int proj_lora_bwd(struct llama *m, struct mg_ctx *ctx,
 			 struct mg_tensor *dx)
 {
 	const struct llama_lora *lo = &m->lora;
-	const int a = lo->ia[tg], b = lo->ib[tg];
+	const int a = lo->ia[tg];
 	if (a < 0)
 		return 0;
-	struct mg_tensor as = lora_saved(m, L, l, tg);
+	/* a fused module's targets: t's rows of the one B, dA summed */
+	struct mg_tensor as = lora_saved(m, L, l, tg),
+			 Bt = llama_lora_b(m, P, tg),
+			 dBt = llama_lora_b(m, G, tg);
 	char *B = m->work.ptr;
-	return llama_lora_backward(m, ctx, l, tg, &P[a], &P[b], gw(&G[a]),
-				   gw(&G[b]), x, &as, dy, dx, B + L->ldas,
+	return llama_lora_backward(m, ctx, l, tg, &P[a], &Bt, gw(&G[a]),
+				   gw(&dBt), x, &as, dy, dx, B + L->ldas,
 				   B + L->lda, (char *)m->arena.ptr + L->lxd,
 				   B + L->ldxd);
 }
@@ -775,6 +791,7 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 			 do4 = at(m, B, L->dout, dt, 4, n, T, c->heads,
 				  c->head_dim);
 	struct mg_tensor f = llama_inv_freq_of(m, l);
+	const double rs = llama_rope_scale(c);
 	const struct mg_attn_opts ao = llama_attn_opts(m, l);
 	const bool sw = c->sandwich;
 	const struct mg_tensor *nw[NW_N];
@@ -812,8 +829,8 @@ static int layer_backward(struct llama *m, struct mg_ctx *ctx,
 	       mg_op_attention_opts_backward(ctx, &t->q4, &t->k4, &t->v4,
 					     &m->positions, &ao, &t->o4,
 					     &t->lse, &do4, &dq4, &dk4, &dv4) ||
-	       mg_op_rope_backward(ctx, &dq4, &m->positions, &f) ||
-	       mg_op_rope_backward(ctx, &dk4, &m->positions, &f) ||
+	       mg_op_rope_scaled_backward(ctx, &dq4, &m->positions, &f, rs) ||
+	       mg_op_rope_scaled_backward(ctx, &dk4, &m->positions, &f, rs) ||
 	       (qkn &&
 		(mg_op_rmsnorm_backward(ctx, &t->qrh, nw[NW_Q], &t->rstdq, &dqh,
 					&dqrh, gw(&G[m->lp[LP_Q_NORM]])) ||
