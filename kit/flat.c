@@ -454,3 +454,36 @@ int mg_flat_ubw_check(const struct mg_ctx *ctx, const char *who)
 				who);
 	return 0;
 }
+
+int mg_flat_slices(const struct mg_flat_layout *L, const struct mg_flat *f,
+		   int srank, bool decay_all, void *param, const void *grad,
+		   void *param_lp, void *const *state, int nstate,
+		   struct mg_optim_slice out[2])
+{
+	const size_t ms = mg_dtype_size(L->master);
+	int n = 0;
+	for (int part = 0; part < 2; part++) {
+		int64_t a, b;
+		int64_t lo = part ? f->n_decay : 0,
+			hi = part ? f->n : f->n_decay;
+		if (!mg_flat_shard_range(f, srank, lo, hi, &a, &b))
+			continue;
+		struct mg_optim_slice *s = &out[n++];
+		memset(s, 0, sizeof *s);
+		s->dtype = L->master;
+		s->param = (char *)param + (size_t)a * ms;
+		s->grad =
+			(const char *)grad + (size_t)a * mg_dtype_size(f->grad);
+		s->grad_dtype = f->grad;
+		s->param_lp =
+			param_lp ? (char *)param_lp +
+					   (size_t)a * mg_dtype_size(f->lent)
+				 : NULL;
+		s->lp_dtype = f->lent;
+		s->n = b - a;
+		s->decay = decay_all || part == 0;
+		for (int j = 0; j < nstate && j < 2; j++)
+			s->state[j] = (char *)state[j] + (size_t)a * ms;
+	}
+	return n;
+}

@@ -9,6 +9,10 @@
  *   kit/ddp.h         the bucketed, overlapped DDP core and its
  *                     communication hooks (bf16 compression built in)
  *   kit/flat.h        flat parameters and shards (FSDP-style layouts)
+ *   kit/unit_pipe.h   the unit-by-unit gradient pipeline of sharded
+ *                     strategies (gather before use, reductions as units
+ *                     are ready, accumulation, a final action per unit)
+ *                     with storage policies (ZeRO-1/2/3, fsdp, offload)
  *   kit/shard_ckpt.h  checkpoints of sharded flat state
  *   kit/host_optim.h  the vectorised, threaded host optimizer
  *
@@ -28,12 +32,14 @@
  *        clipping, no fp16), shared by fsdp and offload
  *   1.4  mg_host_optim_zero: host state zeroed (first touched) by the
  *        threads that update it
+ *   1.5  unit_pipe.h (mg_unit_pipe_*: the pipeline fsdp and offload are
+ *        built on), mg_flat_slices (a shard's optimizer slices)
  */
 #ifndef MG_KIT_H
 #define MG_KIT_H
 
 #define MG_KIT_VERSION_MAJOR 1
-#define MG_KIT_VERSION_MINOR 4
+#define MG_KIT_VERSION_MINOR 5
 
 #include "kit/ddp.h"
 #include "kit/flat.h"
@@ -41,5 +47,6 @@
 #include "kit/replica.h"
 #include "kit/sampler.h"
 #include "kit/shard_ckpt.h"
+#include "kit/unit_pipe.h"
 
 #endif

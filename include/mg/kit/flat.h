@@ -194,6 +194,20 @@ static inline bool mg_flat_frozen_lp(const struct mg_flat *f)
 	return !f->train && f->lp;
 }
 
+/* Added in kit 1.5: the optimizer's slices of this rank's shard
+ * (srank) of trained flat f, at most two (the part that takes weight
+ * decay, then the rest), so a strategy that owns an optimizer-state shard
+ * updates exactly its part: param, grad, param_lp (NULL: none) and
+ * state[j] point at the shard's first element (master dtype for param
+ * and state, f->grad for grad, f->lent for param_lp); the slices point
+ * inside them. decay_all: every slice takes weight decay
+ * (mg_optim_hparams.decay_all, applied by mg_optim_update's caller).
+ * Returns how many slices were filled (0 to 2). */
+int mg_flat_slices(const struct mg_flat_layout *L, const struct mg_flat *f,
+		   int srank, bool decay_all, void *param, const void *grad,
+		   void *param_lp, void *const *state, int nstate,
+		   struct mg_optim_slice out[2]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,8 @@
 /*
  * fsdp.c - the fsdp strategy plugin: options, shard groups, storage of
  * this rank's shards, the sampler (each rank reads its block of the
- * global batch, as ddp_ds) and the optimizer step on the local shard.
- * See fsdp.h for the shard modes.
+ * global batch, as ddp_ds), the hooks of the kit's unit pipeline and the
+ * optimizer step on the local shard. See fsdp.h for the shard modes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -84,10 +84,9 @@ static int fsdp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 static void fsdp_destroy(void *self)
 {
 	struct fsdp *d = self;
-	fsdp_exec_free(d);
-	struct mg_buf *bufs[] = {&d->master_buf, &d->lp_buf,  &d->packed_buf,
-				 &d->gshard,	 &d->buffers, &d->state[0],
-				 &d->state[1]};
+	mg_unit_pipe_free(&d->pipe);
+	struct mg_buf *bufs[] = {&d->master_buf, &d->lp_buf,   &d->packed_buf,
+				 &d->buffers,	 &d->state[0], &d->state[1]};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		mg_buf_free(d->ctx, bufs[i]);
 	if (d->own_sc)
@@ -148,9 +147,13 @@ static int make_groups(struct fsdp *d)
 	return 0;
 }
 
-int fsdp_alloc_gathered(struct fsdp *d, struct mg_buf *b, size_t bytes,
-			enum mg_mem_cat cat)
+/* Device memory that all-gathers read or write: in a window of the shard
+ * group's communicator with copy_engine (their gathers then need no SMs),
+ * else ordinary. The unit pipeline's slot allocator too. */
+static int fsdp_alloc_gathered(void *self, struct mg_buf *b, size_t bytes,
+			       enum mg_mem_cat cat)
 {
+	struct fsdp *d = self;
 	if (!d->copy_engine || d->group == 1)
 		return mg_buf_alloc(d->ctx, b, bytes, cat);
 	bool windowed = false;
@@ -187,11 +190,8 @@ static int alloc_storage(struct fsdp *d)
 	    alloc_shards(d, &d->lp_buf, lp_bytes, lp_bytes > 1) ||
 	    alloc_shards(d, &d->packed_buf, (size_t)L->n_packed + 1,
 			 L->n_packed > 0) ||
-	    mg_buf_alloc(ctx, &d->gshard, (d->pooled ? 0 : L->gshard_bytes) + 1,
-			 MG_MEM_GRADS) ||
 	    mg_buf_alloc(ctx, &d->buffers, (size_t)L->n_buffers * ms + 1,
-			 MG_MEM_PARAMS) ||
-	    mg_memset_dev(ctx, d->gshard.ptr, 0, d->gshard.bytes))
+			 MG_MEM_PARAMS))
 		return -1;
 	for (int k = 0; k < d->nslots_state; k++)
 		if (mg_buf_alloc(ctx, &d->state[k], (size_t)L->n_train * ms + 1,
@@ -254,6 +254,84 @@ static int keep_shard(void *arg, int k, const char *full)
 			   (size_t)f->shard * ms);
 }
 
+static void *fsdp_params(void *self, int k)
+{
+	struct fsdp *d = self;
+	return fsdp_shard(d, &d->L.flats[k]);
+}
+
+static int update_flat(struct fsdp *d, const struct mg_optim_hparams *h,
+		       const struct mg_flat *f, const char *grad);
+
+/* The pipeline's final action with update_in_backward: unit u's
+ * optimizer update from its final gradient shards, their sum of squares
+ * added to the step's. */
+static int fsdp_final(void *self, int u)
+{
+	struct fsdp *d = self;
+	const struct mg_flat_layout *L = &d->L;
+	struct mg_ctx *ctx = d->ctx;
+	if (!d->ubw)
+		return 0;
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train)
+			continue;
+		const char *g = mg_unit_pipe_gshard(&d->pipe, u, k);
+		if (mg_optim_sumsq(ctx, ctx->optim_vals, f->grad, g,
+				   f->shard) ||
+		    update_flat(d, ctx->optim, f, g))
+			return mg_error_prefix("fsdp: update of %s",
+					       d->spec->units[u].name);
+	}
+	return 0;
+}
+
+static const struct mg_unit_hooks fsdp_hooks = {
+	.params = fsdp_params,
+	.final = fsdp_final,
+};
+
+/* The shard mode as the unit pipeline's policies (fsdp.h). */
+static int fsdp_pipe_init(struct fsdp *d)
+{
+	const int accum = d->ctx->micro_count > 1 ? d->ctx->micro_count : 1;
+	unsigned fl = 0;
+	if (d->group > 1)
+		fl |= MG_UP_SHARD_PARAMS;
+	if (d->group > 1 && d->mode == FSDP_GRAD_OP)
+		fl |= MG_UP_KEEP_GATHERED;
+	if (d->lp_inplace)
+		fl |= MG_UP_SLOTS_AT_INIT;
+	if (accum > 1 && (d->group == 1 || d->mode == FSDP_GRAD_OP))
+		fl |= MG_UP_NO_SYNC;
+	if (d->ubw && d->group > 1 && accum == 1)
+		fl |= MG_UP_TRANSIENT_GRADS;
+	bool direct = d->group == 1;
+	for (int k = 0; k < d->L.nflats; k++)
+		if (d->L.flats[k].train &&
+		    d->L.flats[k].grad != d->L.flats[k].lent)
+			direct = false;
+	if (direct)
+		fl |= MG_UP_DIRECT_GRADS;
+	const struct mg_unit_pipe_cfg cfg = {
+		.ctx = d->ctx,
+		.L = &d->L,
+		.sc = d->sc,
+		.rc = d->rc,
+		.srank = d->srank,
+		.replicas = d->replicas,
+		.flags = fl,
+		.prefetch = d->prefetch,
+		.buffers = d->buffers.ptr,
+		.hooks = &fsdp_hooks,
+		.self = d,
+		.who = "fsdp",
+		.alloc_slot = fsdp_alloc_gathered,
+	};
+	return mg_unit_pipe_init(&d->pipe, &cfg);
+}
+
 static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 {
 	struct fsdp *d = self;
@@ -261,14 +339,11 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 	d->spec = spec;
 	d->master = ctx->master_dtype;
 	d->compute = ctx->compute_dtype;
-	d->dedicated = d->mode == FSDP_GRAD_OP;
-	d->accum = ctx->micro_count > 1 ? ctx->micro_count : 1;
 	if (d->ubw && mg_flat_ubw_check(ctx, "fsdp"))
 		return -1;
 	if (make_groups(d))
 		return mg_error_prefix("fsdp");
-	d->pooled = d->ubw && d->group > 1 && d->accum == 1;
-	d->lp_inplace = d->dedicated && d->group > 1;
+	d->lp_inplace = d->mode == FSDP_GRAD_OP && d->group > 1;
 	if (mg_flat_build(&d->L, spec, d->master, d->compute, d->group,
 			  d->reduce_fp32) ||
 	    alloc_storage(d))
@@ -277,15 +352,7 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 		mg_info("fsdp: copy_engine: parameter shards and gather "
 			"buffers are NCCL windows; all-gathers between them "
 			"run on the copy engines");
-	/* Accumulation: no_sync where the mode keeps full gradients
-	 * anyway (fsdp.h), reduce-scatter and sum elsewhere. */
-	d->nosync = d->accum > 1 && (d->group == 1 || d->mode == FSDP_GRAD_OP);
-	d->direct_grads = d->group == 1;
-	for (int k = 0; k < d->L.nflats; k++)
-		if (d->L.flats[k].train &&
-		    d->L.flats[k].grad != d->L.flats[k].lent)
-			d->direct_grads = false;
-	if (fsdp_exec_init(d) ||
+	if (fsdp_pipe_init(d) ||
 	    mg_flat_init_shard(&d->L, ctx, d->srank, 0, keep_shard, d,
 			       d->buffers.ptr) ||
 	    fsdp_refresh_lp(d))
@@ -314,9 +381,7 @@ static int fsdp_begin_step(void *self)
 {
 	struct fsdp *d = self;
 	/* fsdp_step() (and setup) left every unit reset for this step. */
-	if (d->direct_grads)
-		return mg_memset_dev(d->ctx, d->gshard.ptr, 0, d->gshard.bytes);
-	return 0;
+	return mg_unit_pipe_begin_step(&d->pipe);
 }
 
 /* AdamW / SGD on this rank's shard of one flat: at most two slices
@@ -324,58 +389,17 @@ static int fsdp_begin_step(void *self)
 static int update_flat(struct fsdp *d, const struct mg_optim_hparams *h,
 		       const struct mg_flat *f, const char *grad)
 {
-	for (int part = 0; part < 2; part++) {
-		int64_t a, b;
-		int64_t lo = part ? f->n_decay : 0,
-			hi = part ? f->n : f->n_decay;
-		if (!mg_flat_shard_range(f, d->srank, lo, hi, &a, &b))
-			continue;
-		struct mg_optim_slice s = {
-			.dtype = d->master,
-			.param = fsdp_at(&d->master_buf, f->master_off + a,
-					 d->master),
-			.grad = grad + (size_t)a * mg_dtype_size(f->grad),
-			.grad_dtype = f->grad,
-			.param_lp =
-				f->lp ? fsdp_lp(d, f) +
-						(size_t)a * mg_dtype_size(
-								    d->compute)
-				      : NULL,
-			.lp_dtype = d->compute,
-			.n = b - a,
-			.decay = h->decay_all || part == 0,
-		};
-		for (int k = 0; k < d->nslots_state; k++)
-			s.state[k] = fsdp_at(&d->state[k], f->train_off + a,
-					     d->master);
-		if (mg_optim_update(d->ctx, h, d->ctx->optim_vals, &s))
+	void *state[2] = {NULL, NULL};
+	for (int k = 0; k < d->nslots_state; k++)
+		state[k] = fsdp_at(&d->state[k], f->train_off, d->master);
+	struct mg_optim_slice sl[2];
+	int n = mg_flat_slices(
+		&d->L, f, d->srank, h->decay_all,
+		fsdp_at(&d->master_buf, f->master_off, d->master), grad,
+		f->lp ? fsdp_lp(d, f) : NULL, state, d->nslots_state, sl);
+	for (int i = 0; i < n; i++)
+		if (mg_optim_update(d->ctx, h, d->ctx->optim_vals, &sl[i]))
 			return -1;
-	}
-	return 0;
-}
-
-int fsdp_update_unit(struct fsdp *d, int u)
-{
-	const struct mg_flat_layout *L = &d->L;
-	struct mg_ctx *ctx = d->ctx;
-	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
-		const struct mg_flat *f = &L->flats[k];
-		if (!f->train)
-			continue;
-		const char *g = fsdp_gshard(d, u, k);
-		if (mg_optim_sumsq(ctx, ctx->optim_vals, f->grad, g,
-				   f->shard) ||
-		    update_flat(d, ctx->optim, f, g))
-			return mg_error_prefix("fsdp: update of %s",
-					       d->spec->units[u].name);
-	}
-	/* The slot is free for the next unit's reduce-scatter, which the
-	 * communicator orders after this update on the compute stream. */
-	struct fsdp_unit *un = &d->units[u];
-	if (d->pooled && un->uslot >= 0) {
-		d->uslots[un->uslot].owner = -1;
-		un->uslot = -1;
-	}
 	return 0;
 }
 
@@ -387,19 +411,12 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 	const struct mg_flat_layout *L = &d->L;
 	struct mg_optim_vals *v = ctx->optim_vals;
 	r->comm_seconds = 0;
-	if (fsdp_exec_finish(d))
+	if (mg_unit_pipe_finish(&d->pipe))
 		return -1;
 	/* The global gradient norm: this rank's shards, summed over the
-	 * shard group (replica groups hold the same shards). */
-	size_t lpb = L->gshard_lent_bytes, mb = L->gshard_bytes - lpb;
-	if (d->ubw) /* summed unit by unit as they were updated */
-		lpb = mb = 0;
-	if ((lpb &&
-	     mg_optim_sumsq(ctx, v, d->compute, d->gshard.ptr,
-			    (int64_t)(lpb / mg_dtype_size(d->compute)))) ||
-	    (mb &&
-	     mg_optim_sumsq(ctx, v, d->master, (char *)d->gshard.ptr + lpb,
-			    (int64_t)(mb / mg_dtype_size(d->master)))))
+	 * shard group (replica groups hold the same shards);
+	 * update_in_backward summed them unit by unit as it updated. */
+	if (!d->ubw && mg_unit_pipe_sumsq(&d->pipe))
 		return -1;
 	if (d->sc &&
 	    (d->sc->all_reduce(d->sc, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
@@ -415,7 +432,7 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 		const struct mg_flat *f = &L->flats[k];
 		if (f->train &&
 		    update_flat(d, h, f,
-				(char *)d->gshard.ptr + f->gshard_byte))
+				mg_unit_pipe_gshard(&d->pipe, f->unit, k)))
 			return -1;
 	}
 	/* Buffers as DDP keeps them: rank 0's everywhere. */
@@ -424,7 +441,7 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 				 d->master, 0))
 		return mg_error_prefix("fsdp: buffer broadcast");
 	/* Gathered parameters are stale now: reset for the next step. */
-	fsdp_exec_reset(d);
+	mg_unit_pipe_reset(&d->pipe);
 	return 0;
 }
 
@@ -433,9 +450,7 @@ static const struct mg_strategy_ops fsdp_ops = {
 	.steps_per_epoch = fsdp_steps,
 	.plan = fsdp_plan,
 	.begin_step = fsdp_begin_step,
-	.acquire = fsdp_acquire,
-	.release = fsdp_release,
-	.grads_ready = fsdp_grads_ready,
+	MG_UNIT_PIPE_OPS,
 	.step = fsdp_step,
 	.save = fsdp_save,
 	.load = fsdp_load,

@@ -1,49 +1,40 @@
 /*
  * fsdp.h - fully sharded data parallel: the state the fsdp plugin's files
- * share (fsdp.c: plugin, setup, sampler, optimizer step; fsdp_exec.c: the
- * gather / reduce pipeline behind acquire and release; fsdp_ckpt.c:
- * checkpoints of full tensors).
+ * share (fsdp.c: plugin, setup, storage, the pipeline's hooks, sampler,
+ * optimizer step; fsdp_ckpt.c: checkpoints of full tensors). The gather /
+ * reduce pipeline behind acquire and release is the kit's unit pipeline
+ * (mg/kit/unit_pipe.h); the shard modes are its storage policies.
  *
  * Shard modes, as PyTorch names them:
  *   full    FULL_SHARD     parameters, gradients and optimizer state
  *                          sharded over all ranks; a unit's parameters
  *                          gathered before forward, freed after, gathered
- *                          again for backward
+ *                          again for backward (MG_UP_SHARD_PARAMS)
  *   grad_op SHARD_GRAD_OP  the same, but parameters gathered in forward
  *                          stay until the unit's backward is done
+ *                          (MG_UP_KEEP_GATHERED)
  *   none    NO_SHARD       full replicas, gradients all-reduced per unit
+ *                          (group 1, replicas = world)
  *   hybrid  HYBRID_SHARD   full sharding inside groups of
  *                          shard_group_size ranks, gradient shards
  *                          all-reduced across the groups
- * All four are one engine: shards over a group of G ranks (G = world,
+ * All four are one pipeline: shards over a group of G ranks (G = world,
  * world, 1, shard_group_size) and gradient shards all-reduced over the
  * world / G replicas.
  *
- * Gradient accumulation (run.grad_accum = K, ctx->micro of micro_count),
- * two ways, chosen by what the mode already keeps unsharded:
- *   scatter  full, hybrid (G > 1): every micro-batch's unit gradients are
- *            reduce-scattered as in a step without accumulation and summed
- *            into the gradient shard (the first contribution lands there,
- *            later ones in a shard-sized scratch after the unit's gradient
- *            slot, then added), so no full gradient outlives its unit's
- *            backward: memory stays 1/G. Hybrid all-reduces the summed
- *            shard across replica groups once, after the last micro-batch.
- *   no_sync  grad_op, and any mode with G = 1 (none): the unit's full
- *            gradient stays in its slot (or, G = 1 without a dtype change,
- *            in the shard itself) across micro-batches and is reduced once,
- *            after the last, as PyTorch's no_sync(): K times fewer
- *            reductions, for one full gradient per unit, which is what
- *            grad_op trades memory for anyway (and none holds regardless).
- * Each micro-batch's reductions are finished when the next one starts (its
- * first acquire), as PyTorch FSDP waits for them at the end of backward.
+ * Gradient accumulation (run.grad_accum = K): grad_op, and any mode with
+ * G = 1, keep full gradients anyway, so they keep them across micro-
+ * batches and reduce once (MG_UP_NO_SYNC, as PyTorch's no_sync()); full
+ * and hybrid (G > 1) reduce-scatter every micro-batch and sum into the
+ * shard, so memory stays 1/G (unit_pipe.h).
  *
  * update_in_backward (torchtune's optimizer_in_bwd): a unit's optimizer
- * update runs as soon as its gradient shard is final (fsdp_update_unit),
- * while backward goes on with the units before it, instead of all of
- * them after backward. With shards over G > 1 ranks and no accumulation
- * the shard then lives only from the unit's reduce-scatter to its update,
- * in a pooled slot (uslots), so the whole gradient shard (gshard, 4 bytes
- * a parameter / G with fp32 reductions) is never held, as PyTorch frees
+ * update is the pipeline's final action (fsdp_final), run as soon as its
+ * gradient shard is final, while backward goes on with the units before
+ * it. With shards over G > 1 ranks and no accumulation the shard then
+ * lives only from the unit's reduce-scatter to its update
+ * (MG_UP_TRANSIENT_GRADS), so the whole gradient shard (4 bytes a
+ * parameter / G with fp32 reductions) is never held, as PyTorch frees
  * gradients between steps. Clipping needs the norm of every gradient
  * before the first update, so it is refused, as is fp16 (loss scaling
  * skips steps); a step whose gradients are not finite is applied, and the
@@ -54,51 +45,13 @@
 
 #include "mg/kit/flat.h"
 #include "mg/kit/sampler.h"
+#include "mg/kit/unit_pipe.h"
 #include "mg/mg.h"
 
 enum fsdp_mode { FSDP_FULL = 0, FSDP_GRAD_OP, FSDP_NONE, FSDP_HYBRID };
 
-/* Where a unit's gradients are in this step's reduction. */
-enum fsdp_gstate {
-	G_IDLE = 0, /* not ready yet */
-	G_READY,    /* backward done: reduce-scatter not issued */
-	G_SCATTER,  /* reduce-scatter issued (epoch in gepoch) */
-	G_REPLICA,  /* hybrid: all-reduce across replicas issued */
-	G_DONE,	    /* gradient shard final (for this micro-batch) */
-	G_HELD,	    /* no_sync: reported in this micro-batch, not reduced */
-};
-
-struct fsdp_unit {
-	int slot;	     /* gather slot with its full parameters, -1 */
-	bool gathered;	     /* an all-gather into slot was issued */
-	int gslot;	     /* gradient slot while backward runs, -1 */
-	enum fsdp_gstate gs; /* this step */
-	int64_t gepoch;	     /* wait epoch its last collective was issued in */
-	bool acc;	     /* scatter path: the gradient shard holds part of
-				this step's sum (later micro-batches add) */
-	bool scratch;	     /* the reduce-scatter in flight lands in the
-				scratch: add it to the shard when done */
-	int uslot;	     /* pooled: its gradient shard's slot, -1 */
-	bool frozen_held;    /* dedicated slot (grad_op): its frozen flats
-				were gathered there and never change, so
-				later gathers skip them */
-};
-
-/* A transient buffer for one unit's full parameters or gradients. */
-struct fsdp_slot {
-	struct mg_buf buf;
-	int owner; /* unit, -1 when free */
-};
-
-/* Units in the order the model used them, learned in the first steps,
- * so the next unit's all-gather can start early. */
-struct fsdp_order {
-	int *seq;
-	int n, cap, cur;
-	bool final;
-};
-
 struct fsdp {
+	struct mg_unit_pipe pipe; /* first: MG_UNIT_PIPE_OPS */
 	struct mg_ctx *ctx;
 	struct mg_sampler sampler;
 	bool drop_last, reduce_fp32;
@@ -120,69 +73,18 @@ struct fsdp {
 	struct mg_buf master_buf; /* shards, master dtype */
 	struct mg_buf lp_buf;	  /* shards of lp flats, compute dtype */
 	struct mg_buf packed_buf; /* shards of packed (NF4) flats, bytes */
-	struct mg_buf gshard;	  /* gradient shards */
 	struct mg_buf state[2];	  /* optimizer state shards */
 	struct mg_buf buffers;	  /* MG_P_BUFFER tensors, replicated */
-	bool direct_grads;	  /* G = 1, no dtype change: the model
-				     accumulates into gshard itself */
-	/* Gather and gradient slots. */
-	struct fsdp_slot *pslots, *gslots;
-	int npslots, ngslots;
-	bool dedicated;	 /* grad_op: one parameter slot per unit, kept */
 	bool lp_inplace; /* grad_op over G > 1: a flat's lp shard is its
-			    own block of the unit's slot (no lp_buf), the
-			    all-gather in place */
-	struct fsdp_unit *units;
-	struct mg_flat_views V;	    /* what acquire() lends */
-	struct fsdp_order order[2]; /* forward (and eval), backward */
-	int64_t epoch;		    /* waits done this step */
-	/* Gradient accumulation (see the top of this file). */
-	int accum;	      /* micro-batches a step (ctx->micro_count) */
-	bool nosync;	      /* accum > 1, kept unreduced until the last */
-	int micro;	      /* the micro-batch the pipeline is in */
-	bool final;	      /* this micro-batch's reductions are the step's
-				  last (replicas reduce, no_sync units go) */
-	size_t gslot_bytes;   /* a pooled gradient slot (scatter path:
-				  with the scratch after scratch_base) */
-	size_t scratch_base;  /* the scratch's start in a gradient slot */
-	size_t *scratch_byte; /* per flat: its shard in the scratch */
-	/* update_in_backward (see the top of this file). */
-	bool ubw;
-	bool pooled; /* G > 1, no accumulation: gradient shards in
-				uslots, gshard not allocated */
-	struct fsdp_slot *uslots;
-	int nuslots;
-	size_t uslot_bytes;  /* the largest unit's gradient shards */
-	size_t *ushard_byte; /* per flat: its gradient shard in a uslot */
+			    own block of the unit's gather slot (no lp_buf),
+			    the all-gather in place */
+	bool ubw;	 /* update_in_backward (see the top of this file) */
 };
-
-/* fsdp.c: device memory that all-gathers read or write: in a window of
- * the shard group's communicator with copy_engine (their gathers then
- * need no SMs), else ordinary. */
-int fsdp_alloc_gathered(struct fsdp *d, struct mg_buf *b, size_t bytes,
-			enum mg_mem_cat cat);
-
-/* fsdp_exec.c */
-int fsdp_exec_init(struct fsdp *d);
-void fsdp_exec_free(struct fsdp *d);
-/* Every unit back to the start of a step (gathered copies dropped). */
-void fsdp_exec_reset(struct fsdp *d);
-struct mg_unit_view *fsdp_acquire(void *self, int unit, enum mg_phase ph);
-void fsdp_release(void *self, int unit, enum mg_phase ph);
-int fsdp_grads_ready(void *self, int unit);
-/* Finish every unit's gradient reduction (step start). */
-int fsdp_exec_finish(struct fsdp *d);
-/* Wait for every collective issued on the shard and replica groups. */
-int fsdp_wait_all(struct fsdp *d);
-
-/* fsdp.c: unit u's optimizer update from its final gradient shards
- * (update_in_backward), their sum of squares added to the step's. */
-int fsdp_update_unit(struct fsdp *d, int u);
 
 /* fsdp_ckpt.c */
 int fsdp_save(void *self, struct mg_ckpt *ck);
 int fsdp_load(void *self, struct mg_ckpt *ck);
-/* Refresh the compute-dtype shards from the master shards. */
+/* fsdp.c: refresh the compute-dtype shards from the master shards. */
 int fsdp_refresh_lp(struct fsdp *d);
 
 static inline void *fsdp_at(const struct mg_buf *b, int64_t off,
@@ -198,7 +100,8 @@ static inline void *fsdp_at(const struct mg_buf *b, int64_t off,
 static inline char *fsdp_lp(const struct fsdp *d, const struct mg_flat *f)
 {
 	if (d->lp_inplace)
-		return (char *)d->pslots[f->unit].buf.ptr + f->full_byte +
+		return (char *)mg_unit_pipe_slot(&d->pipe, f->unit) +
+		       f->full_byte +
 		       (size_t)d->srank * (size_t)f->shard *
 			       mg_dtype_size(f->lent);
 	return fsdp_at(&d->lp_buf, f->lp_off, f->lent);
@@ -213,16 +116,6 @@ static inline char *fsdp_shard(const struct fsdp *d, const struct mg_flat *f)
 	if (f->lp)
 		return fsdp_lp(d, f);
 	return fsdp_at(&d->master_buf, f->master_off, d->master);
-}
-
-/* Where flat k's gradient shard is this step: in its unit's pooled slot
- * (update_in_backward), else in gshard. */
-static inline char *fsdp_gshard(const struct fsdp *d, int u, int k)
-{
-	if (d->pooled)
-		return (char *)d->uslots[d->units[u].uslot].buf.ptr +
-		       d->ushard_byte[k];
-	return (char *)d->gshard.ptr + d->L.flats[k].gshard_byte;
 }
 
 #endif

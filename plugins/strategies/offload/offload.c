@@ -3,7 +3,8 @@
  * options, device and pinned host storage, the sampler (each rank reads
  * its block of the global batch) and the step: gradient norm on the
  * device, the optimizer on the host in chunks, updated parameters copied
- * back and all-gathered.
+ * back and all-gathered; the hooks of the kit's unit pipeline (the
+ * gradient shard's copy to the host as each unit's final action).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,10 +49,10 @@ static int off_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 static void off_destroy(void *self)
 {
 	struct offload *d = self;
-	off_pipe_free(d);
-	struct mg_buf *bufs[] = {&d->params,   &d->buffers,    &d->gshard,
-				 &d->h_master, &d->h_lp,       &d->h_grads,
-				 &d->h_vals,   &d->h_state[0], &d->h_state[1]};
+	mg_unit_pipe_free(&d->pipe);
+	struct mg_buf *bufs[] = {&d->params,	 &d->buffers,	&d->h_master,
+				 &d->h_lp,	 &d->h_grads,	&d->h_vals,
+				 &d->h_state[0], &d->h_state[1]};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
 		mg_buf_free(d->ctx, bufs[i]);
 	for (int c = 0; c < d->nchunks; c++)
@@ -82,9 +83,7 @@ static int alloc_storage(struct offload *d)
 	if (mg_buf_alloc(ctx, &d->params, d->unit_base[nu] + 1,
 			 MG_MEM_PARAMS) ||
 	    mg_buf_alloc(ctx, &d->buffers, (size_t)L->n_buffers * ms + 1,
-			 MG_MEM_PARAMS) ||
-	    (off_uses_gshard(d) &&
-	     mg_buf_alloc(ctx, &d->gshard, L->gshard_bytes + 1, MG_MEM_GRADS)))
+			 MG_MEM_PARAMS))
 		return -1;
 	/* Pinned: what copies read or write (the low-precision copy going
 	 * up, the gradient shards coming down, and the master where a
@@ -244,28 +243,16 @@ static int keep_flat(void *arg, int k, const char *full)
 static void chunk_add(struct offload *d, struct off_chunk *c, int k)
 {
 	const struct mg_flat *f = &d->L.flats[k];
+	void *state[2] = {NULL, NULL};
+	for (int j = 0; j < d->nslots_state; j++)
+		state[j] = off_host(&d->h_state[j], f->train_off, d->master);
 	c->last = k + 1;
-	for (int part = 0; part < 2; part++) {
-		int64_t a, b, lo = part ? f->n_decay : 0;
-		int64_t hi = part ? f->n : f->n_decay;
-		if (!mg_flat_shard_range(f, d->srank, lo, hi, &a, &b))
-			continue;
-		struct mg_optim_slice *s = &c->slices[c->nslices++];
-		s->dtype = d->master;
-		s->param = off_host(&d->h_master, f->master_off + a, d->master);
-		s->grad = (char *)d->h_grads.ptr + f->gshard_byte +
-			  (size_t)a * mg_dtype_size(f->grad);
-		s->grad_dtype = f->grad;
-		s->param_lp =
-			f->lp ? off_host(&d->h_lp, f->lp_off + a, d->compute)
-			      : NULL;
-		s->lp_dtype = d->compute;
-		s->n = b - a;
-		s->decay = part == 0;
-		for (int j = 0; j < d->nslots_state; j++)
-			s->state[j] = off_host(&d->h_state[j], f->train_off + a,
-					       d->master);
-	}
+	c->nslices += mg_flat_slices(
+		&d->L, f, d->srank, false,
+		off_host(&d->h_master, f->master_off, d->master),
+		(char *)d->h_grads.ptr + f->gshard_byte,
+		f->lp ? off_host(&d->h_lp, f->lp_off, d->compute) : NULL, state,
+		d->nslots_state, &c->slices[c->nslices]);
 }
 
 static int chunk_open(struct offload *d, struct off_chunk *c, int first,
@@ -331,6 +318,8 @@ static int default_threads(const struct mg_ctx *ctx)
 	return cores > 0 ? cores : 1;
 }
 
+static int off_pipe_init(struct offload *d);
+
 static int off_setup(void *self, const struct mg_model_spec *spec)
 {
 	struct offload *d = self;
@@ -340,7 +329,6 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	d->compute = ctx->compute_dtype;
 	d->world = ctx->world;
 	d->srank = ctx->rank;
-	d->accum = ctx->micro_count > 1 ? ctx->micro_count : 1;
 	if (d->master != MG_F32 && d->master != MG_F64)
 		return mg_error("offload: master dtype %s (fp32 or fp64 only)",
 				mg_dtype_name(d->master));
@@ -402,8 +390,9 @@ static int off_begin_step(void *self)
 	struct offload *d = self;
 	if (d->host_error)
 		return mg_error("offload: host optimizer: %s", d->host_msg);
-	off_pipe_begin_step(d);
-	return 0;
+	mg_unit_pipe_reset(&d->pipe);
+	d->vals_sent = false;
+	return mg_unit_pipe_begin_step(&d->pipe);
 }
 
 /* Host call: the optimizer over one chunk (runs when the device reaches
@@ -444,12 +433,12 @@ static int chunk_upload(struct offload *d, const struct off_chunk *ch)
 }
 
 /* update_in_backward: unit u's gradient shard is being copied to the
- * host (offload_pipe.c, the step's last micro-batch). On the side stream,
+ * host (off_final, the step's last micro-batch). On the side stream,
  * after that copy: the step's optimizer values (once a step: the trainer
  * wrote them to the device before compute), the unit's host update, and
  * its parameters back, while the compute stream goes on with backward.
  * The ranks all-gather the updated shards in off_step as without it. */
-int off_update_unit(struct offload *d, int u)
+static int off_update_unit(struct offload *d, int u)
 {
 	struct mg_ctx *ctx = d->ctx;
 	struct off_chunk *ch = &d->uchunks[u];
@@ -465,6 +454,75 @@ int off_update_unit(struct offload *d, int u)
 	return 0;
 }
 
+static void *off_params(void *self, int k)
+{
+	return off_dev_full(self, k);
+}
+
+/* The pipeline's final action: unit u's gradient shard to the host on
+ * the side stream (and, with update_in_backward, its host update queued
+ * after it); asynchronous, so the pipeline keeps the shard until its next
+ * wait joins the copies. With one rank and no accumulation the shard is
+ * the slot's whole gradient: its norm is taken here, unit by unit. */
+static int off_final(void *self, int u)
+{
+	struct offload *d = self;
+	struct mg_ctx *ctx = d->ctx;
+	const struct mg_flat_layout *L = &d->L;
+	for (int k = L->unit_first[u]; k < L->unit_first[u + 1]; k++) {
+		const struct mg_flat *f = &L->flats[k];
+		if (!f->train)
+			continue;
+		size_t bytes = (size_t)f->shard * mg_dtype_size(f->grad);
+		const char *src = mg_unit_pipe_gshard(&d->pipe, u, k);
+		if (d->transient && mg_optim_sumsq(ctx, ctx->optim_vals,
+						   f->grad, src, f->shard))
+			return -1;
+		if (mg_copy_async(ctx, (char *)d->h_grads.ptr + f->gshard_byte,
+				  src, bytes))
+			return mg_error_prefix("offload: gradient copy of %s",
+					       d->spec->units[u].name);
+		mg_count(ctx, MG_C_D2H_BYTES, (int64_t)bytes);
+	}
+	if (d->ubw && off_update_unit(d, u))
+		return -1;
+	return MG_UP_ASYNC;
+}
+
+/* The pipeline's waits join the side stream's copies too. */
+static int off_wait(void *self)
+{
+	struct offload *d = self;
+	return mg_copy_join(d->ctx);
+}
+
+static const struct mg_unit_hooks off_hooks = {
+	.params = off_params,
+	.final = off_final,
+	.wait = off_wait,
+};
+
+/* The pipeline over this layout: gradients reduce-scattered over every
+ * rank, parameters resident (the full copy on the device). */
+static int off_pipe_init(struct offload *d)
+{
+	const int accum = d->ctx->micro_count > 1 ? d->ctx->micro_count : 1;
+	d->transient = d->world == 1 && accum == 1;
+	const struct mg_unit_pipe_cfg cfg = {
+		.ctx = d->ctx,
+		.L = &d->L,
+		.sc = d->world > 1 ? d->ctx->comm : NULL,
+		.srank = d->srank,
+		.replicas = 1,
+		.flags = d->transient ? MG_UP_TRANSIENT_GRADS : 0,
+		.buffers = d->buffers.ptr,
+		.hooks = &off_hooks,
+		.self = d,
+		.who = "offload",
+	};
+	return mg_unit_pipe_init(&d->pipe, &cfg);
+}
+
 static int off_step(void *self, const struct mg_optim_hparams *h,
 		    struct mg_step_report *r)
 {
@@ -475,25 +533,16 @@ static int off_step(void *self, const struct mg_optim_hparams *h,
 	struct mg_optim_vals *v = ctx->optim_vals;
 	r->comm_seconds = 0;
 	d->hp = h;
-	if (off_pipe_finish(d))
+	if (mg_unit_pipe_finish(&d->pipe))
 		return -1;
-	if (off_uses_gshard(d)) {
-		/* The norm over all shards: each rank's, summed (one rank
-		 * without accumulation took it from its slots already). */
-		size_t lpb = L->gshard_lent_bytes, mb = L->gshard_bytes - lpb;
-		if ((lpb &&
-		     mg_optim_sumsq(
-			     ctx, v, d->compute, d->gshard.ptr,
-			     (int64_t)(lpb / mg_dtype_size(d->compute)))) ||
-		    (mb &&
-		     mg_optim_sumsq(
-			     ctx, v, d->master, (char *)d->gshard.ptr + lpb,
-			     (int64_t)(mb / mg_dtype_size(d->master)))) ||
-		    (d->world > 1 &&
-		     (c->all_reduce(c, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
-		      c->wait(c))))
-			return mg_error_prefix("offload: gradient norm");
-	}
+	/* The norm over all shards: each rank's, summed (one rank without
+	 * accumulation took it unit by unit, off_final). */
+	if (!d->transient &&
+	    (mg_unit_pipe_sumsq(&d->pipe) ||
+	     (d->world > 1 &&
+	      (c->all_reduce(c, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
+	       c->wait(c)))))
+		return mg_error_prefix("offload: gradient norm");
 	/* update_in_backward: every unit was updated and sent back on the
 	 * side stream during backward, even in a step that finalize marks
 	 * skipped (as fsdp's); the norm is still taken for the report. */
@@ -527,9 +576,7 @@ static const struct mg_strategy_ops off_ops = {
 	.steps_per_epoch = off_steps,
 	.plan = off_plan,
 	.begin_step = off_begin_step,
-	.acquire = off_acquire,
-	.release = off_release,
-	.grads_ready = off_grads_ready,
+	MG_UNIT_PIPE_OPS,
 	.step = off_step,
 	.save = off_save,
 	.load = off_load,

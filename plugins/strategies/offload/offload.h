@@ -1,8 +1,8 @@
 /*
  * offload.h - ZeRO-Offload: the state the offload plugin's files share
- * (offload.c: plugin, storage, sampler, the step; offload_pipe.c: the
- * per-unit gradient pipeline behind acquire / grads_ready; offload_ckpt.c:
- * checkpoints).
+ * (offload.c: plugin, storage, sampler, the step, and the hooks of the
+ * kit's unit pipeline (mg/kit/unit_pipe.h) behind acquire / grads_ready;
+ * offload_ckpt.c: checkpoints).
  *
  * The device keeps only what compute needs: every unit's full parameters
  * in the compute dtype, and transient full gradients while backward runs.
@@ -10,7 +10,9 @@
  * (pageable, placed by the optimizer's threads; pinned: only what copies
  * touch). As backward completes a unit, its gradients are reduce-scattered
  * over the ranks (each rank owns one shard of every flat parameter) and
- * the rank's shard is copied to the host while backward goes on. The step
+ * the rank's shard is copied to the host while backward goes on: the
+ * copy is the pipeline's final action (off_final), completed at its next
+ * wait (the wait hook joins the side stream). The step
  * runs the optimizer on the host (host_optim: SIMD, all cores) in chunks,
  * each chunk's updated parameters copied back while the next chunk
  * computes, and the ranks all-gather the updated shards. Everything is
@@ -32,7 +34,8 @@
  * whole step's gradient, and the gradient norm is taken over the shard.
  * Summing on the device keeps the host out of every micro-batch; the cost
  * is the shard buffer (with one rank: one full gradient, which a step
- * without accumulation does not keep).
+ * without accumulation does not keep: there the shard is transient,
+ * MG_UP_TRANSIENT_GRADS, the slot copied out as it is).
  */
 #ifndef MG_OFFLOAD_H
 #define MG_OFFLOAD_H
@@ -40,26 +43,10 @@
 #include "mg/kit/flat.h"
 #include "mg/kit/host_optim.h"
 #include "mg/kit/sampler.h"
+#include "mg/kit/unit_pipe.h"
 #include "mg/mg.h"
 
 #define OFFLOAD_CHUNKS 4
-
-enum off_gstate {
-	O_IDLE = 0, /* backward not done */
-	O_READY,    /* gradients complete in the slot */
-	O_SCATTER,  /* reduce-scatter issued */
-	O_COPY,	    /* copy to the host issued */
-	O_DONE,
-};
-
-struct off_unit {
-	int gslot; /* gradient slot while backward runs, -1 */
-	enum off_gstate gs;
-	int64_t gepoch; /* wait epoch its last operation was issued in */
-	bool acc;	/* accumulating: the shard holds part of the step */
-	bool scratch;	/* the reduce-scatter in flight lands in the
-			   scratch: add it to the shard when done */
-};
 
 /* Flats [first, last) updated by one host call, then uploaded. */
 struct off_chunk {
@@ -70,6 +57,7 @@ struct off_chunk {
 };
 
 struct offload {
+	struct mg_unit_pipe pipe; /* first: MG_UNIT_PIPE_OPS */
 	struct mg_ctx *ctx;
 	struct mg_sampler sampler;
 	bool drop_last, reduce_fp32;
@@ -83,11 +71,8 @@ struct offload {
 	struct mg_buf params;  /* every flat, full, lent dtype */
 	size_t *unit_base;     /* per unit: its flats' start in params */
 	struct mg_buf buffers; /* MG_P_BUFFER tensors */
-	struct mg_buf gshard;  /* world > 1 or accumulating: reduce-scatter
-				  results, summed over micro-batches */
-	struct mg_buf *gslots;
-	int *gslot_owner;
-	int ngslots;
+	bool transient;	       /* one rank, no accumulation: no device
+				  gradient shard, the slot copied out */
 	/* Host: h_lp and h_grads pinned (copies), h_master pinned only when
 	 * uploaded from (a trained flat lent in the master dtype), the
 	 * moments pageable (offload.c alloc_storage). */
@@ -98,46 +83,15 @@ struct offload {
 	struct off_chunk chunks[OFFLOAD_CHUNKS];
 	int nchunks;
 	/* update_in_backward: a chunk a unit, updated on the side stream as
-	 * soon as the unit's gradient shard is on the host (offload_pipe.c
-	 * issue) while backward goes on; the step's optimizer values are
+	 * soon as the unit's gradient shard is on the host (off_final)
+	 * while backward goes on; the step's optimizer values are
 	 * copied to h_vals before the first of them. */
 	bool ubw;
 	struct off_chunk *uchunks;
 	bool vals_sent;
 	volatile int host_error; /* set by a failing host call */
 	char host_msg[256];
-	struct off_unit *units;
-	struct mg_flat_views V; /* what acquire() lends */
-	int64_t epoch;
-	/* Gradient accumulation (see the top of this file). */
-	int accum;	      /* micro-batches a step (ctx->micro_count) */
-	int micro;	      /* the micro-batch the pipeline is in */
-	bool final;	      /* this micro-batch is the step's last */
-	size_t gslot_bytes;   /* a gradient slot, scratch included */
-	size_t scratch_base;  /* the scratch's start in a slot */
-	size_t *scratch_byte; /* per flat: its shard in the scratch */
 };
-
-/* The device gradient shard is the step's: several ranks reduce into it
- * or micro-batches sum into it. */
-static inline bool off_uses_gshard(const struct offload *d)
-{
-	return d->world > 1 || d->accum > 1;
-}
-
-/* offload.c: update_in_backward's host update of unit u, queued on the
- * side stream after its gradient shard's copy to the host. */
-int off_update_unit(struct offload *d, int u);
-
-/* offload_pipe.c */
-int off_pipe_init(struct offload *d);
-void off_pipe_free(struct offload *d);
-void off_pipe_begin_step(struct offload *d);
-struct mg_unit_view *off_acquire(void *self, int unit, enum mg_phase ph);
-void off_release(void *self, int unit, enum mg_phase ph);
-int off_grads_ready(void *self, int unit);
-/* Every unit's gradient shard on the host (the copies joined). */
-int off_pipe_finish(struct offload *d);
 
 /* offload_ckpt.c */
 int off_save(void *self, struct mg_ckpt *ck);
