@@ -644,6 +644,35 @@ int mg_unit_pipe_grads_ready_op(void *self, int unit)
 	return mg_unit_pipe_grads_ready(self, unit);
 }
 
+void mg_unit_strategy_init(struct mg_unit_strategy *s, const struct mg_opts *o,
+			   struct mg_ctx *ctx)
+{
+	s->ctx = ctx;
+	s->drop_last = mg_opt_bool(o, "drop_last");
+	mg_sampler_init(&s->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
+}
+
+void mg_unit_strategy_free(struct mg_unit_strategy *s)
+{
+	mg_unit_pipe_free(&s->pipe);
+	mg_sampler_free(&s->sampler);
+}
+
+int64_t mg_unit_strategy_steps(void *self, int64_t n, int64_t batch)
+{
+	struct mg_unit_strategy *s = self;
+	return mg_sampler_steps(n, batch * s->ctx->world, s->drop_last);
+}
+
+/* Each rank reads and computes its block of the global batch. */
+int mg_unit_strategy_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
+			  int64_t step, struct mg_plan *p)
+{
+	struct mg_unit_strategy *s = self;
+	return mg_sampler_plan_own(&s->sampler, s->ctx->world, s->ctx->rank, n,
+				   batch, epoch, step, p);
+}
+
 /* Units the model never reported this micro-batch, at the step's end:
  * zero gradient shards (backward never reached them), the same on every
  * rank, so the collectives still match; or what earlier micro-batches

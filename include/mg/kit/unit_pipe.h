@@ -77,6 +77,7 @@
 #define MG_KIT_UNIT_PIPE_H
 
 #include "mg/kit/flat.h"
+#include "mg/kit/sampler.h"
 #include "mg/mg.h"
 
 #ifdef __cplusplus
@@ -269,6 +270,39 @@ int mg_unit_pipe_grads_ready_op(void *self, int unit);
 	.acquire = mg_unit_pipe_acquire_op,                                    \
 	.release = mg_unit_pipe_release_op,                                    \
 	.grads_ready = mg_unit_pipe_grads_ready_op
+
+/*
+ * The head of a sharded strategy's state: its pipeline, the context and
+ * the sampler (each rank reads and computes its own block of the global
+ * batch, as ddp_ds). A strategy whose state struct starts with it gets
+ * steps_per_epoch, plan, acquire, release and grads_ready from
+ * MG_UNIT_STRATEGY_OPS, and shuffle / drop_last from
+ * MG_UNIT_STRATEGY_OPTIONS.
+ */
+struct mg_unit_strategy {
+	struct mg_unit_pipe pipe; /* first */
+	struct mg_ctx *ctx;
+	struct mg_sampler sampler;
+	bool drop_last;
+};
+
+#define MG_UNIT_STRATEGY_OPTIONS                                               \
+	MG_OPT_B("shuffle", "true", "shuffle the training set every epoch"),   \
+		MG_OPT_B("drop_last", "true",                                  \
+			 "skip the last incomplete global batch of an epoch "  \
+			 "(false: pad it by repeating samples)")
+
+/* From the plugin's create(): the sampler from the options above. */
+void mg_unit_strategy_init(struct mg_unit_strategy *s, const struct mg_opts *o,
+			   struct mg_ctx *ctx);
+/* From destroy(): the pipeline and the sampler. */
+void mg_unit_strategy_free(struct mg_unit_strategy *s);
+int64_t mg_unit_strategy_steps(void *self, int64_t n, int64_t batch);
+int mg_unit_strategy_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
+			  int64_t step, struct mg_plan *p);
+#define MG_UNIT_STRATEGY_OPS                                                   \
+	.steps_per_epoch = mg_unit_strategy_steps,                             \
+	.plan = mg_unit_strategy_plan, MG_UNIT_PIPE_OPS
 
 /* begin_step: zeroes the kept shard the model accumulates into
  * (MG_UP_DIRECT_GRADS). */

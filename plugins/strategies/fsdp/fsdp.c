@@ -1,8 +1,9 @@
 /*
  * fsdp.c - the fsdp strategy plugin: options, shard groups, storage of
- * this rank's shards, the sampler (each rank reads its block of the
- * global batch, as ddp_ds), the hooks of the kit's unit pipeline and the
- * optimizer step on the local shard. See fsdp.h for the shard modes.
+ * this rank's shards, the shard mode as policies and hooks of the kit's
+ * unit pipeline (whose strategy head also gives the sampler: each rank
+ * reads its block of the global batch, as ddp_ds) and the optimizer step
+ * on the local shard. See fsdp.h for the shard modes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +49,7 @@ static const struct mg_option fsdp_options[] = {
 		 "gradient accumulation the whole gradient shard is never "
 		 "held; needs optimizer.max_grad_norm = 0 and bf16 or fp32 "
 		 "(a step with non-finite gradients cannot be skipped)"),
-	MG_OPT_B("shuffle", "true", "shuffle the training set every epoch"),
-	MG_OPT_B("drop_last", "true",
-		 "skip the last incomplete global batch of an epoch (false: "
-		 "pad it by repeating samples)"),
+	MG_UNIT_STRATEGY_OPTIONS,
 	MG_OPT_END,
 };
 
@@ -66,11 +64,10 @@ static int fsdp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 	d->prefetch = mg_opt_bool(o, "prefetch")
 			      ? (int)mg_opt_int(o, "prefetch_depth")
 			      : 0;
-	d->drop_last = mg_opt_bool(o, "drop_last");
 	d->ubw = mg_opt_bool(o, "update_in_backward");
 	d->copy_engine = mg_opt_bool(o, "copy_engine");
 	d->group_opt = (int)mg_opt_int(o, "shard_group_size");
-	mg_sampler_init(&d->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
+	mg_unit_strategy_init(&d->base, o, ctx);
 	*self = d;
 	if (mg_opt_given(o, "shard_group_size") && d->mode != FSDP_HYBRID)
 		return mg_error("shard_group_size applies to shard = hybrid "
@@ -84,7 +81,7 @@ static int fsdp_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 static void fsdp_destroy(void *self)
 {
 	struct fsdp *d = self;
-	mg_unit_pipe_free(&d->pipe);
+	mg_unit_strategy_free(&d->base);
 	struct mg_buf *bufs[] = {&d->master_buf, &d->lp_buf,   &d->packed_buf,
 				 &d->buffers,	 &d->state[0], &d->state[1]};
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
@@ -94,7 +91,6 @@ static void fsdp_destroy(void *self)
 	if (d->own_rc)
 		d->rc->destroy(d->rc);
 	mg_flat_free(&d->L);
-	mg_sampler_free(&d->sampler);
 	free(d);
 }
 
@@ -277,7 +273,7 @@ static int fsdp_final(void *self, int u)
 		const struct mg_flat *f = &L->flats[k];
 		if (!f->train)
 			continue;
-		const char *g = mg_unit_pipe_gshard(&d->pipe, u, k);
+		const char *g = mg_unit_pipe_gshard(&d->base.pipe, u, k);
 		if (mg_optim_sumsq(ctx, ctx->optim_vals, f->grad, g,
 				   f->shard) ||
 		    update_flat(d, ctx->optim, f, g))
@@ -329,7 +325,7 @@ static int fsdp_pipe_init(struct fsdp *d)
 		.who = "fsdp",
 		.alloc_slot = fsdp_alloc_gathered,
 	};
-	return mg_unit_pipe_init(&d->pipe, &cfg);
+	return mg_unit_pipe_init(&d->base.pipe, &cfg);
 }
 
 static int fsdp_setup(void *self, const struct mg_model_spec *spec)
@@ -360,28 +356,11 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 	return 0;
 }
 
-static int64_t fsdp_steps(void *self, int64_t n, int64_t batch)
-{
-	struct fsdp *d = self;
-	return mg_sampler_steps(n, batch * d->ctx->world, d->drop_last);
-}
-
-/* Each rank reads and computes its block of the global batch. */
-static int fsdp_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
-		     int64_t step, struct mg_plan *p)
-{
-	struct fsdp *d = self;
-	if (mg_sampler_plan_own(&d->sampler, d->ctx->world, d->ctx->rank, n,
-				batch, epoch, step, p))
-		return mg_error_prefix("fsdp");
-	return 0;
-}
-
 static int fsdp_begin_step(void *self)
 {
 	struct fsdp *d = self;
 	/* fsdp_step() (and setup) left every unit reset for this step. */
-	return mg_unit_pipe_begin_step(&d->pipe);
+	return mg_unit_pipe_begin_step(&d->base.pipe);
 }
 
 /* AdamW / SGD on this rank's shard of one flat: at most two slices
@@ -411,12 +390,12 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 	const struct mg_flat_layout *L = &d->L;
 	struct mg_optim_vals *v = ctx->optim_vals;
 	r->comm_seconds = 0;
-	if (mg_unit_pipe_finish(&d->pipe))
+	if (mg_unit_pipe_finish(&d->base.pipe))
 		return -1;
 	/* The global gradient norm: this rank's shards, summed over the
 	 * shard group (replica groups hold the same shards);
 	 * update_in_backward summed them unit by unit as it updated. */
-	if (!d->ubw && mg_unit_pipe_sumsq(&d->pipe))
+	if (!d->ubw && mg_unit_pipe_sumsq(&d->base.pipe))
 		return -1;
 	if (d->sc &&
 	    (d->sc->all_reduce(d->sc, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
@@ -432,7 +411,7 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 		const struct mg_flat *f = &L->flats[k];
 		if (f->train &&
 		    update_flat(d, h, f,
-				mg_unit_pipe_gshard(&d->pipe, f->unit, k)))
+				mg_unit_pipe_gshard(&d->base.pipe, f->unit, k)))
 			return -1;
 	}
 	/* Buffers as DDP keeps them: rank 0's everywhere. */
@@ -441,16 +420,14 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 				 d->master, 0))
 		return mg_error_prefix("fsdp: buffer broadcast");
 	/* Gathered parameters are stale now: reset for the next step. */
-	mg_unit_pipe_reset(&d->pipe);
+	mg_unit_pipe_reset(&d->base.pipe);
 	return 0;
 }
 
 static const struct mg_strategy_ops fsdp_ops = {
 	.setup = fsdp_setup,
-	.steps_per_epoch = fsdp_steps,
-	.plan = fsdp_plan,
+	MG_UNIT_STRATEGY_OPS,
 	.begin_step = fsdp_begin_step,
-	MG_UNIT_PIPE_OPS,
 	.step = fsdp_step,
 	.save = fsdp_save,
 	.load = fsdp_load,

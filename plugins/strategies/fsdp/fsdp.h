@@ -51,10 +51,9 @@
 enum fsdp_mode { FSDP_FULL = 0, FSDP_GRAD_OP, FSDP_NONE, FSDP_HYBRID };
 
 struct fsdp {
-	struct mg_unit_pipe pipe; /* first: MG_UNIT_PIPE_OPS */
+	struct mg_unit_strategy base; /* first: MG_UNIT_STRATEGY_OPS */
 	struct mg_ctx *ctx;
-	struct mg_sampler sampler;
-	bool drop_last, reduce_fp32;
+	bool reduce_fp32;
 	int prefetch; /* units gathered ahead (0: on demand) */
 	enum fsdp_mode mode;
 	int group;		 /* G: ranks a flat is sharded over */
@@ -100,7 +99,7 @@ static inline void *fsdp_at(const struct mg_buf *b, int64_t off,
 static inline char *fsdp_lp(const struct fsdp *d, const struct mg_flat *f)
 {
 	if (d->lp_inplace)
-		return (char *)mg_unit_pipe_slot(&d->pipe, f->unit) +
+		return (char *)mg_unit_pipe_slot(&d->base.pipe, f->unit) +
 		       f->full_byte +
 		       (size_t)d->srank * (size_t)f->shard *
 			       mg_dtype_size(f->lent);

@@ -50,7 +50,7 @@ int fsdp_load(void *self, struct mg_ckpt *ck)
 	struct mg_shard_ckpt s = shard_ckpt(d);
 	int rc = mg_shard_ckpt_load(&s, ck);
 	/* whatever was loaded, gather every flat again */
-	mg_unit_pipe_invalidate(&d->pipe);
+	mg_unit_pipe_invalidate(&d->base.pipe);
 	if (!rc)
 		rc = fsdp_refresh_lp(self);
 	return rc ? mg_error_prefix("fsdp: resume") : 0;

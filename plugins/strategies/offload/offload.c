@@ -1,10 +1,11 @@
 /*
  * offload.c - the offload strategy plugin (ZeRO-Offload, see offload.h):
- * options, device and pinned host storage, the sampler (each rank reads
- * its block of the global batch) and the step: gradient norm on the
- * device, the optimizer on the host in chunks, updated parameters copied
- * back and all-gathered; the hooks of the kit's unit pipeline (the
- * gradient shard's copy to the host as each unit's final action).
+ * options, device and pinned host storage (the kit's strategy head gives
+ * the sampler: each rank reads its block of the global batch), the step
+ * (gradient norm on the device, the optimizer on the host in chunks,
+ * updated parameters copied back and all-gathered) and the hooks of the
+ * kit's unit pipeline (the gradient shard's copy to the host as each
+ * unit's final action).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +20,7 @@ static const struct mg_option off_options[] = {
 	MG_OPT_I("threads", "0", 0, 4096,
 		 "host threads for the optimizer (0: the cores this rank may "
 		 "use)"),
-	MG_OPT_B("shuffle", "true", "shuffle the training set every epoch"),
-	MG_OPT_B("drop_last", "true",
-		 "skip the last incomplete global batch of an epoch (false: "
-		 "pad it by repeating samples)"),
+	MG_UNIT_STRATEGY_OPTIONS,
 	MG_OPT_B("update_in_backward", "false",
 		 "run each unit's host optimizer as soon as its gradient "
 		 "shard is on the host, and copy its parameters back, while "
@@ -39,9 +37,8 @@ static int off_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 	d->ctx = ctx;
 	d->reduce_fp32 = mg_opt_enum(o, "reduce_dtype") == 1;
 	d->threads = (int)mg_opt_int(o, "threads");
-	d->drop_last = mg_opt_bool(o, "drop_last");
 	d->ubw = mg_opt_bool(o, "update_in_backward");
-	mg_sampler_init(&d->sampler, ctx->seed, mg_opt_bool(o, "shuffle"));
+	mg_unit_strategy_init(&d->base, o, ctx);
 	*self = d;
 	return 0;
 }
@@ -49,7 +46,7 @@ static int off_create(const struct mg_opts *o, struct mg_ctx *ctx, void **self)
 static void off_destroy(void *self)
 {
 	struct offload *d = self;
-	mg_unit_pipe_free(&d->pipe);
+	mg_unit_strategy_free(&d->base);
 	struct mg_buf *bufs[] = {&d->params,	 &d->buffers,	&d->h_master,
 				 &d->h_lp,	 &d->h_grads,	&d->h_vals,
 				 &d->h_state[0], &d->h_state[1]};
@@ -64,7 +61,6 @@ static void off_destroy(void *self)
 		mg_host_optim_destroy(d->hopt);
 	free(d->unit_base);
 	mg_flat_free(&d->L);
-	mg_sampler_free(&d->sampler);
 	free(d);
 }
 
@@ -369,30 +365,14 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	return 0;
 }
 
-static int64_t off_steps(void *self, int64_t n, int64_t batch)
-{
-	struct offload *d = self;
-	return mg_sampler_steps(n, batch * d->ctx->world, d->drop_last);
-}
-
-static int off_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
-		    int64_t step, struct mg_plan *p)
-{
-	struct offload *d = self;
-	if (mg_sampler_plan_own(&d->sampler, d->ctx->world, d->ctx->rank, n,
-				batch, epoch, step, p))
-		return mg_error_prefix("offload");
-	return 0;
-}
-
 static int off_begin_step(void *self)
 {
 	struct offload *d = self;
 	if (d->host_error)
 		return mg_error("offload: host optimizer: %s", d->host_msg);
-	mg_unit_pipe_reset(&d->pipe);
+	mg_unit_pipe_reset(&d->base.pipe);
 	d->vals_sent = false;
-	return mg_unit_pipe_begin_step(&d->pipe);
+	return mg_unit_pipe_begin_step(&d->base.pipe);
 }
 
 /* Host call: the optimizer over one chunk (runs when the device reaches
@@ -474,7 +454,7 @@ static int off_final(void *self, int u)
 		if (!f->train)
 			continue;
 		size_t bytes = (size_t)f->shard * mg_dtype_size(f->grad);
-		const char *src = mg_unit_pipe_gshard(&d->pipe, u, k);
+		const char *src = mg_unit_pipe_gshard(&d->base.pipe, u, k);
 		if (d->transient && mg_optim_sumsq(ctx, ctx->optim_vals,
 						   f->grad, src, f->shard))
 			return -1;
@@ -520,7 +500,7 @@ static int off_pipe_init(struct offload *d)
 		.self = d,
 		.who = "offload",
 	};
-	return mg_unit_pipe_init(&d->pipe, &cfg);
+	return mg_unit_pipe_init(&d->base.pipe, &cfg);
 }
 
 static int off_step(void *self, const struct mg_optim_hparams *h,
@@ -533,12 +513,12 @@ static int off_step(void *self, const struct mg_optim_hparams *h,
 	struct mg_optim_vals *v = ctx->optim_vals;
 	r->comm_seconds = 0;
 	d->hp = h;
-	if (mg_unit_pipe_finish(&d->pipe))
+	if (mg_unit_pipe_finish(&d->base.pipe))
 		return -1;
 	/* The norm over all shards: each rank's, summed (one rank without
 	 * accumulation took it unit by unit, off_final). */
 	if (!d->transient &&
-	    (mg_unit_pipe_sumsq(&d->pipe) ||
+	    (mg_unit_pipe_sumsq(&d->base.pipe) ||
 	     (d->world > 1 &&
 	      (c->all_reduce(c, &v->sumsq, 1, MG_F32, MG_REDUCE_SUM) ||
 	       c->wait(c)))))
@@ -573,10 +553,8 @@ static int off_step(void *self, const struct mg_optim_hparams *h,
 
 static const struct mg_strategy_ops off_ops = {
 	.setup = off_setup,
-	.steps_per_epoch = off_steps,
-	.plan = off_plan,
+	MG_UNIT_STRATEGY_OPS,
 	.begin_step = off_begin_step,
-	MG_UNIT_PIPE_OPS,
 	.step = off_step,
 	.save = off_save,
 	.load = off_load,

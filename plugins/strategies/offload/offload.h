@@ -57,10 +57,9 @@ struct off_chunk {
 };
 
 struct offload {
-	struct mg_unit_pipe pipe; /* first: MG_UNIT_PIPE_OPS */
+	struct mg_unit_strategy base; /* first: MG_UNIT_STRATEGY_OPS */
 	struct mg_ctx *ctx;
-	struct mg_sampler sampler;
-	bool drop_last, reduce_fp32;
+	bool reduce_fp32;
 	int threads;
 	enum mg_dtype master, compute;
 	const struct mg_model_spec *spec;
