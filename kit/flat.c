@@ -487,3 +487,22 @@ int mg_flat_slices(const struct mg_flat_layout *L, const struct mg_flat *f,
 	}
 	return n;
 }
+
+int mg_flat_upload(struct mg_ctx *ctx, const struct mg_flat_layout *L,
+		   const struct mg_flat *f, void *dst, const void *src,
+		   int64_t n)
+{
+	const size_t ms = mg_dtype_size(L->master);
+	if (f->packed) /* NF4 blobs: bytes, as the model made them */
+		return mg_copy_h2d(ctx, dst, src, (size_t)n);
+	if (!f->lp)
+		return mg_copy_h2d(ctx, dst, src, (size_t)n * ms);
+	struct mg_buf tmp;
+	if (mg_buf_alloc(ctx, &tmp, (size_t)n * ms, MG_MEM_OTHER))
+		return -1;
+	int rc = mg_copy_h2d(ctx, tmp.ptr, src, (size_t)n * ms) ||
+		 mg_op_convert(ctx, dst, f->lent, tmp.ptr, L->master, n) ||
+		 mg_device_sync(ctx);
+	mg_buf_free(ctx, &tmp);
+	return rc;
+}

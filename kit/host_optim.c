@@ -773,3 +773,12 @@ int mg_host_optim_zero(struct mg_host_optim *o, void *p, size_t bytes)
 	pool_run(o, &j, (int64_t)(bytes / sizeof(float)) / GRAIN);
 	return 0;
 }
+
+int mg_host_optim_default_threads(const struct mg_ctx *ctx)
+{
+	int cores = mg_host_optim_cores();
+	int local = ctx->local_world > 0 ? ctx->local_world : 1;
+	if (cores >= local * 2)
+		cores /= local;
+	return cores > 0 ? cores : 1;
+}

@@ -25,6 +25,12 @@ static bool has(const struct mg_unit_pipe *P, unsigned f)
 	return (P->cfg.flags & f) != 0;
 }
 
+/* Full gradients kept in their slot until the step's last micro-batch. */
+static bool nosync(const struct mg_unit_pipe *P)
+{
+	return has(P, MG_UP_NO_SYNC) || has(P, MG_UP_WHOLE_GRADS);
+}
+
 static const char *uname(const struct mg_unit_pipe *P, int u)
 {
 	return P->spec->units[u].name;
@@ -107,6 +113,13 @@ static int take_pslot(struct mg_unit_pipe *P, int u)
 	return un->pslot < 0 ? -1 : 0;
 }
 
+/* Gradient slots: transient buffers, or the gradients themselves when
+ * kept whole all step. */
+static enum mg_mem_cat slot_cat(const struct mg_unit_pipe *P)
+{
+	return has(P, MG_UP_WHOLE_GRADS) ? MG_MEM_GRADS : MG_MEM_GATHER;
+}
+
 static void drop_pslot(struct mg_unit_pipe *P, int u)
 {
 	struct mg_up_unit *un = &P->units[u];
@@ -137,6 +150,9 @@ int mg_unit_pipe_reduce_flat(void *self, struct mg_unit_pipe *P, int u, int k,
 	if (op == MG_UP_REDUCE_SCATTER)
 		return P->cfg.sc->reduce_scatter(P->cfg.sc, src, dst, n,
 						 f->grad, MG_REDUCE_SUM);
+	if (op == MG_UP_ALL_REDUCE_WHOLE)
+		return P->cfg.sc->all_reduce(P->cfg.sc, dst, n * P->group,
+					     f->grad, MG_REDUCE_SUM);
 	return P->cfg.rc->all_reduce(P->cfg.rc, dst, n, f->grad, MG_REDUCE_SUM);
 }
 
@@ -172,7 +188,8 @@ static int gather(struct mg_unit_pipe *P, int u)
 static char *slot_grad(const struct mg_unit_pipe *P, int u,
 		       const struct mg_flat *f)
 {
-	char *p = (char *)P->gslots[P->units[u].gslot].buf.ptr + f->gfull_byte;
+	const int g = has(P, MG_UP_WHOLE_GRADS) ? u : P->units[u].gslot;
+	char *p = (char *)P->gslots[g].buf.ptr + f->gfull_byte;
 	if (f->grad != f->lent) /* the converted copy follows */
 		p += ALIGN256((size_t)(f->shard * P->group) *
 			      mg_dtype_size(f->lent));
@@ -188,6 +205,9 @@ void *mg_unit_pipe_gshard(const struct mg_unit_pipe *P, int u, int k)
 		return (char *)P->uslots[P->units[u].uslot].buf.ptr +
 		       P->ushard_byte[k];
 	}
+	if (has(P, MG_UP_WHOLE_GRADS))
+		return slot_grad(P, u, f) + (size_t)(P->cfg.srank * f->shard) *
+						    mg_dtype_size(f->grad);
 	return (char *)P->gshard.ptr + f->gshard_byte;
 }
 
@@ -226,6 +246,12 @@ static int scatter(struct mg_unit_pipe *P, int u)
 		const struct mg_flat *f = &L->flats[k];
 		if (!f->train)
 			continue;
+		if (has(P, MG_UP_WHOLE_GRADS)) {
+			char *g = slot_grad(P, u, f);
+			if (reduce(P, u, k, MG_UP_ALL_REDUCE_WHOLE, g, g))
+				return -1;
+			continue;
+		}
 		char *dst = un->acc ? scr + P->scratch_byte[k]
 				    : mg_unit_pipe_gshard(P, u, k);
 		if (reduce(P, u, k, MG_UP_REDUCE_SCATTER, slot_grad(P, u, f),
@@ -349,7 +375,8 @@ static int progress(struct mg_unit_pipe *P)
 		case MG_UP_SCATTER:
 			if (un->scratch && sum_into_shard(P, u, true, true))
 				return -1;
-			free_slot(P->gslots, &un->gslot);
+			if (!has(P, MG_UP_WHOLE_GRADS)) /* kept all step */
+				free_slot(P->gslots, &un->gslot);
 			un->gepoch = P->epoch;
 			/* Replica groups sum the step's shard once. */
 			if (P->cfg.replicas > 1 && P->final) {
@@ -511,12 +538,17 @@ struct mg_unit_view *mg_unit_pipe_acquire(struct mg_unit_pipe *P, int u,
 				 P->cfg.who, uname(P, u));
 			return NULL;
 		}
-		/* no_sync keeps a slot per unit all step: its own size. */
-		un->gslot = take_slot(P, &P->gslots, &P->ngslots,
-				      has(P, MG_UP_NO_SYNC)
-					      ? P->cfg.L->unit_grad_bytes[u]
-					      : P->gslot_bytes,
-				      u, MG_MEM_GATHER);
+		/* no_sync keeps a slot per unit all step: its own size;
+		 * whole gradients have theirs for the run. */
+		un->gslot =
+			has(P, MG_UP_WHOLE_GRADS)
+				? u
+				: take_slot(
+					  P, &P->gslots, &P->ngslots,
+					  nosync(P)
+						  ? P->cfg.L->unit_grad_bytes[u]
+						  : P->gslot_bytes,
+					  u, slot_cat(P));
 		if (un->gslot < 0 ||
 		    mg_memset_dev(P->cfg.ctx, P->gslots[un->gslot].buf.ptr, 0,
 				  P->cfg.L->unit_grad_bytes[u]))
@@ -608,7 +640,7 @@ static int ready(struct mg_unit_pipe *P, int u, bool final)
 				"without being acquired for backward",
 				uname(P, u));
 	/* no_sync: the gradients stay where the model summed them. */
-	if (has(P, MG_UP_NO_SYNC) && !final) {
+	if (nosync(P) && !final) {
 		un->gs = MG_UP_HELD;
 		return 0;
 	}
@@ -658,6 +690,11 @@ void mg_unit_strategy_free(struct mg_unit_strategy *s)
 	mg_sampler_free(&s->sampler);
 }
 
+int mg_unit_strategy_begin_step(void *self)
+{
+	return mg_unit_pipe_begin_step(self);
+}
+
 int64_t mg_unit_strategy_steps(void *self, int64_t n, int64_t batch)
 {
 	struct mg_unit_strategy *s = self;
@@ -689,9 +726,14 @@ static int unreported(struct mg_unit_pipe *P, int u)
 		}
 		return done(P, u);
 	}
-	if (has(P, MG_UP_TRANSIENT_GRADS) && P->group == 1) {
+	if (has(P, MG_UP_WHOLE_GRADS)) {
+		un->gslot = u;
+		if (mg_memset_dev(P->cfg.ctx, P->gslots[u].buf.ptr, 0,
+				  L->unit_grad_bytes[u]))
+			return -1;
+	} else if (has(P, MG_UP_TRANSIENT_GRADS) && P->group == 1) {
 		un->gslot = take_slot(P, &P->gslots, &P->ngslots,
-				      P->gslot_bytes, u, MG_MEM_GATHER);
+				      L->unit_grad_bytes[u], u, slot_cat(P));
 		if (un->gslot < 0)
 			return -1;
 	} else if (take_uslot(P, u)) {
@@ -768,6 +810,8 @@ void mg_unit_pipe_reset(struct mg_unit_pipe *P)
 		struct mg_up_unit *un = &P->units[u];
 		if (has(P, MG_UP_SHARD_PARAMS))
 			drop_pslot(P, u);
+		if (has(P, MG_UP_WHOLE_GRADS))
+			free_slot(P->gslots, &un->gslot);
 		un->gs = MG_UP_IDLE;
 		un->gepoch = -1;
 		un->acc = un->scratch = false;
@@ -792,6 +836,17 @@ int mg_unit_pipe_sumsq(const struct mg_unit_pipe *P)
 		return mg_error("%s: no kept gradient shards to take the "
 				"norm of",
 				P->cfg.who);
+	if (has(P, MG_UP_WHOLE_GRADS)) { /* this rank's blocks, by flat */
+		for (int k = 0; k < L->nflats; k++) {
+			const struct mg_flat *f = &L->flats[k];
+			if (f->train &&
+			    mg_optim_sumsq(ctx, v, f->grad,
+					   mg_unit_pipe_gshard(P, f->unit, k),
+					   f->shard))
+				return -1;
+		}
+		return 0;
+	}
 	const size_t lpb = L->gshard_lent_bytes, mb = L->gshard_bytes - lpb;
 	const enum mg_dtype lent = ctx->compute_dtype;
 	if (lpb && mg_optim_sumsq(ctx, v, lent, P->gshard.ptr,
@@ -845,6 +900,12 @@ static int check_cfg(const struct mg_unit_pipe *P)
 	    (has(P, MG_UP_SLOTS_AT_INIT) && !has(P, MG_UP_KEEP_GATHERED)))
 		return mg_error("%s: unit pipeline: kept gather slots need "
 				"sharded parameters",
+				c->who);
+	if (has(P, MG_UP_WHOLE_GRADS) &&
+	    (P->group == 1 || has(P, MG_UP_TRANSIENT_GRADS) ||
+	     has(P, MG_UP_DIRECT_GRADS)))
+		return mg_error("%s: whole gradients need a shard group and a "
+				"slot per unit",
 				c->who);
 	if (has(P, MG_UP_TRANSIENT_GRADS) &&
 	    (P->accum > 1 || has(P, MG_UP_DIRECT_GRADS)))
@@ -902,16 +963,34 @@ int mg_unit_pipe_init(struct mg_unit_pipe *P,
 	 * for the unit's shards after them. */
 	P->gslot_bytes = L->max_grad_bytes;
 	P->scratch_base = ALIGN256(L->max_grad_bytes);
-	if (P->accum > 1 && !has(P, MG_UP_NO_SYNC) && P->group > 1)
+	if (P->accum > 1 && !nosync(P) && P->group > 1)
 		P->gslot_bytes = P->scratch_base +
 				 shard_runs(L, s->nunits, P->scratch_byte);
 	if (has(P, MG_UP_TRANSIENT_GRADS) && P->group > 1)
 		P->uslot_bytes = shard_runs(L, s->nunits, P->ushard_byte);
-	if (!has(P, MG_UP_TRANSIENT_GRADS) &&
+	if (!has(P, MG_UP_TRANSIENT_GRADS) && !has(P, MG_UP_WHOLE_GRADS) &&
 	    (mg_buf_alloc(ctx, &P->gshard, L->gshard_bytes + 1, MG_MEM_GRADS) ||
 	     mg_memset_dev(ctx, P->gshard.ptr, 0, P->gshard.bytes)))
 		return mg_error_prefix("%s: gradient shards", P->cfg.who);
 	P->final = P->accum <= 1;
+	/* Whole gradients: a slot of its own per unit, for the run, so a
+	 * unit's gradient shard has one address (mg_shard_store_bind). */
+	if (has(P, MG_UP_WHOLE_GRADS)) {
+		P->gslots = calloc(nu, sizeof *P->gslots);
+		if (!P->gslots)
+			return mg_error("out of memory");
+		P->ngslots = s->nunits;
+		for (int u = 0; u < s->nunits; u++) {
+			P->gslots[u].owner = -1;
+			if (mg_buf_alloc(ctx, &P->gslots[u].buf,
+					 L->unit_grad_bytes[u] + 1,
+					 MG_MEM_GRADS) ||
+			    mg_memset_dev(ctx, P->gslots[u].buf.ptr, 0,
+					  L->unit_grad_bytes[u] + 1))
+				return mg_error_prefix("%s: gradients",
+						       P->cfg.who);
+		}
+	}
 	if (has(P, MG_UP_KEEP_GATHERED)) {
 		P->pslots = calloc(nu, sizeof *P->pslots);
 		if (!P->pslots)

@@ -13,6 +13,8 @@
  *                     strategies (gather before use, reductions as units
  *                     are ready, accumulation, a final action per unit)
  *                     with storage policies (ZeRO-1/2/3, fsdp, offload)
+ *   kit/shard_store.h resident parameters with sharded master weights and
+ *                     optimizer state, on the device or the host (ZeRO)
  *   kit/shard_ckpt.h  checkpoints of sharded flat state
  *   kit/host_optim.h  the vectorised, threaded host optimizer
  *
@@ -33,7 +35,9 @@
  *   1.4  mg_host_optim_zero: host state zeroed (first touched) by the
  *        threads that update it
  *   1.5  unit_pipe.h (mg_unit_pipe_*: the pipeline fsdp and offload are
- *        built on), mg_flat_slices (a shard's optimizer slices)
+ *        built on; mg_unit_strategy, the head of a sharded strategy),
+ *        shard_store.h (ZeRO-1/2 storage, device or host), mg_flat_slices,
+ *        mg_flat_upload, mg_host_optim_default_threads
  */
 #ifndef MG_KIT_H
 #define MG_KIT_H
@@ -47,6 +51,7 @@
 #include "kit/replica.h"
 #include "kit/sampler.h"
 #include "kit/shard_ckpt.h"
+#include "kit/shard_store.h"
 #include "kit/unit_pipe.h"
 
 #endif

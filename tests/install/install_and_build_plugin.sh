@@ -12,7 +12,7 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 prefix=$work/prefix
 # Nothing from the source or build tree may leak in: copy the examples.
 cp -r "$src/examples" "$work/examples"
-for ex in third_party_strategy bf16_ddp; do
+for ex in third_party_strategy bf16_ddp zero; do
 	cmake -S "$work/examples/$ex" -B "$work/build_$ex" \
 		-DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 	cmake --build "$work/build_$ex" >/dev/null
@@ -29,11 +29,16 @@ out=$("$prefix/bin/mgrun" --help-plugin bf16_ddp \
 	--plugin-path "$work/build_bf16_ddp")
 echo "$out"
 echo "$out" | grep -q "compress .*bool .*true .*bf16"
+out=$("$prefix/bin/mgrun" --help-plugin zero2_host \
+	--plugin-path "$work/build_zero")
+echo "$out"
+echo "$out" | grep -q "threads .*int .*0 .*host optimizer threads"
 # The pkg-config files work for people who do not use CMake: build the
 # same plugins with plain cc and load them.
 mkdir -p "$work/pc"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-for f in third_party_strategy/local_avg bf16_ddp/bf16_ddp; do
+for f in third_party_strategy/local_avg bf16_ddp/bf16_ddp zero/zero1 \
+	zero/zero2_host; do
 	cc -std=c11 -shared -fPIC -fvisibility=hidden -Werror -Wall -Wextra \
 		-o "$work/pc/libmg_${f#*/}.so" "$work/examples/$f.c" \
 		$(pkg-config --cflags --libs mgrun-kit)

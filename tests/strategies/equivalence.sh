@@ -351,6 +351,65 @@ examples)
 		exit 1
 	}
 	;;
+zero)
+	# The ZeRO examples (examples/zero: ZeRO-1, and ZeRO-2 with the
+	# optimizer state on the host, each a few tens of lines over the
+	# kit's unit pipeline and shard store) on 4 ranks against their
+	# in-tree references. ZeRO-1 all-reduces whole gradients and updates
+	# element-wise as ddp_ds does: without clipping, bit for bit.
+	run single 1 "$mlp" --set run.batch_size=64
+	set -- --set optimizer.max_grad_norm=0
+	run ds 4 "$mlp" --set strategy.name=ddp_ds "$@"
+	run z1 4 "$mlp" --set strategy.name=zero1 "$@"
+	same ds z1 0
+	# With clipping the norm (F32, mg_optim_sumsq) is summed by shard,
+	# then over the ranks, not in ddp_ds's order: the clip factor
+	# differs by F32 rounding (a few 2^-24), which scales every update;
+	# over 12 SGD steps that stays far below 1e-5 relative, and the runs
+	# are not equal.
+	run ds_clip 4 "$mlp" --set strategy.name=ddp_ds
+	run z1_clip 4 "$mlp" --set strategy.name=zero1
+	same ds_clip z1_clip 1e-5
+	# Gradient accumulation: whole gradients summed over micro-batches
+	# and reduced once, as ddp_ds's no_sync.
+	run ds_acc 4 "$mlp" --set strategy.name=ddp_ds --set run.grad_accum=2 \
+		--set run.batch_size=8 "$@"
+	run z1_acc 4 "$mlp" --set strategy.name=zero1 --set run.grad_accum=2 \
+		--set run.batch_size=8 "$@"
+	same ds_acc z1_acc 1e-12
+	# ZeRO-2 with host state is offload's computation: the same
+	# reduce-scatters, the norm over the same shards in the same order,
+	# the same host update: bit for bit, clipping on.
+	run off 4 "$mlp" --set strategy.name=offload
+	run z2 4 "$mlp" --set strategy.name=zero2_host
+	same off z2 0
+	same ds_clip z2 1e-5
+	# Checkpoints are full named tensors: ZeRO-1 on 4 ranks stops after
+	# 6 steps, ZeRO-2 on 2 ranks resumes it and ends where ddp_ds does.
+	run mixed 4 "$mlp" --set strategy.name=zero1 --set run.stop_after=6
+	run mixed 2 "$mlp" --set strategy.name=zero2_host \
+		--set run.batch_size=32 --resume
+	same ds_clip mixed 1e-5
+	# Memory by category shows the sharding: optimizer state summed over
+	# the 4 ranks is one model's (each rank holds 1/4); ZeRO-1 keeps
+	# whole gradients on every rank (4 models' worth), ZeRO-2 a shard on
+	# the device and its copy on the host (2 models' worth in all).
+	for cat in optimizer grads; do
+		echo "$cat bytes: single $(counter single "$cat"), zero1 (sum of" \
+			"4 ranks) $(counter z1_clip "$cat"), zero2_host (sum)" \
+			"$(counter z2 "$cat")"
+	done
+	one=$(counter single optimizer)
+	for r in z1_clip z2; do
+		awk -v a="$one" -v b="$(counter $r optimizer)" \
+			'BEGIN { exit !(b >= a && b <= 1.1 * a) }'
+	done
+	one=$(counter single grads)
+	awk -v a="$one" -v b="$(counter z1_clip grads)" \
+		'BEGIN { exit !(b >= 4 * a) }'
+	awk -v a="$one" -v b="$(counter z2 grads)" \
+		'BEGIN { exit !(b >= a && b <= 2.2 * a) }'
+	;;
 families)
 	# The decoder families (Qwen2's q/k/v biases, Qwen3's q/k norms,
 	# Mistral's sliding window shorter than the rows, LoRA over Qwen2's

@@ -208,6 +208,13 @@ int mg_flat_slices(const struct mg_flat_layout *L, const struct mg_flat *f,
 		   void *param_lp, void *const *state, int nstate,
 		   struct mg_optim_slice out[2]);
 
+/* Added in kit 1.5: n elements of flat f's values from host memory src
+ * (master dtype; bytes of a packed flat) to the device at dst in f's
+ * lent dtype (converted on the device; synchronous). */
+int mg_flat_upload(struct mg_ctx *ctx, const struct mg_flat_layout *L,
+		   const struct mg_flat *f, void *dst, const void *src,
+		   int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -57,6 +57,11 @@ int mg_host_optim_run(struct mg_host_optim *o, const struct mg_optim_hparams *h,
  * before the first update is spread over the host's memory nodes as the
  * update reads it, not all on the node of one allocating thread (whose
  * bandwidth then bounds every update). Returns 0, or -1 for NULL. */
+/* Added in kit 1.5: this rank's share of the cores: ranks of one node
+ * that all see every core split them; ranks already pinned to a core or
+ * two keep theirs. */
+int mg_host_optim_default_threads(const struct mg_ctx *ctx);
+
 int mg_host_optim_zero(struct mg_host_optim *o, void *p, size_t bytes);
 
 #ifdef __cplusplus

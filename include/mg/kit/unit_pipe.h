@@ -34,7 +34,8 @@
  *     for, so every trained unit's gradient shard is final.
  *
  * Storage policies (flags of mg_unit_pipe_cfg), in the combinations:
- *   replicated (ZeRO-1, DDP by units)   group 1, replicas = world
+ *   replicated (DDP by units)           group 1, replicas = world
+ *   replicated gradients (ZeRO-1)       group > 1, MG_UP_WHOLE_GRADS
  *   sharded gradients (ZeRO-2)          group > 1, resident parameters
  *   sharded parameters (ZeRO-3, fsdp)   group > 1, MG_UP_SHARD_PARAMS
  *   hybrid (fsdp hybrid)                1 < group < world, replicas > 1
@@ -113,6 +114,12 @@ enum {
 	 * and is gone after the final hook (update_in_backward, or a shard
 	 * copied out at once). Needs no micro-batches. */
 	MG_UP_TRANSIENT_GRADS = 1u << 5,
+	/* Group > 1 (ZeRO-1): gradients are all-reduced whole over the shard
+	 * group instead of reduce-scattered, and kept whole all step (one
+	 * slot per unit, memory category grads), reduced once after the
+	 * last micro-batch (implies MG_UP_NO_SYNC); a unit's gradient shard
+	 * is this rank's block of its whole gradient. */
+	MG_UP_WHOLE_GRADS = 1u << 6,
 };
 
 /* What the final hook returns besides 0 and -1. */
@@ -128,6 +135,9 @@ enum mg_up_reduce {
 	/* Sum the shard `dst` (n elements) over the replica groups, in
 	 * place (src == dst). */
 	MG_UP_ALL_REDUCE,
+	/* MG_UP_WHOLE_GRADS: sum the full gradient (group x n elements, in
+	 * the slot) over the shard group, in place (src == dst). */
+	MG_UP_ALL_REDUCE_WHOLE,
 };
 
 /*
@@ -297,6 +307,9 @@ void mg_unit_strategy_init(struct mg_unit_strategy *s, const struct mg_opts *o,
 			   struct mg_ctx *ctx);
 /* From destroy(): the pipeline and the sampler. */
 void mg_unit_strategy_free(struct mg_unit_strategy *s);
+/* begin_step for a strategy with nothing of its own to do then
+ * (mg_unit_pipe_begin_step). */
+int mg_unit_strategy_begin_step(void *self);
 int64_t mg_unit_strategy_steps(void *self, int64_t n, int64_t batch);
 int mg_unit_strategy_plan(void *self, int64_t n, int64_t batch, int64_t epoch,
 			  int64_t step, struct mg_plan *p);

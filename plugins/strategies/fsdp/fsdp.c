@@ -356,13 +356,6 @@ static int fsdp_setup(void *self, const struct mg_model_spec *spec)
 	return 0;
 }
 
-static int fsdp_begin_step(void *self)
-{
-	struct fsdp *d = self;
-	/* fsdp_step() (and setup) left every unit reset for this step. */
-	return mg_unit_pipe_begin_step(&d->base.pipe);
-}
-
 /* AdamW / SGD on this rank's shard of one flat: at most two slices
  * (weight decay, then none). */
 static int update_flat(struct fsdp *d, const struct mg_optim_hparams *h,
@@ -427,7 +420,7 @@ static int fsdp_step(void *self, const struct mg_optim_hparams *h,
 static const struct mg_strategy_ops fsdp_ops = {
 	.setup = fsdp_setup,
 	MG_UNIT_STRATEGY_OPS,
-	.begin_step = fsdp_begin_step,
+	.begin_step = mg_unit_strategy_begin_step,
 	.step = fsdp_step,
 	.save = fsdp_save,
 	.load = fsdp_load,

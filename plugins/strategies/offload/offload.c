@@ -172,32 +172,10 @@ void off_refresh_host_lp(struct offload *d)
 	}
 }
 
-/* n elements of flat k's lent values from host master-dtype values src
- * to the device at dst (converted there when the flat is lent in a
- * lower dtype; bytes of a packed flat as they are). */
-static int upload(struct offload *d, int k, void *dst, const void *src,
-		  int64_t n)
-{
-	const struct mg_flat *f = &d->L.flats[k];
-	const size_t ms = mg_dtype_size(d->master);
-	if (f->packed) /* NF4 blobs: bytes, as the model made them */
-		return mg_copy_h2d(d->ctx, dst, src, (size_t)n);
-	if (!f->lp)
-		return mg_copy_h2d(d->ctx, dst, src, (size_t)n * ms);
-	struct mg_buf tmp;
-	if (mg_buf_alloc(d->ctx, &tmp, (size_t)n * ms, MG_MEM_OTHER))
-		return -1;
-	int rc = mg_copy_h2d(d->ctx, tmp.ptr, src, (size_t)n * ms) ||
-		 mg_op_convert(d->ctx, dst, f->lent, tmp.ptr, d->master, n) ||
-		 mg_device_sync(d->ctx);
-	mg_buf_free(d->ctx, &tmp);
-	return rc;
-}
-
 int off_upload_full(struct offload *d, int k, const void *full_host)
 {
-	return upload(d, k, off_dev_full(d, k), full_host,
-		      d->L.flats[k].shard * d->L.group);
+	return mg_flat_upload(d->ctx, &d->L, &d->L.flats[k], off_dev_full(d, k),
+			      full_host, d->L.flats[k].shard * d->L.group);
 }
 
 /* Every rank's shard of each trained flat into every rank's full device
@@ -231,7 +209,8 @@ static int keep_flat(void *arg, int k, const char *full)
 	const char *mine = full + (size_t)(d->srank * f->shard) * ms;
 	memcpy(off_host(&d->h_master, f->master_off, d->master), mine,
 	       (size_t)f->shard * ms);
-	return upload(d, k, off_dev_mine(d, k), mine, f->shard);
+	return mg_flat_upload(d->ctx, &d->L, f, off_dev_mine(d, k), mine,
+			      f->shard);
 }
 
 /* Chunk c takes trained flat k: its host slices (at most two, with
@@ -303,17 +282,6 @@ static int build_chunks(struct offload *d)
 	return 0;
 }
 
-/* This rank's share of the cores: ranks of one node that all see every
- * core split them; ranks already pinned to a core or two keep theirs. */
-static int default_threads(const struct mg_ctx *ctx)
-{
-	int cores = mg_host_optim_cores();
-	int local = ctx->local_world > 0 ? ctx->local_world : 1;
-	if (cores >= local * 2)
-		cores /= local;
-	return cores > 0 ? cores : 1;
-}
-
 static int off_pipe_init(struct offload *d);
 
 static int off_setup(void *self, const struct mg_model_spec *spec)
@@ -331,7 +299,8 @@ static int off_setup(void *self, const struct mg_model_spec *spec)
 	if (d->ubw && mg_flat_ubw_check(ctx, "offload"))
 		return -1;
 	d->hp = ctx->optim;
-	int threads = d->threads ? d->threads : default_threads(ctx);
+	int threads =
+		d->threads ? d->threads : mg_host_optim_default_threads(ctx);
 	/* Where setup time goes (a 7B model on one GPU took 153 s to its
 	 * first step, 37 s on four): storage, most of it pinned host
 	 * memory, against drawing and placing the initial values. */
