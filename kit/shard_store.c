@@ -288,6 +288,8 @@ int mg_shard_store_step(struct mg_shard_store *S,
 					    &S->slices[i]))
 				return -1;
 	}
+	/* On a GPU the host update runs later (a host call): a failure is
+	 * seen here on a CPU device, else at the next step's start. */
 	if (S->host_rc)
 		return mg_error("host optimizer failed");
 	mg_unit_pipe_reset(S->P);
@@ -387,6 +389,15 @@ void mg_zero_destroy(void *self)
 	mg_shard_store_free(&z->S);
 	mg_flat_free(&z->L);
 	free(z);
+}
+
+int mg_zero_begin_step(void *self)
+{
+	struct mg_zero *z = self;
+	if (z->S.host_rc)
+		return mg_error("%s: host optimizer failed in the last step",
+				z->base.pipe.cfg.who);
+	return mg_unit_pipe_begin_step(&z->base.pipe);
 }
 
 int mg_zero_step(void *self, const struct mg_optim_hparams *h,

@@ -18,9 +18,10 @@
 #include "engine/run.h"
 
 int mg_main(int argc, char **argv);
-int mg_tokenize_main(int argc, char **argv); /* tokenize.c */
-int mg_generate_main(int argc, char **argv); /* generate.c */
-int mg_export_main(int argc, char **argv);   /* export.c */
+int mg_tokenize_main(int argc, char **argv);  /* tokenize.c */
+int mg_generate_main(int argc, char **argv);  /* generate.c */
+int mg_export_main(int argc, char **argv);    /* export.c */
+int mg_ckpt_diff_main(int argc, char **argv); /* ckpt_diff.c */
 
 static void usage(FILE *f)
 {
@@ -42,6 +43,7 @@ static void usage(FILE *f)
 		"       mgrun export -c FILE --out DIR [--dtype "
 		"bf16|fp16|fp32] "
 		"(mgrun export -h)\n"
+		"       mgrun ckpt-diff A B [--tolerance X] [--prefix P]\n"
 		"       mgrun -c FILE --eval-only\n"
 		"       mgrun -c FILE --print-config\n"
 		"       mgrun --list-plugins\n"
@@ -237,6 +239,10 @@ int mg_main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "generate")) {
 		free(sets);
 		return mg_generate_main(argc - 1, argv + 1);
+	}
+	if (argc > 1 && !strcmp(argv[1], "ckpt-diff")) {
+		free(sets);
+		return mg_ckpt_diff_main(argc - 1, argv + 1);
 	}
 	if (argc > 1 && !strcmp(argv[1], "export")) {
 		free(sets);

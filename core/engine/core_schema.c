@@ -77,6 +77,10 @@ const struct mg_option mg_run_schema[] = {
 	MG_OPT_I("log_every", "50", 1, 1e9,
 		 "print a progress line every this many steps when not on a "
 		 "terminal"),
+	MG_OPT_B("csv_full_precision", "false",
+		 "write steps.csv's loss and grad_norm with 17 significant "
+		 "digits (a double exactly), so two runs' curves can be "
+		 "compared bit for bit; false: 9 and 6 digits"),
 	MG_OPT_I("checkpoint_every", "0", 0, 1e12,
 		 "also checkpoint every this many steps (0: at the end of each "
 		 "epoch and of the run only)"),

@@ -49,6 +49,7 @@ static const char *const may_change[] = {
 	"run.max_steps",
 	"run.stop_after",
 	"run.log_every",
+	"run.csv_full_precision",
 	"run.checkpoint_every",
 	"run.checkpoint_every_s",
 	"run.checkpoint",

@@ -297,13 +297,17 @@ void mg_report_step(const struct mg_run_view *rs, int64_t step, double loss,
 	const struct mg_stats *st = rs->stats;
 	const double *ts = st->t_step;
 	double overlapped = st->comm_busy_step - ts[MG_T_COMM];
+	/* run.csv_full_precision: loss and grad_norm round-trip exactly. */
+	const bool full = mg_opt_bool(rs->s->run, "csv_full_precision");
 	fprintf(csv,
-		"%lld,%lld,%.9g,%.6g,%.9g,%.6g,%d,%.6f,%.6f,%.6f,%.6f,%.6f,"
-		"%.6f,%.6f,%.6f,%lld,%lld\n",
+		full ? "%lld,%lld,%.17g,%.6g,%.9g,%.17g,%d,"
+		     : "%lld,%lld,%.9g,%.6g,%.9g,%.6g,%d,",
 		(long long)step, (long long)(step / rs->steps_per_epoch), loss,
-		acc, lr, grad_norm, skipped, seconds, ts[MG_T_DATA],
-		ts[MG_T_H2D], ts[MG_T_FORWARD], ts[MG_T_BACKWARD],
-		ts[MG_T_COMM], overlapped > 0 ? overlapped : 0, ts[MG_T_OPTIM],
+		acc, lr, grad_norm, skipped);
+	fprintf(csv, "%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%lld,%lld\n",
+		seconds, ts[MG_T_DATA], ts[MG_T_H2D], ts[MG_T_FORWARD],
+		ts[MG_T_BACKWARD], ts[MG_T_COMM],
+		overlapped > 0 ? overlapped : 0, ts[MG_T_OPTIM],
 		(long long)st->mem_total_cur, (long long)st->mem_step_peak);
 	tb_step(rs, step, loss, acc, lr, grad_norm, seconds);
 }

@@ -380,10 +380,33 @@ zero)
 	# ZeRO-2 with host state is offload's computation: the same
 	# reduce-scatters, the norm over the same shards in the same order,
 	# the same host update: bit for bit, clipping on.
-	run off 4 "$mlp" --set strategy.name=offload
-	run z2 4 "$mlp" --set strategy.name=zero2_host
+	# steps.csv in full precision shows the same losses and gradient
+	# norms to the last bit (17 digits).
+	run off 4 "$mlp" --set strategy.name=offload \
+		--set run.csv_full_precision=true
+	run z2 4 "$mlp" --set strategy.name=zero2_host \
+		--set run.csv_full_precision=true
 	same off z2 0
 	same ds_clip z2 1e-5
+	cut -d, -f3,6 "$work/off/steps.csv" >"$work/off.curve"
+	cut -d, -f3,6 "$work/z2/steps.csv" >"$work/z2.curve"
+	cmp "$work/off.curve" "$work/z2.curve"
+	grep -Eq '^[0-9.e+-]{14,},[0-9.e+-]{14,}$' "$work/z2.curve" || {
+		head -3 "$work/z2.curve"
+		echo "FAIL: steps.csv not in full precision"
+		exit 1
+	}
+	# The installed differ (mgrun ckpt-diff) agrees with the tests'.
+	"$mgrun" ckpt-diff "$work/off/checkpoint.safetensors" \
+		"$work/z2/checkpoint.safetensors" | grep -q ': same$'
+	if "$mgrun" ckpt-diff "$work/ds_clip/checkpoint.safetensors" \
+		"$work/z1_clip/checkpoint.safetensors" >/dev/null 2>&1; then
+		echo "FAIL: ckpt-diff found clipped zero1 equal to ddp_ds"
+		exit 1
+	fi
+	"$mgrun" ckpt-diff "$work/ds_clip/checkpoint.safetensors" \
+		"$work/z1_clip/checkpoint.safetensors" --tolerance 1e-5 \
+		--prefix optim/ >/dev/null
 	# Checkpoints are full named tensors: ZeRO-1 on 4 ranks stops after
 	# 6 steps, ZeRO-2 on 2 ranks resumes it and ends where ddp_ds does.
 	run mixed 4 "$mlp" --set strategy.name=zero1 --set run.stop_after=6

@@ -111,12 +111,13 @@ int mg_zero_setup(struct mg_zero *z, const struct mg_model_spec *spec,
 /* Frees self (a struct mg_zero or a struct starting with one, from
  * calloc), whatever setup reached. */
 void mg_zero_destroy(void *self);
+int mg_zero_begin_step(void *self);
 int mg_zero_step(void *self, const struct mg_optim_hparams *h,
 		 struct mg_step_report *r);
 int mg_zero_save(void *self, struct mg_ckpt *ck);
 int mg_zero_load(void *self, struct mg_ckpt *ck);
 #define MG_ZERO_OPS                                                            \
-	MG_UNIT_STRATEGY_OPS, .begin_step = mg_unit_strategy_begin_step,       \
+	MG_UNIT_STRATEGY_OPS, .begin_step = mg_zero_begin_step,                \
 			      .step = mg_zero_step, .save = mg_zero_save,      \
 			      .load = mg_zero_load,                            \
 			      .caps = MG_STRATEGY_GRAD_ACCUM

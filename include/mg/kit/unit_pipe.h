@@ -69,6 +69,13 @@
  * srank); reduce-scatter runs out of place (full gradient in the slot,
  * shard elsewhere); the replica all-reduce runs in place on the shard.
  *
+ * Zero-byte buffers: the kit allocates every slot and shard buffer with
+ * at least one byte (`bytes ? bytes : 1`, `bytes + 1`), so a unit or a
+ * layout with nothing of a kind (no buffers, no trained flat) still has
+ * an address: mg_buf_alloc(0) may give NULL on a GPU (cudaMalloc(0)),
+ * which the kit reads as "not allocated" and collectives refuse. The
+ * byte is accounted in the buffer's memory category (the +1 in reports).
+ *
  * Streams: everything is issued on the compute stream or the
  * communicators' streams, never waited on the host, so a step can be
  * captured as one CUDA graph; the `wait` hook adds the strategy's own
