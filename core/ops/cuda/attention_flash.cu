@@ -70,6 +70,23 @@ __device__ __forceinline__ float fa_cap(const fa_dims &a, float r)
 	return a.cap > 0 ? a.cap_out * tanhf(r * a.cap_in) : r;
 }
 
+/* A warp's whole tile of raw scores soft-capped in place (forward and
+ * backward recompute the same scores, so both cap them alike). */
+template <int MW, int NB>
+__device__ __forceinline__ void fa_cap_tile(const fa_dims &a,
+					    float (&s)[MW][NB][4])
+{
+	if (!(a.cap > 0))
+		return;
+#pragma unroll
+	for (int m = 0; m < MW; m++)
+#pragma unroll
+		for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				s[m][nb][e] = fa_cap(a, s[m][nb][e]);
+}
+
 /* The cap's derivative at a capped raw score c: 1 - tanh^2 (0 where c
  * is -inf, a masked score, whose P is 0 anyway). */
 __device__ __forceinline__ float fa_dcap(const fa_dims &a, float c)
@@ -525,16 +542,7 @@ __global__ void __launch_bounds__(FT)
 						       qf[mi][kk], b + 2);
 					}
 				}
-			if (a.cap > 0) {
-#pragma unroll
-				for (int mi = 0; mi < MW; mi++)
-#pragma unroll
-					for (int x = 0; x < BC / 8; x++)
-#pragma unroll
-						for (int e = 0; e < 4; e++)
-							s[mi][x][e] = fa_cap(
-								a, s[mi][x][e]);
-			}
+			fa_cap_tile(a, s);
 			/* mask only boundary tiles (raw scores; scale > 0, so
 			 * the row max of the raw scores gives the scaled one) */
 			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
@@ -832,16 +840,7 @@ __global__ void __launch_bounds__(FT)
 					}
 				}
 			}
-			if (a.cap > 0) {
-#pragma unroll
-				for (int m = 0; m < MW; m++)
-#pragma unroll
-					for (int nb = 0; nb < BC / 8; nb++)
-#pragma unroll
-						for (int e = 0; e < 4; e++)
-							s[m][nb][e] = fa_cap(
-								a, s[m][nb][e]);
-			}
+			fa_cap_tile(a, s);
 			if (!(kb >= lomax && kb + BC - 1 <= t0)) {
 				/* keys outside [lo, t] of the row (rows past S
 				 * have zero q and dout, so dS = 0, and are
