@@ -1499,6 +1499,9 @@ static void bn_repeat(enum mg_dtype dt, int N, int C, int H, int W)
 	gt_rand(&dg, -1, 1);
 	gt_rand(&dbt, -1, 1);
 	struct gt *out[] = {&y, &sm, &si, &rm, &rv, &dx, &dg, &dbt};
+	static const char *const oname[] = {
+		"y",	       "save_mean", "save_invstd", "running_mean",
+		"running_var", "dx",	    "dgamma",	   "dbeta"};
 	enum { NO = sizeof out / sizeof *out };
 	double *ref[NO] = {NULL};
 	for (int r = 0; r < 2; r++) {
@@ -1528,10 +1531,10 @@ static void bn_repeat(enum mg_dtype dt, int N, int C, int H, int W)
 			for (int64_t k = 0; k < out[i]->n; k++)
 				nans += isnan(v[k]);
 			/* NaN anywhere (an unwritten element) fails too */
-			gt_report_bits(name, dt, v, ref[i], out[i]->n,
-				       sizeof(double));
+			gt_report_bits(LBL("%s %s", name, oname[i]), dt, v,
+				       ref[i], out[i]->n, sizeof(double));
 			if (nans)
-				gt_report(name, dt, (double)nans, 0, nans,
+				gt_report(lbl, dt, (double)nans, 0, nans,
 					  "NaN elements");
 			free(v);
 		}
