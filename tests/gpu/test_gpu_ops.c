@@ -190,6 +190,9 @@ static void test_depthwise(void)
 
 /* ------------------------------------------------------------------ */
 
+/* Label of the batch-norm path under test ("" the default). */
+static const char *bn_path = "";
+
 static void bn_check(enum mg_dtype dt, int N, int C, int H, int W,
 		     bool training, enum mg_act act, enum mg_dtype rsdt)
 {
@@ -201,7 +204,7 @@ static void bn_check(enum mg_dtype dt, int N, int C, int H, int W,
 	const double ptol = dt == MG_F64 ? 1e-12 : (dt == MG_F32 ? 1e-5 : 1e-2);
 	struct gt x, g, b, rm, rv, sm, si, y, dy, dx, dg, dbt;
 	char name[96];
-	snprintf(name, sizeof name, "bn %s%s N%d C%d %dx%d rs=%s",
+	snprintf(name, sizeof name, "bn%s %s%s N%d C%d %dx%d rs=%s", bn_path,
 		 training ? "train" : "eval",
 		 act == MG_ACT_RELU6 ? "+relu6" : "", N, C, H, W,
 		 mg_dtype_name(rsdt));
@@ -271,11 +274,18 @@ static void test_batchnorm(void)
 	/* 125x125 and 63x63: large planes whose starts are not 16-byte
 	 * aligned (the vector paths' ends and straddling vectors); 64 x 4
 	 * x 96 x 96 splits each channel into the most slices (64), whose
-	 * last block finalises; 1 x 1 planes one slice */
-	static const int shapes[][4] = {{8, 32, 112, 112}, {64, 960, 7, 7},
-					{64, 16, 28, 28},  {3, 5, 7, 3},
-					{4, 6, 125, 125},  {3, 7, 63, 63},
-					{64, 4, 96, 96},   {5, 9, 1, 1}};
+	 * last block finalises. Channels of N * HW <= 4096 take the
+	 * small-plane kernel: 1 to 8 warps a channel (64, 130, 507, 1024
+	 * elements; 37 and 11 channels leave idle groups in the last
+	 * block), 16 elements a thread (3136, 3993); 41 x 10 x 10 (4100)
+	 * is one slice of the folded path again. */
+	static const int shapes[][4] = {
+		{8, 32, 112, 112}, {64, 960, 7, 7},  {64, 16, 28, 28},
+		{3, 5, 7, 3},	   {4, 6, 125, 125}, {3, 7, 63, 63},
+		{64, 4, 96, 96},   {5, 9, 1, 1},     {64, 1280, 1, 1},
+		{2, 37, 5, 13},	   {3, 11, 13, 13},  {64, 576, 2, 2},
+		{64, 192, 4, 4},   {7, 13, 9, 11},   {33, 3, 11, 11},
+		{41, 3, 10, 10}};
 	for (size_t d = 0; d < 4; d++) {
 		const enum mg_dtype dt = all_dt[d];
 		const enum mg_dtype rs = dt == MG_F64 ? MG_F64 : MG_F32;
@@ -291,6 +301,20 @@ static void test_batchnorm(void)
 	}
 	/* F32 activations with F64 running statistics */
 	bn_check(MG_F32, 4, 8, 9, 7, true, MG_ACT_RELU6, MG_F64);
+	/* the small planes again through the block-a-channel path (the
+	 * knob's other setting) */
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_BN_SMALL, 0);
+	bn_path = "(block)";
+	static const int small[][4] = {
+		{64, 960, 7, 7}, {5, 9, 1, 1}, {2, 37, 5, 13}, {64, 192, 4, 4}};
+	for (size_t d = 1; d < 4; d += 2)
+		for (size_t s = 0; s < sizeof small / sizeof *small; s++) {
+			const int *k = small[s];
+			bn_check(all_dt[d], k[0], k[1], k[2], k[3], true,
+				 MG_ACT_RELU6, MG_F32);
+		}
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_BN_SMALL, 1);
+	bn_path = "";
 }
 
 /* ------------------------------------------------------------------ */
@@ -1456,6 +1480,95 @@ static bool pw_gemm(void)
 	return pw_mode != 0;
 }
 
+/*
+ * Batch norm's training forward and backward twice on the same inputs
+ * (running statistics and parameter gradients reset in between) give
+ * the same bits: the small-plane kernel (2 x 2 and 7 x 7 planes at batch
+ * 64) and the folded path (14 x 14, two slices) add in a fixed order.
+ */
+static void bn_repeat(enum mg_dtype dt, int N, int C, int H, int W)
+{
+	const enum mg_dtype pdt = dt == MG_F64 ? MG_F64 : MG_F32;
+	const struct mg_bn_args a = {1e-5, 0.1, true, MG_ACT_RELU6};
+	struct gt x, g, b, rm, rv, sm, si, y, dy, dx, dg, dbt;
+	char name[96];
+	snprintf(name, sizeof name, "determinism: bn N%d C%d %dx%d twice", N, C,
+		 H, W);
+	gt_make(&x, dt, -1, 4, N, C, H, W);
+	gt_make(&y, dt, -1, 4, N, C, H, W);
+	gt_make(&dy, dt, -1, 4, N, C, H, W);
+	gt_make(&dx, dt, -1, 4, N, C, H, W);
+	struct gt *par[] = {&g, &b, &rm, &rv, &sm, &si, &dg, &dbt};
+	for (size_t i = 0; i < sizeof par / sizeof *par; i++)
+		gt_make(par[i], pdt, -1, 1, C, 0, 0, 0);
+	gt_rand(&x, 1.0, 5.0);
+	gt_rand(&dy, -1, 1);
+	gt_rand(&g, 0.5, 3.0);
+	gt_rand(&b, -1, 4);
+	gt_rand(&rm, 1, 4);
+	gt_rand(&rv, 0.5, 2);
+	gt_rand(&dg, -1, 1);
+	gt_rand(&dbt, -1, 1);
+	struct gt *out[] = {&y, &sm, &si, &rm, &rv, &dx, &dg, &dbt};
+	static const char *const oname[] = {
+		"y",	       "save_mean", "save_invstd", "running_mean",
+		"running_var", "dx",	    "dgamma",	   "dbeta"};
+	enum { NO = sizeof out / sizeof *out };
+	double *ref[NO] = {NULL};
+	for (int r = 0; r < 2; r++) {
+		gt_upload(&rm);
+		gt_upload(&rv);
+		gt_upload(&dg);
+		gt_upload(&dbt);
+		gt_poison(&y);
+		gt_poison(&sm);
+		gt_poison(&si);
+		gt_poison(&dx);
+		if (gt_ok(mg_cuda_batchnorm2d(&gt_gpu, &a, &x.g, &g.g, &b.g,
+					      &rm.g, &rv.g, &sm.g, &si.g, &y.g),
+			  name) ||
+		    gt_ok(mg_cuda_batchnorm2d_backward(
+				  &gt_gpu, &a, &x.g, &y.g, &dy.g, &g.g, &sm.g,
+				  &si.g, &dx.g, &dg.g, &dbt.g),
+			  name))
+			break;
+		for (int i = 0; i < NO; i++) {
+			double *v = gt_read(out[i]);
+			if (r == 0) {
+				ref[i] = v;
+				continue;
+			}
+			int64_t nans = 0;
+			for (int64_t k = 0; k < out[i]->n; k++)
+				nans += isnan(v[k]);
+			/* NaN anywhere (an unwritten element) fails too */
+			gt_report_bits(LBL("%s %s", name, oname[i]), dt, v,
+				       ref[i], out[i]->n, sizeof(double));
+			if (nans)
+				gt_report(lbl, dt, (double)nans, 0, nans,
+					  "NaN elements");
+			free(v);
+		}
+	}
+	for (int i = 0; i < NO; i++)
+		free(ref[i]);
+	struct gt *all[] = {&x,	 &y,  &dy, &dx, &g,  &b,
+			    &rm, &rv, &sm, &si, &dg, &dbt};
+	for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+		gt_free(all[i]);
+}
+
+static void test_bn_repeat(void)
+{
+	static const int shapes[][4] = {
+		{64, 320, 2, 2}, {64, 144, 7, 7}, {64, 96, 14, 14}};
+	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+		const int *k = shapes[s];
+		bn_repeat(MG_F32, k[0], k[1], k[2], k[3]);
+		bn_repeat(MG_BF16, k[0], k[1], k[2], k[3]);
+	}
+}
+
 static void test_determinism(bool graph)
 {
 	struct step s;
@@ -2309,6 +2422,7 @@ int main(int argc, char **argv)
 	RUN("qat", test_qat());
 	RUN("fused", test_fused());
 	RUN("side", test_side());
+	RUN("determinism", test_bn_repeat());
 	/* both 1x1 paths: batched GEMM (default) and cuDNN */
 	for (int pw = 1; pw >= 0; pw--) {
 		pw_mode = pw;

@@ -6,11 +6,13 @@
  * (cuda_reduce.cuh, double accumulation, fixed order) whose last block
  * per channel runs the finalise (statistics, running-stat update with the
  * unbiased variance, dgamma/dbeta +=, the coefficients of the
- * element-wise pass), then the element-wise pass. Where a channel is one
- * slice of the reduction (N * HW <= MGC_RED_SLICE: the 7 x 7 and smaller
- * planes of a 28 px step), that block also runs the element-wise pass over
- * its channel, so the whole op is one launch. Eval runs the finalise as
- * its own small kernel.
+ * element-wise pass), then the element-wise pass. Channels of at most
+ * BN_SMALL_MAX elements (N * HW: the 7 x 7 and smaller planes at batch
+ * 64) run the whole op in one launch of a few warps a channel, the
+ * values held in registers (bn_small_fwd / bn_small_bwd). Where a larger
+ * channel is still one slice of the reduction (N * HW <= MGC_RED_SLICE),
+ * the reducing block runs the element-wise pass over it, so the op is
+ * one launch there too. Eval runs the finalise as its own small kernel.
  * Training statistics are shifted by the channel's first value (as the
  * CPU op does) so the one-pass variance stays accurate when |mean| >> std.
  * For F16/BF16 activations gamma, beta, the saved statistics and the
@@ -117,24 +119,31 @@ template <typename T, typename P> struct fwd_fin {
 			s1 += __ldcg(part + 2 * k);
 			s2 += __ldcg(part + 2 * k + 1);
 		}
-		finish(c, s1, s2);
+		coef[c] = finish(c, (double)mgc_ld(x, c * HW), s1, s2, true);
 	}
-	__device__ void finish(int64_t c, double s1, double s2) const
+	/*
+	 * The statistics of channel c from the sums s1, s2 of the values
+	 * shifted by shift (training); with write, the saved and running
+	 * statistics are stored. Returns the coefficients. The small-plane
+	 * kernel calls it in every thread of a channel (same bits in each)
+	 * and writes from one.
+	 */
+	__device__ bn_coef<A> finish(int64_t c, double shift, double s1,
+				     double s2, bool write) const
 	{
 		double mean, invstd;
 		if (training) {
-			const double shift = (double)mgc_ld(x, c * HW);
 			const double dm = s1 / m;
 			double var = s2 / m - dm * dm;
 			if (var < 0)
 				var = 0;
 			mean = shift + dm;
 			invstd = 1.0 / sqrt(var + eps);
-			if (rm)
+			if (write && rm)
 				rs_set(rm, rs64, c,
 				       (1 - mom) * rs_get(rm, rs64, c) +
 					       mom * mean);
-			if (rv)
+			if (write && rv)
 				rs_set(rv, rs64, c,
 				       (1 - mom) * rs_get(rv, rs64, c) +
 					       mom * var * m / (m - 1));
@@ -142,14 +151,16 @@ template <typename T, typename P> struct fwd_fin {
 			mean = rs_get(rm, rs64, c);
 			invstd = 1.0 / sqrt(rs_get(rv, rs64, c) + eps);
 		}
-		if (save_mean)
+		if (write && save_mean)
 			save_mean[c] = (P)mean;
-		if (save_invstd)
+		if (write && save_invstd)
 			save_invstd[c] = (P)invstd;
-		coef[c].mean = (A)mean;
-		coef[c].k1 = (A)((double)gamma[c] * invstd);
-		coef[c].k2 = (A)beta[c];
-		coef[c].k3 = 0;
+		bn_coef<A> k;
+		k.mean = (A)mean;
+		k.k1 = (A)((double)gamma[c] * invstd);
+		k.k2 = (A)beta[c];
+		k.k3 = 0;
+		return k;
 	}
 };
 
@@ -159,7 +170,7 @@ __global__ void bn_fwd_final(fwd_fin<T, P> f, int64_t C)
 {
 	const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
 	if (c < C)
-		f.finish(c, 0, 0);
+		f.coef[c] = f.finish(c, 0, 0, 0, true);
 }
 
 /* Geometry of the flat element-wise passes: element i is in plane
@@ -327,16 +338,26 @@ template <typename P, typename A> struct bwd_fin {
 			sdz += __ldcg(part + 2 * k);
 			sdzx += __ldcg(part + 2 * k + 1);
 		}
+		coef[c] = finish(c, sdz, sdzx, true);
+	}
+	/* From the sums of channel c: with write, dgamma/dbeta +=; returns
+	 * the coefficients (the small-plane kernel: every thread of the
+	 * channel, one writing). */
+	__device__ bn_coef<A> finish(int64_t c, double sdz, double sdzx,
+				     bool write) const
+	{
 		const double invstd = save_invstd[c];
-		if (dgamma)
+		if (write && dgamma)
 			dgamma[c] = (P)((double)dgamma[c] + sdzx * invstd);
-		if (dbeta)
+		if (write && dbeta)
 			dbeta[c] = (P)((double)dbeta[c] + sdz);
 		const double k = (double)gamma[c] * invstd;
-		coef[c].mean = (A)save_mean[c];
-		coef[c].k1 = (A)k;
-		coef[c].k2 = (A)(training ? k * sdz / m : 0);
-		coef[c].k3 = (A)(training ? k * sdzx * invstd * invstd / m : 0);
+		bn_coef<A> r;
+		r.mean = (A)save_mean[c];
+		r.k1 = (A)k;
+		r.k2 = (A)(training ? k * sdz / m : 0);
+		r.k3 = (A)(training ? k * sdzx * invstd * invstd / m : 0);
+		return r;
 	}
 };
 
@@ -468,12 +489,225 @@ make_fin_apply(const FIN &fin, const OP &op, bool post_on, int64_t N, int64_t C,
 	return f;
 }
 
+/*
+ * Small planes (N * HW <= BN_SMALL_MAX: the 7 x 7 ... 1 x 1 planes of a
+ * 28 px step at batch 64, 7 x 7 at 224 px): the whole op in one launch
+ * with no partials, counters or fences. A channel is a group of G warps
+ * (32G threads, G = 1 ... 8) of a 256-thread block, 8 / G channels a
+ * block; each thread keeps its E elements (element t + k * 32G of the
+ * channel's N * HW) in registers. The sums go through a butterfly within
+ * each warp and the group's warp sums in order (fixed by the shape, so
+ * the same bits run to run), leaving the totals in every thread; every
+ * thread then runs the finalise (the same bits in each), one writes the
+ * statistics, and each applies the element-wise pass to its registers.
+ * One 256-thread block a channel (the folded-finalise path) left most
+ * threads idle on 1 x 1 and 2 x 2 planes and spent its time in a chain
+ * of dependent steps (block reduction, fence, counter, finalise in one
+ * thread, coefficients through global memory, re-reading the channel).
+ */
+#define BN_SMALL_THREADS 256
+#define BN_SMALL_MAX (16 * BN_SMALL_THREADS)
+
+/* Where each thread's elements are: M = N * HW < 2^31 elements of each
+ * channel, N * C * HW < 2^31 (32-bit flat indices); lg = log2(32G). */
+struct small_geom {
+	uint32_t C, HW, M;
+	mgc_fdiv hw;
+	int lg;
+};
+
+/*
+ * The sums a and b over the group of G = 2^(lg - 5) warps of this
+ * thread, valid in every thread of the group. Every thread of the block
+ * calls it (it synchronises the block when G > 1).
+ */
+__device__ __forceinline__ void small_sum2(double &a, double &b,
+					   double (*sh)[32], int lg)
+{
+	for (int o = 16; o > 0; o >>= 1) {
+		a += __shfl_xor_sync(0xffffffffu, a, o);
+		b += __shfl_xor_sync(0xffffffffu, b, o);
+	}
+	if (lg == 5)
+		return;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int G = 1 << (lg - 5), w0 = warp & ~(G - 1);
+	if (lane == 0) {
+		sh[0][warp] = a;
+		sh[1][warp] = b;
+	}
+	__syncthreads();
+	a = lane < G ? sh[0][w0 + lane] : 0.0;
+	b = lane < G ? sh[1][w0 + lane] : 0.0;
+	for (int o = 16; o > 0; o >>= 1) {
+		a += __shfl_xor_sync(0xffffffffu, a, o);
+		b += __shfl_xor_sync(0xffffffffu, b, o);
+	}
+}
+
+/* This thread's channel (C or more: an idle group), its place t in the
+ * group, and the flat index of its k-th element (false past M). */
+struct small_pos {
+	uint32_t c, t;
+	__device__ small_pos(const small_geom &g)
+	{
+		const uint32_t gt = 1u << g.lg;
+		t = threadIdx.x & (gt - 1);
+		c = blockIdx.x * (BN_SMALL_THREADS >> g.lg) +
+		    (threadIdx.x >> g.lg);
+	}
+	__device__ bool at(const small_geom &g, int k, uint32_t *i) const
+	{
+		const uint32_t j = t + ((uint32_t)k << g.lg);
+		if (c >= g.C || j >= g.M)
+			return false;
+		const uint32_t n = mgc_div(g.hw, j);
+		*i = (n * g.C + c) * g.HW + (j - n * g.HW);
+		return true;
+	}
+};
+
+/* Start bringing p's line into L1 (generic address): the finalise's
+ * load of it after the reduction then hits instead of waiting on L2. */
+__device__ __forceinline__ void l1_prefetch(const void *p)
+{
+	asm volatile("prefetch.L1 [%0];" ::"l"(p));
+}
+
+/* Training forward over small planes: statistics, finalise, y. */
+template <typename T, bool RELU6, int E>
+__global__ void __launch_bounds__(BN_SMALL_THREADS, 2)
+	bn_small_fwd(small_geom g, fwd_fin<T, typename mgc_param<T>::type> fin,
+		     T *y)
+{
+	typedef typename mgc_t<T>::acc A;
+	__shared__ double sh[2][32];
+	const small_pos p(g);
+	const bool on = p.c < g.C;
+	const double shift = on ? (double)mgc_ld(fin.x, p.c * g.HW) : 0.0;
+	if (on) {
+		l1_prefetch(fin.gamma + p.c);
+		l1_prefetch(fin.beta + p.c);
+	}
+	A v[E];
+	bool in[E];
+#pragma unroll
+	for (int k = 0; k < E; k++) {
+		uint32_t i = 0;
+		in[k] = p.at(g, k, &i);
+		v[k] = in[k] ? mgc_ld(fin.x, i) : (A)0;
+	}
+	double s1 = 0, s2 = 0;
+#pragma unroll
+	for (int k = 0; k < E; k++)
+		if (in[k]) {
+			const double d = (double)v[k] - shift;
+			s1 += d;
+			s2 += d * d;
+		}
+	small_sum2(s1, s2, sh, g.lg);
+	if (!on)
+		return;
+	const bn_coef<A> c = fin.finish(p.c, shift, s1, s2, p.t == 0);
+#pragma unroll
+	for (int k = 0; k < E; k++) {
+		uint32_t i = 0;
+		if (p.at(g, k, &i)) /* recomputed: fewer registers held */
+			y[i] = mgc_t<T>::from(fwd_op<T, RELU6>::f(v[k], c));
+	}
+}
+
+/* Training backward over small planes: the two sums, dgamma/dbeta +=,
+ * and dx where asked for. */
+template <typename T, bool RELU6, int E>
+__global__ void __launch_bounds__(BN_SMALL_THREADS, 2) bn_small_bwd(
+	small_geom g,
+	bwd_fin<typename mgc_param<T>::type, typename mgc_t<T>::acc> fin,
+	const T *x, const T *y, const T *dy, T *dx)
+{
+	typedef typename mgc_t<T>::acc A;
+	__shared__ double sh[2][32];
+	const small_pos p(g);
+	const bool on = p.c < g.C;
+	const double mu = on ? (double)fin.save_mean[p.c] : 0.0;
+	if (on) {
+		l1_prefetch(fin.gamma + p.c);
+		l1_prefetch(fin.save_invstd + p.c);
+	}
+	/* gv: dy with ReLU6's mask applied at the load, so y is not held */
+	A xv[E], gv[E];
+	bool in[E];
+#pragma unroll
+	for (int k = 0; k < E; k++) {
+		uint32_t i = 0;
+		in[k] = p.at(g, k, &i);
+		xv[k] = in[k] ? mgc_ld(x, i) : (A)0;
+		gv[k] = in[k] ? mgc_ld(dy, i) : (A)0;
+		if (RELU6 && in[k]) {
+			const A yv = mgc_ld(y, i);
+			if (!(yv > 0 && yv < 6))
+				gv[k] = 0;
+		}
+	}
+	double sdz = 0, sdzx = 0;
+#pragma unroll
+	for (int k = 0; k < E; k++)
+		if (in[k]) {
+			const double dz = (double)gv[k];
+			sdz += dz;
+			sdzx += dz * ((double)xv[k] - mu);
+		}
+	small_sum2(sdz, sdzx, sh, g.lg);
+	if (!on)
+		return;
+	const bn_coef<A> c = fin.finish(p.c, sdz, sdzx, p.t == 0);
+	if (!dx)
+		return;
+#pragma unroll
+	for (int k = 0; k < E; k++) {
+		uint32_t i = 0;
+		/* the mask is in gv already: the unmasked formula, same bits */
+		if (p.at(g, k, &i))
+			dx[i] = mgc_t<T>::from(
+				bwd_op<T, false>::f(xv[k], (A)0, gv[k], c));
+	}
+}
+
+/*
+ * The small-plane geometry of an N x C x HW tensor, or false where it
+ * does not apply; *E is 4 or 16 (the kernel's elements a thread): the
+ * fewest warps that hold the channel at 4 a thread, else 8 warps at 16.
+ */
+static bool small_plan(int64_t N, int64_t C, int64_t HW, small_geom *g, int *E)
+{
+	const int64_t M = N * HW;
+	if (M > BN_SMALL_MAX || N * C * HW >= ((int64_t)1 << 31))
+		return false;
+	int lg = 5;
+	while (lg < 8 && ((int64_t)4 << lg) < M)
+		lg++;
+	*E = ((int64_t)4 << lg) >= M ? 4 : 16;
+	g->C = (uint32_t)C;
+	g->HW = (uint32_t)HW;
+	g->M = (uint32_t)M;
+	g->hw = mgc_fdiv_make((uint32_t)HW);
+	g->lg = lg;
+	return true;
+}
+
+static unsigned small_blocks(const small_geom &g)
+{
+	const uint32_t per = BN_SMALL_THREADS >> g.lg;
+	return (g.C + per - 1) / per;
+}
+
 struct fwd_args {
 	const struct mg_bn_args *a;
 	int64_t N, C, HW;
 	const void *x, *gamma, *beta;
 	void *rm, *rv, *save_mean, *save_invstd, *y;
 	bool rs64;
+	bool small; /* MG_CUDA_OPT_BN_SMALL */
 	double *part;
 	void *coef;    /* bn_coef<acc of T> */
 	unsigned *cnt; /* the folded finalise's counters */
@@ -514,6 +748,19 @@ static void fwd_run(cudaStream_t st, const fwd_args &f)
 		fwd_apply<T, RELU6>(st, f);
 		return;
 	}
+	small_geom sg;
+	int E = 0;
+	if (f.small && small_plan(f.N, f.C, f.HW, &sg, &E)) {
+		if (E == 4)
+			bn_small_fwd<T, RELU6, 4>
+				<<<small_blocks(sg), BN_SMALL_THREADS, 0, st>>>(
+					sg, fin, (T *)f.y);
+		else
+			bn_small_fwd<T, RELU6, 16>
+				<<<small_blocks(sg), BN_SMALL_THREADS, 0, st>>>(
+					sg, fin, (T *)f.y);
+		return;
+	}
 	const bool one = mgc_red_splits(f.N * f.HW) == 1;
 	const fwd_op<T, RELU6> op = {(const T *)f.x, (T *)f.y};
 	const fin_then_apply<fwd_fin<T, P>, fwd_op<T, RELU6>> fa =
@@ -545,6 +792,7 @@ struct bwd_args {
 	int64_t N, C, HW;
 	const void *x, *y, *dy, *gamma, *save_mean, *save_invstd;
 	void *dx, *dgamma, *dbeta;
+	bool small; /* MG_CUDA_OPT_BN_SMALL */
 	double *part;
 	void *coef;    /* bn_coef<acc of T> */
 	unsigned *cnt; /* the folded finalise's counters */
@@ -564,6 +812,19 @@ static void bwd_run(cudaStream_t st, const bwd_args &b)
 				   (P *)b.dgamma,
 				   (P *)b.dbeta,
 				   (bn_coef<A> *)b.coef};
+	small_geom sg;
+	int E = 0;
+	if (b.small && small_plan(b.N, b.C, b.HW, &sg, &E)) {
+		if (E == 4)
+			bn_small_bwd<T, RELU6, 4>
+				<<<small_blocks(sg), BN_SMALL_THREADS, 0, st>>>(
+					sg, fin, x, y, dy, (T *)b.dx);
+		else
+			bn_small_bwd<T, RELU6, 16>
+				<<<small_blocks(sg), BN_SMALL_THREADS, 0, st>>>(
+					sg, fin, x, y, dy, (T *)b.dx);
+		return;
+	}
 	/* the pass in the reducing block where a channel is one slice */
 	const bool one = b.dx && mgc_red_splits(b.N * b.HW) == 1;
 	const bwd_op<T, RELU6> op = {x, y, dy, (T *)b.dx};
@@ -677,6 +938,7 @@ mg_cuda_batchnorm2d(struct mg_ctx *ctx, const struct mg_bn_args *a,
 	f.cnt = mgc_counters(ctx);
 	if (!f.cnt)
 		return -1;
+	f.small = mgc_state(ctx)->opt[MG_CUDA_OPT_BN_SMALL] != 0;
 	MGC_DISPATCH(op, x->dtype, fwd, mgc_stream(ctx), f);
 	return mgc_check_launch(op);
 }
@@ -716,6 +978,7 @@ extern "C" int mg_cuda_batchnorm2d_backward(
 	b.cnt = mgc_counters(ctx);
 	if (!b.cnt)
 		return -1;
+	b.small = mgc_state(ctx)->opt[MG_CUDA_OPT_BN_SMALL] != 0;
 	MGC_DISPATCH(op, x->dtype, bwd, mgc_stream(ctx), b);
 	return mgc_check_launch(op);
 }

@@ -145,13 +145,18 @@ enum mg_cuda_opt {
 	 * tensor-core flash kernels (attention_flash.cu, the default), 0 the
 	 * tiled CUDA-core kernels of llm.cu (F32 and other shapes always). */
 	MG_CUDA_OPT_ATTN_FLASH,
+	/* Batch norm (training) on channels of N * HW <= 4096: 1 one launch
+	 * of 1-8 warps a channel holding the values in registers
+	 * (batchnorm.cu's bn_small_*, the default), 0 the block-a-channel
+	 * reduction with its folded finalise and pass. */
+	MG_CUDA_OPT_BN_SMALL,
 	MG_CUDA_OPT_COUNT,
 };
 /* Set a knob (flushes cached algorithm choices). Defaults (first named)
  * can be changed in the environment: MG_CUDA_DEPTHWISE=own|cudnn,
  * MG_CUDNN_ALGO=heuristic|find, MG_CUDA_TF32=0|1,
- * MG_CUDA_POINTWISE=gemm|cudnn, MG_CUDA_ATTENTION=flash|tiled. Returns 0
- * or -1 (error set). */
+ * MG_CUDA_POINTWISE=gemm|cudnn, MG_CUDA_ATTENTION=flash|tiled,
+ * MG_CUDA_BN_SMALL=1|0. Returns 0 or -1 (error set). */
 MG_EXPORT int mg_cuda_ops_set(struct mg_ctx *ctx, enum mg_cuda_opt opt,
 			      int value);
 /* Release the ops' per-device state (algorithm cache, descriptors,
