@@ -271,6 +271,10 @@ static void bn_check(enum mg_dtype dt, int N, int C, int H, int W,
 
 static void test_batchnorm(void)
 {
+	/* the small-plane kernel is opt-in until measured on a GPU
+	 * (MG_CUDA_BN_SMALL): every shape below through it, then the small
+	 * ones again through the default block-a-channel path */
+	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_BN_SMALL, 1);
 	/* 125x125 and 63x63: large planes whose starts are not 16-byte
 	 * aligned (the vector paths' ends and straddling vectors); 64 x 4
 	 * x 96 x 96 splits each channel into the most slices (64), whose
@@ -304,7 +308,7 @@ static void test_batchnorm(void)
 	/* the small planes again through the block-a-channel path (the
 	 * knob's other setting) */
 	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_BN_SMALL, 0);
-	bn_path = "(block)";
+	bn_path = "(block, default)";
 	static const int small[][4] = {
 		{64, 960, 7, 7}, {5, 9, 1, 1}, {2, 37, 5, 13}, {64, 192, 4, 4}};
 	for (size_t d = 1; d < 4; d += 2)
@@ -313,7 +317,6 @@ static void test_batchnorm(void)
 			bn_check(all_dt[d], k[0], k[1], k[2], k[3], true,
 				 MG_ACT_RELU6, MG_F32);
 		}
-	mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_BN_SMALL, 1);
 	bn_path = "";
 }
 
@@ -1562,10 +1565,14 @@ static void test_bn_repeat(void)
 {
 	static const int shapes[][4] = {
 		{64, 320, 2, 2}, {64, 144, 7, 7}, {64, 96, 14, 14}};
-	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-		const int *k = shapes[s];
-		bn_repeat(MG_F32, k[0], k[1], k[2], k[3]);
-		bn_repeat(MG_BF16, k[0], k[1], k[2], k[3]);
+	/* both paths of the small planes (MG_CUDA_BN_SMALL) */
+	for (int small = 1; small >= 0; small--) {
+		mg_cuda_ops_set(&gt_gpu, MG_CUDA_OPT_BN_SMALL, small);
+		for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+			const int *k = shapes[s];
+			bn_repeat(MG_F32, k[0], k[1], k[2], k[3]);
+			bn_repeat(MG_BF16, k[0], k[1], k[2], k[3]);
+		}
 	}
 }
 

@@ -147,8 +147,9 @@ enum mg_cuda_opt {
 	MG_CUDA_OPT_ATTN_FLASH,
 	/* Batch norm (training) on channels of N * HW <= 4096: 1 one launch
 	 * of 1-8 warps a channel holding the values in registers
-	 * (batchnorm.cu's bn_small_*, the default), 0 the block-a-channel
-	 * reduction with its folded finalise and pass. */
+	 * (batchnorm.cu's bn_small_*; opt-in until measured on a GPU), 0 the
+	 * block-a-channel reduction with its folded finalise and pass (the
+	 * default). */
 	MG_CUDA_OPT_BN_SMALL,
 	MG_CUDA_OPT_COUNT,
 };
@@ -156,7 +157,7 @@ enum mg_cuda_opt {
  * can be changed in the environment: MG_CUDA_DEPTHWISE=own|cudnn,
  * MG_CUDNN_ALGO=heuristic|find, MG_CUDA_TF32=0|1,
  * MG_CUDA_POINTWISE=gemm|cudnn, MG_CUDA_ATTENTION=flash|tiled,
- * MG_CUDA_BN_SMALL=1|0. Returns 0 or -1 (error set). */
+ * MG_CUDA_BN_SMALL=0|1. Returns 0 or -1 (error set). */
 MG_EXPORT int mg_cuda_ops_set(struct mg_ctx *ctx, enum mg_cuda_opt opt,
 			      int value);
 /* Release the ops' per-device state (algorithm cache, descriptors,
