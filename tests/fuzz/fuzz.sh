@@ -44,7 +44,7 @@ td_srcs="plugins/datasets/common/td_files.c plugins/datasets/common/td_render.c
 plugins/datasets/common/td_render_model.c plugins/datasets/common/td_pairs.c plugins/datasets/common/td_corpus.c
 plugins/datasets/common/td_tok_hf.c core/runtime/tensor_file.c
 core/runtime/safetensors.c core/runtime/tensor.c core/runtime/nf4.c
-core/ops/cpu/convert.c"
+core/runtime/half.c"
 # The options of plugins (mg_opt_*), for targets that link a plugin file.
 opt_srcs="core/config/config.c core/config/diag.c core/config/options.c
 core/config/util.c"
