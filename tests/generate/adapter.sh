@@ -5,7 +5,8 @@
 # base (conf/llama_tiny.ini: same preset and seed, no LoRA options: r,
 # alpha and the targets come from adapter_config.json) and on the LoRA
 # run's own configuration (its checkpoint not read) gives the greedy ids
-# of the LoRA run itself; the same for a QLoRA run (quant = nf4) and
+# of the LoRA run itself, and so does `generate --model` with the base
+# exported as a Hugging Face folder; the same for a QLoRA run (quant = nf4) and
 # its adapter on the NF4 base. Adapters mgrun cannot honour are refused,
 # naming the file and the field: bias, modules_to_save, DoRA, a regex
 # target_modules, an unknown module, a rank the tensors do not have,
@@ -50,6 +51,21 @@ cmp -s "$work/run.out" "$work/own.out" ||
 	fail "the run's own configuration with --adapter differs"
 grep -q "checkpoint is not read" "$work/own.err" ||
 	fail "stderr does not say the checkpoint is not read"
+# without an INI: `generate --model HF_DIR --adapter DIR`, the base as a
+# Hugging Face folder (one step at learning rate 0 keeps the initial
+# weights the LoRA run froze, exported in fp32)
+# shellcheck disable=SC2086
+"$mgrun" -c "$base" $S --set run.name=base0 --set run.max_steps=1 \
+	--set optimizer.lr=0 >"$work/base0.log" 2>&1 &&
+	"$mgrun" export -c "$base" $S --set run.name=base0 --dtype fp32 \
+		--out "$work/base.hf" >>"$work/base0.log" 2>&1 ||
+	fail "the base folder was not made: $(cat "$work/base0.log")"
+"$mgrun" generate --model "$work/base.hf" --adapter "$ad" --ids "$P" \
+	--greedy --max-new-tokens 16 >"$work/model.out" 2>"$work/model.err" ||
+	fail "--model + --adapter: $(cat "$work/model.err")"
+echo "--model + --adapter:    $(cat "$work/model.out")"
+cmp -s "$work/run.out" "$work/model.out" ||
+	fail "generate --model HF_DIR --adapter differs from the LoRA run"
 # the same on a QLoRA base (conf/llama_tiny_qlora.ini): the adapter of
 # the NF4 run on the plain base with quant = nf4
 qlora=$repo/conf/llama_tiny_qlora.ini
