@@ -315,8 +315,7 @@ static int not_the_source(const struct mg_session *s, const char *out)
 
 /* The dtype to write: --dtype, else the run's compute dtype where HF
  * has it, else fp32. */
-static enum mg_dtype out_dtype(const struct exp_opts *o,
-			       const struct mg_run *t)
+static enum mg_dtype out_dtype(const struct exp_opts *o, const struct mg_run *t)
 {
 	if (o->dtype != MG_DTYPE_AUTO)
 		return o->dtype;

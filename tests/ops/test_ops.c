@@ -780,8 +780,7 @@ static void linear_case(int ndim, int64_t d0, int64_t d1, int64_t in,
 		for (int64_t i = 0; i < rows; i++)
 			for (int64_t o = 0; o < out; o++)
 				D(&ya)
-				[i * out + o] +=
-					D(&b)[o] - D(&ya0)[i * out + o];
+		[i * out + o] += D(&b)[o] - D(&ya0)[i * out + o];
 		snprintf(what, sizeof what, "%s linear_add without bias", name);
 		expect_close(what, D(&ya), D(&yr), N_(&y), 1e-12);
 		/* w's shape is never y's in these cases */
