@@ -80,6 +80,15 @@ static void put_varint(struct mg_tb *tb, uint64_t v)
 	put(tb, b, (size_t)n);
 }
 
+/* Bytes put_varint writes for v. */
+static size_t varint_len(uint64_t v)
+{
+	size_t n = 1;
+	while (v >>= 7)
+		n++;
+	return n;
+}
+
 static void put_le(struct mg_tb *tb, uint64_t v, int bytes)
 {
 	uint8_t b[8];
@@ -181,25 +190,12 @@ void mg_tb_value(struct mg_tb *tb, const char *tag, double v)
 {
 	if (!tb->f || !isfinite(v))
 		return; /* TensorBoard draws no point for a missing value */
-	/* Summary.Value: tag, simple_value; as one length-delimited value
-	 * (field 1) of the summary, which is assembled in mg_tb_end */
-	size_t n = strlen(tag);
-	uint8_t lenbuf[10];
-	int nl = 0;
-	for (uint64_t x = n;; x >>= 7) {
-		lenbuf[nl] = (uint8_t)(x & 0x7f);
-		if (x >> 7)
-			lenbuf[nl] |= 0x80;
-		nl++;
-		if (!(x >> 7))
-			break;
-	}
-	uint64_t value_len = 1 + (uint64_t)nl + n + 1 + 4;
+	/* Summary.Value (tag, simple_value) as one length-delimited value
+	 * (field 1) of the summary, which mg_tb_end wraps */
+	const size_t n = strlen(tag);
 	put_key(tb, 1, 2);
-	put_varint(tb, value_len);
-	put_key(tb, 1, 2);
-	put(tb, lenbuf, (size_t)nl);
-	put(tb, tag, n);
+	put_varint(tb, 1 + varint_len(n) + n + 1 + 4);
+	put_string(tb, 1, tag);
 	float f = (float)v;
 	uint32_t bits;
 	memcpy(&bits, &f, sizeof bits);

@@ -97,11 +97,6 @@ int mg_trainer_setup(struct mg_trainer *t)
 	return 0;
 }
 
-const char *mg_device_desc(const struct mg_trainer *t)
-{
-	return mg_run_device_desc(&t->r);
-}
-
 /* The profiler's part of the report (report.h: profile_*). */
 static int profile_gather(void *t)
 {
@@ -128,7 +123,7 @@ const struct mg_run_view *mg_run_view(struct mg_trainer *t)
 		.comm = t->r.comm,
 		.stats = &t->r.stats,
 		.run_dir = t->r.run_dir,
-		.device = mg_device_desc(t),
+		.device = mg_run_device_desc(&t->r),
 		.precision = t->r.ctx.compute_dtype,
 		.batch = t->batch,
 		.steps_per_epoch = t->steps_per_epoch,
@@ -297,7 +292,7 @@ int mg_train(struct mg_session *s, bool resume)
 			t.r.spec.nunits, s->plugin[MG_SEC_DATASET].desc->name,
 			s->plugin[MG_SEC_STRATEGY].desc->name,
 			mg_dtype_name(t.r.ctx.compute_dtype),
-			mg_device_desc(&t), (long long)t.total_steps,
+			mg_run_device_desc(&t.r), (long long)t.total_steps,
 			(long long)t.batch, t.r.run_dir);
 		rc = mg_report_open(mg_run_view(&t), resume);
 		reporting = !rc;

@@ -218,6 +218,5 @@ void mg_epoch_reset(struct mg_trainer *t);
  * t zeroed but for t->r.s. -1: error set; mg_trainer_teardown frees. */
 int mg_trainer_setup(struct mg_trainer *t);
 void mg_trainer_teardown(struct mg_trainer *t);
-const char *mg_device_desc(const struct mg_trainer *t);
 
 #endif

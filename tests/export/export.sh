@@ -31,6 +31,16 @@ near() {
 		exit !(a != "" && b != "" && d <= t * m) }'
 }
 P="5 17 42 99 3"
+# eval_folder RUN DIR WHAT [--set ...]: evaluate the Hugging Face folder
+# DIR as run RUN (its loss: `loss RUN`), failing with WHAT when it cannot
+eval_folder() {
+	run=$1 dir=$2 what=$3
+	shift 3
+	# shellcheck disable=SC2086
+	"$mgrun" -c "$ini" $B --set run.name="$run" --set model.hf_dir="$dir" \
+		"$@" --eval-only >"$work/$run.eval" 2>&1 ||
+		fail "$what: $(tail -3 "$work/$run.eval")"
+}
 # roundtrip TAG TOL [--set ...]: train run TAG, export it, evaluate and
 # decode both; the export's run is TAG_hf
 roundtrip() {
@@ -50,10 +60,7 @@ roundtrip() {
 		>"$work/$tag.eval" 2>&1 || fail "$tag: eval: $(tail -3 "$work/$tag.eval")"
 	# the folder is a plain model: no LoRA, the precision it was written in
 	# shellcheck disable=SC2086
-	"$mgrun" -c "$ini" $B --set run.name="${tag}_hf" \
-		--set model.hf_dir="$work/$tag.hf" $HO --eval-only \
-		>"$work/${tag}_hf.eval" 2>&1 ||
-		fail "$tag: eval from the export: $(tail -3 "$work/${tag}_hf.eval")"
+	eval_folder "${tag}_hf" "$work/$tag.hf" "$tag: eval from the export" $HO
 	grep -q "eval (initial weights of $work/$tag.hf," "$work/${tag}_hf.eval" ||
 		fail "$tag: the eval does not name the folder it read: $(grep 'eval (' "$work/${tag}_hf.eval")"
 	a=$(loss "$tag") b=$(loss "${tag}_hf")
@@ -85,11 +92,7 @@ grep -q '"architectures".*LlamaForCausalLM' "$work/untied.hf/config.json" &&
 # decodes as the folder itself
 if python3 "$repo/tests/export/phi3_fuse.py" "$work/untied.hf" \
 	"$work/fused.hf" >"$work/fused.log" 2>&1; then
-	# shellcheck disable=SC2086
-	"$mgrun" -c "$ini" $B --set run.name=fused_hf \
-		--set model.hf_dir="$work/fused.hf" --eval-only \
-		>"$work/fused_hf.eval" 2>&1 ||
-		fail "fused: eval: $(tail -3 "$work/fused_hf.eval")"
+	eval_folder fused_hf "$work/fused.hf" "fused: eval"
 	a=$(loss untied_hf) b=$(loss fused_hf)
 	echo "phi3 layout: llama folder loss $a, fused as Phi-3 $b"
 	near "$a" "$b" 1e-12 || fail "fused: loss $a, as Phi-3 $b"
@@ -198,11 +201,7 @@ grep -q '"model_type":.*"gemma3_text"' "$work/gemma3.hf/config.json" &&
 for pre in language_model.model. model.language_model.; do
 	python3 "$(dirname "$0")/gemma3_mm.py" "$work/gemma3.hf" \
 		"$work/gemma3mm.hf" "$pre" || fail "gemma3_mm.py"
-	# shellcheck disable=SC2086
-	"$mgrun" -c "$ini" $B --set run.name=gemma3mm \
-		--set model.hf_dir="$work/gemma3mm.hf" --eval-only \
-		>"$work/gemma3mm.eval" 2>&1 ||
-		fail "gemma3 multimodal ($pre): $(tail -3 "$work/gemma3mm.eval")"
+	eval_folder gemma3mm "$work/gemma3mm.hf" "gemma3 multimodal ($pre)"
 	a=$(loss gemma3_hf) b=$(loss gemma3mm)
 	echo "gemma3 ($pre): text folder $a, multimodal folder $b"
 	near "$a" "$b" 1e-12 || fail "gemma3 multimodal ($pre): loss $b vs $a"
